@@ -1,1 +1,8 @@
-fn main() {}
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = snapdrain::cli::Cli::parse();
+    snapdrain::telemetry::init_logging();
+    snapdrain::cli::run(cli).await
+}

@@ -1,1 +1,31 @@
-//! cli
+//! The command line: `snapdrain sim serve`, `snapdrain demo`, `snapdrain controller`, `snapdrain crds`, ...
+
+mod sim;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "snapdrain",
+    version,
+    about = "Backup-aware node drains for Kubernetes: Velero backup, verified in S3, before any stateful pod is evicted."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// The simulated cluster (Kubernetes API, and the world around it).
+    Sim {
+        #[command(subcommand)]
+        command: sim::SimCommand,
+    },
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Sim { command } => sim::run(command).await,
+    }
+}

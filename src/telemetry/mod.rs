@@ -1,1 +1,5 @@
-//! telemetry
+//! Logs and metrics.
+
+mod logging;
+
+pub use logging::init_logging;

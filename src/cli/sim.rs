@@ -1,0 +1,79 @@
+//! `snapdrain sim serve`: run the simulated cluster until interrupted.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Subcommand;
+use serde_json::json;
+
+use crate::sim::{SimCluster, SimConfig, manifests};
+
+#[derive(Debug, Subcommand)]
+pub enum SimCommand {
+    /// Start the simulated cluster, write a kubeconfig, print one JSON line with the endpoints, and run
+    /// until SIGINT/SIGTERM.
+    Serve {
+        /// Address to listen on (port 0 picks a free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: SocketAddr,
+        /// Where to write the kubeconfig (default: ./snapdrain-sim.kubeconfig).
+        #[arg(long, default_value = "snapdrain-sim.kubeconfig")]
+        kubeconfig: PathBuf,
+        /// A scenario: a YAML file of objects to create at start.
+        #[arg(long)]
+        scenario: Option<String>,
+    },
+}
+
+pub async fn run(cmd: SimCommand) -> anyhow::Result<()> {
+    match cmd {
+        SimCommand::Serve {
+            addr,
+            kubeconfig,
+            scenario,
+        } => {
+            let objects = match &scenario {
+                None => Vec::new(),
+                Some(file) => {
+                    let text = std::fs::read_to_string(file)
+                        .with_context(|| format!("cannot read scenario file {file}"))?;
+                    manifests::parse_objects(&text, file)?
+                }
+            };
+            let cluster = SimCluster::start(SimConfig {
+                addr,
+                objects,
+                ..Default::default()
+            })
+            .await?;
+            let path = cluster.write_kubeconfig(&kubeconfig)?;
+            let abs = std::fs::canonicalize(&path).unwrap_or(path);
+            println!(
+                "{}",
+                json!({"apiserver": cluster.url(), "kubeconfig": abs, "audit": format!("{}/sim/audit", cluster.url()), "faults": format!("{}/sim/faults", cluster.url())})
+            );
+            shutdown_signal().await;
+            Ok(())
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -1,0 +1,276 @@
+//! The simulated Kubernetes API server: plain HTTP on loopback, speaking the Kubernetes REST API closely
+//! enough that kubectl and kube-rs (Api, watcher, reflector, Controller) work against it unchanged.
+//!
+//! Layout: `resources` (what is served, discovery), `store` (objects, versions, watches), `handlers`
+//! (REST verbs), `watch`, `table` (server-side printing), `patch` + `patching`, `selectors` + `filter`,
+//! `eviction` (PDB-checked evictions) and `pdb` (PDB status), `admission` (validating webhooks),
+//! `faults` and `audit` (the `/sim/` control surface), `control` (its routes).
+
+pub mod admission;
+pub mod audit;
+mod control;
+pub mod errors;
+pub mod eviction;
+pub mod faults;
+pub mod filter;
+pub mod handlers;
+pub mod patch;
+mod patching;
+pub mod request;
+pub mod resources;
+pub mod selectors;
+pub mod store;
+pub mod table;
+pub mod validation;
+pub mod watch;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::Response;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+use self::audit::Audit;
+use self::errors::ApiError;
+use self::faults::Faults;
+use self::handlers::json_response;
+use self::request::{Query, Target};
+use self::store::Store;
+
+/// Tunables of the server itself.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How often watches with `allowWatchBookmarks` get a BOOKMARK.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            bookmark_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Everything a request handler can reach.
+pub struct ApiState {
+    pub store: Store,
+    pub faults: Faults,
+    pub audit: Arc<Audit>,
+    pub settings: Settings,
+    /// `http://127.0.0.1:<port>`, once bound.
+    pub address: String,
+    pub admission: admission::Admission,
+}
+
+/// A running API server.
+pub struct ApiServer {
+    pub state: Arc<ApiState>,
+    pub addr: SocketAddr,
+    shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+impl ApiServer {
+    /// Binds `addr` (use port 0 for any free port) and serves until dropped or `shutdown` is called.
+    pub async fn start(
+        addr: SocketAddr,
+        store: Store,
+        audit: Arc<Audit>,
+        settings: Settings,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(ApiState {
+            store,
+            faults: Faults::default(),
+            audit,
+            settings,
+            address: format!("http://{addr}"),
+            admission: admission::Admission::default(),
+        });
+        let app = router(state.clone());
+        let (tx, mut rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = rx.wait_for(|stop| *stop).await;
+            };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+            {
+                tracing::error!(error = %e, "simulated API server stopped");
+            }
+        });
+        Ok(Self {
+            state,
+            addr,
+            shutdown: tx,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+pub fn router(state: Arc<ApiState>) -> Router {
+    Router::new().fallback(entry).with_state(state)
+}
+
+/// The object as the requested version presents it (CRD versions share one schema here: no conversion).
+pub fn present(obj: &Value, target: &Target) -> Value {
+    let mut v = obj.clone();
+    if target.version != target.def.storage_version() {
+        v["apiVersion"] = json!(target.api_version());
+    }
+    v
+}
+
+fn version_info() -> Value {
+    json!({"major": "1", "minor": "35", "gitVersion": "v1.35.0-snapdrain-sim", "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.25.0", "compiler": "gc", "platform": "linux/amd64"})
+}
+
+fn error_response(e: &ApiError) -> Response {
+    let mut r = json_response(
+        StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &e.to_status(),
+    );
+    if let Some(secs) = e.retry_after_seconds
+        && let Ok(v) = secs.to_string().parse()
+    {
+        r.headers_mut().insert("retry-after", v);
+    }
+    r
+}
+
+async fn entry(
+    State(state): State<Arc<ApiState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path = uri.path().to_string();
+    let query = Query::parse(uri.query());
+    if let Some(r) = discovery(&state, &method, &path) {
+        return r;
+    }
+    if path.starts_with("/sim/") {
+        return control::handle(&state, &method, &path, &query, &body).await;
+    }
+    let target = match request::parse_path(&state.store, &path) {
+        Ok(t) => t,
+        Err(e) => return error_response(&e),
+    };
+    let verb = handlers::verb(&method, &target, &query);
+    let user_agent = headers
+        .get("user-agent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let injection = state.faults.check(verb, &target.resource_name());
+    if !injection.delay.is_zero() {
+        tokio::time::sleep(injection.delay).await;
+    }
+    if let Some(err) = injection.error {
+        handlers::audit(&state, verb, &target, user_agent.as_deref(), err.code);
+        return error_response(&err);
+    }
+    let req = handlers::Request {
+        method,
+        target: target.clone(),
+        query,
+        headers,
+        body,
+    };
+    let response = match handlers::dispatch(state.clone(), req).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    };
+    handlers::audit(
+        &state,
+        verb,
+        &target,
+        user_agent.as_deref(),
+        response.status().as_u16(),
+    );
+    response
+}
+
+fn discovery(state: &ApiState, method: &Method, path: &str) -> Option<Response> {
+    if method != Method::GET {
+        return None;
+    }
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let ok = |v: Value| Some(json_response(StatusCode::OK, &v));
+    let registry = state.store.registry();
+    match segments.as_slice() {
+        ["version"] => ok(version_info()),
+        ["healthz"] | ["readyz"] | ["livez"] => Some(
+            Response::builder()
+                .status(200)
+                .header("content-type", "text/plain")
+                .body(axum::body::Body::from("ok"))
+                .unwrap_or_else(|_| Response::new(axum::body::Body::empty())),
+        ),
+        ["api"] => ok(registry.core_versions(state.address.trim_start_matches("http://"))),
+        ["apis"] => ok(registry.group_list()),
+        ["api", version] => Some(match registry.resource_list("", version) {
+            Some(v) => json_response(StatusCode::OK, &v),
+            None => error_response(&ApiError::new(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            )),
+        }),
+        ["apis", group] => Some(match registry.group(group) {
+            Some(v) => json_response(StatusCode::OK, &v),
+            None => error_response(&ApiError::new(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            )),
+        }),
+        ["apis", group, version] => Some(match registry.resource_list(group, version) {
+            Some(v) => json_response(StatusCode::OK, &v),
+            None => error_response(&ApiError::new(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            )),
+        }),
+        ["openapi", ..] => Some(error_response(&ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ))),
+        _ => None,
+    }
+}
+
+/// A kubeconfig whose current context points kubectl and kube-rs at `url`.
+pub fn kubeconfig(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: snapdrain-sim\n  cluster:\n    server: {url}\ncontexts:\n- name: snapdrain-sim\n  context:\n    cluster: snapdrain-sim\n    user: snapdrain-sim\n    namespace: default\ncurrent-context: snapdrain-sim\nusers:\n- name: snapdrain-sim\n  user:\n    token: snapdrain-sim\npreferences: {{}}\n"
+    )
+}

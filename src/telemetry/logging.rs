@@ -1,0 +1,14 @@
+//! JSON logs through tracing, filtered by `RUST_LOG` (default `info`), on stderr so stdout stays free for
+//! command output.
+
+use tracing_subscriber::EnvFilter;
+
+pub fn init_logging() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // A second initialisation (tests) is harmless: the first subscriber stays.
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
