@@ -1,0 +1,87 @@
+//! The world around the API server: what kubelets, the scheduler, the built-in controllers, Velero,
+//! Karpenter and EC2 do in a real cluster. Every controller here reads and writes through the same
+//! [`Store`] as API clients, so clients see their effects exactly as they would see a real cluster's.
+//!
+//! Each controller is a task started by [`World::start`]; they share a [`WorldContext`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::apiserver::audit::Audit;
+use super::apiserver::faults::Faults;
+use super::apiserver::store::Store;
+
+/// How fast the simulated world moves. Scenarios set these; tests shorten them.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct Timings {
+    /// From binding to Running and Ready.
+    #[serde(with = "millis")]
+    pub pod_start: Duration,
+    /// Upper bound of how long a terminating pod takes to stop (never more than its grace period).
+    #[serde(with = "millis")]
+    pub pod_stop: Duration,
+    /// From launch to a Ready Node.
+    #[serde(with = "millis")]
+    pub instance_boot: Duration,
+    /// From the last pod using a volume leaving a node to its VolumeAttachment being removed.
+    #[serde(with = "millis")]
+    pub volume_detach: Duration,
+    /// Velero file-system backup throughput, MiB/s (0 means instant).
+    pub backup_mib_per_second: f64,
+    /// Fixed overhead of every Velero backup (queueing, tarball, upload).
+    #[serde(with = "millis")]
+    pub backup_overhead: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Self {
+            pod_start: Duration::from_millis(500),
+            pod_stop: Duration::from_millis(300),
+            instance_boot: Duration::from_secs(2),
+            volume_detach: Duration::from_millis(300),
+            backup_mib_per_second: 2048.0,
+            backup_overhead: Duration::from_millis(300),
+        }
+    }
+}
+
+impl Timings {
+    /// Everything immediate: for benchmarks of orchestration overhead.
+    pub fn instant() -> Self {
+        Self {
+            pod_start: Duration::ZERO,
+            pod_stop: Duration::ZERO,
+            instance_boot: Duration::ZERO,
+            volume_detach: Duration::ZERO,
+            backup_mib_per_second: 0.0,
+            backup_overhead: Duration::ZERO,
+        }
+    }
+}
+
+/// Durations in scenario files are milliseconds.
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(d.as_millis() as u64)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
+/// What every world controller can reach.
+pub struct WorldContext {
+    pub store: Store,
+    pub audit: Arc<Audit>,
+    pub faults: Arc<Faults>,
+    pub timings: Timings,
+}
