@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::apiserver::audit::Audit;
+use super::apiserver::faults::Faults;
 use super::apiserver::resources::ResKey;
 use super::apiserver::store::{Store, WriteOptions};
 use super::apiserver::{ApiServer, Settings, kubeconfig};
@@ -33,6 +34,7 @@ impl Default for SimConfig {
 pub struct SimCluster {
     pub store: Store,
     pub audit: Arc<Audit>,
+    pub faults: Arc<Faults>,
     pub api: ApiServer,
 }
 
@@ -40,6 +42,7 @@ impl SimCluster {
     pub async fn start(config: SimConfig) -> Result<Self, SimError> {
         let store = Store::new();
         let audit = Arc::new(Audit::default());
+        let faults = Arc::new(Faults::default());
         for ns in ["default", "kube-system", "kube-node-lease"] {
             store
                 .create(
@@ -59,13 +62,24 @@ impl SimCluster {
                 message,
             })?;
         }
-        let api = ApiServer::start(config.addr, store.clone(), audit.clone(), config.settings)
-            .await
-            .map_err(|e| SimError::Bind {
-                addr: config.addr,
-                source: e,
-            })?;
-        Ok(Self { store, audit, api })
+        let api = ApiServer::start(
+            config.addr,
+            store.clone(),
+            audit.clone(),
+            faults.clone(),
+            config.settings,
+        )
+        .await
+        .map_err(|e| SimError::Bind {
+            addr: config.addr,
+            source: e,
+        })?;
+        Ok(Self {
+            store,
+            audit,
+            faults,
+            api,
+        })
     }
 
     pub fn url(&self) -> String {

@@ -61,7 +61,7 @@ impl Default for Settings {
 /// Everything a request handler can reach.
 pub struct ApiState {
     pub store: Store,
-    pub faults: Faults,
+    pub faults: Arc<Faults>,
     pub audit: Arc<Audit>,
     pub settings: Settings,
     /// `http://127.0.0.1:<port>`, once bound.
@@ -88,7 +88,7 @@ impl ApiServer {
         let addr = listener.local_addr()?;
         let state = Arc::new(ApiState {
             store,
-            faults: Faults::default(),
+            faults,
             audit,
             settings,
             address: format!("http://{addr}"),
