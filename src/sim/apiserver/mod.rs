@@ -82,6 +82,7 @@ impl ApiServer {
         addr: SocketAddr,
         store: Store,
         audit: Arc<Audit>,
+        faults: Arc<Faults>,
         settings: Settings,
     ) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
