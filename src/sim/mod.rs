@@ -1,1 +1,3 @@
-//! sim
+//! sim: the simulated cluster used by the demo and the tests.
+
+pub mod apiserver;
