@@ -29,8 +29,9 @@ pub struct ApplyRequest<'a> {
     /// `?force=true`: take ownership of conflicting fields instead of failing (apply only).
     pub force: bool,
     pub scope: Scope,
-    /// Whether the kind has a status subresource. Then the main endpoint ignores `status` and the
-    /// status endpoint ignores everything else, as the real registry strategies do (reset fields).
+    /// Whether the kind has a status subresource; then the main endpoint ignores `status`, as the
+    /// real registry strategies do (reset fields). The status endpoint always ignores everything
+    /// but `status`.
     pub status_subresource: bool,
     /// RFC 3339 time stamped on entries whose field set changed.
     pub time: &'a str,
@@ -423,13 +424,12 @@ fn tracked(object: &Value, request: &ApplyRequest) -> Value {
             out.shift_remove("metadata");
         }
     }
-    if request.status_subresource {
-        match request.scope {
-            Scope::Main => {
-                out.shift_remove("status");
-            }
-            Scope::Status => out.retain(|k, _| k == "status"),
+    match request.scope {
+        Scope::Status => out.retain(|k, _| k == "status"),
+        Scope::Main if request.status_subresource => {
+            out.shift_remove("status");
         }
+        Scope::Main => {}
     }
     Value::Object(out)
 }
@@ -861,5 +861,65 @@ mod tests {
                            "metadata": {"name": "p", "labels": {"x": "y"}}});
         let out = apply(Some(&live), &empty, &req("m1", false, T1), pod_schema).unwrap();
         assert_eq!(out["metadata"]["finalizers"], json!(["b"]));
+    }
+
+    #[test]
+    fn custom_resource_status_conditions_keyed_by_crd_markers() {
+        let crd_schema = Schema::from_openapi(&json!({"type": "object", "properties": {
+            "status": {"type": "object", "properties": {
+                "conditions": {"type": "array", "x-kubernetes-list-type": "map",
+                               "x-kubernetes-list-map-keys": ["type"],
+                               "items": {"type": "object"}}}}}}));
+        let plan = |cond: &str, status: &str| {
+            json!({"apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+                   "metadata": {"name": "p"},
+                   "status": {"conditions": [{"type": cond, "status": status}]}})
+        };
+        let status = |m| ApplyRequest {
+            scope: Scope::Status,
+            ..req(m, false, T0)
+        };
+        let live = json!({"apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+                          "metadata": {"name": "p"}, "spec": {"node": "n1"}});
+        let live = apply(
+            Some(&live),
+            &plan("BackedUp", "True"),
+            &status("backup"),
+            &crd_schema,
+        )
+        .unwrap();
+        let live = apply(
+            Some(&live),
+            &plan("Drained", "False"),
+            &status("drain"),
+            &crd_schema,
+        )
+        .unwrap();
+        // Each manager owns its own condition; neither replaced the other's.
+        assert_eq!(live["status"]["conditions"].as_array().unwrap().len(), 2);
+        assert_eq!(live["spec"], json!({"node": "n1"}));
+        // Without the markers the list is atomic: the second writer conflicts over all of it.
+        let fresh = json!({"apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+                           "metadata": {"name": "p"}});
+        let atomic = Schema::generic();
+        let live = apply(
+            Some(&fresh),
+            &plan("BackedUp", "True"),
+            &status("backup"),
+            atomic,
+        )
+        .unwrap();
+        let err = apply(
+            Some(&live),
+            &plan("Drained", "False"),
+            &status("drain"),
+            atomic,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 1 conflict: conflict with \"backup\" with subresource \"status\": \
+             .status.conditions"
+        );
     }
 }

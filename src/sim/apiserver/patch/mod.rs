@@ -73,6 +73,11 @@ impl PatchType {
 pub fn decode_body(patch_type: PatchType, body: &[u8]) -> Result<Value, PatchError> {
     match patch_type {
         PatchType::Apply => {
+            // kube-rs and kubectl send JSON; reading it as JSON first avoids YAML's looser
+            // scalar typing for the common case.
+            if let Ok(value) = serde_json::from_slice(body) {
+                return Ok(value);
+            }
             let text = std::str::from_utf8(body)
                 .map_err(|e| PatchError::bad_request(format!("error decoding YAML: {e}")))?;
             serde_saphyr::from_str::<Value>(text)

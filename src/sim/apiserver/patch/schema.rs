@@ -112,6 +112,12 @@ impl Schema {
         )
     }
 
+    /// ObjectMeta rules only: for a custom resource whose CRD schema is not at hand (every list
+    /// other than finalizers and ownerReferences is then atomic).
+    pub fn generic() -> &'static Schema {
+        &GENERIC_BUILTIN
+    }
+
     /// The schema of a custom resource from its CRD version's `schema.openAPIV3Schema`. Lists
     /// without `x-kubernetes-list-type` are atomic, as in the real apiserver. Maps given by
     /// `additionalProperties` are not descended into (their keys are data, not field names).
