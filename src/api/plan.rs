@@ -27,6 +27,8 @@ pub const TAINT_VALUE_PATTERN: &str = r"^[^:]*:(NoSchedule|PreferNoSchedule|NoEx
 
 /// Plan a safe disruption of one or more nodes: back up the StatefulSet volumes on them with Velero,
 /// verify the backup in object storage, then cordon, drain, terminate and optionally replace.
+// kube's `printcolumn(...)` lists repeat `type_ = ...`, which clippy mistakes for duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
     group = "snapdrain.io",

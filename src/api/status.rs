@@ -257,6 +257,10 @@ pub struct BackupRecord {
     pub verified: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verified_objects: Vec<VerifiedObject>,
+    /// Set when the bucket contents were found wrong (not merely unreachable): the attempt counts as failed
+    /// and a new Backup is made while attempts remain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification_error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
