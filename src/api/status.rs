@@ -278,3 +278,61 @@ pub struct VerifiedObject {
     pub key: String,
     pub size: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(ns: &str, attempt: u32, verified: bool) -> BackupRecord {
+        BackupRecord {
+            name: format!("b-{ns}-{attempt}"),
+            namespace: ns.into(),
+            attempt,
+            verified,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn summary_counts_latest_attempts_and_drained_nodes() {
+        let status = DisruptionPlanStatus {
+            nodes: vec![
+                NodeProgress {
+                    name: "n1".into(),
+                    phase: NodePhase::Gone,
+                    ..Default::default()
+                },
+                NodeProgress {
+                    name: "n2".into(),
+                    phase: NodePhase::Draining,
+                    ..Default::default()
+                },
+            ],
+            backups: vec![
+                record("db", 1, false),
+                record("db", 2, true),
+                record("mq", 1, false),
+            ],
+            ..Default::default()
+        };
+        let s = StatusSummary::of(&status);
+        assert_eq!(s.nodes, "1/2 drained");
+        assert_eq!(s.backups, "1/2 verified");
+        assert_eq!(
+            StatusSummary::of(&DisruptionPlanStatus::default()).backups,
+            "none"
+        );
+    }
+
+    #[test]
+    fn phases_serialize_as_written_in_the_crd() {
+        assert_eq!(
+            serde_json::to_value(PlanPhase::BackingUp).ok(),
+            Some(serde_json::json!("BackingUp"))
+        );
+        assert!(PlanPhase::Aborted.is_terminal() && !PlanPhase::Draining.is_terminal());
+        let s: DisruptionPlanStatus =
+            serde_json::from_value(serde_json::json!({})).expect("empty status");
+        assert_eq!(s.phase, PlanPhase::Pending);
+    }
+}
