@@ -17,7 +17,8 @@ use snapdrain::cloud::ec2::{
 use snapdrain::sim::ec2::{Ec2Sim, Ec2SimConfig, InstanceEvent, InstanceState};
 use tokio::sync::broadcast;
 
-const USER_DATA: &str = include_str!("../src/cloud/bottlerocket/testdata/bottlerocket-userdata.toml");
+const USER_DATA: &str =
+    include_str!("../src/cloud/bottlerocket/testdata/bottlerocket-userdata.toml");
 const AMI: &str = "ami-0abcdef1234567890";
 
 async fn start() -> (Ec2Sim, Ec2Cloud) {
@@ -47,7 +48,10 @@ async fn wait_for<T>(
     .expect("expected event within 10s")
 }
 
-fn run(client: &Client, sim: &Ec2Sim) -> aws_sdk_ec2::operation::run_instances::builders::RunInstancesFluentBuilder {
+fn run(
+    client: &Client,
+    sim: &Ec2Sim,
+) -> aws_sdk_ec2::operation::run_instances::builders::RunInstancesFluentBuilder {
     client
         .run_instances()
         .image_id(AMI)
@@ -71,7 +75,11 @@ async fn make_template(client: &Client, name: &str, user_data: &str) -> String {
         .send()
         .await
         .unwrap();
-    out.launch_template().unwrap().launch_template_id().unwrap().to_string()
+    out.launch_template()
+        .unwrap()
+        .launch_template_id()
+        .unwrap()
+        .to_string()
 }
 
 #[tokio::test]
@@ -83,7 +91,12 @@ async fn run_instances_boots_and_carries_user_data() {
         .tag_specifications(
             TagSpecification::builder()
                 .resource_type(ResourceType::Instance)
-                .tags(Tag::builder().key("snapdrain.io/replaces").value("node-1").build())
+                .tags(
+                    Tag::builder()
+                        .key("snapdrain.io/replaces")
+                        .value("node-1")
+                        .build(),
+                )
                 .build(),
         )
         .send()
@@ -92,8 +105,14 @@ async fn run_instances_boots_and_carries_user_data() {
     let inst = &out.instances()[0];
     let id = inst.instance_id().unwrap().to_string();
     assert!(id.starts_with("i-") && id.len() == 19, "{id}");
-    assert_eq!(inst.state().unwrap().name(), Some(&InstanceStateName::Pending));
-    assert_eq!(inst.placement().unwrap().availability_zone(), Some("us-west-2b"));
+    assert_eq!(
+        inst.state().unwrap().name(),
+        Some(&InstanceStateName::Pending)
+    );
+    assert_eq!(
+        inst.placement().unwrap().availability_zone(),
+        Some("us-west-2b")
+    );
     let dns = inst.private_dns_name().unwrap();
     assert!(
         regex::Regex::new(r"^ip-10-0-\d+-\d+\.us-west-2\.compute\.internal$")
@@ -131,9 +150,20 @@ async fn run_instances_boots_and_carries_user_data() {
 async fn client_token_makes_run_instances_idempotent() {
     let (sim, cloud) = start().await;
     let token = "node-uid-1234-attempt-1";
-    let a = run(cloud.client(), &sim).client_token(token).send().await.unwrap();
-    let b = run(cloud.client(), &sim).client_token(token).send().await.unwrap();
-    assert_eq!(a.instances()[0].instance_id(), b.instances()[0].instance_id());
+    let a = run(cloud.client(), &sim)
+        .client_token(token)
+        .send()
+        .await
+        .unwrap();
+    let b = run(cloud.client(), &sim)
+        .client_token(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        a.instances()[0].instance_id(),
+        b.instances()[0].instance_id()
+    );
     assert_eq!(a.reservation_id(), b.reservation_id());
     assert_eq!(sim.instances().len(), 1);
 
@@ -160,11 +190,16 @@ async fn invalid_user_data_fails_the_boot_visibly() {
     let id = out.instances()[0].instance_id().unwrap().to_string();
     let reason = wait_for(&mut rx, |ev| match ev {
         InstanceEvent::BootFailed { id: i, reason } if *i == id => Some(reason.clone()),
-        InstanceEvent::Booted { instance } if instance.id == id => panic!("booted with bad user data"),
+        InstanceEvent::Booted { instance } if instance.id == id => {
+            panic!("booted with bad user data")
+        }
         _ => None,
     })
     .await;
-    assert!(reason.contains("settings.kubernetes.node-taints"), "{reason}");
+    assert!(
+        reason.contains("settings.kubernetes.node-taints"),
+        "{reason}"
+    );
 
     let desc = cloud
         .client()
@@ -174,9 +209,15 @@ async fn invalid_user_data_fails_the_boot_visibly() {
         .await
         .unwrap();
     let inst = &desc.reservations()[0].instances()[0];
-    assert_eq!(inst.state().unwrap().name(), Some(&InstanceStateName::Stopped));
+    assert_eq!(
+        inst.state().unwrap().name(),
+        Some(&InstanceStateName::Stopped)
+    );
     let msg = inst.state_reason().unwrap().message().unwrap();
-    assert!(msg.contains("NoSchedule, PreferNoSchedule or NoExecute"), "{msg}");
+    assert!(
+        msg.contains("NoSchedule, PreferNoSchedule or NoExecute"),
+        "{msg}"
+    );
     assert_eq!(sim.instance(&id).unwrap().state, InstanceState::Stopped);
 
     let err = run(cloud.client(), &sim)
@@ -199,7 +240,10 @@ async fn launch_template_request_params_override_template() {
         .send()
         .await
         .unwrap();
-    assert_eq!(found.launch_templates()[0].launch_template_id(), Some(lt.as_str()));
+    assert_eq!(
+        found.launch_templates()[0].launch_template_id(),
+        Some(lt.as_str())
+    );
 
     let launched = cloud
         .launch(LaunchRequest {
@@ -247,7 +291,10 @@ async fn launch_template_request_params_override_template() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(err.code(), Some("InvalidLaunchTemplateName.NotFoundException"));
+    assert_eq!(
+        err.code(),
+        Some("InvalidLaunchTemplateName.NotFoundException")
+    );
 }
 
 fn fleet_request(sim: &Ec2Sim, token: &str) -> LaunchRequest {
@@ -277,7 +324,11 @@ fn fleet_request(sim: &Ec2Sim, token: &str) -> LaunchRequest {
 async fn fleet_falls_back_to_the_next_override_and_reports_the_error() {
     let (sim, cloud) = start().await;
     let mut rx = sim.subscribe();
-    sim.inject_capacity_error("m5.large", Some("us-west-2a"), "InsufficientInstanceCapacity");
+    sim.inject_capacity_error(
+        "m5.large",
+        Some("us-west-2a"),
+        "InsufficientInstanceCapacity",
+    );
     let outcome = cloud
         .launch_with_report(fleet_request(&sim, "fleet-token-1"))
         .await
@@ -304,7 +355,10 @@ async fn fleet_falls_back_to_the_next_override_and_reports_the_error() {
 
     // A retry with the same token returns the same instance instead of launching another.
     sim.clear_faults();
-    let again = cloud.launch(fleet_request(&sim, "fleet-token-1")).await.unwrap();
+    let again = cloud
+        .launch(fleet_request(&sim, "fleet-token-1"))
+        .await
+        .unwrap();
     assert_eq!(again[0].instance_id, id);
     assert_eq!(sim.instances().len(), 1);
 }
@@ -323,8 +377,14 @@ async fn fleet_with_every_override_failing_is_an_error_naming_them() {
     };
     assert_eq!(failures.len(), 2);
     let msg = err.to_string();
-    assert!(msg.contains("m5.large") && msg.contains("InsufficientInstanceCapacity"), "{msg}");
-    assert!(msg.contains("c5.large") && msg.contains("MaxSpotInstanceCountExceeded"), "{msg}");
+    assert!(
+        msg.contains("m5.large") && msg.contains("InsufficientInstanceCapacity"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("c5.large") && msg.contains("MaxSpotInstanceCountExceeded"),
+        "{msg}"
+    );
     assert!(sim.instances().is_empty());
 }
 
@@ -334,7 +394,10 @@ async fn terminate_is_idempotent_and_unknown_ids_are_not_found() {
     let mut rx = sim.subscribe();
     let out = run(cloud.client(), &sim).send().await.unwrap();
     let id = out.instances()[0].instance_id().unwrap().to_string();
-    wait_for(&mut rx, |ev| matches!(ev, InstanceEvent::Booted { instance } if instance.id == id).then_some(())).await;
+    wait_for(&mut rx, |ev| {
+        matches!(ev, InstanceEvent::Booted { instance } if instance.id == id).then_some(())
+    })
+    .await;
 
     let first = cloud.terminate(&id).await.unwrap();
     assert_eq!(
@@ -343,17 +406,29 @@ async fn terminate_is_idempotent_and_unknown_ids_are_not_found() {
             previous: InstanceLifecycleState::Running
         }
     );
-    assert!(matches!(cloud.terminate(&id).await.unwrap(), TerminateOutcome::Terminating { .. }));
-    wait_for(&mut rx, |ev| matches!(ev, InstanceEvent::Terminated { id: i } if *i == id).then_some(())).await;
+    assert!(matches!(
+        cloud.terminate(&id).await.unwrap(),
+        TerminateOutcome::Terminating { .. }
+    ));
+    wait_for(&mut rx, |ev| {
+        matches!(ev, InstanceEvent::Terminated { id: i } if *i == id).then_some(())
+    })
+    .await;
     assert_eq!(
         cloud.instance_state(&id).await.unwrap(),
         Some(InstanceLifecycleState::Terminated)
     );
     // Terminating a terminated instance is still fine.
-    assert!(matches!(cloud.terminate(&id).await.unwrap(), TerminateOutcome::Terminating { .. }));
+    assert!(matches!(
+        cloud.terminate(&id).await.unwrap(),
+        TerminateOutcome::Terminating { .. }
+    ));
 
     let unknown = "i-0000000000000dead";
-    assert_eq!(cloud.terminate(unknown).await.unwrap(), TerminateOutcome::NotFound);
+    assert_eq!(
+        cloud.terminate(unknown).await.unwrap(),
+        TerminateOutcome::NotFound
+    );
     assert_eq!(cloud.instance_state(unknown).await.unwrap(), None);
     let err = cloud
         .client()
@@ -376,19 +451,34 @@ async fn describe_instances_filters() {
             .tags(Tag::builder().key(k).value(v).build())
             .build()
     };
-    let a = run(cloud.client(), &sim).tag_specifications(tagged("team", "db")).send().await.unwrap();
-    let b = run(cloud.client(), &sim).tag_specifications(tagged("team", "web")).send().await.unwrap();
+    let a = run(cloud.client(), &sim)
+        .tag_specifications(tagged("team", "db"))
+        .send()
+        .await
+        .unwrap();
+    let b = run(cloud.client(), &sim)
+        .tag_specifications(tagged("team", "web"))
+        .send()
+        .await
+        .unwrap();
     let c = run(cloud.client(), &sim).send().await.unwrap();
     let [a, b, c] = [a, b, c].map(|o| o.instances()[0].instance_id().unwrap().to_string());
     for _ in 0..3 {
-        wait_for(&mut rx, |ev| matches!(ev, InstanceEvent::Booted { .. }).then_some(())).await;
+        wait_for(&mut rx, |ev| {
+            matches!(ev, InstanceEvent::Booted { .. }).then_some(())
+        })
+        .await;
     }
     cloud.terminate(&c).await.unwrap();
 
     let ids = |filters: Vec<Filter>| {
         let client = cloud.client().clone();
         async move {
-            let out = client.describe_instances().set_filters(Some(filters)).send().await?;
+            let out = client
+                .describe_instances()
+                .set_filters(Some(filters))
+                .send()
+                .await?;
             let mut ids: Vec<String> = out
                 .reservations()
                 .iter()
@@ -409,23 +499,46 @@ async fn describe_instances_filters() {
         v.sort();
         v
     };
-    assert_eq!(ids(vec![f("tag:team", &["db"])]).await.unwrap(), vec![a.clone()]);
-    assert_eq!(ids(vec![f("tag-key", &["team"])]).await.unwrap(), sorted(vec![a.clone(), b.clone()]));
-    assert_eq!(ids(vec![f("tag:team", &["w*"])]).await.unwrap(), vec![b.clone()]);
     assert_eq!(
-        ids(vec![f("instance-state-name", &["running"])]).await.unwrap(),
+        ids(vec![f("tag:team", &["db"])]).await.unwrap(),
+        vec![a.clone()]
+    );
+    assert_eq!(
+        ids(vec![f("tag-key", &["team"])]).await.unwrap(),
         sorted(vec![a.clone(), b.clone()])
     );
     assert_eq!(
-        ids(vec![f("instance-state-name", &["shutting-down", "terminated"])]).await.unwrap(),
+        ids(vec![f("tag:team", &["w*"])]).await.unwrap(),
+        vec![b.clone()]
+    );
+    assert_eq!(
+        ids(vec![f("instance-state-name", &["running"])])
+            .await
+            .unwrap(),
+        sorted(vec![a.clone(), b.clone()])
+    );
+    assert_eq!(
+        ids(vec![f(
+            "instance-state-name",
+            &["shutting-down", "terminated"]
+        )])
+        .await
+        .unwrap(),
         vec![c.clone()]
     );
     assert_eq!(
-        ids(vec![f("instance-id", &[&a, &c]), f("instance-state-name", &["running"])]).await.unwrap(),
+        ids(vec![
+            f("instance-id", &[&a, &c]),
+            f("instance-state-name", &["running"])
+        ])
+        .await
+        .unwrap(),
         vec![a.clone()]
     );
 
-    let err = ids(vec![f("instance-lifecycle", &["spot"])]).await.unwrap_err();
+    let err = ids(vec![f("instance-lifecycle", &["spot"])])
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some("InvalidParameterValue"));
     assert_eq!(err.raw_response().map(|r| r.status().as_u16()), Some(400));
 
@@ -438,7 +551,10 @@ async fn describe_instances_filters() {
         .send()
         .await
         .unwrap();
-    assert_eq!(ids(vec![f("tag:team", &["db"])]).await.unwrap(), sorted(vec![a, c]));
+    assert_eq!(
+        ids(vec![f("tag:team", &["db"])]).await.unwrap(),
+        sorted(vec![a, c])
+    );
 }
 
 #[tokio::test]
@@ -446,7 +562,10 @@ async fn outage_and_in_process_hooks() {
     let (sim, cloud) = start().await;
     let mut rx = sim.subscribe();
     sim.set_outage(true);
-    let err = cloud.instance_state("i-0123456789abcdef0").await.unwrap_err();
+    let err = cloud
+        .instance_state("i-0123456789abcdef0")
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some("ServiceUnavailable"), "{err}");
     assert!(err.to_string().contains("i-0123456789abcdef0"), "{err}");
     sim.set_outage(false);
@@ -472,7 +591,10 @@ async fn outage_and_in_process_hooks() {
         Some(InstanceLifecycleState::Running)
     );
     sim.terminate("i-0aaaaaaaaaaaaaaaa").unwrap();
-    wait_for(&mut rx, |ev| matches!(ev, InstanceEvent::Terminated { id } if id == "i-0aaaaaaaaaaaaaaaa").then_some(())).await;
+    wait_for(&mut rx, |ev| {
+        matches!(ev, InstanceEvent::Terminated { id } if id == "i-0aaaaaaaaaaaaaaaa").then_some(())
+    })
+    .await;
     assert_eq!(
         cloud.instance_state("i-0aaaaaaaaaaaaaaaa").await.unwrap(),
         Some(InstanceLifecycleState::Terminated)

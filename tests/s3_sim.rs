@@ -26,11 +26,7 @@ async fn put_get_head_list_with_auth() {
     let sim = start().await;
     let s3 = sim.client();
     let buckets = s3.list_buckets().send().await.unwrap();
-    let mut names: Vec<_> = buckets
-        .buckets()
-        .iter()
-        .filter_map(|b| b.name())
-        .collect();
+    let mut names: Vec<_> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
     names.sort();
     assert_eq!(names, ["other", "velero"]);
 
@@ -57,7 +53,10 @@ async fn put_get_head_list_with_auth() {
         .send()
         .await
         .unwrap();
-    assert_eq!(got.body.collect().await.unwrap().into_bytes().as_ref(), &body[..]);
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        &body[..]
+    );
 
     let head = s3
         .head_object()
@@ -77,7 +76,10 @@ async fn put_get_head_list_with_auth() {
         .unwrap();
     let mut keys: Vec<_> = list.contents().iter().filter_map(|o| o.key()).collect();
     keys.sort();
-    assert_eq!(keys, ["backups/b1/b1.tar.gz", "backups/b1/velero-backup.json"]);
+    assert_eq!(
+        keys,
+        ["backups/b1/b1.tar.gz", "backups/b1/velero-backup.json"]
+    );
 
     let missing = s3
         .head_object()
@@ -91,7 +93,12 @@ async fn put_get_head_list_with_auth() {
 #[tokio::test]
 async fn wrong_secret_key_is_rejected() {
     let sim = start().await;
-    let bad = client_for(&sim.endpoint(), sim.region(), sim.access_key(), "wrong-secret");
+    let bad = client_for(
+        &sim.endpoint(),
+        sim.region(),
+        sim.access_key(),
+        "wrong-secret",
+    );
     let err = bad
         .put_object()
         .bucket("velero")

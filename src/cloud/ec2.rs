@@ -7,9 +7,8 @@ use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
     FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest, FleetType,
-    InstanceType, LaunchTemplateSpecification,
-    RequestLaunchTemplateData, ResourceType, Tag, TagSpecification,
-    TargetCapacitySpecificationRequest,
+    InstanceType, LaunchTemplateSpecification, RequestLaunchTemplateData, ResourceType, Tag,
+    TagSpecification, TargetCapacitySpecificationRequest,
 };
 use sha2::Digest as _;
 use thiserror::Error;
@@ -73,10 +72,7 @@ fn describe_failures(failures: &[OverrideFailure]) -> String {
             format!(
                 "{} in {} ({}): {}",
                 f.instance_type.as_deref().unwrap_or("?"),
-                f.subnet_id
-                    .as_deref()
-                    .or(f.zone.as_deref())
-                    .unwrap_or("?"),
+                f.subnet_id.as_deref().or(f.zone.as_deref()).unwrap_or("?"),
                 f.code,
                 f.message
             )
@@ -143,9 +139,8 @@ pub fn instance_id_from_provider_id(provider_id: &str) -> Result<String, CloudEr
     };
     // Like cloud-provider-aws: the last path token, which must look like an instance id.
     let id = path.rsplit('/').next().unwrap_or_default();
-    let valid = id.len() > 2
-        && id.starts_with("i-")
-        && id[2..].chars().all(|c| c.is_ascii_alphanumeric());
+    let valid =
+        id.len() > 2 && id.starts_with("i-") && id[2..].chars().all(|c| c.is_ascii_alphanumeric());
     if valid {
         Ok(id.to_string())
     } else {
@@ -366,7 +361,10 @@ impl Ec2Cloud {
     }
 
     /// Like [`Ec2Cloud::launch`], also returning the overrides that failed.
-    pub async fn launch_with_report(&self, req: LaunchRequest) -> Result<LaunchOutcome, CloudError> {
+    pub async fn launch_with_report(
+        &self,
+        req: LaunchRequest,
+    ) -> Result<LaunchOutcome, CloudError> {
         check_request(&req)?;
         let tags = tag_specification(ResourceType::Instance, &req.tags);
         match &req.strategy {
@@ -446,7 +444,11 @@ impl Ec2Cloud {
         let digest = h.finalize();
         let name = format!(
             "snapdrain-{}",
-            digest.iter().take(8).map(|b| format!("{b:02x}")).collect::<String>()
+            digest
+                .iter()
+                .take(8)
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
         );
         let data = RequestLaunchTemplateData::builder()
             .image_id(image)
@@ -587,7 +589,10 @@ fn launch_template_spec(t: &LaunchTemplateRef) -> LaunchTemplateSpecification {
     }
 }
 
-fn tag_specification(kind: ResourceType, tags: &BTreeMap<String, String>) -> Option<TagSpecification> {
+fn tag_specification(
+    kind: ResourceType,
+    tags: &BTreeMap<String, String>,
+) -> Option<TagSpecification> {
     if tags.is_empty() {
         return None;
     }
@@ -653,7 +658,10 @@ mod tests {
     #[test]
     fn provider_ids() {
         let ok = |p: &str| instance_id_from_provider_id(p).unwrap();
-        assert_eq!(ok("aws:///us-west-2a/i-0123456789abcdef0"), "i-0123456789abcdef0");
+        assert_eq!(
+            ok("aws:///us-west-2a/i-0123456789abcdef0"),
+            "i-0123456789abcdef0"
+        );
         assert_eq!(ok("aws:////i-0123456789abcdef0"), "i-0123456789abcdef0");
         assert_eq!(ok("i-0123456789abcdef0"), "i-0123456789abcdef0");
         for bad in [
@@ -689,13 +697,15 @@ mod tests {
     #[test]
     fn karpenter_tags_are_refused() {
         let mut r = req();
-        r.tags.insert("karpenter.sh/nodepool".into(), "default".into());
+        r.tags
+            .insert("karpenter.sh/nodepool".into(), "default".into());
         let e = check_request(&r).unwrap_err();
         assert!(matches!(e, CloudError::KarpenterOwnershipTags { .. }));
         assert!(e.to_string().contains("garbage collector"));
         let mut r = req();
         r.tags.insert("eks:eks-cluster-name".into(), "c".into());
-        r.tags.insert("snapdrain.io/replaces".into(), "node-1".into());
+        r.tags
+            .insert("snapdrain.io/replaces".into(), "node-1".into());
         assert!(check_request(&r).is_ok());
     }
 
@@ -710,10 +720,20 @@ mod tests {
             capacity_type: CapacityType::Spot,
             launch_template: None,
         };
-        assert!(check_request(&r).unwrap_err().to_string().contains("override"));
+        assert!(
+            check_request(&r)
+                .unwrap_err()
+                .to_string()
+                .contains("override")
+        );
         let mut r = req();
         r.user_data = Some("[settings]\n".into());
-        assert!(check_request(&r).unwrap_err().to_string().contains("would not boot"));
+        assert!(
+            check_request(&r)
+                .unwrap_err()
+                .to_string()
+                .contains("would not boot")
+        );
     }
 
     #[test]
@@ -737,7 +757,13 @@ mod tests {
             ],
         };
         let s = e.to_string();
-        assert!(s.contains("m5.large in subnet-a (InsufficientInstanceCapacity)"), "{s}");
-        assert!(s.contains("c5.large in subnet-b (VcpuLimitExceeded)"), "{s}");
+        assert!(
+            s.contains("m5.large in subnet-a (InsufficientInstanceCapacity)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("c5.large in subnet-b (VcpuLimitExceeded)"),
+            "{s}"
+        );
     }
 }

@@ -123,7 +123,8 @@ impl S3Sim {
             }
             // s3s-fs treats each top-level directory as a bucket.
             let path = root.join(bucket);
-            std::fs::create_dir_all(&path).map_err(|source| S3SimError::DataDir { path, source })?;
+            std::fs::create_dir_all(&path)
+                .map_err(|source| S3SimError::DataDir { path, source })?;
         }
         let fs = s3s_fs::FileSystem::new(&root).map_err(|e| S3SimError::Backend {
             path: root.clone(),
@@ -295,7 +296,9 @@ async fn serve(
                 service.call(req.map(s3s::Body::from)).await
             }
         });
-        let conn = http.serve_connection(TokioIo::new(socket), svc).into_owned();
+        let conn = http
+            .serve_connection(TokioIo::new(socket), svc)
+            .into_owned();
         tokio::spawn(async move {
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "S3 simulator: connection ended with an error");

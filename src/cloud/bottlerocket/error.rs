@@ -8,7 +8,9 @@ use thiserror::Error;
 /// `settings.kubernetes.node-labels."example.com/pool"`) and what to change.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum UserDataError {
-    #[error("user data is {size} bytes, over EC2's {limit}-byte limit; drop settings or gzip-compress it")]
+    #[error(
+        "user data is {size} bytes, over EC2's {limit}-byte limit; drop settings or gzip-compress it"
+    )]
     TooLarge { size: usize, limit: usize },
     #[error("user data is gzip-compressed but does not decompress: {0}; re-compress it with gzip")]
     Gzip(String),

@@ -118,7 +118,8 @@ pub(crate) fn taint_entry(v: &str) -> Result<(String, String), (String, String)>
     let Some((value, effect)) = v.rsplit_once(':') else {
         return Err((
             format!("{v:?} has no effect"),
-            "write taints as \"value:Effect\" (the value may be empty, as in \":NoSchedule\")".into(),
+            "write taints as \"value:Effect\" (the value may be empty, as in \":NoSchedule\")"
+                .into(),
         ));
     };
     if !TAINT_EFFECTS.contains(&effect) {

@@ -95,7 +95,10 @@ fn structural_errors() {
         validate("[kubernetes]\ncluster-name = \"x\"\n").unwrap_err(),
         UserDataError::MissingSettings
     );
-    assert!(matches!(validate("not toml ["), Err(UserDataError::Toml(_))));
+    assert!(matches!(
+        validate("not toml ["),
+        Err(UserDataError::Toml(_))
+    ));
     let e = validate("[settings.kubernetes]\ncluster-name = \"c\"\n").unwrap_err();
     assert_eq!(e.path(), Some("settings.kubernetes.api-server"));
     let big = format!("{}# {}\n", base(), "x".repeat(MAX_USER_DATA_BYTES));

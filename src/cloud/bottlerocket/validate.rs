@@ -178,7 +178,9 @@ impl Validator {
                 for (k, v) in sysctl {
                     let path = key_path("settings.kernel.sysctl", k);
                     at(&path, rules::sysctl_key(k))?;
-                    parsed.sysctls.insert(k.clone(), string(v, &path)?.to_string());
+                    parsed
+                        .sysctls
+                        .insert(k.clone(), string(v, &path)?.to_string());
                 }
             }
         }
@@ -186,7 +188,11 @@ impl Validator {
             self.containers(hc, "settings.host-containers", ContainerKind::Host)?;
         }
         if let Some(bc) = settings.get("bootstrap-containers") {
-            self.containers(bc, "settings.bootstrap-containers", ContainerKind::Bootstrap)?;
+            self.containers(
+                bc,
+                "settings.bootstrap-containers",
+                ContainerKind::Bootstrap,
+            )?;
         }
         parsed.settings = settings;
         Ok(parsed)

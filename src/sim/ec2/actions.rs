@@ -84,7 +84,9 @@ pub(super) fn dispatch(shared: &Arc<Shared>, p: &Params, request_id: &str) -> Ac
         other => {
             return Err(ApiError::bad(
                 "InvalidAction",
-                format!("The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates)."),
+                format!(
+                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates)."
+                ),
             ));
         }
     }
@@ -107,7 +109,12 @@ struct Resolved {
 fn decode_user_data(b64: &str) -> Result<Vec<u8>, ApiError> {
     let raw = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
-        .map_err(|_| ApiError::bad("InvalidUserData.Malformed", "Invalid BASE64 encoding of user data."))?;
+        .map_err(|_| {
+            ApiError::bad(
+                "InvalidUserData.Malformed",
+                "Invalid BASE64 encoding of user data.",
+            )
+        })?;
     if raw.len() > MAX_USER_DATA_BYTES {
         return Err(ApiError::bad(
             "InvalidParameterValue",
@@ -167,7 +174,11 @@ fn subnet_for(
         (None, None) => 0,
     };
     let s = subnets.get(found).cloned().ok_or_else(|| {
-        ApiError::new(500, "InternalError", "The simulator has no subnets configured.")
+        ApiError::new(
+            500,
+            "InternalError",
+            "The simulator has no subnets configured.",
+        )
     })?;
     if let (Some(z), Some(_)) = (zone, subnet)
         && z != s.zone
@@ -181,7 +192,11 @@ fn subnet_for(
 }
 
 /// Tags from `TagSpecification.N` entries for `resource_type`.
-fn tag_specs(p: &Params, prefix: &str, resource_type: &str) -> Result<BTreeMap<String, String>, ApiError> {
+fn tag_specs(
+    p: &Params,
+    prefix: &str,
+    resource_type: &str,
+) -> Result<BTreeMap<String, String>, ApiError> {
     let mut tags = BTreeMap::new();
     for spec in p.structs(prefix) {
         if spec.get("ResourceType") != Some(resource_type) {
@@ -199,7 +214,9 @@ fn tag_list(p: &Params, prefix: &str) -> Result<BTreeMap<String, String>, ApiErr
         if key.len() > 128 || key.starts_with("aws:") {
             return Err(ApiError::bad(
                 "InvalidParameterValue",
-                format!("Tag key '{key}' is invalid: keys are at most 128 characters and may not start with 'aws:'"),
+                format!(
+                    "Tag key '{key}' is invalid: keys are at most 128 characters and may not start with 'aws:'"
+                ),
             ));
         }
         let value = t.get("Value").unwrap_or_default();
@@ -215,7 +232,10 @@ fn tag_list(p: &Params, prefix: &str) -> Result<BTreeMap<String, String>, ApiErr
 }
 
 /// Looks up `LaunchTemplateId|LaunchTemplateName` + `Version` in `spec`.
-fn find_template<'w>(world: &'w World, spec: &Params) -> Result<Option<(&'w LaunchTemplate, String)>, ApiError> {
+fn find_template<'w>(
+    world: &'w World,
+    spec: &Params,
+) -> Result<Option<(&'w LaunchTemplate, String)>, ApiError> {
     let t = match (spec.get("LaunchTemplateId"), spec.get("LaunchTemplateName")) {
         (Some(id), _) => world.templates.get(id).ok_or_else(|| {
             ApiError::bad(
@@ -226,7 +246,9 @@ fn find_template<'w>(world: &'w World, spec: &Params) -> Result<Option<(&'w Laun
         (None, Some(name)) => world.template_by_name(name).ok_or_else(|| {
             ApiError::bad(
                 "InvalidLaunchTemplateName.NotFoundException",
-                format!("The specified launch template, with template name {name}, does not exist."),
+                format!(
+                    "The specified launch template, with template name {name}, does not exist."
+                ),
             )
         })?,
         (None, None) => return Ok(None),
@@ -235,7 +257,10 @@ fn find_template<'w>(world: &'w World, spec: &Params) -> Result<Option<(&'w Laun
     if !matches!(version, "$Default" | "$Latest" | "1") {
         return Err(ApiError::bad(
             "InvalidLaunchTemplateId.VersionNotFound",
-            format!("Could not find launch template version {version} for {} (the simulator keeps version 1 only).", t.id),
+            format!(
+                "Could not find launch template version {version} for {} (the simulator keeps version 1 only).",
+                t.id
+            ),
         ));
     }
     Ok(Some((t, version.to_string())))
@@ -344,9 +369,15 @@ fn run_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Ap
             .or(tdata.instance_type.clone())
             .unwrap_or_else(|| "m1.small".into());
         check_instance_type(&instance_type)?;
-        let subnet_id = p.get("SubnetId").map(str::to_string).or(tdata.subnet_id.clone());
-        let (subnet_index, subnet) =
-            subnet_for(shared, subnet_id.as_deref(), p.get("Placement.AvailabilityZone"))?;
+        let subnet_id = p
+            .get("SubnetId")
+            .map(str::to_string)
+            .or(tdata.subnet_id.clone());
+        let (subnet_index, subnet) = subnet_for(
+            shared,
+            subnet_id.as_deref(),
+            p.get("Placement.AvailabilityZone"),
+        )?;
         let user_data = p
             .get("UserData")
             .map(str::to_string)
@@ -360,7 +391,11 @@ fn run_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Ap
             tags.insert("aws:ec2launchtemplate:id".into(), id.clone());
             tags.insert(
                 "aws:ec2launchtemplate:version".into(),
-                if version.starts_with('$') { "1".into() } else { version.clone() },
+                if version.starts_with('$') {
+                    "1".into()
+                } else {
+                    version.clone()
+                },
             );
         }
         let spot = match p.get("InstanceMarketOptions.MarketType") {
@@ -417,7 +452,10 @@ fn write_reservation(shared: &Shared, world: &World, reservation_id: &str, x: &m
         .open("groupSet")
         .close("groupSet")
         .open("instancesSet");
-    for inst in world.ordered().filter(|i| i.reservation_id == reservation_id) {
+    for inst in world
+        .ordered()
+        .filter(|i| i.reservation_id == reservation_id)
+    {
         write_instance(inst, x);
     }
     x.close("instancesSet");
@@ -551,10 +589,16 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
                     .or(tdata.instance_type.clone())
                     .ok_or_else(|| ApiError::missing("Overrides.InstanceType"))?;
                 check_instance_type(&instance_type)?;
-                let subnet_id = o.get("SubnetId").map(str::to_string).or(tdata.subnet_id.clone());
+                let subnet_id = o
+                    .get("SubnetId")
+                    .map(str::to_string)
+                    .or(tdata.subnet_id.clone());
                 let (subnet_index, subnet) =
                     subnet_for(shared, subnet_id.as_deref(), o.get("AvailabilityZone"))?;
-                let image_id = o.get("ImageId").map(str::to_string).or(tdata.image_id.clone());
+                let image_id = o
+                    .get("ImageId")
+                    .map(str::to_string)
+                    .or(tdata.image_id.clone());
                 if let Some(code) = world.fault_for(&instance_type, &subnet.zone) {
                     errors.push(FleetError {
                         template_id: tid.clone(),
@@ -568,9 +612,15 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
                     });
                     continue;
                 }
-                let image = image_id.ok_or_else(|| ApiError::missing("ImageId (in the launch template or the override)"))?;
+                let image = image_id.ok_or_else(|| {
+                    ApiError::missing("ImageId (in the launch template or the override)")
+                })?;
                 check_image(&image)?;
-                let user_data = tdata.user_data.as_deref().map(decode_user_data).transpose()?;
+                let user_data = tdata
+                    .user_data
+                    .as_deref()
+                    .map(decode_user_data)
+                    .transpose()?;
                 let mut tags = tdata.instance_tags.clone();
                 tags.append(&mut instance_tags);
                 tags.insert("aws:ec2:fleet-id".into(), fleet_id.clone());
@@ -724,9 +774,9 @@ fn terminate_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<
     known_ids(&shared.world(), &ids)?;
     x.open("instancesSet");
     for id in &ids {
-        let (prev, cur) = shared.begin_terminate(id).map_err(|e| {
-            ApiError::bad("InvalidInstanceID.NotFound", e.to_string())
-        })?;
+        let (prev, cur) = shared
+            .begin_terminate(id)
+            .map_err(|e| ApiError::bad("InvalidInstanceID.NotFound", e.to_string()))?;
         x.open("item")
             .leaf("instanceId", id)
             .open("currentState")
@@ -823,7 +873,10 @@ fn describe_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(
         if !filters.iter().all(|f| filter_matches(f, inst)) {
             continue;
         }
-        match reservations.iter_mut().find(|(r, _)| *r == inst.reservation_id) {
+        match reservations
+            .iter_mut()
+            .find(|(r, _)| *r == inst.reservation_id)
+        {
             Some((_, list)) => list.push(inst),
             None => reservations.push((inst.reservation_id.clone(), vec![inst])),
         }
@@ -890,7 +943,9 @@ fn create_launch_template(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Resu
     if !name_ok {
         return Err(ApiError::bad(
             "InvalidLaunchTemplateName.MalformedException",
-            format!("Launch template name '{name}' is malformed: use 3-128 characters from letters, digits and ().-/_"),
+            format!(
+                "Launch template name '{name}' is malformed: use 3-128 characters from letters, digits and ().-/_"
+            ),
         ));
     }
     let d = p.nested("LaunchTemplateData");
@@ -951,7 +1006,11 @@ fn write_template(tag: &str, shared: &Shared, t: &LaunchTemplate, x: &mut Xml) {
     x.close(tag);
 }
 
-fn describe_launch_templates(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), ApiError> {
+fn describe_launch_templates(
+    shared: &Arc<Shared>,
+    p: &Params,
+    x: &mut Xml,
+) -> Result<(), ApiError> {
     if let Some(f) = p.structs("Filter").first() {
         return Err(ApiError::bad(
             "InvalidParameterValue",
@@ -977,7 +1036,9 @@ fn describe_launch_templates(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> R
         selected.push(world.template_by_name(name).ok_or_else(|| {
             ApiError::bad(
                 "InvalidLaunchTemplateName.NotFoundException",
-                format!("The specified launch template, with template name {name}, does not exist."),
+                format!(
+                    "The specified launch template, with template name {name}, does not exist."
+                ),
             )
         })?);
     }

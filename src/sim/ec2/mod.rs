@@ -148,7 +148,8 @@ pub struct InstanceSnapshot {
 #[derive(Debug, Clone, PartialEq)]
 pub enum InstanceEvent {
     /// Reached `running`; if `instance.user_data` is set, the host would join that cluster.
-    Booted { instance: InstanceInfo },
+    /// Boxed: an InstanceInfo is much larger than the other variants.
+    Booted { instance: Box<InstanceInfo> },
     /// Went to `stopped` instead of `running`; no Node should join.
     BootFailed { id: String, reason: String },
     /// Reached `terminated`.
@@ -216,7 +217,11 @@ impl Shared {
             if inst.state != InstanceState::Pending {
                 return;
             }
-            match inst.raw_user_data.as_deref().map(bottlerocket::validate_bytes) {
+            match inst
+                .raw_user_data
+                .as_deref()
+                .map(bottlerocket::validate_bytes)
+            {
                 Some(Err(e)) => {
                     let reason = format!("Bottlerocket rejected the user data: {e}");
                     inst.state = InstanceState::Stopped;
@@ -233,7 +238,7 @@ impl Shared {
                     inst.info.user_data = parsed.and_then(Result::ok);
                     inst.state = InstanceState::Running;
                     InstanceEvent::Booted {
-                        instance: inst.info.clone(),
+                        instance: Box::new(inst.info.clone()),
                     }
                 }
             }
@@ -253,7 +258,10 @@ impl Shared {
                 .get_mut(id)
                 .ok_or_else(|| Ec2SimError::NotFound(id.to_string()))?;
             let prev = inst.state;
-            if matches!(prev, InstanceState::ShuttingDown | InstanceState::Terminated) {
+            if matches!(
+                prev,
+                InstanceState::ShuttingDown | InstanceState::Terminated
+            ) {
                 return Ok((prev, prev));
             }
             inst.state = InstanceState::ShuttingDown;

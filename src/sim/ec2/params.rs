@@ -12,11 +12,15 @@ impl Params {
     }
 
     pub(super) fn get(&self, name: &str) -> Option<&str> {
-        self.0.get(name).map(String::as_str).filter(|v| !v.is_empty())
+        self.0
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
     }
 
     pub(super) fn flag(&self, name: &str) -> bool {
-        self.get(name).is_some_and(|v| v.eq_ignore_ascii_case("true"))
+        self.get(name)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
     }
 
     /// Scalar list `prefix.1`, `prefix.2`, … in index order.

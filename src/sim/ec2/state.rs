@@ -5,7 +5,10 @@ use std::collections::{BTreeMap, HashMap};
 use super::{InstanceInfo, InstanceSnapshot, InstanceState};
 
 pub(super) fn random_id(prefix: &str) -> String {
-    format!("{prefix}{}", &uuid::Uuid::new_v4().simple().to_string()[..17])
+    format!(
+        "{prefix}{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..17]
+    )
 }
 
 pub(super) struct Instance {
