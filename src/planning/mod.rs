@@ -24,9 +24,7 @@ pub use evictions::{
 };
 pub use inventory::{PdbIndex, ProtectionRule};
 pub use naming::{PlanRef, backup_name, client_token, label_value};
-pub use node::{
-    NodeInputs, NodePlan, SkipReason, SkippedPod, instance_id_from_provider_id, plan_node,
-};
+pub use node::{NodeInputs, NodePlan, SkipReason, SkippedPod, plan_node};
 pub use phase::{
     BackupsState, DrainState, PhaseDecision, PhaseFacts, next_phase, summarize_backups,
 };

@@ -103,14 +103,6 @@ impl NodePlan {
     }
 }
 
-/// EC2 instance id from a providerID such as `aws:///eu-west-1a/i-0abc...`.
-pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
-    let rest = provider_id.strip_prefix("aws://")?;
-    rest.rsplit('/')
-        .next()
-        .filter(|id| id.starts_with("i-") && id.len() > 2)
-}
-
 /// Plans one node. `valid` is the result of [`crate::api::validate()`] on `spec`.
 ///
 /// Protected pods are backed up whatever `drain.podSelector` says: in Release mode (and for the eviction
@@ -129,8 +121,7 @@ pub fn plan_node(
             .spec
             .as_ref()
             .and_then(|s| s.provider_id.as_deref())
-            .and_then(instance_id_from_provider_id)
-            .map(str::to_owned),
+            .and_then(|p| crate::cloud::ec2::instance_id_from_provider_id(p).ok()),
         ..NodePlan::default()
     };
 
@@ -596,16 +587,6 @@ mod tests {
         let plan = w.plan(&spec(json!({"backup": {"reuseIfNewerThan": "1h"}})));
         assert_eq!(plan.backups[0].reuse.as_deref(), Some("nightly-db"));
         assert_eq!(plan.backups[1].reuse, None);
-    }
-
-    #[test]
-    fn provider_ids() {
-        assert_eq!(
-            instance_id_from_provider_id("aws:///us-east-1a/i-0123"),
-            Some("i-0123")
-        );
-        assert_eq!(instance_id_from_provider_id("kind://docker/kind/n1"), None);
-        assert_eq!(instance_id_from_provider_id("aws:///us-east-1a/"), None);
     }
 
     #[test]

@@ -65,10 +65,20 @@ impl Metrics {
         let mut registry = Registry::with_prefix("snapdrain");
         let plans = Family::<PhaseLabel, Gauge>::default();
         registry.register("plans", "DisruptionPlans by phase", plans.clone());
-        let step_duration = Family::<StepLabel, Histogram, fn() -> Histogram>::new_with_constructor(step_histogram as fn() -> Histogram);
-        registry.register("step_duration_seconds", "Time spent in each plan step", step_duration.clone());
+        let step_duration = Family::<StepLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+            step_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "step_duration_seconds",
+            "Time spent in each plan step",
+            step_duration.clone(),
+        );
         let backup_duration = Histogram::new(exponential_buckets(0.1, 2.0, 16));
-        registry.register("backup_duration_seconds", "Velero Backup creation to Completed", backup_duration.clone());
+        registry.register(
+            "backup_duration_seconds",
+            "Velero Backup creation to Completed",
+            backup_duration.clone(),
+        );
         let verification_failures = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "backup_verification_failures",
@@ -76,11 +86,23 @@ impl Metrics {
             verification_failures.clone(),
         );
         let evictions = Family::<CodeLabel, Counter>::default();
-        registry.register("evictions", "Eviction requests by response code", evictions.clone());
+        registry.register(
+            "evictions",
+            "Eviction requests by response code",
+            evictions.clone(),
+        );
         let reconcile_errors = Family::<ReasonLabel, Counter>::default();
-        registry.register("reconcile_errors", "Reconcile errors by kind", reconcile_errors.clone());
+        registry.register(
+            "reconcile_errors",
+            "Reconcile errors by kind",
+            reconcile_errors.clone(),
+        );
         let plans_failed = Family::<ReasonLabel, Counter>::default();
-        registry.register("plans_failed", "Plans that ended Failed, by reason", plans_failed.clone());
+        registry.register(
+            "plans_failed",
+            "Plans that ended Failed, by reason",
+            plans_failed.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             plans,
@@ -94,11 +116,19 @@ impl Metrics {
     }
 
     pub fn observe_step(&self, step: &str, seconds: f64) {
-        self.step_duration.get_or_create(&StepLabel { step: step.to_string() }).observe(seconds);
+        self.step_duration
+            .get_or_create(&StepLabel {
+                step: step.to_string(),
+            })
+            .observe(seconds);
     }
 
     pub fn eviction(&self, code: u16) {
-        self.evictions.get_or_create(&CodeLabel { code: code.to_string() }).inc();
+        self.evictions
+            .get_or_create(&CodeLabel {
+                code: code.to_string(),
+            })
+            .inc();
     }
 
     /// Text exposition format.
@@ -119,10 +149,23 @@ mod tests {
         let m = Metrics::new();
         m.eviction(429);
         m.observe_step("backup", 1.5);
-        m.plans.get_or_create(&PhaseLabel { phase: "Completed".into() }).set(2);
+        m.plans
+            .get_or_create(&PhaseLabel {
+                phase: "Completed".into(),
+            })
+            .set(2);
         let text = m.render();
-        assert!(text.contains("snapdrain_evictions_total{code=\"429\"} 1"), "{text}");
-        assert!(text.contains("snapdrain_step_duration_seconds_count{step=\"backup\"} 1"), "{text}");
-        assert!(text.contains("snapdrain_plans{phase=\"Completed\"} 2"), "{text}");
+        assert!(
+            text.contains("snapdrain_evictions_total{code=\"429\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("snapdrain_step_duration_seconds_count{step=\"backup\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("snapdrain_plans{phase=\"Completed\"} 2"),
+            "{text}"
+        );
     }
 }
