@@ -106,6 +106,10 @@ pub struct DisruptionPlanStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<Time>,
 
+    /// When the current phase began (drain timeouts count from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_started_at: Option<Time>,
+
     /// What is happening or what went wrong, for a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

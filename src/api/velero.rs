@@ -303,3 +303,39 @@ mod tests {
         assert!(v.get("status").is_none());
     }
 }
+
+/// Velero's kinds as typed kube-rs resources, so `Api<Backup>` and watchers work without dynamic objects.
+macro_rules! velero_resource {
+    ($ty:ty, $kind:literal, $plural:literal) => {
+        impl kube::Resource for $ty {
+            type DynamicType = ();
+            type Scope = kube::core::NamespaceResourceScope;
+
+            fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> std::borrow::Cow<'_, str> {
+                "velero.io".into()
+            }
+            fn version(_: &()) -> std::borrow::Cow<'_, str> {
+                "v1".into()
+            }
+            fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}
+
+velero_resource!(Backup, "Backup", "backups");
+velero_resource!(
+    BackupStorageLocation,
+    "BackupStorageLocation",
+    "backupstoragelocations"
+);
