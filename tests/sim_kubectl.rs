@@ -112,7 +112,10 @@ async fn get_prints_server_side_tables_and_filters() {
     assert!(header(&wide).contains(&"NODE") && row(&wide, "web-0").contains("node-a"));
 
     let nodes = k.ok(&["get", "nodes"]).await;
-    assert_eq!(header(&nodes), ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]);
+    assert_eq!(
+        header(&nodes),
+        ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    );
     let node = row(&nodes, "node-a");
     assert!(node.contains("Ready") && node.contains("worker") && node.contains("v1.32.4"));
 
@@ -122,13 +125,22 @@ async fn get_prints_server_side_tables_and_filters() {
     let pdb = k.ok(&["get", "pdb"]).await;
     assert_eq!(
         header(&pdb),
-        ["NAME", "MIN AVAILABLE", "MAX UNAVAILABLE", "ALLOWED DISRUPTIONS", "AGE"]
+        [
+            "NAME",
+            "MIN AVAILABLE",
+            "MAX UNAVAILABLE",
+            "ALLOWED DISRUPTIONS",
+            "AGE"
+        ]
     );
     row(&pdb, "web");
 
     let all = k.ok(&["get", "pods", "-A"]).await;
     assert_eq!(header(&all)[0], "NAMESPACE");
-    assert!(all.lines().any(|l| l.starts_with("default") && l.contains("web-0")));
+    assert!(
+        all.lines()
+            .any(|l| l.starts_with("default") && l.contains("web-0"))
+    );
 
     let labelled = k.ok(&["get", "pods", "-l", "app=web", "-o", "name"]).await;
     assert_eq!(labelled.trim(), "pod/web-0");
@@ -148,7 +160,10 @@ async fn get_prints_server_side_tables_and_filters() {
         .await;
     assert_eq!(names.trim(), "loose web-0");
     let yaml = k.ok(&["get", "pod", "web-0", "-o", "yaml"]).await;
-    assert!(yaml.contains("kind: Pod") && yaml.contains("nodeName: node-a"), "{yaml}");
+    assert!(
+        yaml.contains("kind: Pod") && yaml.contains("nodeName: node-a"),
+        "{yaml}"
+    );
     let raw = k
         .ok(&["get", "--raw", "/api/v1/namespaces/default/pods/web-0"])
         .await;
@@ -170,7 +185,11 @@ async fn velero_and_karpenter_crds_print_their_columns() {
     let k = Kubectl::new(&cluster);
     k.ok(&["apply", "-f", &path("base.yaml")]).await;
     let out = k.ok(&["apply", "-f", &path("crds")]).await;
-    assert!(out.contains("customresourcedefinition.apiextensions.k8s.io/nodeclaims.karpenter.sh created"));
+    assert!(
+        out.contains(
+            "customresourcedefinition.apiextensions.k8s.io/nodeclaims.karpenter.sh created"
+        )
+    );
     let crds = k.ok(&["get", "crds"]).await;
     assert_eq!(header(&crds), ["NAME", "CREATED AT"]);
     row(&crds, "backups.velero.io");
@@ -193,9 +212,15 @@ async fn velero_and_karpenter_crds_print_their_columns() {
     row(&backups, "pre-drain-worker-3-20260520101500");
     // The BSL CRD declares no status subresource (`subresources: {}`): the manifest's status is kept.
     let bsl = k.ok(&["get", "bsl", "-n", "velero"]).await;
-    assert_eq!(header(&bsl), ["NAME", "PHASE", "LAST VALIDATED", "AGE", "DEFAULT"]);
+    assert_eq!(
+        header(&bsl),
+        ["NAME", "PHASE", "LAST VALIDATED", "AGE", "DEFAULT"]
+    );
     let row_bsl = row(&bsl, "default");
-    assert!(row_bsl.contains("Available") && row_bsl.contains("true"), "{bsl}");
+    assert!(
+        row_bsl.contains("Available") && row_bsl.contains("true"),
+        "{bsl}"
+    );
 
     k.ok(&["apply", "-f", &path("karpenter-nodeclaim.yaml")])
         .await;
@@ -209,7 +234,10 @@ async fn velero_and_karpenter_crds_print_their_columns() {
         claim.contains("c5a.2xlarge") && claim.contains("spot") && claim.contains("us-west-2c"),
         "{claims}"
     );
-    assert!(!claim.contains("True"), "status must not be set by create: {claims}");
+    assert!(
+        !claim.contains("True"),
+        "status must not be set by create: {claims}"
+    );
     let stored = k.json(&["get", "nodeclaim", "default-x9wxq"]).await;
     assert!(stored.get("status").is_none(), "{stored}");
     assert_ne!(stored["metadata"]["resourceVersion"], "19600526");
@@ -227,7 +255,10 @@ async fn velero_and_karpenter_crds_print_their_columns() {
     .await;
     let claims = k.ok(&["get", "nodeclaims"]).await;
     let claim = row(&claims, "default-x9wxq");
-    assert!(claim.contains("node-a") && claim.contains("True"), "{claims}");
+    assert!(
+        claim.contains("node-a") && claim.contains("True"),
+        "{claims}"
+    );
     let wide = k.ok(&["get", "nodeclaims", "-o", "wide"]).await;
     assert!(header(&wide).contains(&"NODEPOOL"));
     assert!(row(&wide, "default-x9wxq").contains("default"));
@@ -254,10 +285,22 @@ async fn writes_patch_label_annotate_cordon_and_apply() {
         )
     };
     let file = k.file("app.yaml", &manifest("one"));
-    assert!(k.ok(&["apply", "-f", &file]).await.contains("configmap/app created"));
-    assert!(k.ok(&["apply", "-f", &file]).await.contains("configmap/app unchanged"));
+    assert!(
+        k.ok(&["apply", "-f", &file])
+            .await
+            .contains("configmap/app created")
+    );
+    assert!(
+        k.ok(&["apply", "-f", &file])
+            .await
+            .contains("configmap/app unchanged")
+    );
     let file = k.file("app.yaml", &manifest("two"));
-    assert!(k.ok(&["apply", "-f", &file]).await.contains("configmap/app configured"));
+    assert!(
+        k.ok(&["apply", "-f", &file])
+            .await
+            .contains("configmap/app configured")
+    );
     let cm = k.json(&["get", "cm", "app"]).await;
     assert_eq!(cm["data"]["mode"], "two");
     assert!(
@@ -265,8 +308,15 @@ async fn writes_patch_label_annotate_cordon_and_apply() {
             .is_string()
     );
 
-    k.ok(&["patch", "cm", "app", "--type=merge", "-p", r#"{"data":{"merge":"1"}}"#])
-        .await;
+    k.ok(&[
+        "patch",
+        "cm",
+        "app",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"merge":"1"}}"#,
+    ])
+    .await;
     k.ok(&[
         "patch",
         "cm",
@@ -276,8 +326,15 @@ async fn writes_patch_label_annotate_cordon_and_apply() {
         r#"[{"op":"add","path":"/data/json","value":"2"},{"op":"remove","path":"/data/merge"}]"#,
     ])
     .await;
-    k.ok(&["patch", "cm", "app", "--type=strategic", "-p", r#"{"data":{"smp":"3"}}"#])
-        .await;
+    k.ok(&[
+        "patch",
+        "cm",
+        "app",
+        "--type=strategic",
+        "-p",
+        r#"{"data":{"smp":"3"}}"#,
+    ])
+    .await;
     k.ok(&["label", "cm", "app", "owner=team-a"]).await;
     k.ok(&["label", "cm", "app", "tier-"]).await;
     k.ok(&["annotate", "cm", "app", "note=hello"]).await;
@@ -286,7 +343,14 @@ async fn writes_patch_label_annotate_cordon_and_apply() {
     assert_eq!(cm["metadata"]["labels"], json!({"owner": "team-a"}));
     assert_eq!(cm["metadata"]["annotations"]["note"], "hello");
     let err = k
-        .fails(&["patch", "cm", "app", "--type=json", "-p", r#"[{"op":"remove","path":"/data/nope"}]"#])
+        .fails(&[
+            "patch",
+            "cm",
+            "app",
+            "--type=json",
+            "-p",
+            r#"[{"op":"remove","path":"/data/nope"}]"#,
+        ])
         .await;
     assert!(err.contains("/data/nope"), "{err}");
 
@@ -302,10 +366,18 @@ async fn writes_patch_label_annotate_cordon_and_apply() {
     let pod = k.json(&["get", "pod", "web-0"]).await;
     assert_eq!(pod["spec"]["containers"][0]["image"], "nginx:2");
 
-    assert!(k.ok(&["cordon", "node-a"]).await.contains("node/node-a cordoned"));
+    assert!(
+        k.ok(&["cordon", "node-a"])
+            .await
+            .contains("node/node-a cordoned")
+    );
     let nodes = k.ok(&["get", "nodes"]).await;
     assert!(row(&nodes, "node-a").contains("Ready,SchedulingDisabled"));
-    assert!(k.ok(&["uncordon", "node-a"]).await.contains("node/node-a uncordoned"));
+    assert!(
+        k.ok(&["uncordon", "node-a"])
+            .await
+            .contains("node/node-a uncordoned")
+    );
     let node = k.json(&["get", "node", "node-a"]).await;
     assert_ne!(node["spec"]["unschedulable"], true);
 
@@ -330,7 +402,9 @@ async fn delete_wait_follows_finalizers_and_get_watch_streams_rows() {
     );
     k.ok(&["create", "-f", &held]).await;
     watch
-        .line_matching("the watch to print the new ConfigMap", |l| l.starts_with("held"))
+        .line_matching("the watch to print the new ConfigMap", |l| {
+            l.starts_with("held")
+        })
         .await;
 
     let deleting = k.spawn(&["delete", "cm", "held", "--wait=true", "--timeout=15s"]);
@@ -342,15 +416,29 @@ async fn delete_wait_follows_finalizers_and_get_watch_streams_rows() {
     })
     .await;
     assert_eq!(cm["metadata"]["finalizers"], json!(["snapdrain.io/hold"]));
-    k.ok(&["patch", "cm", "held", "--type=json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#])
-        .await;
+    k.ok(&[
+        "patch",
+        "cm",
+        "held",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ])
+    .await;
     let (ok, out, err) = deleting.finish().await;
-    assert!(ok && out.contains("configmap \"held\" deleted"), "{out}\n{err}");
+    assert!(
+        ok && out.contains("configmap \"held\" deleted"),
+        "{out}\n{err}"
+    );
     let err = k.fails(&["get", "cm", "held"]).await;
     assert!(err.contains("NotFound"), "{err}");
 
     // The watch saw the deletion mark; it keeps running until killed.
-    assert!(watch.seen.iter().all(|l| !l.contains("error")), "{:?}", watch.seen);
+    assert!(
+        watch.seen.iter().all(|l| !l.contains("error")),
+        "{:?}",
+        watch.seen
+    );
     watch.child.start_kill().expect("kill kubectl get -w");
 }
 
@@ -364,7 +452,9 @@ async fn get_pods_watch_prints_changes() {
         .line_matching("the table header", |l| l.starts_with("NAME"))
         .await;
     assert!(first.contains("STATUS"));
-    watch.line_matching("web-0", |l| l.starts_with("web-0")).await;
+    watch
+        .line_matching("web-0", |l| l.starts_with("web-0"))
+        .await;
     let pod = k.file(
         "new.yaml",
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: newcomer\nspec:\n  containers:\n  - name: c\n    image: busybox\n",

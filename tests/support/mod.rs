@@ -125,7 +125,8 @@ impl Kubectl {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
         let out = self.ok(&all).await;
-        serde_json::from_str(&out).unwrap_or_else(|e| panic!("kubectl {args:?}: bad JSON {e}: {out}"))
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("kubectl {args:?}: bad JSON {e}: {out}"))
     }
 
     /// Starts a long-running kubectl (e.g. `get -w`, `drain`) whose stdout is read line by line.
@@ -204,7 +205,7 @@ fn assert_kubectl_installed() {
 }
 
 /// Raw HTTP against the simulated API server.
-pub fn http() -> reqwest::Client {
+pub fn raw_client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(WAIT)
         .build()

@@ -263,14 +263,16 @@ fn discovery(state: &ApiState, method: &Method, path: &str) -> Option<Response> 
         }),
         ["openapi", "v3"] => ok(openapi::index(&state.store)),
         // The protobuf v2 document is not served: kubectl uses v3 when it finds it.
-        ["openapi", "v3", gv @ ..] => Some(match openapi::group_version_document(&state.store, gv) {
-            Some(v) => json_response(StatusCode::OK, &v),
-            None => error_response(&ApiError::new(
-                404,
-                "NotFound",
-                "the server could not find the requested resource",
-            )),
-        }),
+        ["openapi", "v3", gv @ ..] => {
+            Some(match openapi::group_version_document(&state.store, gv) {
+                Some(v) => json_response(StatusCode::OK, &v),
+                None => error_response(&ApiError::new(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                )),
+            })
+        }
         ["openapi", ..] => Some(error_response(&ApiError::new(
             404,
             "NotFound",

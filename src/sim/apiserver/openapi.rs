@@ -38,7 +38,9 @@ pub fn index(store: &Store) -> Value {
     let mut paths = Map::new();
     for (group, version) in group_versions(&registry) {
         let doc = document(store, &registry, &group, &version);
-        let hash = hex(&Sha256::digest(serde_json::to_vec(&doc).unwrap_or_default()));
+        let hash = hex(&Sha256::digest(
+            serde_json::to_vec(&doc).unwrap_or_default(),
+        ));
         let path = gv_path(&group, &version);
         paths.insert(
             path.clone(),
@@ -299,7 +301,9 @@ mod tests {
     fn index_lists_core_and_groups_with_hashes() {
         let store = Store::new();
         let idx = index(&store);
-        let url = idx["paths"]["api/v1"]["serverRelativeURL"].as_str().unwrap();
+        let url = idx["paths"]["api/v1"]["serverRelativeURL"]
+            .as_str()
+            .unwrap();
         assert!(url.starts_with("/openapi/v3/api/v1?hash="));
         assert!(idx["paths"]["apis/apps/v1"].is_object());
     }
@@ -308,9 +312,12 @@ mod tests {
     fn patch_operations_advertise_field_validation() {
         let store = Store::new();
         let doc = group_version_document(&store, &["apis", "apps", "v1"]).unwrap();
-        let patch = &doc["paths"]["/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}"]
-            ["patch"];
-        assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "StatefulSet");
+        let patch =
+            &doc["paths"]["/apis/apps/v1/namespaces/{namespace}/statefulsets/{name}"]["patch"];
+        assert_eq!(
+            patch["x-kubernetes-group-version-kind"]["kind"],
+            "StatefulSet"
+        );
         assert!(
             patch["parameters"]
                 .as_array()

@@ -215,10 +215,7 @@ pub fn json_path<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix('.') {
             let (field, end) = field_name(r);
-            current = current
-                .into_iter()
-                .filter_map(|v| v.get(&field))
-                .collect();
+            current = current.into_iter().filter_map(|v| v.get(&field)).collect();
             rest = &r[end..];
         } else if let Some(r) = rest.strip_prefix('[') {
             let Some(end) = r.find(']') else {
