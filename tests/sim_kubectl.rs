@@ -88,6 +88,11 @@ async fn apply_and_create_validate_through_openapi_without_flags() {
         "{out}"
     );
 
+    let explain = k.ok(&["explain", "pods.spec.containers"]).await;
+    assert!(
+        explain.contains("KIND:       Pod") && explain.contains("FIELD: containers <[]Container>"),
+        "{explain}"
+    );
     let explain = k.ok(&["explain", "nodeclaims.spec"]).await;
     assert!(
         explain.contains("KIND:       NodeClaim") && explain.contains("nodeClassRef"),
@@ -354,18 +359,6 @@ async fn writes_patch_label_annotate_cordon_and_apply() {
         .await;
     assert!(err.contains("/data/nope"), "{err}");
 
-    // Strategic merge on a pod merges the containers list by name.
-    k.ok(&[
-        "patch",
-        "pod",
-        "web-0",
-        "-p",
-        r#"{"spec":{"containers":[{"name":"c","image":"nginx:2"}]}}"#,
-    ])
-    .await;
-    let pod = k.json(&["get", "pod", "web-0"]).await;
-    assert_eq!(pod["spec"]["containers"][0]["image"], "nginx:2");
-
     assert!(
         k.ok(&["cordon", "node-a"])
             .await
@@ -389,6 +382,51 @@ async fn writes_patch_label_annotate_cordon_and_apply() {
     assert!(out.contains("configmap/ssa serverside-applied"), "{out}");
     let cm = k.json(&["get", "cm", "ssa"]).await;
     assert_eq!(cm["data"]["k"], "v");
+}
+
+/// Client-side apply and `kubectl patch` of a pod send strategic merge patches: the containers list
+/// merges by name. Needs the strategic merge implementation in `patch/`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strategic_merge_from_apply_and_patch_keeps_other_containers() {
+    let cluster = start_cluster().await;
+    let k = Kubectl::new(&cluster);
+    let manifest = |b: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: two\nspec:\n  containers:\n  - name: a\n    image: a:1\n  - name: b\n    image: {b}\n"
+        )
+    };
+    k.ok(&["apply", "-f", &k.file("two.yaml", &manifest("b:1"))])
+        .await;
+    k.ok(&["apply", "-f", &k.file("two.yaml", &manifest("b:2"))])
+        .await;
+    let images = k
+        .ok(&[
+            "get",
+            "pod",
+            "two",
+            "-o",
+            "jsonpath={.spec.containers[*].image}",
+        ])
+        .await;
+    assert_eq!(images, "a:1 b:2");
+    k.ok(&[
+        "patch",
+        "pod",
+        "two",
+        "-p",
+        r#"{"spec":{"containers":[{"name":"a","image":"a:2"}]}}"#,
+    ])
+    .await;
+    let images = k
+        .ok(&[
+            "get",
+            "pod",
+            "two",
+            "-o",
+            "jsonpath={.spec.containers[*].image}",
+        ])
+        .await;
+    assert_eq!(images, "a:2 b:2");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

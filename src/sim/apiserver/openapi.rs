@@ -2,16 +2,21 @@
 //!
 //! kubectl 1.32 reads them before `apply`, `create` and `replace`: when the PATCH operation of a kind lists
 //! the `fieldValidation` query parameter, kubectl skips its own schema validation (which needs the
-//! protobuf v2 document) and sends `fieldValidation=Strict` instead. `kubectl apply` also looks at the
-//! PATCH request body types to decide whether to compute a strategic merge patch, and `kubectl explain`
-//! reads the schemas in `components`. Built-in kinds get paths only (kubectl falls back to its compiled-in
-//! types for strategic merge); CRD kinds also get their `openAPIV3Schema`.
+//! protobuf v2 document) and sends `fieldValidation=Strict` instead. `kubectl explain` reads the schemas
+//! in `components`: CRD kinds get their `openAPIV3Schema`, built-ins the k8s-openapi schemas.
+//!
+//! Built-in PATCH operations do not list the strategic merge content type (the server accepts it all the
+//! same): `kubectl apply` would otherwise compute strategic patches from these schemas, which lack the
+//! `x-kubernetes-patch-merge-key` hints, instead of from its compiled-in types.
 
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::resources::{Registry, ResKey, ResourceDef};
 use super::store::Store;
+
+#[path = "openapi_builtin.rs"]
+mod builtin;
 
 /// `api/v1` or `apis/{group}/{version}`: how the index names a group-version.
 fn gv_path(group: &str, version: &str) -> String {
@@ -32,15 +37,28 @@ fn group_versions(registry: &Registry) -> Vec<(String, String)> {
     gvs
 }
 
-/// `GET /openapi/v3`. The hash changes with the document, so clients caching by URL see new CRDs.
+/// `GET /openapi/v3`. The hash changes with the document, so clients caching by URL see new CRDs. It is
+/// taken over what the document is made from (the served definitions and their CRDs' versions), which is
+/// much cheaper than rendering every document.
 pub fn index(store: &Store) -> Value {
     let registry = store.registry();
     let mut paths = Map::new();
     for (group, version) in group_versions(&registry) {
-        let doc = document(store, &registry, &group, &version);
-        let hash = hex(&Sha256::digest(
-            serde_json::to_vec(&doc).unwrap_or_default(),
-        ));
+        let mut hasher = Sha256::new();
+        for def in registry
+            .all()
+            .filter(|d| d.group == group && d.serves(&version))
+        {
+            hasher.update(format!("{def:?}"));
+            if def.custom {
+                let crd = store.get(&crd_key(), None, &format!("{}.{}", def.plural, def.group));
+                let rv = crd
+                    .as_deref()
+                    .and_then(|c| super::store::meta_str(c, "resourceVersion"));
+                hasher.update(rv.unwrap_or(""));
+            }
+        }
+        let hash = hex(&hasher.finalize());
         let path = gv_path(&group, &version);
         paths.insert(
             path.clone(),
@@ -48,6 +66,10 @@ pub fn index(store: &Store) -> Value {
         );
     }
     json!({"paths": paths})
+}
+
+fn crd_key() -> ResKey {
+    ResKey::new("apiextensions.k8s.io", "customresourcedefinitions")
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -79,10 +101,12 @@ fn document(store: &Store, registry: &Registry, group: &str, version: &str) -> V
         .filter(|d| d.group == group && d.serves(version))
     {
         resource_paths(def, version, &mut paths);
-        if def.custom
-            && let Some(schema) = crd_schema(store, def, version)
-        {
-            schemas.insert(schema_name(def, version), schema);
+        if def.custom {
+            if let Some(schema) = crd_schema(store, def, version) {
+                schemas.insert(schema_name(def, version), schema);
+            }
+        } else if let Some(builtin) = builtin::schemas(&def.group, &def.kind) {
+            schemas.extend(builtin.clone());
         }
     }
     json!({
@@ -102,11 +126,7 @@ fn schema_name(def: &ResourceDef, version: &str) -> String {
 
 /// The CRD's `openAPIV3Schema` for `version`, tagged with the kind it describes.
 fn crd_schema(store: &Store, def: &ResourceDef, version: &str) -> Option<Value> {
-    let crd = store.get(
-        &ResKey::new("apiextensions.k8s.io", "customresourcedefinitions"),
-        None,
-        &format!("{}.{}", def.plural, def.group),
-    )?;
+    let crd = store.get(&crd_key(), None, &format!("{}.{}", def.plural, def.group))?;
     let mut schema = schema_of(&crd, version)?.clone();
     schema["x-kubernetes-group-version-kind"] =
         json!([{"group": def.group, "version": version, "kind": def.kind}]);
@@ -158,14 +178,11 @@ fn resource_paths(def: &ResourceDef, version: &str, paths: &mut Map<String, Valu
     ];
     let mut patch_params = write.to_vec();
     patch_params.push(query_param("force", "boolean"));
-    let mut patch_types = vec![
+    let patch_types = [
         "application/json-patch+json",
         "application/merge-patch+json",
         "application/apply-patch+yaml",
     ];
-    if !def.custom {
-        patch_types.push("application/strategic-merge-patch+json");
-    }
     let body_content: Map<String, Value> = patch_types
         .iter()
         .map(|t| (t.to_string(), json!({"schema": {"type": "object"}})))
@@ -233,11 +250,7 @@ pub fn unknown_fields(store: &Store, def: &ResourceDef, version: &str, obj: &Val
     if !def.custom {
         return Vec::new();
     }
-    let Some(crd) = store.get(
-        &ResKey::new("apiextensions.k8s.io", "customresourcedefinitions"),
-        None,
-        &format!("{}.{}", def.plural, def.group),
-    ) else {
+    let Some(crd) = store.get(&crd_key(), None, &format!("{}.{}", def.plural, def.group)) else {
         return Vec::new();
     };
     let Some(schema) = schema_of(&crd, version) else {
@@ -324,6 +337,13 @@ mod tests {
                 .unwrap()
                 .iter()
                 .any(|p| p["name"] == "fieldValidation")
+        );
+        let types = patch["requestBody"]["content"].as_object().unwrap();
+        assert!(!types.contains_key("application/strategic-merge-patch+json"));
+        assert!(
+            doc["components"]["schemas"]["io.k8s.api.apps.v1.StatefulSet"]["x-kubernetes-group-version-kind"]
+                [0]["kind"]
+                == "StatefulSet"
         );
         assert!(group_version_document(&store, &["apis", "apps", "v9"]).is_none());
     }
