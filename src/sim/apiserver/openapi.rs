@@ -15,7 +15,6 @@ use sha2::{Digest, Sha256};
 use super::resources::{Registry, ResKey, ResourceDef};
 use super::store::Store;
 
-#[path = "openapi_builtin.rs"]
 mod builtin;
 
 /// `api/v1` or `apis/{group}/{version}`: how the index names a group-version.
