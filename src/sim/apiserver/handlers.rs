@@ -271,6 +271,29 @@ fn check_kind(req: &Request, body: &Value) -> ApiResult<()> {
     Ok(())
 }
 
+/// `fieldValidation=Strict` (what kubectl sends once OpenAPI advertises the parameter): fields a CRD's
+/// schema does not declare are rejected with the real server's message.
+fn check_fields(state: &ApiState, req: &Request, obj: &Value) -> ApiResult<()> {
+    if req.query.get("fieldValidation") != Some("Strict") {
+        return Ok(());
+    }
+    let t = &req.target;
+    let unknown = super::openapi::unknown_fields(&state.store, &t.def, &t.version, obj);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let fields: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    let kind = &t.def.kind;
+    Err(ApiError::bad_request(format!(
+        "{kind} in version \"{}\" cannot be handled as a {kind}: strict decoding error: {}",
+        t.version,
+        fields.join(", ")
+    )))
+}
+
 async fn create(state: &Arc<ApiState>, req: &Request) -> Reply {
     let t = &req.target;
     if t.def.namespaced && t.namespace.is_none() {
@@ -281,6 +304,7 @@ async fn create(state: &Arc<ApiState>, req: &Request) -> Reply {
     }
     let body = req.body_value()?;
     check_kind(req, &body)?;
+    check_fields(state, req, &body)?;
     let name = meta_str(&body, "name").map(str::to_string);
     admission::admit(
         state,
@@ -308,6 +332,7 @@ async fn update(state: &Arc<ApiState>, req: &Request) -> Reply {
     let name = t.name.as_deref().unwrap_or("");
     let body = req.body_value()?;
     check_kind(req, &body)?;
+    check_fields(state, req, &body)?;
     let old = state.store.get(&t.def.key(), t.namespace.as_deref(), name);
     admission::admit(
         state,
@@ -375,6 +400,9 @@ async fn patch_object(state: &Arc<ApiState>, req: &Request) -> Reply {
             force,
         )?),
     };
+    if let Some(p) = &preview {
+        check_fields(state, req, p)?;
+    }
     admission::admit(
         state,
         AdmissionAttributes {

@@ -14,6 +14,7 @@ pub mod eviction;
 pub mod faults;
 pub mod filter;
 pub mod handlers;
+pub mod openapi;
 pub mod patch;
 mod patching;
 pub mod request;
@@ -260,6 +261,18 @@ fn discovery(state: &ApiState, method: &Method, path: &str) -> Option<Response> 
                 "the server could not find the requested resource",
             )),
         }),
+        ["openapi", "v3"] => ok(openapi::index(&state.store)),
+        // The protobuf v2 document is not served: kubectl uses v3 when it finds it.
+        ["openapi", "v3", gv @ ..] => {
+            Some(match openapi::group_version_document(&state.store, gv) {
+                Some(v) => json_response(StatusCode::OK, &v),
+                None => error_response(&ApiError::new(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                )),
+            })
+        }
         ["openapi", ..] => Some(error_response(&ApiError::new(
             404,
             "NotFound",

@@ -214,9 +214,8 @@ pub fn json_path<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
     let mut rest = path;
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix('.') {
-            let end = r.find(['.', '[']).unwrap_or(r.len());
-            let field = &r[..end];
-            current = current.into_iter().filter_map(|v| v.get(field)).collect();
+            let (field, end) = field_name(r);
+            current = current.into_iter().filter_map(|v| v.get(&field)).collect();
             rest = &r[end..];
         } else if let Some(r) = rest.strip_prefix('[') {
             let Some(end) = r.find(']') else {
@@ -234,6 +233,25 @@ pub fn json_path<'a>(obj: &'a Value, path: &str) -> Vec<&'a Value> {
         }
     }
     current
+}
+
+/// The field name at the start of `r` and where it ends: up to an unescaped `.` or `[`, with `\.`
+/// standing for a dot inside the name (CRD columns such as `.metadata.labels.karpenter\.sh/nodepool`).
+fn field_name(r: &str) -> (String, usize) {
+    let mut name = String::new();
+    let mut chars = r.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some((_, escaped)) = chars.next() {
+                    name.push(escaped);
+                }
+            }
+            '.' | '[' => return (name, i),
+            _ => name.push(c),
+        }
+    }
+    (name, r.len())
 }
 
 fn select<'a>(items: &'a [Value], index: &str) -> Vec<&'a Value> {
@@ -281,6 +299,11 @@ mod tests {
         assert_eq!(json_path(&obj, ".spec.nodes[1]"), vec![&json!("b")]);
         assert_eq!(json_path(&obj, ".spec.nodes[*]").len(), 2);
         assert!(json_path(&obj, ".missing.x").is_empty());
+        let labelled = json!({"metadata": {"labels": {"karpenter.sh/nodepool": "default"}}});
+        assert_eq!(
+            json_path(&labelled, ".metadata.labels.karpenter\\.sh/nodepool"),
+            vec![&json!("default")]
+        );
     }
 
     #[test]
