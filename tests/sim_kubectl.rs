@@ -358,7 +358,10 @@ async fn writes_patch_label_annotate_cordon_and_apply() {
         ])
         .await;
     // kube-apiserver reports a failed JSON-patch operation with only its generic 422 message.
-    assert!(err.contains("the server rejected our request due to an error in our request"), "{err}");
+    assert!(
+        err.contains("the server rejected our request due to an error in our request"),
+        "{err}"
+    );
 
     assert!(
         k.ok(&["cordon", "node-a"])

@@ -46,12 +46,17 @@ pub struct ControllerArgs {
 pub async fn kube_config(path: Option<&PathBuf>) -> anyhow::Result<kube::Config> {
     match path {
         Some(p) => {
-            let kc = kube::config::Kubeconfig::read_from(p).with_context(|| format!("cannot read kubeconfig {}", p.display()))?;
+            let kc = kube::config::Kubeconfig::read_from(p)
+                .with_context(|| format!("cannot read kubeconfig {}", p.display()))?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
-                .with_context(|| format!("kubeconfig {} has no usable current context", p.display()))
+                .with_context(|| {
+                    format!("kubeconfig {} has no usable current context", p.display())
+                })
         }
-        None => kube::Config::infer().await.context("no kubeconfig found and not running in a cluster; pass --kubeconfig"),
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig found and not running in a cluster; pass --kubeconfig"),
     }
 }
 

@@ -805,19 +805,20 @@ impl Store {
 
     /// Side effects of an object leaving storage.
     fn after_removal(inner: &mut Inner, def: &ResourceDef, obj: &Value) {
-        if def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions" {
-            if let Ok(crd_def) = def_from_crd(obj) {
-                let key = crd_def.key();
-                inner.registry.remove(&key);
-                let objects: Vec<(ObjKey, Arc<Value>)> = inner
-                    .resources
-                    .get_mut(&key)
-                    .map(|s| std::mem::take(&mut s.objects).into_iter().collect())
-                    .unwrap_or_default();
-                for (_, o) in objects {
-                    inner.next_rv();
-                    inner.emit(&key, EventType::Deleted, o, None);
-                }
+        if def.group == "apiextensions.k8s.io"
+            && def.plural == "customresourcedefinitions"
+            && let Ok(crd_def) = def_from_crd(obj)
+        {
+            let key = crd_def.key();
+            inner.registry.remove(&key);
+            let objects: Vec<(ObjKey, Arc<Value>)> = inner
+                .resources
+                .get_mut(&key)
+                .map(|s| std::mem::take(&mut s.objects).into_iter().collect())
+                .unwrap_or_default();
+            for (_, o) in objects {
+                inner.next_rv();
+                inner.emit(&key, EventType::Deleted, o, None);
             }
         }
     }
@@ -833,10 +834,10 @@ impl Store {
             let mut inner = self.write();
             Self::delete_locked(&mut inner, key, ns, name, opts, self.kubelet_managed())?
         };
-        if let (Deleted::Pending(obj), false) = (&result.0, self.kubelet_managed()) {
-            if let Some(grace) = result.1 {
-                self.finish_pod_deletion_later(key.clone(), obj.clone(), grace);
-            }
+        if let (Deleted::Pending(obj), false, Some(grace)) =
+            (&result.0, self.kubelet_managed(), result.1)
+        {
+            self.finish_pod_deletion_later(key.clone(), obj.clone(), grace);
         }
         if key.group.is_empty() && key.plural == "namespaces" && !opts.dry_run {
             self.empty_namespace(name);
