@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -268,9 +268,9 @@ pub struct BackupRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub completed_at: Option<Time>,
+    pub completed_at: Option<MicroTime>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verified_at: Option<Time>,
+    pub verified_at: Option<MicroTime>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

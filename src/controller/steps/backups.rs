@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, MicroTime, Time};
 use kube::api::Api;
 use kube::runtime::events::EventType;
 
@@ -120,8 +120,8 @@ pub async fn run(
                     let since = record
                         .completed_at
                         .as_ref()
-                        .or(record.started_at.as_ref())
                         .map(|t| t.0)
+                        .or(record.started_at.as_ref().map(|t| t.0))
                         .unwrap_or_else(PlanRun::now);
                     let elapsed = PlanRun::now().duration_since(since).unsigned_abs();
                     if elapsed < after {
@@ -214,7 +214,7 @@ pub async fn run(
             BackupProgress::Completed => {
                 if entry.completed_at.is_none() {
                     let now = PlanRun::now();
-                    entry.completed_at = Some(Time(now));
+                    entry.completed_at = Some(MicroTime(now));
                     if let Some(start) = &entry.started_at {
                         run.ctx
                             .metrics
@@ -224,7 +224,7 @@ pub async fn run(
                 }
             }
             BackupProgress::Failed(reason) => {
-                entry.completed_at.get_or_insert(Time(PlanRun::now()));
+                entry.completed_at.get_or_insert(MicroTime(PlanRun::now()));
                 entry.message = Some(reason);
             }
             BackupProgress::Waiting => {
@@ -236,7 +236,7 @@ pub async fn run(
                     .unwrap_or_else(PlanRun::now);
                 if backup_timed_out(created, PlanRun::now(), run.valid.backup_timeout) {
                     entry.phase = Some("Failed".into());
-                    entry.completed_at = Some(Time(PlanRun::now()));
+                    entry.completed_at = Some(MicroTime(PlanRun::now()));
                     entry.message = Some(format!(
                         "Velero Backup {} did not complete within backup.timeout",
                         record.name

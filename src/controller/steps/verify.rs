@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::runtime::events::EventType;
 
 use super::backups::namespaces;
@@ -72,7 +72,7 @@ pub async fn run(
                 let entry = &mut run.status.backups[i];
                 entry.verified = true;
                 entry.verified_objects = objects;
-                entry.verified_at = Some(Time(PlanRun::now()));
+                entry.verified_at = Some(MicroTime(PlanRun::now()));
                 tracing::info!(plan = %run.name(), backup = %record.name, bucket = %t.bucket, "backup verified in the bucket");
                 run.event(
                     EventType::Normal,
