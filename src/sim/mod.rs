@@ -4,7 +4,8 @@ pub mod apiserver;
 pub mod cluster;
 pub mod error;
 pub mod manifests;
+pub mod scenario;
 pub mod world;
 
-pub use cluster::{SimCluster, SimConfig};
+pub use cluster::{ScenarioSource, SimCluster, SimConfig};
 pub use error::SimError;

@@ -120,8 +120,7 @@ impl Controller {
         let ns = namespace(set);
         let replicas = i64_at(set, "/spec/replicas").unwrap_or(1).max(0) as usize;
         let parallel = str_at(set, "/spec/podManagementPolicy") == Some("Parallel");
-        let template = set.pointer("/spec/template").cloned().unwrap_or(json!({}));
-        let revision = format!("{set_name}-{}", template_hash(&template));
+        let revision = revision_of(set);
         let mut by_ordinal: BTreeMap<usize, Arc<Value>> = BTreeMap::new();
         for key in self.by_owner.get(uid(set)).into_iter().flatten() {
             if let Some(p) = pod_feed.get(key)
@@ -169,46 +168,12 @@ impl Controller {
     }
 
     fn create_pod(&mut self, set: &Value, i: usize, revision: &str) {
-        let set_name = name(set);
         let ns = namespace(set);
-        let pod_name = format!("{set_name}-{i}");
-        let mut claims = Vec::new();
-        for t in set
-            .pointer("/spec/volumeClaimTemplates")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let tname = name(t);
-            let claim = format!("{tname}-{pod_name}");
-            self.ensure_claim(set, t, &claim);
-            claims.push((tname.to_string(), claim));
+        let (pod, claims) = stateful_pod(set, i, revision);
+        for (t, claim) in &claims {
+            self.ensure_claim(set, t, claim);
         }
-        let template = set.pointer("/spec/template").cloned().unwrap_or(json!({}));
-        let mut pod = pod_from_template(&template, ns, &pod_name, set);
-        let l = &mut pod["metadata"]["labels"];
-        l["statefulset.kubernetes.io/pod-name"] = json!(pod_name);
-        l["controller-revision-hash"] = json!(revision);
-        l["apps.kubernetes.io/pod-index"] = json!(i.to_string());
-        pod["spec"]["hostname"] = json!(pod_name);
-        if let Some(svc) = str_at(set, "/spec/serviceName").filter(|s| !s.is_empty()) {
-            pod["spec"]["subdomain"] = json!(svc);
-        }
-        if !claims.is_empty() {
-            let mut volumes: Vec<Value> = pod["spec"]["volumes"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            volumes.retain(|v| {
-                !claims
-                    .iter()
-                    .any(|(t, _)| v.get("name").and_then(Value::as_str) == Some(t))
-            });
-            for (t, claim) in &claims {
-                volumes.push(json!({"name": t, "persistentVolumeClaim": {"claimName": claim}}));
-            }
-            pod["spec"]["volumes"] = json!(volumes);
-        }
+        let pod_name = name(&pod).to_string();
         let key = (ns.to_string(), pod_name.clone());
         match self
             .ctx
@@ -222,7 +187,7 @@ impl Controller {
                         "pods",
                         Some(ns),
                         Some(&pod_name),
-                        json!({"uid": uid(&created), "statefulSet": set_name,
+                        json!({"uid": uid(&created), "statefulSet": name(set),
                                "claims": claims.iter().map(|(_, c)| c.clone()).collect::<Vec<_>>()}),
                     );
                 }
@@ -234,43 +199,14 @@ impl Controller {
         }
     }
 
-    fn ensure_claim(&self, set: &Value, template: &Value, claim: &str) {
+    fn ensure_claim(&self, set: &Value, template_name: &str, claim: &str) {
         let ns = namespace(set);
         if self.ctx.store.get(&pvcs(), Some(ns), claim).is_some() {
             return;
         }
-        let mut pvc = json!({
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim, "namespace": ns, "labels": {}},
-            "spec": template.get("spec").cloned().unwrap_or(json!({})),
-        });
-        if let Some(l) = template
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object)
-        {
-            for (k, v) in l {
-                pvc["metadata"]["labels"][k] = v.clone();
-            }
-        }
-        if let Some(a) = template.pointer("/metadata/annotations") {
-            pvc["metadata"]["annotations"] = a.clone();
-        }
-        // As the real controller does, claims carry the set's selector labels.
-        if let Some(ml) = set
-            .pointer("/spec/selector/matchLabels")
-            .and_then(Value::as_object)
-        {
-            for (k, v) in ml {
-                pvc["metadata"]["labels"][k] = v.clone();
-            }
-        }
-        if pvc.pointer("/spec/accessModes").is_none() {
-            pvc["spec"]["accessModes"] = json!(["ReadWriteOnce"]);
-        }
-        if pvc.pointer("/spec/volumeMode").is_none() {
-            pvc["spec"]["volumeMode"] = json!("Filesystem");
-        }
+        let Some(pvc) = claim_for(set, template_name, claim) else {
+            return;
+        };
         if let Err(e) = self
             .ctx
             .store
@@ -324,4 +260,92 @@ pub fn write_status(
             true
         },
     );
+}
+
+/// The revision label value of a set's current template.
+pub fn revision_of(set: &Value) -> String {
+    let template = set.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    format!("{}-{}", name(set), template_hash(&template))
+}
+
+/// Pod `<set>-<i>` and its (volume name, claim name) pairs.
+pub fn stateful_pod(set: &Value, i: usize, revision: &str) -> (Value, Vec<(String, String)>) {
+    let set_name = name(set);
+    let ns = namespace(set);
+    let pod_name = format!("{set_name}-{i}");
+    let claims: Vec<(String, String)> = set
+        .pointer("/spec/volumeClaimTemplates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|t| (name(t).to_string(), format!("{}-{pod_name}", name(t))))
+        .collect();
+    let template = set.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    let mut pod = pod_from_template(&template, ns, &pod_name, set);
+    let l = &mut pod["metadata"]["labels"];
+    l["statefulset.kubernetes.io/pod-name"] = json!(pod_name);
+    l["controller-revision-hash"] = json!(revision);
+    l["apps.kubernetes.io/pod-index"] = json!(i.to_string());
+    pod["spec"]["hostname"] = json!(pod_name);
+    if let Some(svc) = str_at(set, "/spec/serviceName").filter(|s| !s.is_empty()) {
+        pod["spec"]["subdomain"] = json!(svc);
+    }
+    if !claims.is_empty() {
+        let mut volumes: Vec<Value> = pod["spec"]["volumes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        volumes.retain(|v| {
+            !claims
+                .iter()
+                .any(|(t, _)| v.get("name").and_then(Value::as_str) == Some(t))
+        });
+        for (t, claim) in &claims {
+            volumes.push(json!({"name": t, "persistentVolumeClaim": {"claimName": claim}}));
+        }
+        pod["spec"]["volumes"] = json!(volumes);
+    }
+    (pod, claims)
+}
+
+/// The claim `claim` from the set's volumeClaimTemplate `template_name`, labelled like the real
+/// controller does (template labels plus the set's selector labels).
+pub fn claim_for(set: &Value, template_name: &str, claim: &str) -> Option<Value> {
+    let template = set
+        .pointer("/spec/volumeClaimTemplates")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|t| name(t) == template_name)?;
+    let mut pvc = json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim, "namespace": namespace(set), "labels": {}},
+        "spec": template.get("spec").cloned().unwrap_or(json!({})),
+    });
+    if let Some(l) = template
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+    {
+        for (k, v) in l {
+            pvc["metadata"]["labels"][k] = v.clone();
+        }
+    }
+    if let Some(a) = template.pointer("/metadata/annotations") {
+        pvc["metadata"]["annotations"] = a.clone();
+    }
+    if let Some(ml) = set
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+    {
+        for (k, v) in ml {
+            pvc["metadata"]["labels"][k] = v.clone();
+        }
+    }
+    if pvc.pointer("/spec/accessModes").is_none() {
+        pvc["spec"]["accessModes"] = json!(["ReadWriteOnce"]);
+    }
+    if pvc.pointer("/spec/volumeMode").is_none() {
+        pvc["spec"]["volumeMode"] = json!("Filesystem");
+    }
+    Some(pvc)
 }

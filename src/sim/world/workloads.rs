@@ -235,8 +235,8 @@ fn create_pod(ctx: &WorldContext, pod: Value) {
     }
 }
 
-fn reconcile_deployment(ctx: &WorldContext, dep: &Value, sets: Vec<Arc<Value>>, _: Option<&Feed>) {
-    let ns = namespace(dep);
+/// The ReplicaSet a Deployment's current template needs: `<deployment>-<pod-template-hash>`.
+pub fn replicaset_for(dep: &Value, revision: usize) -> Value {
     let mut template = dep.pointer("/spec/template").cloned().unwrap_or(json!({}));
     let hash = template_hash(&template);
     if !template
@@ -246,7 +246,27 @@ fn reconcile_deployment(ctx: &WorldContext, dep: &Value, sets: Vec<Arc<Value>>, 
         template["metadata"]["labels"] = json!({});
     }
     template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
-    let rs_name = format!("{}-{hash}", name(dep));
+    let mut selector = dep.pointer("/spec/selector").cloned().unwrap_or(json!({}));
+    selector["matchLabels"]["pod-template-hash"] = json!(hash);
+    let want = replicas(dep);
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": format!("{}-{hash}", name(dep)), "namespace": namespace(dep),
+            "labels": template["metadata"]["labels"].clone(),
+            "annotations": {"deployment.kubernetes.io/desired-replicas": want.to_string(),
+                            "deployment.kubernetes.io/revision": revision.to_string()},
+            "ownerReferences": [controller_ref(dep)],
+        },
+        "spec": {"replicas": want, "selector": selector, "template": template},
+    })
+}
+
+fn reconcile_deployment(ctx: &WorldContext, dep: &Value, sets: Vec<Arc<Value>>, _: Option<&Feed>) {
+    let ns = namespace(dep);
+    let rs = replicaset_for(dep, sets.len() + 1);
+    let rs_name = name(&rs).to_string();
     let want = replicas(dep);
     let mut current: Option<&Arc<Value>> = None;
     for rs in &sets {
@@ -268,20 +288,6 @@ fn reconcile_deployment(ctx: &WorldContext, dep: &Value, sets: Vec<Arc<Value>>, 
     }
     match current {
         None => {
-            let mut selector = dep.pointer("/spec/selector").cloned().unwrap_or(json!({}));
-            selector["matchLabels"]["pod-template-hash"] = json!(hash);
-            let rs = json!({
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "metadata": {
-                    "name": rs_name, "namespace": ns,
-                    "labels": template["metadata"]["labels"].clone(),
-                    "annotations": {"deployment.kubernetes.io/desired-replicas": want.to_string(),
-                                    "deployment.kubernetes.io/revision": (sets.len() + 1).to_string()},
-                    "ownerReferences": [controller_ref(dep)],
-                },
-                "spec": {"replicas": want, "selector": selector, "template": template},
-            });
             if let Err(e) = ctx
                 .store
                 .create(&replicasets(), Some(ns), rs, WriteOptions::default())
@@ -424,6 +430,27 @@ fn daemon_pod_node(pod: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
+/// A DaemonSet's pod template with the tolerations the controller adds.
+pub fn daemon_template(ds: &Value) -> Value {
+    let mut template = ds.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    daemon_tolerations(&mut template["spec"]);
+    template
+}
+
+/// The DaemonSet's pod for `node`, pinned there by required node affinity as the real controller does.
+pub fn daemon_pod(ds: &Value, template: &Value, node: &str) -> Value {
+    let mut t = template.clone();
+    if !t.pointer("/metadata/labels").is_some_and(Value::is_object) {
+        t["metadata"]["labels"] = json!({});
+    }
+    t["metadata"]["labels"]["controller-revision-hash"] = json!(template_hash(template));
+    t["metadata"]["labels"]["pod-template-generation"] = json!(generation(ds).to_string());
+    t["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = json!({
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+    });
+    pod_from_template(&t, namespace(ds), &format!("{}-", name(ds)), ds)
+}
+
 fn reconcile_daemonset(
     ctx: &WorldContext,
     ds: &Value,
@@ -431,10 +458,8 @@ fn reconcile_daemonset(
     node_feed: Option<&Feed>,
 ) {
     let ns = namespace(ds);
-    let mut template = ds.pointer("/spec/template").cloned().unwrap_or(json!({}));
-    daemon_tolerations(&mut template["spec"]);
+    let template = daemon_template(ds);
     let probe = json!({"spec": template["spec"].clone()});
-    let hash = template_hash(&template);
     let mut by_node: HashMap<String, Vec<&Arc<Value>>> = HashMap::new();
     for p in &children {
         if let Some(n) = daemon_pod_node(p) {
@@ -484,20 +509,7 @@ fn reconcile_daemonset(
         }
         if live.is_empty() {
             if may_place {
-                let mut t = template.clone();
-                if !t.pointer("/metadata/labels").is_some_and(Value::is_object) {
-                    t["metadata"]["labels"] = json!({});
-                }
-                t["metadata"]["labels"]["controller-revision-hash"] = json!(hash);
-                t["metadata"]["labels"]["pod-template-generation"] =
-                    json!(generation(ds).to_string());
-                t["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = json!({
-                    "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name(node)]}]}]
-                });
-                create_pod(
-                    ctx,
-                    pod_from_template(&t, ns, &format!("{}-", name(ds)), ds),
-                );
+                create_pod(ctx, daemon_pod(ds, &template, name(node)));
             }
         } else {
             scheduled += 1;
