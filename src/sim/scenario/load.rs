@@ -63,7 +63,17 @@ pub fn resolve(name_or_file: &str) -> Result<(Scenario, String), ScenarioError> 
 /// Parses and validates scenario YAML; `file` names it in errors.
 pub fn parse(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
     let scenario: Scenario = serde_saphyr::from_str(text).map_err(|e| {
-        let message = e.to_string();
+        // The parser's text repeats the position and adds a source snippet; keep the sentence only.
+        let full = e.to_string();
+        let first = full
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ");
+        let message = match first.split_once(": ") {
+            Some((pos, rest)) if pos.starts_with("line ") => rest.to_string(),
+            _ => first.to_string(),
+        };
         match e.location() {
             Some(loc) => ScenarioError::Syntax {
                 file: file.to_string(),
