@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::json;
 
-use crate::sim::{SimCluster, SimConfig, manifests};
+use crate::sim::{ScenarioSource, SimCluster, SimConfig, manifests};
 
 #[derive(Debug, Subcommand)]
 pub enum SimCommand {
@@ -20,9 +20,13 @@ pub enum SimCommand {
         /// Where to write the kubeconfig (default: ./snapdrain-sim.kubeconfig).
         #[arg(long, default_value = "snapdrain-sim.kubeconfig")]
         kubeconfig: PathBuf,
-        /// A scenario: a YAML file of objects to create at start.
-        #[arg(long)]
+        /// A scenario: a built-in name (quickstart, batch-burst, drift-rollout, scale-5k) or a scenario
+        /// file. A file that is a plain list of manifests is loaded as objects, without the world.
+        #[arg(long, value_name = "NAME|FILE")]
         scenario: Option<String>,
+        /// Run the world controllers (kubelet, scheduler, workload controllers) even without a scenario.
+        #[arg(long)]
+        world: bool,
     },
 }
 
@@ -32,18 +36,21 @@ pub async fn run(cmd: SimCommand) -> anyhow::Result<()> {
             addr,
             kubeconfig,
             scenario,
+            world,
         } => {
-            let objects = match &scenario {
-                None => Vec::new(),
-                Some(file) => {
-                    let text = std::fs::read_to_string(file)
+            let (objects, scenario) = match scenario {
+                Some(file) if is_manifest_list(&file) => {
+                    let text = std::fs::read_to_string(&file)
                         .with_context(|| format!("cannot read scenario file {file}"))?;
-                    manifests::parse_objects(&text, file)?
+                    (manifests::parse_objects(&text, &file)?, None)
                 }
+                other => (Vec::new(), other.map(ScenarioSource::Named)),
             };
             let cluster = SimCluster::start(SimConfig {
                 addr,
                 objects,
+                scenario,
+                world,
                 ..Default::default()
             })
             .await?;
@@ -57,6 +64,20 @@ pub async fn run(cmd: SimCommand) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Whether `path` is a file of plain manifests (a list, or documents with apiVersion and kind) rather
+/// than a scenario.
+fn is_manifest_list(path: &str) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    let Ok(docs) = serde_saphyr::from_multiple::<serde_json::Value>(&text) else {
+        return false;
+    };
+    docs.iter()
+        .find(|d| !d.is_null())
+        .is_some_and(|d| d.is_array() || (d.get("apiVersion").is_some() && d.get("kind").is_some()))
 }
 
 /// Resolves on SIGINT or SIGTERM.

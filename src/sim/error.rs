@@ -19,4 +19,6 @@ pub enum SimError {
     Load { what: String, message: String },
     #[error("scenario {file}: {message}")]
     Scenario { file: String, message: String },
+    #[error(transparent)]
+    ScenarioFile(#[from] super::scenario::ScenarioError),
 }

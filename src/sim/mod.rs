@@ -7,7 +7,8 @@ pub mod ec2;
 pub mod error;
 pub mod manifests;
 pub mod s3;
+pub mod scenario;
 pub mod world;
 
-pub use cluster::{SimCluster, SimConfig};
+pub use cluster::{ScenarioSource, SimCluster, SimConfig};
 pub use error::SimError;

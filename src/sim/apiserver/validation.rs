@@ -18,8 +18,17 @@ pub fn is_dns1123_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// RFC 1123 subdomain as Kubernetes checks it: the whole name up to 253 characters (its dot-separated
+/// parts have no length limit of their own there).
 pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
 }
 
 fn invalid(field: &str, value: &str, msg: &str) -> Cause {

@@ -2,10 +2,23 @@
 //! Karpenter and EC2 do in a real cluster. Every controller here reads and writes through the same
 //! [`Store`] as API clients, so clients see their effects exactly as they would see a real cluster's.
 //!
-//! Each controller is a task started by [`World::start`]; they share a [`WorldContext`].
+//! Each controller is a task started by [`World::start`]; they share a [`WorldContext`]. Controllers read
+//! through [`feed::Feed`] (a subscription that survives falling behind) and keep their own indexes, so no
+//! event costs a scan of all pods.
+
+pub mod feed;
+pub mod gc;
+pub mod kubelet;
+pub mod objects;
+pub mod scheduler;
+pub mod statefulset;
+pub mod volumes;
+pub mod workloads;
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::task::JoinHandle;
 
 use serde::{Deserialize, Serialize};
 
@@ -84,4 +97,58 @@ pub struct WorldContext {
     pub audit: Arc<Audit>,
     pub faults: Arc<Faults>,
     pub timings: Timings,
+    /// The simulated S3 endpoint when one runs beside the cluster (`sim::s3::S3Sim::endpoint()`): Velero
+    /// writes there. The EC2 simulator's handle belongs here too, once it is part of the build.
+    pub s3_endpoint: Option<String>,
+}
+
+impl WorldContext {
+    pub fn new(store: Store, audit: Arc<Audit>, faults: Arc<Faults>, timings: Timings) -> Self {
+        Self {
+            store,
+            audit,
+            faults,
+            timings,
+            s3_endpoint: None,
+        }
+    }
+}
+
+/// The running controllers of the simulated world. Dropping it stops them.
+pub struct World {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl World {
+    /// Starts kubelet, scheduler, StatefulSet, Deployment, ReplicaSet, DaemonSet, Job, volume and
+    /// garbage-collection controllers. From now on the kubelet, not a timer in the store, finishes pod
+    /// deletions.
+    pub fn start(ctx: Arc<WorldContext>) -> World {
+        ctx.store.set_kubelet_managed(true);
+        let tasks = vec![
+            tokio::spawn(kubelet::run(ctx.clone())),
+            tokio::spawn(scheduler::run(ctx.clone())),
+            tokio::spawn(statefulset::run(ctx.clone())),
+            tokio::spawn(workloads::deployments_run(ctx.clone())),
+            tokio::spawn(workloads::replicasets_run(ctx.clone())),
+            tokio::spawn(workloads::daemonsets_run(ctx.clone())),
+            tokio::spawn(workloads::jobs_run(ctx.clone())),
+            tokio::spawn(volumes::run(ctx.clone())),
+            tokio::spawn(gc::run(ctx)),
+        ];
+        World { tasks }
+    }
+
+    /// Adds another task (Velero, Karpenter, EC2 nodes) to be stopped with the world.
+    pub fn adopt(&mut self, task: JoinHandle<()>) {
+        self.tasks.push(task);
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
 }
