@@ -4,6 +4,7 @@ pub mod apiserver;
 pub mod cluster;
 pub mod error;
 pub mod manifests;
+pub mod world;
 
 pub use cluster::{SimCluster, SimConfig};
 pub use error::SimError;

@@ -85,3 +85,5 @@ pub struct WorldContext {
     pub faults: Arc<Faults>,
     pub timings: Timings,
 }
+
+pub mod velero;
