@@ -191,7 +191,7 @@ pub(crate) fn rfc3339(t: jiff::Timestamp) -> String {
 }
 
 /// Go `time.Duration` strings as Velero's `ttl` uses them (`720h0m0s`, `30m`, `1h30m`, `90s`).
-pub(crate) fn parse_go_duration(s: &str) -> Option<Duration> {
+pub fn parse_go_duration(s: &str) -> Option<Duration> {
     let mut total = 0f64;
     let mut num = String::new();
     let mut chars = s.chars().peekable();
