@@ -1,5 +1,6 @@
 //! The command line: `snapdrain sim serve`, `snapdrain demo`, `snapdrain controller`, `snapdrain crds`, ...
 
+mod controller;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -17,6 +18,10 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the DisruptionPlan controller.
+    Controller(controller::ControllerArgs),
+    /// Print the DisruptionPlan CustomResourceDefinition (YAML).
+    Crds,
     /// The simulated cluster (Kubernetes API, and the world around it).
     Sim {
         #[command(subcommand)]
@@ -27,5 +32,10 @@ pub enum Command {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Sim { command } => sim::run(command).await,
+        Command::Controller(args) => controller::run(args).await,
+        Command::Crds => {
+            print!("{}", crate::api::crd_yaml());
+            Ok(())
+        }
     }
 }

@@ -1,1 +1,20 @@
-//! controller
+//! The DisruptionPlan controller: wiring of kube-runtime's Controller, leader election, and the HTTP
+//! endpoints every replica serves (`/metrics`, `/healthz`).
+//!
+//! - [`context`]: what reconciles share.
+//! - [`reconcile`]: one pass over a plan (validate, then drive the phase machine).
+//! - [`steps`]: the work of each phase.
+//! - [`leader`]: only the Lease holder acts.
+//! - [`server`]: metrics and health.
+
+pub mod context;
+pub mod error;
+pub mod leader;
+pub mod reconcile;
+pub mod run;
+pub mod server;
+pub mod steps;
+
+pub use context::{Context, Settings};
+pub use error::ControllerError;
+pub use run::{ControllerHandle, start};

@@ -1,1 +1,30 @@
-//! planning
+//! Pure decisions, no I/O: which pods are protected, which backups a node needs, what to evict in which
+//! order, what eviction and backup answers mean, deterministic names, and the plan's phase machine.
+//!
+//! - [`inventory`]: pod classification (protected, DaemonSet, mirror, terminal, critical, emptyDir) and PDBs.
+//! - [`node`]: [`plan_node`], the plan for one node.
+//! - [`backups`]: backup needs, reuse, the Velero Backup object, phase meaning, retries.
+//! - [`evictions`]: eviction tiers and eviction answer classification.
+//! - [`naming`]: Backup names, EC2 client tokens, label values.
+//! - [`phase`]: the phase machine.
+
+pub mod backups;
+pub mod evictions;
+pub mod inventory;
+pub mod naming;
+pub mod node;
+pub mod phase;
+
+pub use backups::{
+    BackupNeed, BackupProgress, Clock, RetryDecision, ReusableBackup, backup_retry,
+    backup_timed_out, build_velero_backup, classify_backup, classify_backup_phase, find_reusable,
+};
+pub use evictions::{
+    EvictionOutcome, EvictionTier, PlannedEviction, classify_eviction, eviction_tier, pod_gone,
+};
+pub use inventory::{PdbIndex, ProtectionRule};
+pub use naming::{PlanRef, backup_name, client_token, label_value};
+pub use node::{NodeInputs, NodePlan, SkipReason, SkippedPod, plan_node};
+pub use phase::{
+    BackupsState, DrainState, PhaseDecision, PhaseFacts, next_phase, summarize_backups,
+};

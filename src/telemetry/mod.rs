@@ -1,5 +1,7 @@
 //! Logs and metrics.
 
 mod logging;
+pub mod metrics;
 
 pub use logging::init_logging;
+pub use metrics::Metrics;

@@ -5,39 +5,13 @@ use serde_json::Value;
 use super::errors::{ApiError, ApiResult};
 use super::request::Query;
 use super::resources::ResourceDef;
-use super::selectors::{FieldSelector, LabelSelector};
+use super::selectors::{FieldSelector, LabelSelector, field_labels};
 
 #[derive(Clone, Debug, Default)]
 pub struct ListFilter {
     pub namespace: Option<String>,
     pub labels: Option<LabelSelector>,
     pub fields: Option<FieldSelector>,
-}
-
-/// Field labels each kind supports besides `metadata.name` and `metadata.namespace`.
-pub fn field_labels(def: &ResourceDef) -> &'static [&'static str] {
-    match (def.group.as_str(), def.plural.as_str()) {
-        ("", "pods") => &[
-            "spec.nodeName",
-            "status.phase",
-            "spec.schedulerName",
-            "spec.serviceAccountName",
-            "status.podIP",
-            "spec.restartPolicy",
-        ],
-        ("", "nodes") => &["spec.unschedulable"],
-        ("", "events") => &[
-            "involvedObject.kind",
-            "involvedObject.name",
-            "involvedObject.namespace",
-            "involvedObject.uid",
-            "reason",
-            "type",
-        ],
-        ("", "secrets") => &["type"],
-        ("", "namespaces") => &["status.phase"],
-        _ => &[],
-    }
 }
 
 impl ListFilter {
@@ -53,7 +27,7 @@ impl ListFilter {
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let fields = query
             .get("fieldSelector")
-            .map(|s| FieldSelector::parse(s, field_labels(def)))
+            .map(|s| FieldSelector::parse(s, field_labels(&def.plural)))
             .transpose()
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         Ok(Self {

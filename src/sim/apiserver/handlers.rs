@@ -82,6 +82,19 @@ impl Request {
         })
     }
 
+    /// `?fieldManager=`, or as the real server defaults it: the user agent up to the first `/`.
+    fn field_manager(&self) -> String {
+        self.query
+            .get("fieldManager")
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                self.user_agent()
+                    .and_then(|ua| ua.split('/').next())
+                    .unwrap_or("unknown")
+                    .to_string()
+            })
+    }
+
     fn write_opts(&self) -> WriteOptions {
         WriteOptions {
             dry_run: self.query.dry_run(),
@@ -282,6 +295,7 @@ async fn create(state: &Arc<ApiState>, req: &Request) -> Reply {
         },
     )
     .await?;
+    let body = super::patching::track_update(t, None, body, Some(&req.field_manager()))?;
     let created =
         state
             .store
@@ -309,13 +323,14 @@ async fn update(state: &Arc<ApiState>, req: &Request) -> Reply {
     )
     .await?;
     let sub = t.subresource.as_deref();
-    let updated = state.store.update(
+    let manager = req.field_manager();
+    let updated = state.store.modify(
         &t.def.key(),
         t.namespace.as_deref(),
         name,
-        body,
         sub,
         req.write_opts(),
+        |current| super::patching::track_update(t, Some(current), body, Some(&manager)),
     )?;
     Ok(object_response(req, StatusCode::OK, &updated))
 }
@@ -327,7 +342,10 @@ async fn patch_object(state: &Arc<ApiState>, req: &Request) -> Reply {
     let kind =
         PatchType::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
     let body = req.body_value()?;
-    let manager = req.query.get("fieldManager").map(str::to_string);
+    let manager = match kind {
+        PatchType::Apply => req.query.get("fieldManager").map(str::to_string),
+        _ => Some(req.field_manager()),
+    };
     let force = req.query.flag("force");
     if kind == PatchType::Apply && manager.is_none() {
         return Err(ApiError::bad_request(
@@ -582,13 +600,10 @@ fn patch_scale(state: &ApiState, req: &Request) -> Reply {
         PatchType::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
     let body = req.body_value()?;
     write_scale(state, req, |current| {
-        let mut s = current.clone();
-        match kind {
-            PatchType::Json => patch::json(&mut s, &body)
-                .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?,
-            _ => patch::merge(&mut s, &body),
-        }
-        Ok(s)
+        Ok(match kind {
+            PatchType::Json => patch::json_patch(current, &body)?,
+            _ => patch::merge_patch(current, &body)?,
+        })
     })
 }
 

@@ -51,6 +51,44 @@ pub enum InstanceChange {
     Terminated { id: String },
 }
 
+impl From<crate::sim::ec2::InstanceEvent> for InstanceChange {
+    fn from(e: crate::sim::ec2::InstanceEvent) -> Self {
+        use crate::sim::ec2::InstanceEvent;
+        match e {
+            // A Bottlerocket host without cluster settings runs but never registers a Node.
+            InstanceEvent::Booted { instance } if instance.user_data.is_none() => {
+                InstanceChange::BootFailed {
+                    id: instance.id.clone(),
+                    reason: "running, but its user data has no Bottlerocket cluster settings, so no Node joins".into(),
+                }
+            }
+            InstanceEvent::Booted { instance } => {
+                let ud = instance.user_data.as_ref();
+                InstanceChange::Booted(BootedInstance {
+                    id: instance.id.clone(),
+                    instance_type: instance.instance_type.clone(),
+                    zone: instance.zone.clone(),
+                    private_dns_name: instance.private_dns_name.clone(),
+                    image_id: instance.image_id.clone(),
+                    spot: instance.spot,
+                    node_labels: ud.map(|u| u.node_labels.clone()).unwrap_or_default(),
+                    node_taints: ud
+                        .map(|u| {
+                            u.node_taints
+                                .iter()
+                                .map(|t| (t.key.clone(), t.value.clone(), t.effect.clone()))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    sysctls: ud.map(|u| u.sysctls.clone()).unwrap_or_default(),
+                })
+            }
+            InstanceEvent::BootFailed { id, reason } => InstanceChange::BootFailed { id, reason },
+            InstanceEvent::Terminated { id } => InstanceChange::Terminated { id },
+        }
+    }
+}
+
 /// (cpu, memory, max pods) of the instance types the sim knows; others get a mid-size default.
 pub fn capacity(instance_type: &str) -> (&'static str, &'static str, u32) {
     match instance_type {

@@ -1,0 +1,342 @@
+//! `DisruptionPlan` status: everything a restarted controller needs to resume without repeating a step
+//! (backup names and attempts, EC2 client tokens, who cordoned the node), and what a person needs to know.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Condition types the controller sets on a plan.
+pub mod condition {
+    /// True when the spec passed validation. False with reason `Invalid` and the problems as message.
+    pub const VALID: &str = "Valid";
+    /// True when every needed backup is Completed and verified in the bucket.
+    pub const BACKUPS_VERIFIED: &str = "BackupsVerified";
+    /// True when every node is drained.
+    pub const DRAINED: &str = "Drained";
+    /// True when the replacement capacity is Ready.
+    pub const REPLACED: &str = "Replaced";
+    /// True once the plan reached a terminal phase.
+    pub const DONE: &str = "Done";
+}
+
+/// Where a plan is in its lifecycle. Terminal: Completed, Failed, Aborted.
+#[derive(
+    Serialize,
+    Deserialize,
+    JsonSchema,
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    PartialOrd,
+    Ord,
+)]
+pub enum PlanPhase {
+    #[default]
+    Pending,
+    BackingUp,
+    Verifying,
+    Cordoning,
+    Draining,
+    Terminating,
+    Replacing,
+    Completed,
+    Failed,
+    Aborted,
+}
+
+impl PlanPhase {
+    /// Completed, Failed and Aborted never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Aborted)
+    }
+
+    /// The name as written in the status (and used as `stepTimings` key).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::BackingUp => "BackingUp",
+            Self::Verifying => "Verifying",
+            Self::Cordoning => "Cordoning",
+            Self::Draining => "Draining",
+            Self::Terminating => "Terminating",
+            Self::Replacing => "Replacing",
+            Self::Completed => "Completed",
+            Self::Failed => "Failed",
+            Self::Aborted => "Aborted",
+        }
+    }
+}
+
+impl std::fmt::Display for PlanPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Observed state of a DisruptionPlan.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionPlanStatus {
+    #[serde(default)]
+    pub phase: PlanPhase,
+
+    /// metav1 Conditions; types in [`condition`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+
+    /// Per-node progress, one entry per node the plan covers (resolved from nodes or nodeSelector).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeProgress>,
+
+    /// One record per Velero Backup attempt (or reused backup).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backups: Vec<BackupRecord>,
+
+    /// The spec generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// When the disruption was decided: backups must start after this (or be within reuseIfNewerThan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<Time>,
+
+    /// When the current phase began (drain timeouts count from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase_started_at: Option<Time>,
+
+    /// What is happening or what went wrong, for a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+
+    /// Seconds spent in each phase, keyed by phase name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub step_timings: BTreeMap<String, f64>,
+
+    /// Short strings for `kubectl get` columns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<StatusSummary>,
+}
+
+/// Short strings shown by `kubectl get dplan`.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusSummary {
+    /// e.g. `1/3 drained`.
+    pub nodes: String,
+    /// e.g. `2/2 verified`, or `none needed`.
+    pub backups: String,
+}
+
+impl StatusSummary {
+    /// Computes the summary from the rest of the status. Backups count per namespace: the latest attempt
+    /// of each (workload namespace) decides.
+    pub fn of(status: &DisruptionPlanStatus) -> Self {
+        let drained = status
+            .nodes
+            .iter()
+            .filter(|n| {
+                matches!(
+                    n.phase,
+                    NodePhase::Drained | NodePhase::Terminating | NodePhase::Gone
+                )
+            })
+            .count();
+        let mut latest: BTreeMap<&str, &BackupRecord> = BTreeMap::new();
+        for b in &status.backups {
+            match latest.get(b.namespace.as_str()) {
+                Some(prev) if prev.attempt >= b.attempt => {}
+                _ => {
+                    latest.insert(b.namespace.as_str(), b);
+                }
+            }
+        }
+        let verified = latest.values().filter(|b| b.verified).count();
+        let backups = if latest.is_empty() {
+            "none".to_owned()
+        } else {
+            format!("{verified}/{} verified", latest.len())
+        };
+        Self {
+            nodes: format!("{drained}/{} drained", status.nodes.len()),
+            backups,
+        }
+    }
+}
+
+/// Progress of one node.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeProgress {
+    pub name: String,
+    /// The Node's uid when the plan was decided: a Node recreated under the same name is a different node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// EC2 instance id from `spec.providerID` (`aws:///<az>/<i-...>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    /// True when snapdrain set `spec.unschedulable`; only then does a rollback uncordon the node.
+    #[serde(default)]
+    pub cordoned_by_snapdrain: bool,
+    #[serde(default)]
+    pub pods_total: u32,
+    #[serde(default)]
+    pub pods_evicted: u32,
+    #[serde(default)]
+    pub pods_blocked: u32,
+    /// Why pods are blocked (PDB, emptyDir refusal, eviction gate...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacement: Option<ReplacementProgress>,
+    #[serde(default)]
+    pub phase: NodePhase,
+}
+
+/// Where one node is.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum NodePhase {
+    #[default]
+    Pending,
+    /// Waiting for the backups of its StatefulSet pods.
+    BackingUp,
+    /// Backups verified (or not needed); holds released.
+    Released,
+    Cordoned,
+    Draining,
+    Drained,
+    Terminating,
+    /// Instance terminated and/or Node deleted.
+    Gone,
+    Failed,
+}
+
+/// Replacement capacity launched for one node.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplacementProgress {
+    /// EC2 ClientToken: a retried launch with the same token never starts a second instance.
+    pub client_token: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instance_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    #[serde(default)]
+    pub ready: bool,
+}
+
+/// One Velero Backup attempt for one workload namespace (or a reused backup).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupRecord {
+    /// Velero Backup name (in the plan's Velero namespace).
+    pub name: String,
+    /// The workload namespace it covers.
+    pub namespace: String,
+    /// The Velero Backup's uid, compared with `velero-backup.json` in the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stateful_sets: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pvcs: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pods: Vec<String>,
+    /// 1-based attempt number (part of the Backup name).
+    #[serde(default)]
+    pub attempt: u32,
+    /// True when this record points at an earlier backup instead of one this plan created.
+    #[serde(default)]
+    pub reused: bool,
+    /// Velero Backup `status.phase` as last seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// True once the bucket contents were checked.
+    #[serde(default)]
+    pub verified: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verified_objects: Vec<VerifiedObject>,
+    /// Set when the bucket contents were found wrong (not merely unreachable): the attempt counts as failed
+    /// and a new Backup is made while attempts remain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_at: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// An object checked in the bucket.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifiedObject {
+    pub key: String,
+    pub size: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(ns: &str, attempt: u32, verified: bool) -> BackupRecord {
+        BackupRecord {
+            name: format!("b-{ns}-{attempt}"),
+            namespace: ns.into(),
+            attempt,
+            verified,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn summary_counts_latest_attempts_and_drained_nodes() {
+        let status = DisruptionPlanStatus {
+            nodes: vec![
+                NodeProgress {
+                    name: "n1".into(),
+                    phase: NodePhase::Gone,
+                    ..Default::default()
+                },
+                NodeProgress {
+                    name: "n2".into(),
+                    phase: NodePhase::Draining,
+                    ..Default::default()
+                },
+            ],
+            backups: vec![
+                record("db", 1, false),
+                record("db", 2, true),
+                record("mq", 1, false),
+            ],
+            ..Default::default()
+        };
+        let s = StatusSummary::of(&status);
+        assert_eq!(s.nodes, "1/2 drained");
+        assert_eq!(s.backups, "1/2 verified");
+        assert_eq!(
+            StatusSummary::of(&DisruptionPlanStatus::default()).backups,
+            "none"
+        );
+    }
+
+    #[test]
+    fn phases_serialize_as_written_in_the_crd() {
+        assert_eq!(
+            serde_json::to_value(PlanPhase::BackingUp).ok(),
+            Some(serde_json::json!("BackingUp"))
+        );
+        assert!(PlanPhase::Aborted.is_terminal() && !PlanPhase::Draining.is_terminal());
+        let s: DisruptionPlanStatus =
+            serde_json::from_value(serde_json::json!({})).expect("empty status");
+        assert_eq!(s.phase, PlanPhase::Pending);
+    }
+}

@@ -1,0 +1,495 @@
+//! Validation of a `DisruptionPlanSpec` without an API server.
+//!
+//! Repeats every constraint the CRD schema and its CEL rules enforce (so a controller running against an
+//! API server that skips CEL, or against objects stored before a rule existed, still marks a bad plan
+//! Invalid), and adds the checks CEL cannot express cheaply (duplicate node names, selector operators,
+//! durations that parse). On success the durations come back parsed.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use regex::Regex;
+
+use super::plan::{
+    BackupPolicy, DURATION_PATTERN, DisruptionPlanSpec, NODE_NAME_PATTERN, PlanMode,
+    ReplacementWhen, TAINT_VALUE_PATTERN,
+};
+
+/// One thing wrong with a spec: the JSON path of the field and what to do about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecProblem {
+    /// e.g. `spec.drain.maxConcurrentEvictions`.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for SpecProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// A spec that passed [`validate`], with its durations parsed.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ValidSpec {
+    pub backup_ttl: Option<Duration>,
+    pub reuse_if_newer_than: Option<Duration>,
+    pub backup_timeout: Option<Duration>,
+    pub drain_timeout: Option<Duration>,
+}
+
+/// All problems joined into one line, for `status.message` and the `Valid` condition.
+pub fn problems_message(problems: &[SpecProblem]) -> String {
+    let parts: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    format!("invalid spec: {}", parts.join("; "))
+}
+
+/// Checks `spec`; returns every problem found, not just the first.
+pub fn validate(spec: &DisruptionPlanSpec) -> Result<ValidSpec, Vec<SpecProblem>> {
+    let mut v = Validator::default();
+    v.nodes(spec);
+    if let Some(r) = &spec.reason
+        && r.len() > 1024
+    {
+        v.problem("spec.reason", "must be at most 1024 characters");
+    }
+
+    let b = &spec.backup;
+    if b.storage_location.is_empty() || b.storage_location.len() > 253 {
+        v.problem(
+            "spec.backup.storageLocation",
+            "must name a Velero BackupStorageLocation (1-253 characters)",
+        );
+    }
+    if !is_dns_label(&b.velero_namespace) {
+        v.problem(
+            "spec.backup.veleroNamespace",
+            format!(
+                "{:?} is not a namespace name (DNS-1123 label)",
+                b.velero_namespace
+            ),
+        );
+    }
+    if !(1..=10).contains(&b.max_attempts) {
+        v.problem(
+            "spec.backup.maxAttempts",
+            format!("must be between 1 and 10, got {}", b.max_attempts),
+        );
+    }
+    let backup_ttl = v.duration("spec.backup.ttl", b.ttl.as_deref());
+    let reuse_if_newer_than = v.duration(
+        "spec.backup.reuseIfNewerThan",
+        b.reuse_if_newer_than.as_deref(),
+    );
+    let backup_timeout = v.duration("spec.backup.timeout", b.timeout.as_deref());
+    if b.policy == BackupPolicy::Skip && b.reuse_if_newer_than.is_some() {
+        v.problem(
+            "spec.backup.reuseIfNewerThan",
+            "has no effect with backup.policy skip; remove one of them",
+        );
+    }
+
+    let d = &spec.drain;
+    let drain_timeout = v.duration("spec.drain.timeout", d.timeout.as_deref());
+    if let Some(g) = d.grace_period_seconds
+        && g < 0
+    {
+        v.problem(
+            "spec.drain.gracePeriodSeconds",
+            format!("must be >= 0, got {g}"),
+        );
+    }
+    if !(1..=1000).contains(&d.max_concurrent_evictions) {
+        v.problem(
+            "spec.drain.maxConcurrentEvictions",
+            format!(
+                "must be between 1 and 1000, got {}",
+                d.max_concurrent_evictions
+            ),
+        );
+    }
+    if let Some(sel) = &d.pod_selector {
+        v.selector("spec.drain.podSelector", sel);
+    }
+
+    v.replacement(spec);
+
+    if v.problems.is_empty() {
+        Ok(ValidSpec {
+            backup_ttl,
+            reuse_if_newer_than,
+            backup_timeout,
+            drain_timeout,
+        })
+    } else {
+        Err(v.problems)
+    }
+}
+
+#[derive(Default)]
+struct Validator {
+    problems: Vec<SpecProblem>,
+}
+
+impl Validator {
+    fn problem(&mut self, field: &str, message: impl Into<String>) {
+        self.problems.push(SpecProblem {
+            field: field.to_owned(),
+            message: message.into(),
+        });
+    }
+
+    fn nodes(&mut self, spec: &DisruptionPlanSpec) {
+        // An explicit `nodes: []` deserializes like an absent list, so both read "set exactly one".
+        match (spec.nodes.is_empty(), &spec.node_selector) {
+            (true, None) | (false, Some(_)) => {
+                self.problem("spec", "set exactly one of spec.nodes or spec.nodeSelector");
+            }
+            _ => {}
+        }
+        if let Some(sel) = &spec.node_selector {
+            let empty = sel.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                && sel.match_expressions.as_ref().is_none_or(|e| e.is_empty());
+            if empty {
+                self.problem(
+                    "spec.nodeSelector",
+                    "must not be empty: an empty selector would select every node",
+                );
+            } else {
+                self.selector("spec.nodeSelector", sel);
+            }
+        }
+        if spec.nodes.len() > 1000 {
+            self.problem(
+                "spec.nodes",
+                format!("at most 1000 nodes per plan, got {}", spec.nodes.len()),
+            );
+        }
+        let re = anchored(NODE_NAME_PATTERN);
+        let mut seen = BTreeSet::new();
+        for (i, name) in spec.nodes.iter().enumerate() {
+            if name.len() > 253 || !re.is_match(name) {
+                self.problem(
+                    &format!("spec.nodes[{i}]"),
+                    format!("{name:?} is not a node name (lowercase DNS-1123 subdomain, at most 253 characters)"),
+                );
+            }
+            if !seen.insert(name.as_str()) {
+                self.problem(
+                    &format!("spec.nodes[{i}]"),
+                    format!("node {name:?} is listed twice"),
+                );
+            }
+        }
+    }
+
+    fn duration(&mut self, field: &str, value: Option<&str>) -> Option<Duration> {
+        let value = value?;
+        match parse_duration(value) {
+            Some(d) => Some(d),
+            None => {
+                self.problem(
+                    field,
+                    format!("{value:?} is not a duration; write it like 90s, 15m or 1h30m"),
+                );
+                None
+            }
+        }
+    }
+
+    fn selector(&mut self, field: &str, sel: &LabelSelector) {
+        if let Err(e) = kube::core::Selector::try_from(sel.clone()) {
+            self.problem(field, format!("invalid label selector: {e}"));
+        }
+    }
+
+    fn replacement(&mut self, spec: &DisruptionPlanSpec) {
+        let Some(r) = &spec.replacement else { return };
+        if r.when != ReplacementWhen::None && spec.mode == PlanMode::Release {
+            self.problem(
+                "spec.replacement.when",
+                "replacement is only launched in Execute mode; in Release mode the autoscaler provisions capacity",
+            );
+        }
+        if r.when != ReplacementWhen::None
+            && r.instance_types.is_empty()
+            && r.launch_template.is_none()
+        {
+            self.problem(
+                "spec.replacement",
+                "replacement needs instanceTypes or launchTemplate unless replacement.when is none",
+            );
+        }
+        if let Some(lt) = &r.launch_template {
+            if lt.id.is_some() == lt.name.is_some() {
+                self.problem(
+                    "spec.replacement.launchTemplate",
+                    "launchTemplate needs exactly one of id or name",
+                );
+            }
+            if let Some(id) = &lt.id
+                && !anchored(r"^lt-[0-9a-f]+$").is_match(id)
+            {
+                self.problem(
+                    "spec.replacement.launchTemplate.id",
+                    format!("{id:?} is not a launch template id (lt-...)"),
+                );
+            }
+            if let Some(name) = &lt.name
+                && !(3..=128).contains(&name.len())
+            {
+                self.problem(
+                    "spec.replacement.launchTemplate.name",
+                    "must be 3-128 characters",
+                );
+            }
+            if let Some(ver) = &lt.version
+                && !anchored(r"^([0-9]+|\$Latest|\$Default)$").is_match(ver)
+            {
+                self.problem(
+                    "spec.replacement.launchTemplate.version",
+                    format!("{ver:?} is not a version number, $Latest or $Default"),
+                );
+            }
+        }
+        if r.instance_types.len() > 50 {
+            self.problem(
+                "spec.replacement.instanceTypes",
+                "at most 50 instance types",
+            );
+        }
+        for (i, t) in r.instance_types.iter().enumerate() {
+            if t.is_empty() || t.len() > 64 {
+                self.problem(
+                    &format!("spec.replacement.instanceTypes[{i}]"),
+                    "must be 1-64 characters",
+                );
+            }
+        }
+        if r.subnets.len() > 50 {
+            self.problem("spec.replacement.subnets", "at most 50 subnets");
+        }
+        if let Some(br) = &r.bottlerocket {
+            let re = anchored(TAINT_VALUE_PATTERN);
+            for (key, values) in &br.node_taints {
+                for (i, value) in values.iter().enumerate() {
+                    if !re.is_match(value) {
+                        self.problem(
+                            &format!("spec.replacement.bottlerocket.nodeTaints[{key}][{i}]"),
+                            format!("{value:?} must be value:Effect with Effect NoSchedule, PreferNoSchedule or NoExecute"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Parses a Go duration string restricted to [`DURATION_PATTERN`] (no sign, no bare `0`).
+pub fn parse_duration(value: &str) -> Option<Duration> {
+    if !anchored(DURATION_PATTERN).is_match(value) {
+        return None;
+    }
+    value
+        .parse::<kube::core::Duration>()
+        .ok()
+        .map(Duration::from)
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 63 && anchored(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").is_match(s)
+}
+
+// The patterns are compile-time constants checked by the tests, so building them cannot fail at runtime.
+fn anchored(pattern: &str) -> Regex {
+    #[allow(clippy::expect_used)]
+    Regex::new(pattern).expect("constant pattern compiles")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::plan::{LaunchTemplateRef, ReplacementSpec};
+
+    fn spec(json: serde_json::Value) -> DisruptionPlanSpec {
+        serde_json::from_value(json).expect("spec parses")
+    }
+
+    fn fields(problems: &[SpecProblem]) -> Vec<&str> {
+        problems.iter().map(|p| p.field.as_str()).collect()
+    }
+
+    #[test]
+    fn minimal_plan_is_valid() {
+        let v = validate(&spec(
+            serde_json::json!({"nodes": ["ip-10-0-1-5.ec2.internal"]}),
+        ))
+        .expect("valid");
+        assert_eq!(v, ValidSpec::default());
+    }
+
+    #[test]
+    fn durations_are_parsed() {
+        let v = validate(&spec(serde_json::json!({
+            "nodes": ["n1"],
+            "backup": {"ttl": "168h", "reuseIfNewerThan": "1h30m", "timeout": "90s"},
+            "drain": {"timeout": "1.5m"}
+        })))
+        .expect("valid");
+        assert_eq!(v.backup_ttl, Some(Duration::from_secs(168 * 3600)));
+        assert_eq!(v.reuse_if_newer_than, Some(Duration::from_secs(5400)));
+        assert_eq!(v.backup_timeout, Some(Duration::from_secs(90)));
+        assert_eq!(v.drain_timeout, Some(Duration::from_secs(90)));
+    }
+
+    #[test]
+    fn bad_durations_are_named() {
+        let err = validate(&spec(serde_json::json!({
+            "nodes": ["n1"], "backup": {"ttl": "7 days", "timeout": "-5s"}, "drain": {"timeout": "10"}
+        })))
+        .unwrap_err();
+        assert_eq!(
+            fields(&err),
+            [
+                "spec.backup.ttl",
+                "spec.backup.timeout",
+                "spec.drain.timeout"
+            ]
+        );
+        assert!(err[0].message.contains("1h30m"), "{}", err[0]);
+    }
+
+    #[test]
+    fn needs_exactly_one_node_source() {
+        let err = validate(&spec(serde_json::json!({}))).unwrap_err();
+        assert_eq!(
+            err[0].message,
+            "set exactly one of spec.nodes or spec.nodeSelector"
+        );
+        let err = validate(&spec(serde_json::json!({"nodes": []}))).unwrap_err();
+        assert_eq!(fields(&err), ["spec"]);
+        let both =
+            spec(serde_json::json!({"nodes": ["n1"], "nodeSelector": {"matchLabels": {"a": "b"}}}));
+        assert_eq!(fields(&validate(&both).unwrap_err()), ["spec"]);
+        let sel = spec(serde_json::json!({"nodeSelector": {"matchLabels": {"a": "b"}}}));
+        assert!(validate(&sel).is_ok());
+    }
+
+    #[test]
+    fn empty_or_broken_node_selector_is_refused() {
+        let err = validate(&spec(serde_json::json!({"nodeSelector": {}}))).unwrap_err();
+        assert_eq!(fields(&err), ["spec.nodeSelector"]);
+        assert!(err[0].message.contains("every node"));
+        let err = validate(&spec(
+            serde_json::json!({"nodeSelector": {"matchExpressions": [
+                {"key": "a", "operator": "Near", "values": ["b"]}
+            ]}}),
+        ))
+        .unwrap_err();
+        assert_eq!(fields(&err), ["spec.nodeSelector"]);
+    }
+
+    #[test]
+    fn node_names_must_be_dns_and_unique() {
+        let err =
+            validate(&spec(serde_json::json!({"nodes": ["Node_1", "n2", "n2"]}))).unwrap_err();
+        assert_eq!(fields(&err), ["spec.nodes[0]", "spec.nodes[2]"]);
+        assert!(err[1].message.contains("twice"));
+    }
+
+    #[test]
+    fn numeric_ranges() {
+        let err = validate(&spec(serde_json::json!({
+            "nodes": ["n1"], "backup": {"maxAttempts": 11}, "drain": {"maxConcurrentEvictions": 0, "gracePeriodSeconds": -1}
+        })))
+        .unwrap_err();
+        assert_eq!(
+            fields(&err),
+            [
+                "spec.backup.maxAttempts",
+                "spec.drain.gracePeriodSeconds",
+                "spec.drain.maxConcurrentEvictions"
+            ]
+        );
+    }
+
+    #[test]
+    fn replacement_needs_something_to_launch() {
+        let mut s =
+            spec(serde_json::json!({"nodes": ["n1"], "replacement": {"when": "after-drain"}}));
+        assert_eq!(fields(&validate(&s).unwrap_err()), ["spec.replacement"]);
+        s.replacement = Some(ReplacementSpec {
+            when: ReplacementWhen::None,
+            launch_template: None,
+            instance_types: vec![],
+            capacity_type: None,
+            subnets: vec![],
+            image_id: None,
+            bottlerocket: None,
+        });
+        assert!(validate(&s).is_ok(), "when: none needs nothing");
+        let s = spec(
+            serde_json::json!({"nodes": ["n1"], "replacement": {"when": "before-drain", "instanceTypes": ["m7i.large"]}}),
+        );
+        assert!(validate(&s).is_ok());
+    }
+
+    #[test]
+    fn launch_template_needs_id_xor_name() {
+        let mut s = spec(
+            serde_json::json!({"nodes": ["n1"], "replacement": {"when": "after-drain",
+            "launchTemplate": {"id": "lt-0abc", "name": "workers"}}}),
+        );
+        assert_eq!(
+            fields(&validate(&s).unwrap_err()),
+            ["spec.replacement.launchTemplate"]
+        );
+        if let Some(r) = s.replacement.as_mut() {
+            r.launch_template = Some(LaunchTemplateRef {
+                id: Some("lt-0abc".into()),
+                name: None,
+                version: Some("latest".into()),
+            });
+        }
+        assert_eq!(
+            fields(&validate(&s).unwrap_err()),
+            ["spec.replacement.launchTemplate.version"]
+        );
+    }
+
+    #[test]
+    fn replacement_is_refused_in_release_mode() {
+        let s = spec(serde_json::json!({"nodes": ["n1"], "mode": "Release",
+            "replacement": {"when": "after-drain", "instanceTypes": ["m7i.large"]}}));
+        assert_eq!(
+            fields(&validate(&s).unwrap_err()),
+            ["spec.replacement.when"]
+        );
+    }
+
+    #[test]
+    fn taints_need_an_effect() {
+        let s = spec(
+            serde_json::json!({"nodes": ["n1"], "replacement": {"when": "after-drain",
+            "instanceTypes": ["m7i.large"],
+            "bottlerocket": {"nodeTaints": {"dedicated": ["db:NoSchedule", "db"]}}}}),
+        );
+        assert_eq!(
+            fields(&validate(&s).unwrap_err()),
+            ["spec.replacement.bottlerocket.nodeTaints[dedicated][1]"]
+        );
+    }
+
+    #[test]
+    fn message_lists_every_problem() {
+        let err = validate(&spec(
+            serde_json::json!({"nodes": ["A"], "backup": {"veleroNamespace": "Velero"}}),
+        ))
+        .unwrap_err();
+        let msg = problems_message(&err);
+        assert!(msg.starts_with("invalid spec: spec.nodes[0]: "), "{msg}");
+        assert!(msg.contains("; spec.backup.veleroNamespace: "), "{msg}");
+    }
+}

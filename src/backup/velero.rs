@@ -1,0 +1,119 @@
+//! Velero objects through the Kubernetes API: create a plan's Backups (idempotently, by deterministic
+//! name), read them, and resolve their BackupStorageLocation and credentials into an S3 target.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use kube::{Client, Error as KubeError};
+
+use super::location::{self, LocationError, S3Target};
+use crate::api::velero::{Backup, BackupStorageLocation};
+
+#[derive(Debug, thiserror::Error)]
+pub enum VeleroError {
+    #[error(
+        "cannot create Velero Backup {namespace}/{name}: {source}; check that Velero's CRDs are installed and snapdrain may create velero.io backups"
+    )]
+    Create {
+        namespace: String,
+        name: String,
+        source: KubeError,
+    },
+    #[error("cannot read Velero Backup {namespace}/{name}: {source}")]
+    Read {
+        namespace: String,
+        name: String,
+        source: KubeError,
+    },
+    #[error(
+        "BackupStorageLocation {namespace}/{name} does not exist; create it or set spec.backup.storageLocation to an existing one"
+    )]
+    NoLocation { namespace: String, name: String },
+    #[error("cannot read BackupStorageLocation {namespace}/{name} or its credentials: {source}")]
+    ReadLocation {
+        namespace: String,
+        name: String,
+        source: KubeError,
+    },
+    #[error(transparent)]
+    Location(#[from] LocationError),
+}
+
+/// Creates `backup` unless it exists already (a restarted controller re-creates the same name), and
+/// returns the Backup as stored.
+pub async fn ensure_backup(
+    client: &Client,
+    backup: &serde_json::Value,
+) -> Result<Backup, VeleroError> {
+    let namespace = backup
+        .pointer("/metadata/namespace")
+        .and_then(|v| v.as_str())
+        .unwrap_or("velero")
+        .to_string();
+    let name = backup
+        .pointer("/metadata/name")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    let api: Api<Backup> = Api::namespaced(client.clone(), &namespace);
+    let typed: Backup =
+        serde_json::from_value(backup.clone()).map_err(|e| VeleroError::Create {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            source: KubeError::SerdeError(e),
+        })?;
+    match api.create(&PostParams::default(), &typed).await {
+        Ok(b) => Ok(b),
+        Err(KubeError::Api(e)) if e.code == 409 => {
+            api.get(&name).await.map_err(|source| VeleroError::Read {
+                namespace,
+                name,
+                source,
+            })
+        }
+        Err(source) => Err(VeleroError::Create {
+            namespace,
+            name,
+            source,
+        }),
+    }
+}
+
+pub async fn get_backup(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Backup>, VeleroError> {
+    let api: Api<Backup> = Api::namespaced(client.clone(), namespace);
+    api.get_opt(name).await.map_err(|source| VeleroError::Read {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        source,
+    })
+}
+
+/// The S3 target of BackupStorageLocation `name` in `namespace`, with its credentials.
+pub async fn resolve_location(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<S3Target, VeleroError> {
+    let read_err = |source| VeleroError::ReadLocation {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        source,
+    };
+    let bsls: Api<BackupStorageLocation> = Api::namespaced(client.clone(), namespace);
+    let bsl =
+        bsls.get_opt(name)
+            .await
+            .map_err(read_err)?
+            .ok_or_else(|| VeleroError::NoLocation {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+            })?;
+    location::check_available(&bsl)?;
+    let secret_ref = location::credential_ref(&bsl);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = secrets.get_opt(&secret_ref.name).await.map_err(read_err)?;
+    Ok(location::resolve_target(&bsl, secret.as_ref())?)
+}

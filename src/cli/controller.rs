@@ -1,0 +1,89 @@
+//! `snapdrain controller`: run the DisruptionPlan controller against a cluster (kubeconfig or in-cluster).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use crate::controller::run::RunOptions;
+use crate::controller::{Settings, start};
+
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    /// Kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Where /metrics and /healthz listen.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "snapdrain")]
+    pub lease_namespace: String,
+    /// Run without leader election (a single replica only).
+    #[arg(long)]
+    pub no_leader_election: bool,
+    /// This replica's identity in the Lease (default: $POD_NAME or the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// AWS region (default: the standard AWS environment).
+    #[arg(long, env = "AWS_REGION")]
+    pub region: Option<String>,
+    /// EC2 endpoint override (AWS_ENDPOINT_URL_EC2 also works).
+    #[arg(long)]
+    pub ec2_endpoint: Option<String>,
+    /// Cluster name for Bottlerocket replacements when a plan does not set it.
+    #[arg(long)]
+    pub cluster_name: Option<String>,
+    /// API server URL for Bottlerocket replacements when a plan does not set it.
+    #[arg(long)]
+    pub api_server: Option<String>,
+    /// Base64 cluster CA for Bottlerocket replacements when a plan does not set it.
+    #[arg(long)]
+    pub cluster_certificate: Option<String>,
+}
+
+pub async fn kube_config(path: Option<&PathBuf>) -> anyhow::Result<kube::Config> {
+    match path {
+        Some(p) => {
+            let kc = kube::config::Kubeconfig::read_from(p)
+                .with_context(|| format!("cannot read kubeconfig {}", p.display()))?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| {
+                    format!("kubeconfig {} has no usable current context", p.display())
+                })
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig found and not running in a cluster; pass --kubeconfig"),
+    }
+}
+
+pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
+    let config = kube_config(args.kubeconfig.as_ref()).await?;
+    let identity = args
+        .identity
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("snapdrain-{}", std::process::id()));
+    let settings = Settings {
+        identity,
+        ec2_endpoint: args.ec2_endpoint,
+        region: args.region,
+        cluster_name: args.cluster_name,
+        api_server: args.api_server,
+        cluster_certificate: args.cluster_certificate,
+        ..Settings::default()
+    };
+    let opts = RunOptions {
+        metrics_addr: Some(args.metrics_addr),
+        lease_namespace: (!args.no_leader_election).then_some(args.lease_namespace),
+        ..RunOptions::default()
+    };
+    let handle = start(config, settings, opts).await?;
+    tracing::info!(metrics = ?handle.metrics_addr, "snapdrain controller started");
+    super::sim::shutdown_signal().await;
+    tracing::info!("shutting down: finishing in-flight reconciles");
+    handle.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,33 @@
+//! Leader election on a coordination.k8s.io Lease (kube-lease-manager): every replica serves metrics and
+//! health, only the holder reconciles plans.
+
+use kube::Client;
+use kube_lease_manager::LeaseManagerBuilder;
+use tokio::sync::watch;
+
+use super::error::ControllerError;
+
+pub const LEASE_NAME: &str = "snapdrain-controller";
+
+/// Starts contending for the Lease; the receiver says whether this replica holds it right now.
+pub async fn contend(
+    client: Client,
+    namespace: &str,
+    identity: &str,
+    duration_secs: u64,
+) -> Result<watch::Receiver<bool>, ControllerError> {
+    let manager = LeaseManagerBuilder::new(client, LEASE_NAME)
+        .with_namespace(namespace)
+        .with_identity(identity)
+        .with_duration(duration_secs)
+        .with_grace((duration_secs / 3).max(1))
+        .build()
+        .await
+        .map_err(|e| {
+            ControllerError::Config(format!(
+                "cannot set up leader election on Lease {namespace}/{LEASE_NAME}: {e}"
+            ))
+        })?;
+    let (rx, _task) = manager.watch().await;
+    Ok(rx)
+}

@@ -1,0 +1,340 @@
+//! One reconcile pass over a DisruptionPlan: validate, then drive the phase machine
+//! ([`crate::planning::next_phase`]) as far as the cluster allows right now, persisting status after every
+//! step so that a restarted controller resumes exactly where this one stopped.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::context::Context;
+use super::error::ControllerError;
+use super::steps;
+use crate::api::status::{DisruptionPlanStatus, PlanPhase, StatusSummary, condition};
+use crate::api::{DisruptionPlan, ValidSpec, problems_message, validate};
+use crate::planning::{PhaseDecision, PhaseFacts, next_phase};
+use crate::telemetry::metrics::{PhaseLabel, ReasonLabel};
+
+pub const FIELD_MANAGER: &str = "snapdrain";
+/// Annotation a person sets to stop a plan; it rolls back what snapdrain did.
+pub const ABORT_ANNOTATION: &str = "snapdrain.io/abort";
+
+/// A plan being driven in this pass.
+pub struct PlanRun {
+    pub plan: Arc<DisruptionPlan>,
+    pub ctx: Arc<Context>,
+    pub status: DisruptionPlanStatus,
+    pub valid: ValidSpec,
+    /// When the current phase began in this process (status keeps the persisted time).
+    phase_clock: Instant,
+    /// Set by a step that hit a problem no retry can fix: the plan fails (and rolls back) with this.
+    pub fail: Option<String>,
+}
+
+impl PlanRun {
+    pub fn name(&self) -> String {
+        self.plan.name_any()
+    }
+
+    pub fn uid(&self) -> String {
+        self.plan.uid().unwrap_or_default()
+    }
+
+    pub fn now() -> Timestamp {
+        Timestamp::now()
+    }
+
+    /// Writes the whole status with server-side apply: one owner, so `force` only guards against stale
+    /// managers from older versions.
+    pub async fn save(&mut self) -> Result<(), ControllerError> {
+        self.status.summary = Some(StatusSummary::of(&self.status));
+        self.status.observed_generation = self.plan.metadata.generation;
+        let api: Api<DisruptionPlan> = Api::all(self.ctx.client.clone());
+        let body = json!({
+            "apiVersion": DisruptionPlan::api_version(&()),
+            "kind": DisruptionPlan::kind(&()),
+            "status": self.status,
+        });
+        api.patch_status(
+            &self.name(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await
+        .map_err(|source| ControllerError::WriteStatus {
+            plan: self.name(),
+            source,
+        })?;
+        Ok(())
+    }
+
+    pub async fn event(&self, type_: EventType, reason: &str, action: &str, note: String) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        // Events are best-effort: losing one must not stop the plan.
+        if let Err(e) = self
+            .ctx
+            .recorder
+            .publish(&event, &self.plan.object_ref(&()))
+            .await
+        {
+            tracing::warn!(plan = %self.name(), error = %e, "cannot publish event");
+        }
+    }
+
+    pub fn set_condition(&mut self, type_: &str, ok: bool, reason: &str, message: String) {
+        let status = if ok { "True" } else { "False" };
+        let now = Time(Self::now());
+        match self.status.conditions.iter_mut().find(|c| c.type_ == type_) {
+            Some(c) if c.status == status && c.reason == reason && c.message == message => {}
+            Some(c) => {
+                if c.status != status {
+                    c.last_transition_time = now;
+                }
+                c.status = status.into();
+                c.reason = reason.into();
+                c.message = message;
+                c.observed_generation = self.plan.metadata.generation;
+            }
+            None => self.status.conditions.push(Condition {
+                type_: type_.into(),
+                status: status.into(),
+                reason: reason.into(),
+                message,
+                last_transition_time: now,
+                observed_generation: self.plan.metadata.generation,
+            }),
+        }
+    }
+
+    /// Moves to the decided phase: timings, message, events, metrics, rollback.
+    async fn transition(&mut self, decision: PhaseDecision) -> Result<(), ControllerError> {
+        let from = self.status.phase;
+        let to = decision.phase;
+        let seconds = self.phase_clock.elapsed().as_secs_f64();
+        self.ctx.metrics.observe_step(from.as_str(), seconds);
+        *self
+            .status
+            .step_timings
+            .entry(from.as_str().to_string())
+            .or_insert(0.0) += seconds;
+        self.phase_clock = Instant::now();
+        if decision.rollback {
+            steps::rollback::run(self).await;
+        }
+        self.status.phase = to;
+        self.status.phase_started_at = Some(Time(Self::now()));
+        if let Some(m) = decision.message.clone() {
+            self.status.message = Some(m);
+        }
+        tracing::info!(plan = %self.name(), from = %from, to = %to, message = ?decision.message, "plan phase changed");
+        let note = decision
+            .message
+            .clone()
+            .unwrap_or_else(|| format!("{from} → {to}"));
+        match to {
+            PlanPhase::Failed | PlanPhase::Aborted => {
+                self.set_condition(condition::DONE, false, to.as_str(), note.clone());
+                self.ctx
+                    .metrics
+                    .plans_failed
+                    .get_or_create(&ReasonLabel {
+                        reason: format!("from_{from}"),
+                    })
+                    .inc();
+                self.event(EventType::Warning, &format!("Plan{to}"), "Finish", note)
+                    .await;
+            }
+            PlanPhase::Completed => {
+                self.set_condition(condition::DONE, true, "Completed", note.clone());
+                self.event(EventType::Normal, "PlanCompleted", "Finish", note)
+                    .await;
+            }
+            _ => {
+                self.event(EventType::Normal, to.as_str(), "Progress", note)
+                    .await
+            }
+        }
+        self.save().await
+    }
+}
+
+/// Reconciles one plan.
+pub async fn reconcile(
+    plan: Arc<DisruptionPlan>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let status = plan.status.clone().unwrap_or_default();
+    if status.phase.is_terminal() {
+        return Ok(Action::await_change());
+    }
+    let valid = match validate(&plan.spec) {
+        Ok(v) => v,
+        Err(problems) => return mark_invalid(plan, ctx, status, problems_message(&problems)).await,
+    };
+    let mut run = PlanRun {
+        plan,
+        ctx,
+        status,
+        valid,
+        phase_clock: Instant::now(),
+        fail: None,
+    };
+    let result = drive(&mut run).await;
+    if let Ok(mut failures) = run.ctx.failures.lock() {
+        failures.remove(&run.name());
+    }
+    result
+}
+
+/// An invalid spec is recorded once and waits for a change (no hot loop).
+async fn mark_invalid(
+    plan: Arc<DisruptionPlan>,
+    ctx: Arc<Context>,
+    status: DisruptionPlanStatus,
+    message: String,
+) -> Result<Action, ControllerError> {
+    let already = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == condition::VALID && c.status == "False" && c.message == message)
+        && status.observed_generation == plan.metadata.generation;
+    if already {
+        return Ok(Action::await_change());
+    }
+    let valid = ValidSpec::default();
+    let mut run = PlanRun {
+        plan,
+        ctx,
+        status,
+        valid,
+        phase_clock: Instant::now(),
+        fail: None,
+    };
+    run.set_condition(condition::VALID, false, "InvalidSpec", message.clone());
+    run.status.phase = PlanPhase::Failed;
+    run.status.message = Some(format!("invalid spec: {message}"));
+    run.save().await?;
+    run.event(EventType::Warning, "InvalidSpec", "Validate", message)
+        .await;
+    Ok(Action::await_change())
+}
+
+async fn drive(run: &mut PlanRun) -> Result<Action, ControllerError> {
+    if run.status.decided_at.is_none() {
+        run.status.decided_at = Some(Time(PlanRun::now()));
+        run.set_condition(condition::VALID, true, "Valid", "spec is valid".into());
+    }
+    // Each loop performs the current phase's work, then asks the phase machine where to go.
+    for _ in 0..16 {
+        let phase = run.status.phase;
+        let mut facts = PhaseFacts {
+            abort_requested: run
+                .plan
+                .annotations()
+                .get(ABORT_ANNOTATION)
+                .is_some_and(|v| v == "true")
+                || run.plan.meta().deletion_timestamp.is_some(),
+            deadline_passed: run
+                .plan
+                .spec
+                .deadline
+                .as_ref()
+                .is_some_and(|d| d.0 < PlanRun::now()),
+            ..PhaseFacts::default()
+        };
+        let wait = if facts.abort_requested {
+            None
+        } else {
+            steps::run_phase(run, phase, &mut facts).await?
+        };
+        let decision = match run.fail.take() {
+            Some(message) => PhaseDecision {
+                phase: PlanPhase::Failed,
+                rollback: true,
+                message: Some(message),
+            },
+            None => next_phase(phase, &run.plan.spec, &facts),
+        };
+        if decision.phase != phase {
+            run.transition(decision).await?;
+            if run.status.phase.is_terminal() {
+                return Ok(Action::await_change());
+            }
+            continue;
+        }
+        run.save().await?;
+        return Ok(match wait {
+            Some(d) => Action::requeue(d),
+            None => Action::requeue(Duration::from_secs(30)),
+        });
+    }
+    run.save().await?;
+    Ok(Action::requeue(Duration::from_millis(100)))
+}
+
+/// Error policy: back off per plan, growing with consecutive failures (kube-runtime keeps no such state).
+pub fn error_policy(
+    plan: Arc<DisruptionPlan>,
+    error: &ControllerError,
+    ctx: Arc<Context>,
+) -> Action {
+    let name = plan.name_any();
+    ctx.metrics
+        .reconcile_errors
+        .get_or_create(&ReasonLabel {
+            reason: error.kind().into(),
+        })
+        .inc();
+    let attempts = match ctx.failures.lock() {
+        Ok(mut f) => {
+            let n = f.entry(name.clone()).or_insert(0);
+            *n += 1;
+            *n
+        }
+        Err(_) => 1,
+    };
+    let delay = Duration::from_millis(500u64.saturating_mul(1 << attempts.min(7)));
+    tracing::warn!(plan = %name, error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Sets `snapdrain_plans{phase}` from a list of plans.
+pub fn record_phases(ctx: &Context, plans: &[Arc<DisruptionPlan>]) {
+    let mut counts = std::collections::BTreeMap::new();
+    for p in plans {
+        let phase = p.status.as_ref().map(|s| s.phase).unwrap_or_default();
+        *counts.entry(phase.as_str()).or_insert(0i64) += 1;
+    }
+    for phase in [
+        PlanPhase::Pending,
+        PlanPhase::BackingUp,
+        PlanPhase::Verifying,
+        PlanPhase::Cordoning,
+        PlanPhase::Draining,
+        PlanPhase::Terminating,
+        PlanPhase::Replacing,
+        PlanPhase::Completed,
+        PlanPhase::Failed,
+        PlanPhase::Aborted,
+    ] {
+        let n = counts.get(phase.as_str()).copied().unwrap_or(0);
+        ctx.metrics
+            .plans
+            .get_or_create(&PhaseLabel {
+                phase: phase.as_str().into(),
+            })
+            .set(n);
+    }
+}

@@ -1,0 +1,176 @@
+//! Starting the controller: clients, metrics endpoint, leader election, and kube-runtime's Controller
+//! over DisruptionPlans, woken by changes to the Velero Backups it created.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Config, ResourceExt};
+use tokio::sync::watch;
+
+use super::context::{Context, Settings};
+use super::error::ControllerError;
+use super::reconcile::{error_policy, reconcile, record_phases};
+use super::{leader, server};
+use crate::api::DisruptionPlan;
+use crate::api::velero::Backup;
+use crate::planning::backups::PLAN_LABEL;
+use crate::telemetry::Metrics;
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Where `/metrics` and `/healthz` listen (None: not served).
+    pub metrics_addr: Option<SocketAddr>,
+    /// Namespace of the leader-election Lease (None: no election, act at once).
+    pub lease_namespace: Option<String>,
+    pub lease_seconds: u64,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            metrics_addr: None,
+            lease_namespace: Some("default".into()),
+            lease_seconds: 15,
+        }
+    }
+}
+
+/// A running controller; dropping it does not stop it, `shutdown` does.
+pub struct ControllerHandle {
+    pub metrics: Metrics,
+    pub metrics_addr: Option<SocketAddr>,
+    /// True while this replica holds the Lease and reconciles.
+    pub leading: watch::Receiver<bool>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ControllerHandle {
+    /// Stops reconciling (in-flight reconciles finish) and waits for it.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Stops at once, as a crash would: in-flight work is abandoned mid-step.
+    pub fn kill(self) {
+        self.task.abort();
+    }
+}
+
+pub async fn start(
+    config: Config,
+    settings: Settings,
+    opts: RunOptions,
+) -> Result<ControllerHandle, ControllerError> {
+    let client = Client::try_from(config.clone())
+        .map_err(|e| ControllerError::Config(format!("cannot build a Kubernetes client: {e}")))?;
+    let mut no_retry = config;
+    no_retry.default_retry = false;
+    let eviction_client = Client::try_from(no_retry)
+        .map_err(|e| ControllerError::Config(format!("cannot build a Kubernetes client: {e}")))?;
+    let metrics = Metrics::new();
+    let metrics_addr = match opts.metrics_addr {
+        Some(addr) => Some(server::serve(addr, metrics.clone()).await.map_err(|e| {
+            ControllerError::Config(format!(
+                "cannot serve metrics on {addr}: {e} (pick another --metrics-addr)"
+            ))
+        })?),
+        None => None,
+    };
+    let leading = match &opts.lease_namespace {
+        Some(ns) => {
+            leader::contend(client.clone(), ns, &settings.identity, opts.lease_seconds).await?
+        }
+        None => watch::channel(true).1,
+    };
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        eviction_client,
+        metrics.clone(),
+        settings,
+    ));
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(lead_loop(client, ctx, leading.clone(), stop_rx));
+    Ok(ControllerHandle {
+        metrics,
+        metrics_addr,
+        leading,
+        stop,
+        task,
+    })
+}
+
+/// Waits for the Lease, reconciles while holding it, stops when it is lost or on shutdown.
+async fn lead_loop(
+    client: Client,
+    ctx: Arc<Context>,
+    mut leading: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            r = leading.wait_for(|l| *l) => if r.is_err() { return },
+        }
+        tracing::info!(identity = %ctx.settings.identity, "leading: reconciling DisruptionPlans");
+        let mut lost = leading.clone();
+        let mut stop_now = stop.clone();
+        let until = async move {
+            tokio::select! {
+                _ = lost.wait_for(|l| !*l) => {},
+                _ = stop_now.wait_for(|s| *s) => {},
+            }
+        };
+        run_controller(client.clone(), ctx.clone(), until).await;
+        if *stop.borrow() {
+            return;
+        }
+        tracing::warn!(identity = %ctx.settings.identity, "lost the Lease: standing by");
+    }
+}
+
+async fn run_controller(
+    client: Client,
+    ctx: Arc<Context>,
+    until: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let plans: Api<DisruptionPlan> = Api::all(client.clone());
+    let backups: Api<Backup> = Api::all(client);
+    let controller = Controller::new(plans, watcher::Config::default())
+        .with_config(ControllerConfig::default().concurrency(16));
+    let store = controller.store();
+    let gauge_ctx = ctx.clone();
+    let gauge = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        loop {
+            tick.tick().await;
+            record_phases(&gauge_ctx, &store.state());
+        }
+    });
+    controller
+        .watches(
+            backups,
+            watcher::Config::default().labels(PLAN_LABEL),
+            |b: Backup| {
+                b.labels()
+                    .get(PLAN_LABEL)
+                    .map(|plan| ObjectRef::<DisruptionPlan>::new(plan))
+            },
+        )
+        .graceful_shutdown_on(until)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    gauge.abort();
+}

@@ -1,0 +1,401 @@
+//! Draining. Execute mode: evict the node's pods in Karpenter's tier order with bounded concurrency,
+//! retrying 429s and the multi-PDB 500 with jittered backoff, then wait for the pods and their
+//! VolumeAttachments to go. Release mode: the autoscaler drains; wait for the nodes to disappear.
+//!
+//! The safety invariant is enforced here once more: under `backup.policy: required`, a protected pod is
+//! evicted only if a verified backup of this plan covers every one of its PVCs.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backon::{ExponentialBuilder, Retryable};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::events::EventType;
+use kube::runtime::watcher;
+
+use super::inventory;
+use crate::api::plan::{BackupPolicy, PlanMode};
+use crate::api::status::{BackupRecord, NodePhase};
+use crate::controller::error::ControllerError;
+use crate::controller::reconcile::PlanRun;
+use crate::drain::evict::evict;
+use crate::drain::wait::wait_for;
+use crate::planning::{
+    Clock, DrainState, EvictionOutcome, NodeInputs, PhaseFacts, PlannedEviction, SkipReason,
+    plan_node,
+};
+
+/// How one node's drain stands after this pass.
+enum NodeDrain {
+    Done,
+    /// The pods evicted so far are gone: look again at once.
+    Progress,
+    /// Waiting for pods to finish terminating or for blocked evictions.
+    Waiting {
+        blocked: Vec<String>,
+    },
+}
+
+pub async fn run(
+    run: &mut PlanRun,
+    facts: &mut PhaseFacts,
+) -> Result<Option<Duration>, ControllerError> {
+    if run.plan.spec.mode == PlanMode::Release {
+        return release(run, facts).await;
+    }
+    let mut all_done = true;
+    let mut blocked_all = Vec::new();
+    for i in 0..run.status.nodes.len() {
+        if run.status.nodes[i].phase == NodePhase::Drained {
+            continue;
+        }
+        let mut outcome = NodeDrain::Progress;
+        for _ in 0..8 {
+            outcome = drain_node(run, i).await?;
+            if !matches!(outcome, NodeDrain::Progress) {
+                break;
+            }
+        }
+        match outcome {
+            NodeDrain::Done => run.status.nodes[i].phase = NodePhase::Drained,
+            NodeDrain::Progress => {
+                all_done = false;
+                run.status.nodes[i].phase = NodePhase::Draining;
+            }
+            NodeDrain::Waiting { blocked } => {
+                all_done = false;
+                run.status.nodes[i].phase = NodePhase::Draining;
+                blocked_all.extend(blocked);
+            }
+        }
+    }
+    if all_done {
+        facts.drain = DrainState::Done;
+        return Ok(None);
+    }
+    let started = run
+        .status
+        .phase_started_at
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or_else(PlanRun::now);
+    if let Some(timeout) = run.valid.drain_timeout
+        && PlanRun::now().duration_since(started).unsigned_abs() > timeout
+    {
+        facts.drain = DrainState::Failed {
+            message: format!(
+                "drain.timeout ({timeout:?}) passed; still blocked: {}",
+                blocked_all.join("; ")
+            ),
+        };
+        return Ok(None);
+    }
+    run.status.message = if blocked_all.is_empty() {
+        Some("waiting for evicted pods to terminate".into())
+    } else {
+        Some(format!("eviction blocked: {}", blocked_all.join("; ")))
+    };
+    Ok(Some(Duration::from_millis(500)))
+}
+
+/// PVC claims a verified backup of this plan covers, as `ns/pvc`.
+fn covered_claims(records: &[BackupRecord]) -> BTreeSet<String> {
+    records
+        .iter()
+        .filter(|r| r.verified)
+        .flat_map(|r| r.pvcs.iter().map(move |p| format!("{}/{p}", r.namespace)))
+        .collect()
+}
+
+fn claims_of(pod: &Pod) -> Vec<String> {
+    let ns = pod.namespace().unwrap_or_default();
+    crate::planning::inventory::pvc_claims(pod)
+        .map(|c| format!("{ns}/{c}"))
+        .collect()
+}
+
+async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, ControllerError> {
+    let client = run.ctx.client.clone();
+    let node_name = run.status.nodes[index].name.clone();
+    let Some(inv) = inventory::node_inventory(&client, &node_name).await? else {
+        // The node is already gone (someone else terminated it): nothing left to drain.
+        return Ok(NodeDrain::Done);
+    };
+    let decided_at = run
+        .status
+        .decided_at
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or_else(PlanRun::now);
+    let inputs = NodeInputs {
+        node: &inv.node,
+        pods: &inv.pods,
+        stateful_sets: &inv.stateful_sets,
+        pvcs: &inv.pvcs,
+        pdbs: &inv.pdbs,
+        existing_backups: &[],
+    };
+    let plan = plan_node(
+        &inputs,
+        &run.plan.spec,
+        &run.valid,
+        Clock {
+            decided_at,
+            now: PlanRun::now(),
+        },
+    );
+    let required = run.plan.spec.backup.policy == BackupPolicy::Required;
+    let covered = covered_claims(&run.status.backups);
+    let pods_by_key = |e: &PlannedEviction| {
+        inv.pods.iter().find(|p| {
+            p.namespace().as_deref() == Some(e.namespace.as_str()) && p.name_any() == e.name
+        })
+    };
+
+    let mut blocked = Vec::new();
+    // Karpenter's order: only the first tier that still has pods is evicted in this pass.
+    let first_tier = plan.evictions.iter().map(|e| e.tier).min();
+    let mut batch: Vec<PlannedEviction> = Vec::new();
+    for e in &plan.evictions {
+        if e.terminating || Some(e.tier) != first_tier {
+            continue;
+        }
+        if required && e.protected {
+            let missing: Vec<String> = pods_by_key(e)
+                .map(claims_of)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|c| !covered.contains(c))
+                .collect();
+            if !missing.is_empty() {
+                blocked.push(format!(
+                    "{}/{}: no verified backup covers {} (it came after the plan was decided); not evicted",
+                    e.namespace,
+                    e.name,
+                    missing.join(", ")
+                ));
+                continue;
+            }
+        }
+        batch.push(e.clone());
+    }
+
+    let concurrency = run.plan.spec.drain.max_concurrent_evictions.max(1) as usize;
+    let grace = run.plan.spec.drain.grace_period_seconds;
+    let budget = run.ctx.settings.wait_slice;
+    let ctx = run.ctx.clone();
+    let results: Vec<(PlannedEviction, EvictionOutcome)> = futures::stream::iter(batch)
+        .map(|e| {
+            let ctx = ctx.clone();
+            async move {
+                let outcome = evict_with_retry(&ctx, &e, grace, budget).await;
+                (e, outcome)
+            }
+        })
+        .buffer_unordered(concurrency)
+        .collect()
+        .await;
+    let mut evicted = 0u32;
+    for (e, outcome) in &results {
+        match outcome {
+            EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone => evicted += 1,
+            EvictionOutcome::RetryAfter { reason, .. } => {
+                blocked.push(format!("{}/{}: {reason}", e.namespace, e.name))
+            }
+            EvictionOutcome::Failed { message } => {
+                blocked.push(format!("{}/{}: {message}", e.namespace, e.name))
+            }
+        }
+    }
+    if evicted > 0 {
+        tracing::info!(plan = %run.name(), node = %node_name, evicted, "evictions accepted");
+    }
+    let node = &mut run.status.nodes[index];
+    node.pods_evicted += evicted;
+    node.pods_blocked = blocked.len() as u32;
+    node.blocked_by = (!blocked.is_empty()).then(|| blocked.join("; "));
+    if !blocked.is_empty() {
+        let note = format!("node {node_name}: {}", blocked.join("; "));
+        run.event(EventType::Warning, "EvictionBlocked", "Drain", note)
+            .await;
+    }
+
+    // Pods that must leave: everything planned for eviction (skipped DaemonSet and mirror pods stay).
+    let must_go: BTreeSet<(String, String)> = plan
+        .evictions
+        .iter()
+        .map(|e| (e.namespace.clone(), e.name.clone()))
+        .collect();
+    let uids: BTreeSet<String> = plan
+        .evictions
+        .iter()
+        .filter_map(|e| e.uid.clone())
+        .collect();
+    if must_go.is_empty() {
+        let staying: BTreeSet<String> = inv
+            .pods
+            .iter()
+            .filter(|p| {
+                plan.skipped
+                    .iter()
+                    .any(|s| s.reason != SkipReason::Terminal && s.name == p.name_any())
+            })
+            .flat_map(|p| {
+                crate::planning::inventory::pvc_claims(p)
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        return wait_volumes(run, &node_name, &inv.pvcs, &staying).await;
+    }
+    // Wait (by watch) for the pods we expect to leave, bounded by the slice; the next pass continues.
+    let pods: Api<Pod> = Api::all(client);
+    let wc = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
+    let slice = if blocked.is_empty() {
+        budget
+    } else {
+        Duration::from_millis(500)
+    };
+    let gone = wait_for(
+        pods,
+        wc,
+        "pods leaving the node",
+        slice,
+        |pods: &[Arc<Pod>]| {
+            !pods
+                .iter()
+                .any(|p| p.uid().is_some_and(|u| uids.contains(&u)))
+        },
+    )
+    .await?;
+    Ok(if gone && blocked.is_empty() {
+        NodeDrain::Progress
+    } else {
+        NodeDrain::Waiting { blocked }
+    })
+}
+
+/// Sends one eviction, retrying "come back later" answers with jittered exponential backoff (honouring
+/// the server's retryAfter) until `budget` is spent.
+async fn evict_with_retry(
+    ctx: &crate::controller::context::Context,
+    e: &PlannedEviction,
+    grace: Option<i64>,
+    budget: Duration,
+) -> EvictionOutcome {
+    let start = Instant::now();
+    let uid = e.uid.clone().unwrap_or_default();
+    let attempt = || async {
+        let r = evict(&ctx.eviction_client, &e.namespace, &e.name, &uid, grace).await;
+        ctx.metrics.eviction(r.code);
+        match r.outcome {
+            retry @ EvictionOutcome::RetryAfter { .. } => Err(retry),
+            other => Ok(other),
+        }
+    };
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter()
+        .without_max_times();
+    let result = attempt
+        .retry(backoff)
+        .when(|_| start.elapsed() < budget)
+        .adjust(|err, dur| match (err, dur) {
+            (EvictionOutcome::RetryAfter { delay, .. }, Some(d)) => Some(d.max(*delay).min(budget)),
+            (_, d) => d,
+        })
+        .notify(|err, dur| tracing::debug!(pod = %format!("{}/{}", e.namespace, e.name), ?err, retry_in = ?dur, "eviction refused, will retry"))
+        .await;
+    match result {
+        Ok(o) => o,
+        Err(o) => o,
+    }
+}
+
+/// After the pods left: wait for the VolumeAttachments of their volumes to go (Karpenter does too), so a
+/// StatefulSet pod rescheduled elsewhere can attach its volume.
+async fn wait_volumes(
+    run: &PlanRun,
+    node: &str,
+    pvcs: &[k8s_openapi::api::core::v1::PersistentVolumeClaim],
+    staying_claims: &BTreeSet<String>,
+) -> Result<NodeDrain, ControllerError> {
+    // PVs used by pods that stay (DaemonSets) keep their attachments.
+    let staying_pvs: BTreeSet<String> = pvcs
+        .iter()
+        .filter(|c| staying_claims.contains(&c.name_any()))
+        .filter_map(|c| c.spec.as_ref().and_then(|s| s.volume_name.clone()))
+        .collect();
+    let node_owned = node.to_string();
+    let pending = |vas: &[Arc<VolumeAttachment>]| {
+        vas.iter()
+            .filter(|va| va.spec.node_name == node_owned)
+            .filter(|va| {
+                va.spec
+                    .source
+                    .persistent_volume_name
+                    .as_ref()
+                    .is_none_or(|pv| !staying_pvs.contains(pv))
+            })
+            .count()
+    };
+    let api: Api<VolumeAttachment> = Api::all(run.ctx.client.clone());
+    let done = wait_for(
+        api,
+        watcher::Config::default(),
+        "VolumeAttachments",
+        run.ctx.settings.wait_slice,
+        |vas| pending(vas) == 0,
+    )
+    .await?;
+    Ok(if done {
+        NodeDrain::Done
+    } else {
+        NodeDrain::Waiting {
+            blocked: vec![format!(
+                "node {node}: waiting for VolumeAttachments to detach"
+            )],
+        }
+    })
+}
+
+/// Release mode: holds are released after verification; Karpenter (or whoever disrupts) drains and
+/// terminates. The plan completes when the nodes are gone.
+async fn release(
+    run: &mut PlanRun,
+    facts: &mut PhaseFacts,
+) -> Result<Option<Duration>, ControllerError> {
+    let names: BTreeSet<String> = run.status.nodes.iter().map(|n| n.name.clone()).collect();
+    for n in run.status.nodes.iter_mut() {
+        if n.phase != NodePhase::Gone {
+            n.phase = NodePhase::Released;
+        }
+    }
+    let api: Api<Node> = Api::all(run.ctx.client.clone());
+    let gone = wait_for(
+        api,
+        watcher::Config::default(),
+        "released nodes to go",
+        run.ctx.settings.wait_slice,
+        |nodes| !nodes.iter().any(|n| names.contains(&n.name_any())),
+    )
+    .await?;
+    if gone {
+        for n in run.status.nodes.iter_mut() {
+            n.phase = NodePhase::Gone;
+        }
+    }
+    facts.nodes_gone = gone;
+    run.status.message = Some(if gone {
+        "released nodes are gone".into()
+    } else {
+        "backups verified; waiting for the autoscaler to remove the nodes".into()
+    });
+    Ok((!gone).then_some(Duration::from_secs(1)))
+}

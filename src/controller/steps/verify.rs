@@ -1,0 +1,152 @@
+//! Verifying: each Completed backup is checked in its bucket (velero-backup.json uid and phase, non-empty
+//! tarball, every PVC succeeded in the volume info, the kopia repository) before anything is evicted.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::events::EventType;
+
+use super::backups::namespaces;
+use crate::backup::bucket::{self, BucketError, VerifyRequest};
+use crate::backup::velero::resolve_location;
+use crate::backup::verify::verification_plan;
+use crate::controller::error::ControllerError;
+use crate::controller::reconcile::PlanRun;
+use crate::planning::{BackupProgress, PhaseFacts, classify_backup_phase, summarize_backups};
+use crate::telemetry::metrics::ReasonLabel;
+
+pub async fn run(
+    run: &mut PlanRun,
+    facts: &mut PhaseFacts,
+) -> Result<Option<Duration>, ControllerError> {
+    let spec = run.plan.spec.backup.clone();
+    let mut target = None;
+    for i in 0..run.status.backups.len() {
+        let record = run.status.backups[i].clone();
+        let latest = run
+            .status
+            .backups
+            .iter()
+            .filter(|r| r.namespace == record.namespace)
+            .map(|r| r.attempt)
+            .max();
+        if latest != Some(record.attempt)
+            || record.verified
+            || record.verification_error.is_some()
+            || classify_backup_phase(record.phase.as_deref()) != BackupProgress::Completed
+        {
+            continue;
+        }
+        let Some(uid) = record.uid.clone() else {
+            continue;
+        };
+        if target.is_none() {
+            target = Some(
+                resolve_location(
+                    &run.ctx.client,
+                    &spec.velero_namespace,
+                    &spec.storage_location,
+                )
+                .await?,
+            );
+        }
+        let Some(t) = target.as_ref() else { continue };
+        let request = VerifyRequest {
+            target: t,
+            checks: verification_plan(
+                t,
+                &record.name,
+                spec.method,
+                std::slice::from_ref(&record.namespace),
+            ),
+            uid: &uid,
+            pvcs: record
+                .pvcs
+                .iter()
+                .map(|p| (record.namespace.clone(), p.clone()))
+                .collect(),
+        };
+        let client = bucket::client(t);
+        match bucket::verify_backup(&client, request).await {
+            Ok(objects) => {
+                let entry = &mut run.status.backups[i];
+                entry.verified = true;
+                entry.verified_objects = objects;
+                entry.verified_at = Some(Time(PlanRun::now()));
+                tracing::info!(plan = %run.name(), backup = %record.name, bucket = %t.bucket, "backup verified in the bucket");
+                run.event(
+                    EventType::Normal,
+                    "BackupVerified",
+                    "Verify",
+                    format!(
+                        "Velero Backup {} verified in s3://{}/{}: {} objects, PVCs {}",
+                        record.name,
+                        t.bucket,
+                        t.prefix,
+                        run.status.backups[i].verified_objects.len(),
+                        record.pvcs.join(", ")
+                    ),
+                )
+                .await;
+            }
+            Err(BucketError::Invalid(e)) => {
+                let reason = match &e {
+                    crate::backup::verify::VerifyError::Missing { .. } => "missing",
+                    crate::backup::verify::VerifyError::UidMismatch { .. } => "uid_mismatch",
+                    crate::backup::verify::VerifyError::WrongPhase { .. } => "wrong_phase",
+                    crate::backup::verify::VerifyError::EmptyTarball { .. } => "empty_tarball",
+                    crate::backup::verify::VerifyError::Volumes { .. } => "volume_failed",
+                    crate::backup::verify::VerifyError::KopiaRepositoryMissing { .. } => {
+                        "kopia_missing"
+                    }
+                    crate::backup::verify::VerifyError::Unreadable { .. } => "unreadable",
+                };
+                run.ctx
+                    .metrics
+                    .verification_failures
+                    .get_or_create(&ReasonLabel {
+                        reason: reason.into(),
+                    })
+                    .inc();
+                let message = format!(
+                    "backup {} failed verification in s3://{}: {e}",
+                    record.name, t.bucket
+                );
+                tracing::warn!(plan = %run.name(), backup = %record.name, error = %e, "backup failed verification");
+                run.event(
+                    EventType::Warning,
+                    "BackupVerificationFailed",
+                    "Verify",
+                    message.clone(),
+                )
+                .await;
+                let entry = &mut run.status.backups[i];
+                entry.verification_error = Some(e.to_string());
+                entry.message = Some(message);
+            }
+            Err(e @ BucketError::Unreachable { .. }) => {
+                // Loud, and nothing moves on: the plan stays here and the reconcile is retried.
+                run.ctx
+                    .metrics
+                    .verification_failures
+                    .get_or_create(&ReasonLabel {
+                        reason: "unreachable".into(),
+                    })
+                    .inc();
+                run.status.message = Some(e.to_string());
+                run.event(
+                    EventType::Warning,
+                    "BucketUnreachable",
+                    "Verify",
+                    e.to_string(),
+                )
+                .await;
+                run.save().await?;
+                return Err(e.into());
+            }
+        }
+    }
+    let nss = namespaces(&run.status.backups);
+    facts.backups = summarize_backups(&nss, &run.status.backups, spec.max_attempts);
+    Ok(None)
+}

@@ -1,0 +1,552 @@
+//! Which Velero Backups a node needs, which earlier ones can be reused, the Backup objects themselves, and
+//! what a Backup's phase means.
+//!
+//! Scope of a Backup: one per workload namespace, `includedNamespaces: [ns]` and one `orLabelSelectors` entry
+//! per affected StatefulSet (its `spec.selector`). That selects the StatefulSet's pods; Velero's pod backup
+//! item action adds the PVCs they mount and the PVC action adds the bound PVs, whatever their labels (the
+//! StatefulSet controller also copies the selector's matchLabels onto claims from volumeClaimTemplates, so
+//! the PVCs match the selector as well). PVCs are therefore not listed by name. Every replica of an affected
+//! StatefulSet is included, not only those on the node: a restore needs a consistent set, and the extra
+//! cost is bounded by the StatefulSet's size. The StatefulSet object itself is only included when it carries
+//! the selector's labels.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+
+use super::naming::{PlanRef, backup_name, label_value};
+use crate::api::plan::{BackupMethod, DisruptionPlanSpec};
+use crate::api::status::BackupRecord;
+use crate::api::velero::{self, BackupStatus};
+
+/// Label on every Backup snapdrain creates: the plan name (as a label value).
+pub const PLAN_LABEL: &str = "snapdrain.io/plan";
+/// Label: the plan uid.
+pub const PLAN_UID_LABEL: &str = "snapdrain.io/plan-uid";
+/// Label: the attempt number.
+pub const ATTEMPT_LABEL: &str = "snapdrain.io/attempt";
+/// Label: the workload namespace the Backup covers.
+pub const NAMESPACE_LABEL: &str = "snapdrain.io/namespace";
+/// Annotation: comma-separated PVC names the plan expects in the backup (checked by verification).
+pub const PVCS_ANNOTATION: &str = "snapdrain.io/pvcs";
+/// Annotation: comma-separated StatefulSet names.
+pub const STATEFULSETS_ANNOTATION: &str = "snapdrain.io/statefulsets";
+
+/// A backup one node needs in one workload namespace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BackupNeed {
+    pub namespace: String,
+    /// Affected StatefulSets, sorted.
+    pub stateful_sets: Vec<String>,
+    /// PVCs mounted by the protected pods on the node, sorted. Verification expects each of them.
+    pub pvcs: Vec<String>,
+    /// Protected pods on the node, sorted.
+    pub pods: Vec<String>,
+    /// One selector per StatefulSet, in `stateful_sets` order.
+    pub or_label_selectors: Vec<LabelSelector>,
+    /// An earlier Completed and verified backup that already covers these PVCs.
+    pub reuse: Option<String>,
+}
+
+/// An existing backup that might be reused (from this or another plan's status).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReusableBackup {
+    pub name: String,
+    pub storage_location: String,
+    /// Workload namespace covered.
+    pub namespace: String,
+    pub pvcs: Vec<String>,
+    /// Velero phase as last seen.
+    pub phase: Option<String>,
+    pub verified: bool,
+    pub started_at: Option<Timestamp>,
+}
+
+impl ReusableBackup {
+    /// From a plan's status record; `storage_location` is that plan's `spec.backup.storageLocation`.
+    pub fn from_record(record: &BackupRecord, storage_location: &str) -> Self {
+        Self {
+            name: record.name.clone(),
+            storage_location: storage_location.to_owned(),
+            namespace: record.namespace.clone(),
+            pvcs: record.pvcs.clone(),
+            phase: record.phase.clone(),
+            verified: record.verified,
+            started_at: record.started_at.as_ref().map(|t| t.0),
+        }
+    }
+}
+
+/// When the disruption was decided, and now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Clock {
+    pub decided_at: Timestamp,
+    pub now: Timestamp,
+}
+
+/// The newest backup that may stand in for a new one: Completed and verified, in the plan's storage
+/// location, same namespace, covering every PVC, and started after the decision or within
+/// `reuse_if_newer_than` of now.
+pub fn find_reusable<'a>(
+    namespace: &str,
+    pvcs: &[String],
+    candidates: &'a [ReusableBackup],
+    spec: &DisruptionPlanSpec,
+    reuse_if_newer_than: Option<Duration>,
+    clock: Clock,
+) -> Option<&'a ReusableBackup> {
+    candidates
+        .iter()
+        .filter(|c| {
+            c.verified
+                && c.phase.as_deref() == Some("Completed")
+                && c.namespace == namespace
+                && c.storage_location == spec.backup.storage_location
+                && pvcs.iter().all(|p| c.pvcs.contains(p))
+        })
+        .filter_map(|c| c.started_at.map(|t| (t, c)))
+        .filter(|(started, _)| {
+            *started >= clock.decided_at
+                || reuse_if_newer_than.is_some_and(|window| {
+                    clock.now.duration_since(*started).unsigned_abs() <= window
+                        && *started <= clock.now
+                })
+        })
+        .max_by_key(|(started, _)| *started)
+        .map(|(_, c)| c)
+}
+
+/// The Velero Backup for `need`, ready to create in `spec.backup.veleroNamespace`.
+///
+/// No ownerReference to the plan: deleting a Backup object makes Velero's sync controller re-create it from
+/// the bucket, and garbage collection would fight that; the TTL governs its lifetime instead.
+pub fn build_velero_backup(
+    need: &BackupNeed,
+    spec: &DisruptionPlanSpec,
+    plan: &PlanRef<'_>,
+    attempt: u32,
+) -> serde_json::Value {
+    let b = &spec.backup;
+    let (fs, snapshot, move_data) = match b.method {
+        BackupMethod::FileSystem => (true, false, false),
+        BackupMethod::CsiDataMover => (false, true, true),
+        BackupMethod::Snapshot => (false, true, false),
+    };
+    let labels = BTreeMap::from([
+        (PLAN_LABEL.to_owned(), label_value(plan.name)),
+        (PLAN_UID_LABEL.to_owned(), label_value(plan.uid)),
+        (ATTEMPT_LABEL.to_owned(), attempt.to_string()),
+        (NAMESPACE_LABEL.to_owned(), need.namespace.clone()),
+    ]);
+    let annotations = BTreeMap::from([
+        (PVCS_ANNOTATION.to_owned(), need.pvcs.join(",")),
+        (
+            STATEFULSETS_ANNOTATION.to_owned(),
+            need.stateful_sets.join(","),
+        ),
+    ]);
+    let backup = velero::Backup {
+        metadata: ObjectMeta {
+            name: Some(backup_name(plan, &need.namespace, attempt)),
+            namespace: Some(b.velero_namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        },
+        spec: velero::BackupSpec {
+            included_namespaces: vec![need.namespace.clone()],
+            or_label_selectors: need.or_label_selectors.clone(),
+            storage_location: Some(b.storage_location.clone()),
+            ttl: b.ttl.clone(),
+            default_volumes_to_fs_backup: Some(fs),
+            snapshot_volumes: Some(snapshot),
+            snapshot_move_data: Some(move_data),
+            ..velero::BackupSpec::default()
+        },
+        ..velero::Backup::default()
+    };
+    // Serializing plain structs of strings, bools and maps into a Value cannot fail.
+    serde_json::to_value(backup).unwrap_or_default()
+}
+
+/// What a Velero Backup's phase means for the drain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackupProgress {
+    /// Not finished: keep waiting (New, Queued, ReadyToStart, InProgress, WaitingForPluginOperations*,
+    /// Finalizing*, and phases this version does not know).
+    Waiting,
+    /// Completed: go on to verification.
+    Completed,
+    /// Finished without a usable backup.
+    Failed(String),
+}
+
+/// Classifies a Backup `status.phase` (absent or empty means New).
+///
+/// Only `Completed` counts: `PartiallyFailed` lost some items. `failureReason` is not consulted because it
+/// can stay set on a backup that later Completed (velero#7230); see [`classify_backup`] for messages.
+pub fn classify_backup_phase(phase: Option<&str>) -> BackupProgress {
+    match phase.unwrap_or_default() {
+        "Completed" => BackupProgress::Completed,
+        "PartiallyFailed" => {
+            BackupProgress::Failed("Velero finished the backup as PartiallyFailed".to_owned())
+        }
+        "Failed" => BackupProgress::Failed("Velero marked the backup Failed".to_owned()),
+        "FailedValidation" => {
+            BackupProgress::Failed("Velero refused the backup spec (FailedValidation)".to_owned())
+        }
+        "Deleting" => BackupProgress::Failed("the backup is being deleted".to_owned()),
+        // New, Queued, ReadyToStart, InProgress, WaitingForPluginOperations(PartiallyFailed),
+        // Finalizing(PartiallyFailed), "" and future phases: the backup timeout bounds the wait.
+        _ => BackupProgress::Waiting,
+    }
+}
+
+/// Like [`classify_backup_phase`], with Velero's failureReason and validationErrors in the message.
+pub fn classify_backup(name: &str, status: Option<&BackupStatus>) -> BackupProgress {
+    match classify_backup_phase(status.and_then(|s| s.phase.as_deref())) {
+        BackupProgress::Failed(msg) => {
+            let mut msg = format!("backup {name}: {msg}");
+            if let Some(s) = status {
+                if let Some(r) = s.failure_reason.as_deref().filter(|r| !r.is_empty()) {
+                    msg.push_str(&format!(": {r}"));
+                }
+                if !s.validation_errors.is_empty() {
+                    msg.push_str(&format!(": {}", s.validation_errors.join("; ")));
+                }
+            }
+            msg.push_str(&format!(" (see `velero backup logs {name}`)"));
+            BackupProgress::Failed(msg)
+        }
+        other => other,
+    }
+}
+
+/// What to do after a backup attempt failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RetryDecision {
+    /// Create attempt `next_attempt` (a new Backup name) after `after`.
+    Retry { next_attempt: u32, after: Duration },
+    /// Attempts exhausted: fail (or, best-effort, go on without).
+    GiveUp { message: String },
+}
+
+/// First retry waits this long, doubling per attempt up to [`MAX_BACKUP_BACKOFF`].
+pub const BASE_BACKUP_BACKOFF: Duration = Duration::from_secs(30);
+pub const MAX_BACKUP_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Retry with exponential backoff until `max_attempts` attempts (1-based `attempt` just failed) were made.
+pub fn backup_retry(attempt: u32, max_attempts: u32, failure: &str) -> RetryDecision {
+    if attempt >= max_attempts {
+        return RetryDecision::GiveUp {
+            message: format!("{failure}; gave up after {attempt} of {max_attempts} attempts"),
+        };
+    }
+    let factor = 1u32 << attempt.saturating_sub(1).min(16);
+    let after = BASE_BACKUP_BACKOFF
+        .saturating_mul(factor)
+        .min(MAX_BACKUP_BACKOFF);
+    RetryDecision::Retry {
+        next_attempt: attempt + 1,
+        after,
+    }
+}
+
+/// True when an attempt created at `created_at` has run longer than `timeout` (None: never).
+pub fn backup_timed_out(created_at: Timestamp, now: Timestamp, timeout: Option<Duration>) -> bool {
+    timeout.is_some_and(|t| now > created_at && now.duration_since(created_at).unsigned_abs() > t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ts(s: &str) -> Timestamp {
+        s.parse().expect("timestamp")
+    }
+
+    fn need() -> BackupNeed {
+        BackupNeed {
+            namespace: "db".into(),
+            stateful_sets: vec!["pg".into()],
+            pvcs: vec!["data-pg-0".into()],
+            pods: vec!["pg-0".into()],
+            or_label_selectors: vec![
+                serde_json::from_value(json!({"matchLabels": {"app": "pg"}})).expect("sel"),
+            ],
+            reuse: None,
+        }
+    }
+
+    const PLAN: PlanRef<'static> = PlanRef {
+        name: "drain-n1",
+        uid: "plan-uid-1",
+    };
+
+    #[test]
+    fn file_system_backup_object() {
+        let spec: DisruptionPlanSpec =
+            serde_json::from_value(json!({"nodes": ["n1"], "backup": {"ttl": "168h"}}))
+                .expect("spec");
+        let v = build_velero_backup(&need(), &spec, &PLAN, 2);
+        assert_eq!(v["apiVersion"], "velero.io/v1");
+        assert_eq!(v["kind"], "Backup");
+        assert_eq!(v["metadata"]["namespace"], "velero");
+        assert_eq!(v["metadata"]["name"], backup_name(&PLAN, "db", 2));
+        assert_eq!(v["metadata"]["labels"]["snapdrain.io/plan"], "drain-n1");
+        assert_eq!(v["metadata"]["labels"]["snapdrain.io/attempt"], "2");
+        assert_eq!(
+            v["metadata"]["annotations"]["snapdrain.io/pvcs"],
+            "data-pg-0"
+        );
+        let s = &v["spec"];
+        assert_eq!(s["includedNamespaces"], json!(["db"]));
+        assert_eq!(
+            s["orLabelSelectors"],
+            json!([{"matchLabels": {"app": "pg"}}])
+        );
+        assert!(
+            s.get("labelSelector").is_none(),
+            "Velero refuses labelSelector together with orLabelSelectors"
+        );
+        assert_eq!(s["storageLocation"], "default");
+        assert_eq!(s["ttl"], "168h");
+        assert_eq!(s["defaultVolumesToFsBackup"], true);
+        assert_eq!(s["snapshotVolumes"], false);
+        assert_eq!(s["snapshotMoveData"], false);
+    }
+
+    #[test]
+    fn method_mapping() {
+        let data_mover: DisruptionPlanSpec =
+            serde_json::from_value(json!({"nodes": ["n1"], "backup": {"method": "csi-data-mover", "storageLocation": "minio", "veleroNamespace": "backup"}})).expect("spec");
+        let v = build_velero_backup(&need(), &data_mover, &PLAN, 1);
+        assert_eq!(v["metadata"]["namespace"], "backup");
+        assert_eq!(v["spec"]["storageLocation"], "minio");
+        assert_eq!(v["spec"]["snapshotMoveData"], true);
+        assert_eq!(v["spec"]["snapshotVolumes"], true);
+        assert_eq!(v["spec"]["defaultVolumesToFsBackup"], false);
+        assert!(
+            v["spec"].get("ttl").is_none(),
+            "absent ttl leaves Velero's default"
+        );
+        let snap: DisruptionPlanSpec =
+            serde_json::from_value(json!({"nodes": ["n1"], "backup": {"method": "snapshot"}}))
+                .expect("spec");
+        let v = build_velero_backup(&need(), &snap, &PLAN, 1);
+        assert_eq!(v["spec"]["snapshotVolumes"], true);
+        assert_eq!(v["spec"]["snapshotMoveData"], false);
+        assert_eq!(v["spec"]["defaultVolumesToFsBackup"], false);
+    }
+
+    #[test]
+    fn phases() {
+        for p in [
+            None,
+            Some(""),
+            Some("New"),
+            Some("Queued"),
+            Some("ReadyToStart"),
+            Some("InProgress"),
+            Some("WaitingForPluginOperations"),
+            Some("WaitingForPluginOperationsPartiallyFailed"),
+            Some("Finalizing"),
+            Some("FinalizingPartiallyFailed"),
+        ] {
+            assert_eq!(classify_backup_phase(p), BackupProgress::Waiting, "{p:?}");
+        }
+        assert_eq!(
+            classify_backup_phase(Some("Completed")),
+            BackupProgress::Completed
+        );
+        for p in ["PartiallyFailed", "Failed", "FailedValidation", "Deleting"] {
+            assert!(
+                matches!(classify_backup_phase(Some(p)), BackupProgress::Failed(_)),
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn completed_wins_over_a_stale_failure_reason() {
+        let s = BackupStatus {
+            phase: Some("Completed".into()),
+            failure_reason: Some(
+                "found a backup with status InProgress during the server starting".into(),
+            ),
+            ..Default::default()
+        };
+        assert_eq!(classify_backup("b", Some(&s)), BackupProgress::Completed);
+    }
+
+    #[test]
+    fn failure_message_carries_velero_reasons() {
+        let s = BackupStatus {
+            phase: Some("FailedValidation".into()),
+            validation_errors: vec!["an existing backup storage location was not specified".into()],
+            ..Default::default()
+        };
+        match classify_backup("b1", Some(&s)) {
+            BackupProgress::Failed(m) => {
+                assert!(m.starts_with("backup b1: "), "{m}");
+                assert!(m.contains("storage location was not specified"), "{m}");
+                assert!(m.contains("velero backup logs b1"), "{m}");
+            }
+            o => panic!("{o:?}"),
+        }
+    }
+
+    #[test]
+    fn retries_are_bounded_with_backoff() {
+        assert_eq!(
+            backup_retry(1, 3, "x"),
+            RetryDecision::Retry {
+                next_attempt: 2,
+                after: Duration::from_secs(30)
+            }
+        );
+        assert_eq!(
+            backup_retry(2, 3, "x"),
+            RetryDecision::Retry {
+                next_attempt: 3,
+                after: Duration::from_secs(60)
+            }
+        );
+        match backup_retry(3, 3, "backup b: Failed") {
+            RetryDecision::GiveUp { message } => assert!(message.contains("3 of 3"), "{message}"),
+            o => panic!("{o:?}"),
+        }
+        assert!(matches!(
+            backup_retry(1, 1, "x"),
+            RetryDecision::GiveUp { .. }
+        ));
+        assert_eq!(
+            backup_retry(9, 10, "x"),
+            RetryDecision::Retry {
+                next_attempt: 10,
+                after: MAX_BACKUP_BACKOFF
+            }
+        );
+    }
+
+    #[test]
+    fn timeout() {
+        let t0 = ts("2026-05-20T10:00:00Z");
+        assert!(!backup_timed_out(
+            t0,
+            ts("2026-05-20T10:09:00Z"),
+            Some(Duration::from_secs(600))
+        ));
+        assert!(backup_timed_out(
+            t0,
+            ts("2026-05-20T10:11:00Z"),
+            Some(Duration::from_secs(600))
+        ));
+        assert!(!backup_timed_out(t0, ts("2026-05-21T10:11:00Z"), None));
+    }
+
+    fn candidate(name: &str, started: &str) -> ReusableBackup {
+        ReusableBackup {
+            name: name.into(),
+            storage_location: "default".into(),
+            namespace: "db".into(),
+            pvcs: vec!["data-pg-0".into(), "data-pg-1".into()],
+            phase: Some("Completed".into()),
+            verified: true,
+            started_at: Some(ts(started)),
+        }
+    }
+
+    #[test]
+    fn reuse_rule() {
+        let spec: DisruptionPlanSpec =
+            serde_json::from_value(json!({"nodes": ["n1"]})).expect("spec");
+        let clock = Clock {
+            decided_at: ts("2026-05-20T10:00:00Z"),
+            now: ts("2026-05-20T10:30:00Z"),
+        };
+        let pvcs = vec!["data-pg-0".to_owned()];
+        let old = candidate("old", "2026-05-20T09:40:00Z");
+        let after = candidate("after", "2026-05-20T10:05:00Z");
+
+        // Started after the decision: counts without a window.
+        let both = [old.clone(), after.clone()];
+        assert_eq!(
+            find_reusable("db", &pvcs, &both, &spec, None, clock).map(|c| c.name.as_str()),
+            Some("after")
+        );
+        // Before the decision: only within the window.
+        let only_old = [old.clone()];
+        assert!(find_reusable("db", &pvcs, &only_old, &spec, None, clock).is_none());
+        assert!(
+            find_reusable(
+                "db",
+                &pvcs,
+                &only_old,
+                &spec,
+                Some(Duration::from_secs(3600)),
+                clock
+            )
+            .is_some()
+        );
+        assert!(
+            find_reusable(
+                "db",
+                &pvcs,
+                &only_old,
+                &spec,
+                Some(Duration::from_secs(1200)),
+                clock
+            )
+            .is_none()
+        );
+
+        // Not verified, not Completed, other PVCs, other namespace, other location: never.
+        let mut unverified = after.clone();
+        unverified.verified = false;
+        let mut partial = after.clone();
+        partial.phase = Some("PartiallyFailed".into());
+        let mut other_pvcs = after.clone();
+        other_pvcs.pvcs = vec!["data-pg-1".into()];
+        let mut other_ns = after.clone();
+        other_ns.namespace = "cache".into();
+        let mut other_bsl = after.clone();
+        other_bsl.storage_location = "secondary".into();
+        for c in [unverified, partial, other_pvcs, other_ns, other_bsl] {
+            assert!(
+                find_reusable(
+                    "db",
+                    &pvcs,
+                    std::slice::from_ref(&c),
+                    &spec,
+                    Some(Duration::from_secs(86400)),
+                    clock
+                )
+                .is_none(),
+                "{c:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn record_conversion() {
+        let record = BackupRecord {
+            name: "b".into(),
+            namespace: "db".into(),
+            pvcs: vec!["p".into()],
+            phase: Some("Completed".into()),
+            verified: true,
+            started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts(
+                "2026-05-20T10:05:00Z",
+            ))),
+            ..Default::default()
+        };
+        let r = ReusableBackup::from_record(&record, "default");
+        assert_eq!(r.started_at, Some(ts("2026-05-20T10:05:00Z")));
+        assert_eq!(r.storage_location, "default");
+        assert!(r.verified);
+    }
+}

@@ -1,0 +1,608 @@
+//! Planning one node: which backups it needs, what to evict in which order, what to skip and what refuses.
+//!
+//! Inputs are slices the caller already narrowed with its indexed caches (the node's pods, their owners,
+//! claims and namespaces' PDBs), so planning never scans the cluster. Lookups are hashed once per call.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
+
+use super::backups::{BackupNeed, Clock, ReusableBackup, find_reusable};
+use super::evictions::{PlannedEviction, eviction_tier};
+use super::inventory::{
+    PdbIndex, ProtectionRule, has_empty_dir, is_daemonset_pod, is_mirror, is_terminal,
+    is_terminating, name_of, namespace_of, pvc_claims, statefulset_owner,
+};
+use crate::api::plan::{BackupPolicy, DisruptionPlanSpec};
+use crate::api::validate::ValidSpec;
+
+/// Label the StatefulSet controller puts on each pod; the fallback selector when the StatefulSet is unknown.
+pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+
+/// What [`plan_node`] looks at. Each slice may hold more than needed (e.g. all PDBs of the namespaces
+/// involved); only matching objects are used.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeInputs<'a> {
+    pub node: &'a Node,
+    /// Pods bound to the node (`spec.nodeName`).
+    pub pods: &'a [Pod],
+    /// At least the StatefulSets owning the node's pods.
+    pub stateful_sets: &'a [StatefulSet],
+    /// At least the PVCs the node's pods mount.
+    pub pvcs: &'a [PersistentVolumeClaim],
+    /// At least the PDBs of the node's pods' namespaces.
+    pub pdbs: &'a [PodDisruptionBudget],
+    /// Backups that could be reused.
+    pub existing_backups: &'a [ReusableBackup],
+}
+
+/// Why a pod on the node is left alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SkipReason {
+    /// Succeeded or Failed.
+    Terminal,
+    /// Static pod mirror; the kubelet owns it.
+    Mirror,
+    /// DaemonSet pod with `ignoreDaemonSets`.
+    DaemonSet,
+    /// Not matched by `drain.podSelector`.
+    NotSelected,
+}
+
+/// A pod left alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkippedPod {
+    pub namespace: String,
+    pub name: String,
+    pub reason: SkipReason,
+}
+
+/// The plan for one node.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct NodePlan {
+    pub node: String,
+    pub node_uid: Option<String>,
+    /// From `spec.providerID` `aws:///<az>/<i-...>`.
+    pub instance_id: Option<String>,
+    /// One per workload namespace with protected pods, sorted by namespace. Empty with backup policy skip.
+    pub backups: Vec<BackupNeed>,
+    /// In eviction order: by tier, then namespace/name.
+    pub evictions: Vec<PlannedEviction>,
+    pub skipped: Vec<SkippedPod>,
+    /// `ns/name` of pods with emptyDir volumes that may not be evicted (drain.deleteEmptyDirData false).
+    pub local_storage_refusals: Vec<String>,
+    /// PersistentVolumes of the pods to evict: wait for their VolumeAttachments before terminating.
+    pub persistent_volumes: Vec<String>,
+    /// Things a person should know that do not stop the plan (unknown StatefulSet, missing PVC, several PDBs).
+    pub warnings: Vec<String>,
+}
+
+impl NodePlan {
+    /// kubectl's refusal for local storage, or None when the drain may go ahead.
+    pub fn refusal_message(&self) -> Option<String> {
+        if self.local_storage_refusals.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "cannot delete Pods with local storage (use --delete-emptydir-data to override): {}; \
+             in a DisruptionPlan set spec.drain.deleteEmptyDirData: true to evict them anyway",
+            self.local_storage_refusals.join(", ")
+        ))
+    }
+
+    /// Every protected pod on the node, as `ns/name`.
+    pub fn protected_pods(&self) -> impl Iterator<Item = String> + '_ {
+        self.evictions
+            .iter()
+            .filter(|e| e.protected)
+            .map(|e| format!("{}/{}", e.namespace, e.name))
+    }
+}
+
+/// Plans one node. `valid` is the result of [`crate::api::validate()`] on `spec`.
+///
+/// Protected pods are backed up whatever `drain.podSelector` says: in Release mode (and for the eviction
+/// gate) other drainers evict them too, so the backup is about the node, not about what snapdrain evicts.
+pub fn plan_node(
+    inputs: &NodeInputs<'_>,
+    spec: &DisruptionPlanSpec,
+    valid: &ValidSpec,
+    clock: Clock,
+) -> NodePlan {
+    let node = inputs.node;
+    let mut plan = NodePlan {
+        node: node.metadata.name.clone().unwrap_or_default(),
+        node_uid: node.metadata.uid.clone(),
+        instance_id: node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(|p| crate::cloud::ec2::instance_id_from_provider_id(p).ok()),
+        ..NodePlan::default()
+    };
+
+    let sts_by_key: HashMap<(&str, &str), &StatefulSet> = inputs
+        .stateful_sets
+        .iter()
+        .map(|s| {
+            (
+                (
+                    s.metadata.namespace.as_deref().unwrap_or_default(),
+                    s.metadata.name.as_deref().unwrap_or_default(),
+                ),
+                s,
+            )
+        })
+        .collect();
+    let pvc_by_key: HashMap<(&str, &str), &PersistentVolumeClaim> = inputs
+        .pvcs
+        .iter()
+        .map(|p| {
+            (
+                (
+                    p.metadata.namespace.as_deref().unwrap_or_default(),
+                    p.metadata.name.as_deref().unwrap_or_default(),
+                ),
+                p,
+            )
+        })
+        .collect();
+    let pdb_index = PdbIndex::new(inputs.pdbs);
+    let pod_selector = match spec.drain.pod_selector.clone().map(Selector::try_from) {
+        None => None,
+        Some(Ok(sel)) => Some(sel),
+        Some(Err(e)) => {
+            // validate() refuses this; if it gets here anyway, evict nothing rather than everything.
+            plan.warnings.push(format!(
+                "drain.podSelector is invalid ({e}); no pod is selected"
+            ));
+            Some(Selector::from_iter([kube::core::Expression::In(
+                "snapdrain.io/never".into(),
+                Default::default(),
+            )]))
+        }
+    };
+
+    let rule = ProtectionRule::default();
+    let mut needs: BTreeMap<&str, NeedBuilder> = BTreeMap::new();
+    let mut pvs = BTreeSet::new();
+    let empty_labels = BTreeMap::new();
+
+    for pod in inputs.pods {
+        let (ns, name) = (namespace_of(pod), name_of(pod));
+        let skip = |reason| SkippedPod {
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            reason,
+        };
+        let protected = rule.protects(pod);
+        if protected && spec.backup.policy != BackupPolicy::Skip {
+            let sts = statefulset_owner(pod).unwrap_or_default();
+            let need = needs.entry(ns).or_default();
+            need.pods.insert(name.to_owned());
+            need.pvcs.extend(pvc_claims(pod).map(str::to_owned));
+            if !need.selectors.contains_key(sts) {
+                let selector = sts_by_key
+                    .get(&(ns, sts))
+                    .and_then(|s| s.spec.as_ref())
+                    .map(|s| s.selector.clone());
+                let selector = selector.unwrap_or_else(|| {
+                    plan.warnings.push(format!(
+                        "StatefulSet {ns}/{sts} of pod {ns}/{name} is not in the cache; backing up its pods by name"
+                    ));
+                    need.by_pod_name.push(name.to_owned());
+                    LabelSelector::default()
+                });
+                if selector != LabelSelector::default() {
+                    need.selectors.insert(sts.to_owned(), selector);
+                }
+            }
+            for claim in pvc_claims(pod) {
+                if !pvc_by_key.contains_key(&(ns, claim)) {
+                    plan.warnings.push(format!(
+                        "pod {ns}/{name} mounts PVC {claim}, which is not in the cache (deleted or not yet created?)"
+                    ));
+                }
+            }
+        }
+
+        if is_mirror(pod) {
+            plan.skipped.push(skip(SkipReason::Mirror));
+            continue;
+        }
+        if is_terminal(pod) {
+            plan.skipped.push(skip(SkipReason::Terminal));
+            continue;
+        }
+        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty_labels);
+        if pod_selector.as_ref().is_some_and(|s| !s.matches(labels)) {
+            plan.skipped.push(skip(SkipReason::NotSelected));
+            continue;
+        }
+        if is_daemonset_pod(pod) && spec.drain.ignore_daemon_sets {
+            plan.skipped.push(skip(SkipReason::DaemonSet));
+            continue;
+        }
+        if has_empty_dir(pod) && !spec.drain.delete_empty_dir_data {
+            plan.local_storage_refusals.push(format!("{ns}/{name}"));
+            continue;
+        }
+        let pdbs = pdb_index.matching(pod);
+        if pdbs.len() > 1 {
+            plan.warnings.push(format!(
+                "pod {ns}/{name} is covered by {} PodDisruptionBudgets ({}); the eviction API refuses such pods \
+                 until all but one are removed",
+                pdbs.len(),
+                pdbs.join(", ")
+            ));
+        }
+        for claim in pvc_claims(pod) {
+            if let Some(pv) = pvc_by_key
+                .get(&(ns, claim))
+                .and_then(|p| p.spec.as_ref()?.volume_name.clone())
+            {
+                pvs.insert(pv);
+            }
+        }
+        plan.evictions.push(PlannedEviction {
+            namespace: ns.to_owned(),
+            name: name.to_owned(),
+            uid: pod.metadata.uid.clone(),
+            tier: eviction_tier(pod),
+            protected,
+            pdbs,
+            terminating: is_terminating(pod),
+        });
+    }
+
+    plan.evictions
+        .sort_by(|a, b| (a.tier, &a.namespace, &a.name).cmp(&(b.tier, &b.namespace, &b.name)));
+    plan.local_storage_refusals.sort();
+    plan.persistent_volumes = pvs.into_iter().collect();
+    plan.backups = needs
+        .into_iter()
+        .map(|(ns, b)| b.build(ns, inputs.existing_backups, spec, valid, clock))
+        .collect();
+    plan
+}
+
+#[derive(Default)]
+struct NeedBuilder {
+    pods: BTreeSet<String>,
+    pvcs: BTreeSet<String>,
+    /// StatefulSet name → its selector.
+    selectors: BTreeMap<String, LabelSelector>,
+    /// Pods whose StatefulSet is unknown, selected by their pod-name label instead.
+    by_pod_name: Vec<String>,
+}
+
+impl NeedBuilder {
+    fn build(
+        self,
+        ns: &str,
+        existing: &[ReusableBackup],
+        spec: &DisruptionPlanSpec,
+        valid: &ValidSpec,
+        clock: Clock,
+    ) -> BackupNeed {
+        let pvcs: Vec<String> = self.pvcs.into_iter().collect();
+        let mut or_label_selectors: Vec<LabelSelector> = self.selectors.values().cloned().collect();
+        or_label_selectors.extend(self.by_pod_name.iter().map(|pod| LabelSelector {
+            match_labels: Some(BTreeMap::from([(POD_NAME_LABEL.to_owned(), pod.clone())])),
+            match_expressions: None,
+        }));
+        let reuse = find_reusable(ns, &pvcs, existing, spec, valid.reuse_if_newer_than, clock)
+            .map(|b| b.name.clone());
+        BackupNeed {
+            namespace: ns.to_owned(),
+            stateful_sets: self.selectors.into_keys().collect(),
+            pvcs,
+            pods: self.pods.into_iter().collect(),
+            or_label_selectors,
+            reuse,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::evictions::EvictionTier;
+    use super::super::inventory::fixtures::*;
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    fn clock() -> Clock {
+        Clock {
+            decided_at: "2026-05-20T10:00:00Z".parse().expect("ts"),
+            now: "2026-05-20T10:01:00Z".parse().expect("ts"),
+        }
+    }
+
+    fn spec(v: serde_json::Value) -> DisruptionPlanSpec {
+        let mut base = json!({"nodes": ["n1"]});
+        if let (Some(b), Some(o)) = (base.as_object_mut(), v.as_object()) {
+            b.extend(o.clone());
+        }
+        serde_json::from_value(base).expect("spec")
+    }
+
+    struct World {
+        node: Node,
+        pods: Vec<Pod>,
+        sts: Vec<StatefulSet>,
+        pvcs: Vec<PersistentVolumeClaim>,
+        pdbs: Vec<PodDisruptionBudget>,
+        existing: Vec<ReusableBackup>,
+    }
+
+    impl World {
+        fn new() -> Self {
+            Self {
+                node: node("n1"),
+                pods: vec![
+                    sts_pod("db", "pg", 0, &["data"]),
+                    sts_pod("db", "redis", 1, &["data", "aof"]),
+                    sts_pod("mq", "rabbit", 2, &["data"]),
+                    sts_pod("web", "cache", 0, &[]),
+                    deploy_pod("web", "api"),
+                    ds_pod("kube-system", "node-agent", None),
+                    ds_pod("kube-system", "cni", Some("system-node-critical")),
+                    with(
+                        deploy_pod("kube-system", "coredns"),
+                        json!({"spec": {"priorityClassName": "system-cluster-critical"}}),
+                    ),
+                    with(
+                        deploy_pod("kube-system", "kube-proxy-n1"),
+                        json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "x"}}}),
+                    ),
+                    with(
+                        deploy_pod("batch", "job-1"),
+                        json!({"status": {"phase": "Succeeded"}}),
+                    ),
+                ],
+                sts: vec![
+                    statefulset("db", "pg"),
+                    statefulset("db", "redis"),
+                    statefulset("mq", "rabbit"),
+                ],
+                pvcs: vec![
+                    pvc("db", "data-pg-0", "pv-pg-0"),
+                    pvc("db", "data-redis-1", "pv-redis-1"),
+                    pvc("db", "aof-redis-1", "pv-aof-1"),
+                    pvc("mq", "data-rabbit-2", "pv-rabbit-2"),
+                ],
+                pdbs: vec![pdb("db", "pg", json!({"matchLabels": {"app": "pg"}}))],
+                existing: vec![],
+            }
+        }
+
+        fn plan(&self, spec: &DisruptionPlanSpec) -> NodePlan {
+            let valid = crate::api::validate(spec).expect("valid spec");
+            let inputs = NodeInputs {
+                node: &self.node,
+                pods: &self.pods,
+                stateful_sets: &self.sts,
+                pvcs: &self.pvcs,
+                pdbs: &self.pdbs,
+                existing_backups: &self.existing,
+            };
+            plan_node(&inputs, spec, &valid, clock())
+        }
+    }
+
+    fn names(e: &[PlannedEviction]) -> Vec<String> {
+        e.iter()
+            .map(|e| format!("{}/{}", e.namespace, e.name))
+            .collect()
+    }
+
+    #[test]
+    fn backups_grouped_by_namespace() {
+        let plan = World::new().plan(&spec(json!({})));
+        assert_eq!(plan.instance_id.as_deref(), Some("i-0abc123def4567890"));
+        assert_eq!(plan.node_uid.as_deref(), Some("node-uid-n1"));
+        assert_eq!(plan.backups.len(), 2, "{:?}", plan.backups);
+        let db = &plan.backups[0];
+        assert_eq!(db.namespace, "db");
+        assert_eq!(db.stateful_sets, ["pg", "redis"]);
+        assert_eq!(db.pods, ["pg-0", "redis-1"]);
+        assert_eq!(db.pvcs, ["aof-redis-1", "data-pg-0", "data-redis-1"]);
+        assert_eq!(
+            serde_json::to_value(&db.or_label_selectors).expect("json"),
+            json!([{"matchLabels": {"app": "pg"}}, {"matchLabels": {"app": "redis"}}])
+        );
+        assert_eq!(db.reuse, None);
+        assert_eq!(plan.backups[1].namespace, "mq");
+        assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+    }
+
+    #[test]
+    fn eviction_order_and_skips() {
+        let plan = World::new().plan(&spec(json!({})));
+        assert_eq!(
+            names(&plan.evictions),
+            [
+                "db/pg-0",
+                "db/redis-1",
+                "mq/rabbit-2",
+                "web/api",
+                "web/cache-0",
+                "kube-system/coredns"
+            ]
+        );
+        assert_eq!(
+            plan.evictions.last().map(|e| e.tier),
+            Some(EvictionTier::Critical)
+        );
+        assert!(plan.evictions[0].protected && !plan.evictions[3].protected);
+        assert_eq!(plan.evictions[0].uid.as_deref(), Some("uid-pg-0"));
+        assert_eq!(plan.evictions[0].pdbs, ["pg"]);
+        let skipped: Vec<_> = plan
+            .skipped
+            .iter()
+            .map(|s| (s.name.as_str(), s.reason))
+            .collect();
+        assert!(skipped.contains(&("node-agent", SkipReason::DaemonSet)));
+        assert!(skipped.contains(&("cni", SkipReason::DaemonSet)));
+        assert!(skipped.contains(&("kube-proxy-n1", SkipReason::Mirror)));
+        assert!(skipped.contains(&("job-1", SkipReason::Terminal)));
+        assert_eq!(
+            plan.persistent_volumes,
+            ["pv-aof-1", "pv-pg-0", "pv-rabbit-2", "pv-redis-1"]
+        );
+        assert_eq!(plan.refusal_message(), None);
+    }
+
+    #[test]
+    fn daemonsets_evicted_in_their_tiers_when_not_ignored() {
+        let plan = World::new().plan(&spec(json!({"drain": {"ignoreDaemonSets": false}})));
+        let tiers: Vec<_> = plan
+            .evictions
+            .iter()
+            .map(|e| (e.name.as_str(), e.tier))
+            .collect();
+        let pos = |n: &str| tiers.iter().position(|(x, _)| *x == n).expect(n);
+        assert!(pos("api") < pos("node-agent"));
+        assert!(pos("node-agent") < pos("coredns"));
+        assert!(pos("coredns") < pos("cni"));
+        assert_eq!(
+            tiers.last(),
+            Some(&("cni", EvictionTier::CriticalDaemonSet))
+        );
+        let sorted = plan.evictions.windows(2).all(|w| w[0].tier <= w[1].tier);
+        assert!(sorted);
+    }
+
+    #[test]
+    fn empty_dir_refused_with_kubectl_wording() {
+        let mut w = World::new();
+        w.pods.push(with(
+            deploy_pod("web", "scratch"),
+            json!({"spec": {"volumes": [{"name": "tmp", "emptyDir": {}}]}}),
+        ));
+        let plan = w.plan(&spec(json!({})));
+        let msg = plan.refusal_message().expect("refused");
+        assert!(
+            msg.starts_with("cannot delete Pods with local storage (use --delete-emptydir-data to override): web/scratch"),
+            "{msg}"
+        );
+        assert!(!names(&plan.evictions).contains(&"web/scratch".to_owned()));
+        let plan = w.plan(&spec(json!({"drain": {"deleteEmptyDirData": true}})));
+        assert_eq!(plan.refusal_message(), None);
+        assert!(names(&plan.evictions).contains(&"web/scratch".to_owned()));
+    }
+
+    #[test]
+    fn pod_selector_filters_evictions_but_not_backups() {
+        let plan = World::new().plan(&spec(
+            json!({"drain": {"podSelector": {"matchLabels": {"app": "api"}}}}),
+        ));
+        assert_eq!(names(&plan.evictions), ["web/api"]);
+        assert_eq!(plan.backups.len(), 2);
+        assert!(
+            plan.skipped
+                .iter()
+                .any(|s| s.name == "pg-0" && s.reason == SkipReason::NotSelected)
+        );
+    }
+
+    #[test]
+    fn policy_skip_needs_no_backup() {
+        let plan = World::new().plan(&spec(json!({"backup": {"policy": "skip"}})));
+        assert!(plan.backups.is_empty());
+        assert!(
+            plan.evictions[0].protected,
+            "still marked protected for the record"
+        );
+    }
+
+    #[test]
+    fn several_pdbs_warn() {
+        let mut w = World::new();
+        w.pdbs.push(pdb("db", "all-db", json!({})));
+        let plan = w.plan(&spec(json!({})));
+        assert_eq!(plan.evictions[0].pdbs, ["all-db", "pg"]);
+        assert!(
+            plan.warnings
+                .iter()
+                .any(|m| m.contains("db/pg-0 is covered by 2 PodDisruptionBudgets")),
+            "{:?}",
+            plan.warnings
+        );
+    }
+
+    #[test]
+    fn unknown_statefulset_falls_back_to_pod_name_and_missing_pvc_warns() {
+        let mut w = World::new();
+        w.sts
+            .retain(|s| s.metadata.name.as_deref() != Some("rabbit"));
+        w.pvcs
+            .retain(|p| p.metadata.name.as_deref() != Some("data-rabbit-2"));
+        let plan = w.plan(&spec(json!({})));
+        let mq = &plan.backups[1];
+        assert_eq!(
+            serde_json::to_value(&mq.or_label_selectors).expect("json"),
+            json!([{"matchLabels": {"statefulset.kubernetes.io/pod-name": "rabbit-2"}}])
+        );
+        assert_eq!(mq.pvcs, ["data-rabbit-2"]);
+        assert!(
+            plan.warnings
+                .iter()
+                .any(|m| m.contains("StatefulSet mq/rabbit"))
+        );
+        assert!(
+            plan.warnings
+                .iter()
+                .any(|m| m.contains("PVC data-rabbit-2"))
+        );
+    }
+
+    #[test]
+    fn fresh_backup_is_reused() {
+        let mut w = World::new();
+        let started: Timestamp = "2026-05-20T09:30:00Z".parse().expect("ts");
+        w.existing.push(ReusableBackup {
+            name: "nightly-db".into(),
+            storage_location: "default".into(),
+            namespace: "db".into(),
+            pvcs: vec![
+                "aof-redis-1".into(),
+                "data-pg-0".into(),
+                "data-redis-1".into(),
+            ],
+            phase: Some("Completed".into()),
+            verified: true,
+            started_at: Some(started),
+        });
+        assert_eq!(
+            w.plan(&spec(json!({}))).backups[0].reuse,
+            None,
+            "before the decision, no window"
+        );
+        let plan = w.plan(&spec(json!({"backup": {"reuseIfNewerThan": "1h"}})));
+        assert_eq!(plan.backups[0].reuse.as_deref(), Some("nightly-db"));
+        assert_eq!(plan.backups[1].reuse, None);
+    }
+
+    #[test]
+    fn plans_a_full_node() {
+        let mut w = World::new();
+        for i in 0..100 {
+            w.pods
+                .push(deploy_pod(&format!("ns{}", i % 10), &format!("app-{i}")));
+            w.pdbs.push(pdb(
+                &format!("ns{}", i % 10),
+                &format!("pdb-{i}"),
+                json!({"matchLabels": {"app": format!("app-{i}")}}),
+            ));
+        }
+        let s = spec(json!({}));
+        let plan = w.plan(&s);
+        assert_eq!(plan.evictions.len(), 106);
+    }
+}

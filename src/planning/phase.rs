@@ -1,0 +1,562 @@
+//! The plan's phase machine as a pure function: current phase + spec + observed facts → next phase.
+//!
+//! One step per call: the controller persists the new phase, performs that phase's action (create Backups,
+//! verify, release holds and cordon, evict, terminate, launch) and calls again when facts change. Phases a
+//! plan does not need are skipped in the same step (e.g. Pending → Cordoning when nothing needs a backup).
+//!
+//! Execute: Pending → BackingUp → Verifying → [Replacing if before-drain] → Cordoning → Draining →
+//! [Terminating] → [Replacing if after-drain] → Completed.
+//! Release: Pending → BackingUp → Verifying → Draining (the autoscaler drains; wait for the nodes to go) →
+//! Completed.
+
+use crate::api::plan::{BackupPolicy, DisruptionPlanSpec, PlanMode, ReplacementWhen};
+use crate::api::status::{BackupRecord, PlanPhase};
+
+use super::backups::{BackupProgress, classify_backup_phase};
+
+/// The state of the plan's backups taken together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackupsState {
+    /// Policy skip, or no protected pods.
+    NotNeeded,
+    /// At least one namespace still waits for Velero (or a retry).
+    InProgress,
+    /// Every backup Completed; some not verified yet.
+    AllCompleted,
+    /// Every backup Completed and verified in the bucket.
+    AllVerified,
+    /// A namespace ran out of attempts (or verification failed for good).
+    Failed { message: String },
+}
+
+/// Whether the drain (Execute) is done.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum DrainState {
+    #[default]
+    InProgress,
+    Done,
+    Failed {
+        message: String,
+    },
+}
+
+/// What the controller observed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PhaseFacts {
+    /// Someone asked to stop (plan deletion, abort annotation).
+    pub abort_requested: bool,
+    /// `spec.deadline` has passed.
+    pub deadline_passed: bool,
+    pub backups: BackupsState,
+    /// Every node is unschedulable.
+    pub nodes_cordoned: bool,
+    pub drain: DrainState,
+    /// Every node's instance is terminated / Node deleted as the spec asks (Release: the nodes are gone).
+    pub nodes_gone: bool,
+    /// Every replacement node is Ready.
+    pub replacement_ready: bool,
+}
+
+impl Default for PhaseFacts {
+    fn default() -> Self {
+        Self {
+            abort_requested: false,
+            deadline_passed: false,
+            backups: BackupsState::InProgress,
+            nodes_cordoned: false,
+            drain: DrainState::InProgress,
+            nodes_gone: false,
+            replacement_ready: false,
+        }
+    }
+}
+
+/// The next phase, and whether leaving the current one means undoing (uncordon nodes snapdrain cordoned,
+/// restore holds).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PhaseDecision {
+    pub phase: PlanPhase,
+    pub rollback: bool,
+    pub message: Option<String>,
+}
+
+impl PhaseDecision {
+    fn to(phase: PlanPhase) -> Self {
+        Self {
+            phase,
+            rollback: false,
+            message: None,
+        }
+    }
+
+    fn with(phase: PlanPhase, message: impl Into<String>) -> Self {
+        Self {
+            phase,
+            rollback: false,
+            message: Some(message.into()),
+        }
+    }
+
+    fn fail(phase: PlanPhase, message: impl Into<String>) -> Self {
+        Self {
+            phase,
+            rollback: true,
+            message: Some(message.into()),
+        }
+    }
+}
+
+/// Decides the next phase. Terminal phases stay.
+pub fn next_phase(
+    current: PlanPhase,
+    spec: &DisruptionPlanSpec,
+    facts: &PhaseFacts,
+) -> PhaseDecision {
+    use PlanPhase::*;
+    if current.is_terminal() {
+        return PhaseDecision::to(current);
+    }
+    if facts.abort_requested {
+        return PhaseDecision::fail(
+            Aborted,
+            "aborted on request; nodes uncordoned and holds restored",
+        );
+    }
+    let replacement_when = spec
+        .replacement
+        .as_ref()
+        .map_or(ReplacementWhen::None, |r| r.when);
+    let after_backup = || match (spec.mode, replacement_when) {
+        (PlanMode::Release, _) => Draining,
+        (PlanMode::Execute, ReplacementWhen::BeforeDrain) => Replacing,
+        (PlanMode::Execute, _) => Cordoning,
+    };
+    let after_drain = || {
+        if spec.termination.terminate_instance || spec.termination.delete_node {
+            Terminating
+        } else if replacement_when == ReplacementWhen::AfterDrain {
+            Replacing
+        } else {
+            Completed
+        }
+    };
+    let after_terminate = || {
+        if replacement_when == ReplacementWhen::AfterDrain {
+            Replacing
+        } else {
+            Completed
+        }
+    };
+
+    match current {
+        Pending if spec.dry_run => {
+            PhaseDecision::with(Completed, "dry run: plan recorded, nothing changed")
+        }
+        Pending if facts.backups == BackupsState::NotNeeded => PhaseDecision::to(after_backup()),
+        Pending => PhaseDecision::to(BackingUp),
+        BackingUp | Verifying => backup_step(current, spec, facts, after_backup()),
+        Replacing if replacement_when == ReplacementWhen::BeforeDrain => {
+            if facts.replacement_ready {
+                PhaseDecision::to(Cordoning)
+            } else {
+                PhaseDecision::to(Replacing)
+            }
+        }
+        Replacing => {
+            if facts.replacement_ready {
+                PhaseDecision::to(Completed)
+            } else {
+                PhaseDecision::to(Replacing)
+            }
+        }
+        Cordoning => PhaseDecision::to(if facts.nodes_cordoned {
+            Draining
+        } else {
+            Cordoning
+        }),
+        Draining if spec.mode == PlanMode::Release => PhaseDecision::to(if facts.nodes_gone {
+            Completed
+        } else {
+            Draining
+        }),
+        Draining => match &facts.drain {
+            DrainState::InProgress => PhaseDecision::to(Draining),
+            DrainState::Done => PhaseDecision::to(after_drain()),
+            DrainState::Failed { message } => {
+                PhaseDecision::fail(Failed, format!("drain failed: {message}"))
+            }
+        },
+        Terminating => PhaseDecision::to(if facts.nodes_gone {
+            after_terminate()
+        } else {
+            Terminating
+        }),
+        Completed | Failed | Aborted => PhaseDecision::to(current),
+    }
+}
+
+fn backup_step(
+    current: PlanPhase,
+    spec: &DisruptionPlanSpec,
+    facts: &PhaseFacts,
+    next: PlanPhase,
+) -> PhaseDecision {
+    let best_effort = spec.backup.policy == BackupPolicy::BestEffort;
+    match &facts.backups {
+        BackupsState::NotNeeded | BackupsState::AllVerified => PhaseDecision::to(next),
+        BackupsState::Failed { message } if best_effort => PhaseDecision::with(
+            next,
+            format!("backup failed, continuing (policy best-effort): {message}"),
+        ),
+        BackupsState::Failed { message } => PhaseDecision::fail(
+            PlanPhase::Failed,
+            format!("backup failed, node left in service (policy required): {message}"),
+        ),
+        _ if facts.deadline_passed && best_effort => PhaseDecision::with(
+            next,
+            "deadline passed before the backup was verified; continuing (policy best-effort)",
+        ),
+        _ if facts.deadline_passed => PhaseDecision::fail(
+            PlanPhase::Failed,
+            "deadline passed before the backup was verified; the drain was not started (policy required)",
+        ),
+        BackupsState::AllCompleted => PhaseDecision::to(PlanPhase::Verifying),
+        BackupsState::InProgress => PhaseDecision::to(current),
+    }
+}
+
+/// Combines the records of each needed namespace (the latest attempt decides) into one [`BackupsState`].
+/// A failed latest attempt with attempts left counts as in progress: the retry is the controller's next step.
+pub fn summarize_backups(
+    namespaces: &[String],
+    records: &[BackupRecord],
+    max_attempts: u32,
+) -> BackupsState {
+    if namespaces.is_empty() {
+        return BackupsState::NotNeeded;
+    }
+    let mut all_verified = true;
+    for ns in namespaces {
+        let Some(latest) = records
+            .iter()
+            .filter(|r| &r.namespace == ns)
+            .max_by_key(|r| r.attempt)
+        else {
+            return BackupsState::InProgress;
+        };
+        if latest.verified {
+            continue;
+        }
+        all_verified = false;
+        let progress = match &latest.verification_error {
+            Some(e) => BackupProgress::Failed(format!("verification failed: {e}")),
+            None => classify_backup_phase(latest.phase.as_deref()),
+        };
+        match progress {
+            BackupProgress::Completed => {}
+            BackupProgress::Waiting => return BackupsState::InProgress,
+            BackupProgress::Failed(reason) => {
+                if latest.attempt >= max_attempts {
+                    let detail = latest.message.clone().unwrap_or(reason);
+                    return BackupsState::Failed {
+                        message: format!(
+                            "namespace {ns}: backup {} failed after {} attempts: {detail}",
+                            latest.name, latest.attempt
+                        ),
+                    };
+                }
+                return BackupsState::InProgress;
+            }
+        }
+    }
+    if all_verified {
+        BackupsState::AllVerified
+    } else {
+        BackupsState::AllCompleted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PlanPhase::*;
+    use serde_json::json;
+
+    fn spec(v: serde_json::Value) -> DisruptionPlanSpec {
+        let mut base = json!({"nodes": ["n1"]});
+        if let (Some(b), Some(o)) = (base.as_object_mut(), v.as_object()) {
+            b.extend(o.clone());
+        }
+        serde_json::from_value(base).expect("spec")
+    }
+
+    fn facts(backups: BackupsState) -> PhaseFacts {
+        PhaseFacts {
+            backups,
+            ..PhaseFacts::default()
+        }
+    }
+
+    /// Runs the machine with fixed facts until it stops moving.
+    fn run(spec: &DisruptionPlanSpec, f: &PhaseFacts) -> Vec<PlanPhase> {
+        let mut seen = vec![Pending];
+        let mut cur = Pending;
+        loop {
+            let next = next_phase(cur, spec, f).phase;
+            if next == cur {
+                return seen;
+            }
+            seen.push(next);
+            cur = next;
+        }
+    }
+
+    fn all_done() -> PhaseFacts {
+        PhaseFacts {
+            backups: BackupsState::AllVerified,
+            nodes_cordoned: true,
+            drain: DrainState::Done,
+            nodes_gone: true,
+            replacement_ready: true,
+            ..PhaseFacts::default()
+        }
+    }
+
+    #[test]
+    fn execute_happy_path() {
+        assert_eq!(
+            run(&spec(json!({})), &all_done()),
+            [
+                Pending,
+                BackingUp,
+                Cordoning,
+                Draining,
+                Terminating,
+                Completed
+            ]
+        );
+    }
+
+    #[test]
+    fn completed_backup_goes_through_verifying() {
+        let s = spec(json!({}));
+        assert_eq!(
+            next_phase(BackingUp, &s, &facts(BackupsState::AllCompleted)).phase,
+            Verifying
+        );
+        assert_eq!(
+            next_phase(Verifying, &s, &facts(BackupsState::AllCompleted)).phase,
+            Verifying
+        );
+        assert_eq!(
+            next_phase(BackingUp, &s, &facts(BackupsState::InProgress)).phase,
+            BackingUp
+        );
+        assert_eq!(
+            next_phase(Verifying, &s, &facts(BackupsState::AllVerified)).phase,
+            Cordoning
+        );
+    }
+
+    #[test]
+    fn replacement_positions() {
+        let before =
+            spec(json!({"replacement": {"when": "before-drain", "instanceTypes": ["m7i.large"]}}));
+        assert_eq!(
+            run(&before, &all_done()),
+            [
+                Pending,
+                BackingUp,
+                Replacing,
+                Cordoning,
+                Draining,
+                Terminating,
+                Completed
+            ]
+        );
+        let after =
+            spec(json!({"replacement": {"when": "after-drain", "instanceTypes": ["m7i.large"]}}));
+        assert_eq!(
+            run(&after, &all_done()),
+            [
+                Pending,
+                BackingUp,
+                Cordoning,
+                Draining,
+                Terminating,
+                Replacing,
+                Completed
+            ]
+        );
+        let mut waiting = all_done();
+        waiting.replacement_ready = false;
+        assert_eq!(run(&before, &waiting).last(), Some(&Replacing));
+    }
+
+    #[test]
+    fn release_mode_waits_for_the_autoscaler() {
+        let s = spec(json!({"mode": "Release"}));
+        assert_eq!(
+            run(&s, &all_done()),
+            [Pending, BackingUp, Draining, Completed]
+        );
+        let mut f = all_done();
+        f.nodes_gone = false;
+        assert_eq!(run(&s, &f).last(), Some(&Draining));
+    }
+
+    #[test]
+    fn no_backup_needed_skips_straight_to_cordon() {
+        assert_eq!(
+            next_phase(Pending, &spec(json!({})), &facts(BackupsState::NotNeeded)).phase,
+            Cordoning
+        );
+    }
+
+    #[test]
+    fn no_termination_completes_after_drain() {
+        let s = spec(json!({"termination": {"terminateInstance": false, "deleteNode": false}}));
+        assert_eq!(
+            run(&s, &all_done()),
+            [Pending, BackingUp, Cordoning, Draining, Completed]
+        );
+    }
+
+    #[test]
+    fn dry_run_changes_nothing() {
+        let d = next_phase(Pending, &spec(json!({"dryRun": true})), &all_done());
+        assert_eq!(d.phase, Completed);
+        assert!(!d.rollback);
+    }
+
+    #[test]
+    fn required_backup_failure_fails_and_rolls_back() {
+        let f = facts(BackupsState::Failed {
+            message: "namespace db: gave up".into(),
+        });
+        let d = next_phase(BackingUp, &spec(json!({})), &f);
+        assert_eq!(d.phase, Failed);
+        assert!(d.rollback);
+        assert!(
+            d.message
+                .as_deref()
+                .is_some_and(|m| m.contains("node left in service") && m.contains("gave up"))
+        );
+    }
+
+    #[test]
+    fn best_effort_backup_failure_continues_with_a_message() {
+        let f = facts(BackupsState::Failed {
+            message: "x".into(),
+        });
+        let d = next_phase(
+            Verifying,
+            &spec(json!({"backup": {"policy": "best-effort"}})),
+            &f,
+        );
+        assert_eq!(d.phase, Cordoning);
+        assert!(!d.rollback);
+        assert!(d.message.is_some());
+    }
+
+    #[test]
+    fn deadline_during_backup() {
+        let mut f = facts(BackupsState::InProgress);
+        f.deadline_passed = true;
+        assert_eq!(next_phase(BackingUp, &spec(json!({})), &f).phase, Failed);
+        assert_eq!(
+            next_phase(
+                BackingUp,
+                &spec(json!({"backup": {"policy": "best-effort"}})),
+                &f
+            )
+            .phase,
+            Cordoning
+        );
+    }
+
+    #[test]
+    fn drain_failure_rolls_back_and_abort_wins() {
+        let mut f = all_done();
+        f.drain = DrainState::Failed {
+            message: "global timeout reached: 10m".into(),
+        };
+        let d = next_phase(Draining, &spec(json!({})), &f);
+        assert_eq!((d.phase, d.rollback), (Failed, true));
+        f.abort_requested = true;
+        assert_eq!(next_phase(Terminating, &spec(json!({})), &f).phase, Aborted);
+        assert_eq!(
+            next_phase(Completed, &spec(json!({})), &f).phase,
+            Completed,
+            "terminal phases stay"
+        );
+    }
+
+    fn rec(ns: &str, attempt: u32, phase: &str, verified: bool) -> BackupRecord {
+        BackupRecord {
+            name: format!("b-{ns}-{attempt}"),
+            namespace: ns.into(),
+            attempt,
+            phase: Some(phase.into()),
+            verified,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn summarizing_records() {
+        let ns = vec!["db".to_owned(), "mq".to_owned()];
+        assert_eq!(summarize_backups(&[], &[], 3), BackupsState::NotNeeded);
+        assert_eq!(
+            summarize_backups(&ns, &[rec("db", 1, "Completed", true)], 3),
+            BackupsState::InProgress
+        );
+        let done = [
+            rec("db", 1, "Completed", true),
+            rec("mq", 1, "Completed", true),
+        ];
+        assert_eq!(summarize_backups(&ns, &done, 3), BackupsState::AllVerified);
+        let unverified = [
+            rec("db", 1, "Completed", true),
+            rec("mq", 1, "Completed", false),
+        ];
+        assert_eq!(
+            summarize_backups(&ns, &unverified, 3),
+            BackupsState::AllCompleted
+        );
+        let retrying = [
+            rec("db", 1, "Completed", true),
+            rec("mq", 1, "Failed", false),
+        ];
+        assert_eq!(
+            summarize_backups(&ns, &retrying, 3),
+            BackupsState::InProgress
+        );
+        let retried = [
+            rec("db", 1, "Completed", true),
+            rec("mq", 1, "Failed", false),
+            rec("mq", 2, "Completed", true),
+        ];
+        assert_eq!(
+            summarize_backups(&ns, &retried, 3),
+            BackupsState::AllVerified
+        );
+        let mut bad_bucket = rec("mq", 3, "Completed", false);
+        bad_bucket.verification_error = Some("PVC mq/data-rabbit-2 missing from volumeinfo".into());
+        let failed_verify = [rec("db", 1, "Completed", true), bad_bucket];
+        assert!(
+            matches!(summarize_backups(&ns, &failed_verify, 3), BackupsState::Failed { message } if message.contains("verification failed"))
+        );
+        let exhausted = [
+            rec("db", 1, "Completed", true),
+            rec("mq", 3, "PartiallyFailed", false),
+        ];
+        match summarize_backups(&ns, &exhausted, 3) {
+            BackupsState::Failed { message } => assert!(
+                message.contains("namespace mq") && message.contains("3 attempts"),
+                "{message}"
+            ),
+            o => panic!("{o:?}"),
+        }
+    }
+}

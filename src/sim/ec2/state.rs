@@ -1,0 +1,187 @@
+//! The simulator's world: instances, launch templates, idempotency tokens and injected faults.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{InstanceInfo, InstanceSnapshot, InstanceState};
+
+pub(super) fn random_id(prefix: &str) -> String {
+    format!(
+        "{prefix}{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..17]
+    )
+}
+
+pub(super) struct Instance {
+    pub(super) info: InstanceInfo,
+    pub(super) state: InstanceState,
+    pub(super) state_reason: Option<(String, String)>,
+    pub(super) reservation_id: String,
+    pub(super) client_token: Option<String>,
+    /// Decoded (not yet validated) user data; validated at boot like the host would.
+    pub(super) raw_user_data: Option<Vec<u8>>,
+}
+
+impl Instance {
+    pub(super) fn snapshot(&self) -> InstanceSnapshot {
+        InstanceSnapshot {
+            info: self.info.clone(),
+            state: self.state,
+            state_reason: self.state_reason.clone(),
+            client_token: self.client_token.clone(),
+        }
+    }
+}
+
+/// Launch parameters stored in a launch template (version 1; versions are not simulated).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct TemplateData {
+    pub(super) image_id: Option<String>,
+    pub(super) instance_type: Option<String>,
+    pub(super) subnet_id: Option<String>,
+    /// Base64, as given.
+    pub(super) user_data: Option<String>,
+    pub(super) instance_tags: BTreeMap<String, String>,
+    pub(super) spot: bool,
+}
+
+pub(super) struct LaunchTemplate {
+    pub(super) id: String,
+    pub(super) name: String,
+    pub(super) created: jiff::Timestamp,
+    pub(super) data: TemplateData,
+    pub(super) tags: BTreeMap<String, String>,
+}
+
+/// One CreateFleet override that could not be fulfilled.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct FleetError {
+    pub(super) template_id: String,
+    pub(super) template_version: String,
+    pub(super) instance_type: String,
+    pub(super) subnet_id: String,
+    pub(super) zone: String,
+    pub(super) image_id: Option<String>,
+    pub(super) code: String,
+    pub(super) message: String,
+}
+
+/// Instances launched from one CreateFleet override.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct FleetLaunch {
+    pub(super) template_id: String,
+    pub(super) template_version: String,
+    pub(super) instance_type: String,
+    pub(super) subnet_id: String,
+    pub(super) zone: String,
+    pub(super) image_id: Option<String>,
+    pub(super) spot: bool,
+    pub(super) instance_ids: Vec<String>,
+}
+
+/// What a ClientToken already produced, so a retry returns the same thing.
+pub(super) enum TokenRecord {
+    Run {
+        fingerprint: String,
+        reservation_id: String,
+    },
+    Fleet {
+        fingerprint: String,
+        fleet_id: String,
+        errors: Vec<FleetError>,
+        launches: Vec<FleetLaunch>,
+    },
+}
+
+impl TokenRecord {
+    pub(super) fn fingerprint(&self) -> &str {
+        match self {
+            TokenRecord::Run { fingerprint, .. } | TokenRecord::Fleet { fingerprint, .. } => {
+                fingerprint
+            }
+        }
+    }
+}
+
+pub(super) struct Fault {
+    pub(super) instance_type: String,
+    pub(super) zone: Option<String>,
+    pub(super) code: String,
+}
+
+#[derive(Default)]
+pub(super) struct World {
+    pub(super) instances: HashMap<String, Instance>,
+    order: Vec<String>,
+    pub(super) templates: BTreeMap<String, LaunchTemplate>,
+    /// Keyed by action and token: tokens are scoped per operation.
+    pub(super) tokens: HashMap<(String, String), TokenRecord>,
+    pub(super) faults: Vec<Fault>,
+    next_host: u32,
+}
+
+impl World {
+    pub(super) fn insert(&mut self, inst: Instance) {
+        self.order.push(inst.info.id.clone());
+        self.instances.insert(inst.info.id.clone(), inst);
+    }
+
+    pub(super) fn ordered(&self) -> impl Iterator<Item = &Instance> {
+        self.order.iter().filter_map(|id| self.instances.get(id))
+    }
+
+    /// The injected error for this type and zone, if any.
+    pub(super) fn fault_for(&self, instance_type: &str, zone: &str) -> Option<&str> {
+        self.faults
+            .iter()
+            .find(|f| {
+                f.instance_type == instance_type && f.zone.as_deref().is_none_or(|z| z == zone)
+            })
+            .map(|f| f.code.as_str())
+    }
+
+    /// Next private address in the subnet with index `subnet_index`.
+    pub(super) fn allocate_ip(&mut self, subnet_index: usize) -> String {
+        let n = self.next_host;
+        self.next_host += 1;
+        // 10.0.<16*subnet + n/250>.<n%250 + 4>: AWS reserves .0-.3 of each subnet.
+        let third = (subnet_index as u32 * 16 + n / 250) % 256;
+        format!("10.0.{third}.{}", n % 250 + 4)
+    }
+
+    pub(super) fn template_by_name(&self, name: &str) -> Option<&LaunchTemplate> {
+        self.templates.values().find(|t| t.name == name)
+    }
+}
+
+pub(super) fn private_dns_name(ip: &str, region: &str) -> String {
+    format!("ip-{}.{region}.compute.internal", ip.replace('.', "-"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_names() {
+        let id = random_id("i-");
+        assert_eq!(id.len(), 19);
+        assert!(id[2..].chars().all(|c| c.is_ascii_hexdigit()));
+        assert_eq!(
+            private_dns_name("10.0.1.5", "us-west-2"),
+            "ip-10-0-1-5.us-west-2.compute.internal"
+        );
+    }
+
+    #[test]
+    fn faults_match_type_and_optional_zone() {
+        let mut w = World::default();
+        w.faults.push(Fault {
+            instance_type: "m5.large".into(),
+            zone: Some("us-west-2a".into()),
+            code: "InsufficientInstanceCapacity".into(),
+        });
+        assert!(w.fault_for("m5.large", "us-west-2a").is_some());
+        assert!(w.fault_for("m5.large", "us-west-2b").is_none());
+        assert!(w.fault_for("c5.large", "us-west-2a").is_none());
+    }
+}

@@ -1,0 +1,123 @@
+//! The committed CRD must match the Rust types. Regenerate with
+//! `snapdrain crds > crds/disruptionplan.yaml` (or `SNAPDRAIN_UPDATE_CRDS=1 cargo test --test crds`).
+
+use std::path::PathBuf;
+
+use snapdrain::api::{DisruptionPlan, DisruptionPlanSpec, crd_yaml};
+
+fn committed_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/disruptionplan.yaml")
+}
+
+#[test]
+fn committed_crd_is_up_to_date() {
+    let generated = crd_yaml();
+    let path = committed_path();
+    if std::env::var_os("SNAPDRAIN_UPDATE_CRDS").is_some() {
+        std::fs::write(&path, &generated).expect("write crds/disruptionplan.yaml");
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "crds/disruptionplan.yaml is stale: it differs from the CRD generated from src/api. \
+         Run `snapdrain crds > crds/disruptionplan.yaml` (or `SNAPDRAIN_UPDATE_CRDS=1 cargo test --test crds`) \
+         and commit the result."
+    );
+}
+
+#[test]
+fn committed_crd_carries_cel_rules_printer_columns_and_status() {
+    let committed =
+        std::fs::read_to_string(committed_path()).expect("crds/disruptionplan.yaml exists");
+    let crd: serde_json::Value = serde_saphyr::from_str(&committed).expect("CRD is YAML");
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(crd["spec"]["scope"], "Cluster");
+    assert_eq!(crd["spec"]["names"]["shortNames"][0], "dplan");
+    assert_eq!(crd["spec"]["names"]["categories"][0], "snapdrain");
+    assert!(
+        version["subresources"]["status"].is_object(),
+        "status subresource missing"
+    );
+
+    let columns: Vec<&str> = version["additionalPrinterColumns"]
+        .as_array()
+        .expect("printer columns")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    for name in ["Phase", "Nodes", "Backups", "Age"] {
+        assert!(
+            columns.contains(&name),
+            "printer column {name} missing: {columns:?}"
+        );
+    }
+
+    let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let rules = |v: &serde_json::Value| -> Vec<String> {
+        v["x-kubernetes-validations"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|r| r["rule"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(rules(spec).contains(&"has(self.nodes) != has(self.nodeSelector)".to_owned()));
+    let props = &spec["properties"];
+    assert!(
+        rules(&props["replacement"])
+            .iter()
+            .any(|r| r.contains("instanceTypes"))
+    );
+    assert!(
+        rules(&props["replacement"]["properties"]["launchTemplate"])
+            .iter()
+            .any(|r| r.contains("self.id"))
+    );
+    assert_eq!(props["nodes"]["minItems"], 1);
+    assert!(props["nodes"]["items"]["pattern"].is_string());
+    assert_eq!(
+        props["drain"]["properties"]["maxConcurrentEvictions"]["minimum"],
+        1.0
+    );
+    assert_eq!(
+        props["backup"]["properties"]["maxAttempts"]["maximum"],
+        10.0
+    );
+    assert!(
+        props["backup"]["properties"]["ttl"]["pattern"]
+            .as_str()
+            .is_some_and(|p| p.contains("ms|s|m|h"))
+    );
+    assert_eq!(
+        props["replacement"]["properties"]["bottlerocket"]["properties"]["settings"]["x-kubernetes-preserve-unknown-fields"],
+        true
+    );
+    // A default on `nodes` would make every nodeSelector plan fail the exactly-one rule.
+    assert!(props["nodes"].get("default").is_none());
+}
+
+#[test]
+fn minimal_plan_deserializes_with_defaults() {
+    let plan: DisruptionPlan = serde_saphyr::from_str(
+        "apiVersion: snapdrain.io/v1alpha1\nkind: DisruptionPlan\nmetadata: {name: p}\nspec: {nodes: [n1]}\n",
+    )
+    .expect("minimal plan parses");
+    let spec: &DisruptionPlanSpec = &plan.spec;
+    assert_eq!(spec.nodes, ["n1"]);
+    assert_eq!(spec.mode, snapdrain::api::PlanMode::Execute);
+    assert_eq!(spec.backup.policy, snapdrain::api::BackupPolicy::Required);
+    assert_eq!(spec.backup.storage_location, "default");
+    assert_eq!(spec.backup.velero_namespace, "velero");
+    assert_eq!(spec.backup.method, snapdrain::api::BackupMethod::FileSystem);
+    assert_eq!(spec.backup.max_attempts, 3);
+    assert_eq!(spec.drain.max_concurrent_evictions, 10);
+    assert!(spec.drain.ignore_daemon_sets);
+    assert!(!spec.drain.delete_empty_dir_data);
+    assert!(spec.termination.terminate_instance && spec.termination.delete_node);
+    assert!(spec.replacement.is_none());
+    assert!(!spec.dry_run);
+    assert!(plan.status.is_none());
+    assert!(snapdrain::api::validate(spec).is_ok());
+}
