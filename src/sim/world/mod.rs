@@ -152,3 +152,12 @@ impl Drop for World {
         }
     }
 }
+
+pub mod ec2_nodes;
+pub mod karpenter;
+pub mod velero;
+
+/// Go duration strings (`720h`, `1h30m0s`, `30s`) as Karpenter and Velero specs use them.
+pub(crate) fn go_duration(s: &str) -> Option<Duration> {
+    velero::parse_go_duration(s)
+}
