@@ -115,12 +115,12 @@ impl Env {
         })
         .await
         .unwrap();
-        let ctx = Arc::new(WorldContext {
-            store: cluster.store.clone(),
-            audit: cluster.audit.clone(),
-            faults: cluster.faults.clone(),
-            timings: Timings::default(),
-        });
+        let ctx = Arc::new(WorldContext::new(
+            cluster.store.clone(),
+            cluster.audit.clone(),
+            cluster.faults.clone(),
+            Timings::default(),
+        ));
         let (tx, rx) = broadcast::channel(256);
         tokio::spawn(ec2_nodes::run(ctx.clone(), rx));
         let cloud = Arc::new(FakeCloud {

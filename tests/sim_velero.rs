@@ -185,12 +185,12 @@ impl Env {
         })
         .await
         .unwrap();
-        let ctx = Arc::new(WorldContext {
-            store: cluster.store.clone(),
-            audit: cluster.audit.clone(),
-            faults: cluster.faults.clone(),
+        let ctx = Arc::new(WorldContext::new(
+            cluster.store.clone(),
+            cluster.audit.clone(),
+            cluster.faults.clone(),
             timings,
-        });
+        ));
         let velero = VeleroHandle::new();
         let config = VeleroConfig {
             concurrent_backups: concurrent,

@@ -12,9 +12,14 @@ use super::apiserver::faults::Faults;
 use super::apiserver::resources::ResKey;
 use super::apiserver::store::{Store, WriteOptions};
 use super::apiserver::{ApiServer, Settings, kubeconfig};
+use super::ec2::{Ec2Sim, Ec2SimConfig, InstanceInfo};
 use super::error::SimError;
+use super::s3::{S3Sim, S3SimConfig};
 use super::scenario::{self, LoadedScenario, S3_URL_FALLBACK, Scenario, crds, timeline};
-use super::world::{Timings, World, WorldContext};
+use super::world::karpenter::{self, KarpenterConfig, KarpenterHandle};
+use super::world::velero::{self, VeleroConfig, VeleroHandle};
+use super::world::{Timings, World, WorldContext, ec2_nodes};
+use crate::cloud::bottlerocket::NodeSettings;
 
 /// Which scenario to load.
 #[derive(Clone, Debug)]
@@ -69,6 +74,14 @@ pub struct SimCluster {
     pub context: Option<Arc<WorldContext>>,
     /// What the scenario loaded, including the EC2 instances behind its nodes.
     pub scenario: Option<LoadedScenario>,
+    /// S3 standing in for MinIO (with the world).
+    pub s3: Option<S3Sim>,
+    /// The EC2 endpoint (with the world).
+    pub ec2: Option<Ec2Sim>,
+    /// Fault injection and restarts of the simulated Velero server.
+    pub velero: Option<VeleroHandle>,
+    /// Spot interruptions for the simulated Karpenter.
+    pub karpenter: Option<KarpenterHandle>,
 }
 
 impl SimCluster {
@@ -97,27 +110,37 @@ impl SimCluster {
             })?;
         }
 
-        // Cloud simulators. The S3 simulator (`sim::s3::S3Sim`) starts here when it is part of the build:
-        // its `endpoint()` becomes `s3_url` (filling `${S3_URL}` in the BSL) and `WorldContext::s3_endpoint`,
-        // and the BSL bucket is created in it. The EC2 simulator (`sim::ec2::Ec2Sim`) starts here too: every
-        // `loaded.instances` entry is registered with `insert_running`, and its `subscribe()` feed goes to
-        // the EC2-nodes controller through the WorldContext.
+        // Scenario first: its Velero install says which bucket and keys the S3 endpoint serves.
+        let resolved = match &config.scenario {
+            None => None,
+            Some(ScenarioSource::Named(n)) => Some(scenario::resolve(n)?),
+            Some(ScenarioSource::Inline { scenario, label }) => {
+                Some(((**scenario).clone(), label.clone()))
+            }
+        };
+        let s3 = if with_world {
+            let mut s3_config = S3SimConfig::default();
+            if let Some(v) = resolved.as_ref().and_then(|(scn, _)| scn.velero.as_ref()) {
+                s3_config.access_key = v.access_key.clone();
+                s3_config.secret_key = v.secret_key.clone();
+                s3_config.region = v.region.clone();
+                s3_config.buckets = vec![v.bucket.clone()];
+            }
+            Some(S3Sim::start(s3_config).await.map_err(|e| SimError::Load {
+                what: "the S3 endpoint".into(),
+                message: e.to_string(),
+            })?)
+        } else {
+            None
+        };
         let s3_url = config
             .s3_url
             .clone()
+            .or_else(|| s3.as_ref().map(S3Sim::endpoint))
             .unwrap_or_else(|| S3_URL_FALLBACK.to_string());
-
-        let loaded = match &config.scenario {
+        let loaded = match &resolved {
             None => None,
-            Some(source) => {
-                let (scn, label) = match source {
-                    ScenarioSource::Named(n) => scenario::resolve(n)?,
-                    ScenarioSource::Inline { scenario, label } => {
-                        ((**scenario).clone(), label.clone())
-                    }
-                };
-                Some(scenario::load(&store, &scn, &label, &s3_url)?)
-            }
+            Some((scn, label)) => Some(scenario::load(&store, scn, label, &s3_url)?),
         };
         for (i, obj) in config.objects.into_iter().enumerate() {
             load_object(&store, obj).map_err(|message| SimError::Load {
@@ -137,21 +160,108 @@ impl SimCluster {
             addr: config.addr,
             source: e,
         })?;
+        let mut ec2 = None;
+        let mut velero_handle = None;
+        let mut karpenter_handle = None;
         let (world, context) = if with_world {
             let timings = config
                 .timings
                 .clone()
                 .or_else(|| loaded.as_ref().map(|l| l.timings.clone()))
                 .unwrap_or_default();
+            let ec2_sim = Ec2Sim::start(Ec2SimConfig {
+                boot_delay: timings.instance_boot,
+                ..Ec2SimConfig::default()
+            })
+            .await
+            .map_err(|e| SimError::Load {
+                what: "the EC2 endpoint".into(),
+                message: e.to_string(),
+            })?;
+            for i in loaded.iter().flat_map(|l| l.instances.iter()) {
+                ec2_sim
+                    .insert_running(InstanceInfo {
+                        id: i.instance_id.clone(),
+                        instance_type: i.instance_type.clone(),
+                        image_id: i.image_id.clone(),
+                        zone: i.zone.clone(),
+                        subnet_id: ec2_sim
+                            .config()
+                            .subnets
+                            .iter()
+                            .find(|s| s.zone == i.zone)
+                            .map(|s| s.id.clone())
+                            .unwrap_or_default(),
+                        private_ip: i.private_ip.clone(),
+                        private_dns_name: i.node_name.clone(),
+                        tags: i
+                            .node_pool
+                            .iter()
+                            .map(|p| ("karpenter.sh/nodepool".to_string(), p.clone()))
+                            .collect(),
+                        user_data: None,
+                        launch_time: jiff::Timestamp::now(),
+                        spot: false,
+                    })
+                    .map_err(|e| SimError::Load {
+                        what: format!("instance {} of node {}", i.instance_id, i.node_name),
+                        message: e.to_string(),
+                    })?;
+            }
             let mut ctx = WorldContext::new(store.clone(), audit.clone(), faults.clone(), timings);
-            ctx.s3_endpoint = config.s3_url.clone();
+            ctx.s3_endpoint = Some(s3_url.clone());
             let ctx = Arc::new(ctx);
             let mut world = World::start(ctx.clone());
+            world.adopt(tokio::spawn(ec2_nodes::run(
+                ctx.clone(),
+                ec2_sim.subscribe(),
+            )));
+            let vh = VeleroHandle::new();
+            world.adopt(tokio::spawn(velero::run(
+                ctx.clone(),
+                VeleroConfig::default(),
+                vh.clone(),
+            )));
+            let client =
+                kube::Client::try_from(kube::Config::new(api.url().parse().map_err(|e| {
+                    SimError::Load {
+                        what: "the API server URL".into(),
+                        message: format!("{e}"),
+                    }
+                })?))
+                .map_err(|e| SimError::Load {
+                    what: "a client for the simulated Karpenter".into(),
+                    message: e.to_string(),
+                })?;
+            let creds =
+                aws_credential_types::Credentials::new("sim", "sim", None, None, "simulator");
+            let ec2_config = aws_sdk_ec2::Config::builder()
+                .behavior_version(aws_sdk_ec2::config::BehaviorVersion::latest())
+                .region(aws_sdk_ec2::config::Region::new(
+                    ec2_sim.config().region.clone(),
+                ))
+                .credentials_provider(creds)
+                .endpoint_url(ec2_sim.endpoint())
+                .build();
+            let cloud = karpenter::ec2::SimEc2Cloud::new(
+                aws_sdk_ec2::Client::from_conf(ec2_config),
+                ec2_sim.config().subnets.clone(),
+                sim_node_settings(&api.url()),
+            );
+            let kh = KarpenterHandle::new();
+            world.adopt(tokio::spawn(karpenter::run(
+                ctx.clone(),
+                KarpenterConfig::new(cloud, client),
+                kh.clone(),
+            )));
             if let Some(l) = &loaded
                 && !l.timeline.is_empty()
             {
                 world.adopt(timeline::spawn(ctx.clone(), l.timeline.clone()));
             }
+            ec2 = Some(ec2_sim);
+            velero_handle = Some(vh);
+            karpenter_handle = Some(kh);
             (Some(world), Some(ctx))
         } else {
             (None, None)
@@ -164,6 +274,10 @@ impl SimCluster {
             world,
             context,
             scenario: loaded,
+            s3,
+            ec2,
+            velero: velero_handle,
+            karpenter: karpenter_handle,
         })
     }
 
@@ -230,4 +344,15 @@ pub fn load_object(store: &Store, obj: Value) -> Result<(), String> {
         )
         .map(|_| ())
         .map_err(|e| e.message)
+}
+
+/// The cluster settings a Bottlerocket node needs to join this simulated cluster.
+pub fn sim_node_settings(api_url: &str) -> NodeSettings {
+    NodeSettings {
+        cluster_name: "snapdrain-sim".into(),
+        api_server: api_url.replace("http://", "https://"),
+        // A placeholder CA: the simulator does not check node credentials, Bottlerocket only needs base64.
+        cluster_certificate: "c25hcGRyYWluLXNpbS1jYQ==".into(),
+        ..NodeSettings::default()
+    }
 }

@@ -10,6 +10,7 @@
 
 pub mod budgets;
 mod disruption;
+pub mod ec2;
 mod termination;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
