@@ -169,15 +169,12 @@ impl SimCluster {
                 .clone()
                 .or_else(|| loaded.as_ref().map(|l| l.timings.clone()))
                 .unwrap_or_default();
-            let ec2_sim = Ec2Sim::start(Ec2SimConfig {
-                boot_delay: timings.instance_boot,
-                ..Ec2SimConfig::default()
-            })
-            .await
-            .map_err(|e| SimError::Load {
-                what: "the EC2 endpoint".into(),
-                message: e.to_string(),
-            })?;
+            let ec2_sim = Ec2Sim::start(ec2_config_for(loaded.as_ref(), timings.instance_boot))
+                .await
+                .map_err(|e| SimError::Load {
+                    what: "the EC2 endpoint".into(),
+                    message: e.to_string(),
+                })?;
             for i in loaded.iter().flat_map(|l| l.instances.iter()) {
                 ec2_sim
                     .insert_running(InstanceInfo {
@@ -344,6 +341,32 @@ pub fn load_object(store: &Store, obj: Value) -> Result<(), String> {
         )
         .map(|_| ())
         .map_err(|e| e.message)
+}
+
+/// The EC2 endpoint's region and subnets follow the scenario's zones (one subnet per zone).
+fn ec2_config_for(loaded: Option<&LoadedScenario>, boot: std::time::Duration) -> Ec2SimConfig {
+    let mut config = Ec2SimConfig {
+        boot_delay: boot,
+        ..Ec2SimConfig::default()
+    };
+    let zones: std::collections::BTreeSet<&str> = loaded
+        .iter()
+        .flat_map(|l| l.instances.iter().map(|i| i.zone.as_str()))
+        .collect();
+    if let Some(first) = zones.iter().next() {
+        config.region = first
+            .trim_end_matches(|c: char| c.is_ascii_lowercase())
+            .to_string();
+        config.subnets = zones
+            .iter()
+            .enumerate()
+            .map(|(i, z)| super::ec2::SubnetConfig {
+                id: format!("subnet-0{i}{:0>15}", z.len() * 7919 + i),
+                zone: z.to_string(),
+            })
+            .collect();
+    }
+    config
 }
 
 /// The cluster settings a Bottlerocket node needs to join this simulated cluster.
