@@ -49,6 +49,8 @@ pub struct ControllerHandle {
     pub leading: watch::Receiver<bool>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    /// Without leader election this replica always leads; the sender keeps that channel open.
+    _always_leading: Option<watch::Sender<bool>>,
 }
 
 impl ControllerHandle {
@@ -84,11 +86,15 @@ pub async fn start(
         })?),
         None => None,
     };
-    let leading = match &opts.lease_namespace {
-        Some(ns) => {
-            leader::contend(client.clone(), ns, &settings.identity, opts.lease_seconds).await?
+    let (leading, always_leading) = match &opts.lease_namespace {
+        Some(ns) => (
+            leader::contend(client.clone(), ns, &settings.identity, opts.lease_seconds).await?,
+            None,
+        ),
+        None => {
+            let (tx, rx) = watch::channel(true);
+            (rx, Some(tx))
         }
-        None => watch::channel(true).1,
     };
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -104,6 +110,7 @@ pub async fn start(
         leading,
         stop,
         task,
+        _always_leading: always_leading,
     })
 }
 

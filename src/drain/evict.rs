@@ -1,9 +1,9 @@
 //! One eviction request, as Karpenter sends it: policy/v1 Eviction with `preconditions.uid`, so a
 //! StatefulSet pod re-created under the same name is never evicted by mistake.
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, DeleteParams, EvictParams, Preconditions};
+use kube::core::Status;
+use serde_json::json;
 
 use crate::planning::{EvictionOutcome, classify_eviction};
 
@@ -23,19 +23,35 @@ pub async fn evict(
     uid: &str,
     grace: Option<i64>,
 ) -> Evicted {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let params = EvictParams {
-        delete_options: Some(DeleteParams {
-            grace_period_seconds: grace.map(|g| g.max(0) as u32),
-            preconditions: Some(Preconditions {
-                uid: Some(uid.to_string()),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        }),
-        ..EvictParams::default()
+    // The body is built here rather than with kube's `EvictParams`, which sends `delete_options` in
+    // snake_case: a real API server ignores that field, and with it the UID precondition.
+    let mut delete_options = json!({"preconditions": {"uid": uid}});
+    if let Some(g) = grace {
+        delete_options["gracePeriodSeconds"] = json!(g.max(0));
+    }
+    let body = json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+        "deleteOptions": delete_options,
+    });
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{namespace}/pods/{name}/eviction"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(serde_json::to_vec(&body).unwrap_or_default());
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => {
+            return Evicted {
+                code: 0,
+                outcome: EvictionOutcome::Failed {
+                    message: format!("cannot build the eviction request: {e}"),
+                },
+            };
+        }
     };
-    match pods.evict(name, &params).await {
+    match client.request::<Status>(request).await {
         Ok(status) => Evicted {
             code: if status.code == 0 { 201 } else { status.code },
             outcome: EvictionOutcome::Evicted,

@@ -1,0 +1,294 @@
+//! A simulated cluster (quickstart scenario, fast timings) with the snapdrain controller talking to it
+//! over HTTP, and helpers to create plans and wait on them by watch.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use snapdrain::api::DisruptionPlan;
+use snapdrain::api::status::PlanPhase;
+use snapdrain::controller::run::RunOptions;
+use snapdrain::controller::{ControllerHandle, Settings, start};
+use snapdrain::sim::apiserver::audit::AuditEntry;
+use snapdrain::sim::cluster::sim_node_settings;
+use snapdrain::sim::world::Timings;
+use snapdrain::sim::{ScenarioSource, SimCluster, SimConfig};
+
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Harness {
+    pub cluster: SimCluster,
+    pub client: Client,
+}
+
+pub fn fast_timings() -> Timings {
+    Timings {
+        pod_start: Duration::from_millis(50),
+        pod_stop: Duration::from_millis(50),
+        instance_boot: Duration::from_millis(200),
+        volume_detach: Duration::from_millis(50),
+        backup_mib_per_second: 0.0,
+        backup_overhead: Duration::from_millis(100),
+    }
+}
+
+impl Harness {
+    pub async fn start() -> Self {
+        Self::start_with(fast_timings()).await
+    }
+
+    pub async fn start_with(timings: Timings) -> Self {
+        snapdrain::telemetry::init_logging();
+        let cluster = SimCluster::start(SimConfig {
+            scenario: Some(ScenarioSource::Named("quickstart".into())),
+            timings: Some(timings),
+            ..Default::default()
+        })
+        .await
+        .expect("the quickstart scenario starts");
+        let client = Client::try_from(kube::Config::new(cluster.url().parse().expect("url")))
+            .expect("client");
+        let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+            Api::all(client.clone());
+        crds.create(
+            &PostParams::default(),
+            &<DisruptionPlan as kube::CustomResourceExt>::crd(),
+        )
+        .await
+        .expect("install the DisruptionPlan CRD");
+        let h = Self { cluster, client };
+        h.wait_statefulsets_ready().await;
+        h
+    }
+
+    pub fn kube_config(&self) -> kube::Config {
+        kube::Config::new(self.cluster.url().parse().expect("url"))
+    }
+
+    pub fn settings(&self, identity: &str) -> Settings {
+        let ec2 = self
+            .cluster
+            .ec2
+            .as_ref()
+            .expect("the world runs an EC2 endpoint");
+        let cluster = sim_node_settings(&self.cluster.url());
+        Settings {
+            identity: identity.into(),
+            ec2_endpoint: Some(ec2.endpoint()),
+            region: Some(ec2.config().region.clone()),
+            ec2_credentials: Some(("sim".into(), "sim".into())),
+            cluster_name: Some(cluster.cluster_name),
+            api_server: Some(cluster.api_server),
+            cluster_certificate: Some(cluster.cluster_certificate),
+            wait_slice: Duration::from_secs(5),
+            backup_retry_cap: Duration::from_millis(300),
+        }
+    }
+
+    /// A controller without leader election (one replica).
+    pub async fn controller(&self) -> ControllerHandle {
+        self.controller_with(
+            RunOptions {
+                lease_namespace: None,
+                ..RunOptions::default()
+            },
+            "snapdrain-0",
+        )
+        .await
+    }
+
+    pub async fn controller_with(&self, opts: RunOptions, identity: &str) -> ControllerHandle {
+        start(self.kube_config(), self.settings(identity), opts)
+            .await
+            .expect("controller starts")
+    }
+
+    async fn wait_statefulsets_ready(&self) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "shop");
+        let ready = |p: &Pod| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        };
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        let stream = watcher(pods, watcher::Config::default()).default_backoff();
+        let mut store = Vec::<Pod>::new();
+        let mut stream = std::pin::pin!(stream);
+        while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, stream.next()).await {
+            match ev {
+                Ok(watcher::Event::InitApply(p)) | Ok(watcher::Event::Apply(p)) => {
+                    store.retain(|q| q.name_any() != p.name_any());
+                    store.push(p);
+                }
+                Ok(watcher::Event::Delete(p)) => store.retain(|q| q.name_any() != p.name_any()),
+                _ => {}
+            }
+            let sts_ready = store
+                .iter()
+                .filter(|p| {
+                    p.name_any().starts_with("postgres-") || p.name_any().starts_with("redis-")
+                })
+                .filter(|p| ready(p))
+                .count();
+            if sts_ready == 5 {
+                return;
+            }
+        }
+        panic!("the quickstart StatefulSets did not become Ready within {TIMEOUT:?}");
+    }
+
+    /// A node running at least one StatefulSet pod (a pod with a PVC).
+    pub async fn node_with_statefulset_pods(&self) -> String {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "shop");
+        let list = pods.list(&Default::default()).await.expect("list pods");
+        let mut nodes: Vec<String> = list
+            .items
+            .iter()
+            .filter(|p| p.name_any().starts_with("postgres-"))
+            .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+            .collect();
+        nodes.sort();
+        nodes
+            .into_iter()
+            .next()
+            .expect("a node runs a postgres pod")
+    }
+
+    pub async fn protected_pods_on(&self, node: &str) -> BTreeSet<String> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
+        pods.list(&lp)
+            .await
+            .expect("list pods")
+            .items
+            .iter()
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.volumes.as_ref())
+                    .is_some_and(|v| v.iter().any(|v| v.persistent_volume_claim.is_some()))
+                    && p.owner_references().iter().any(|o| o.kind == "StatefulSet")
+            })
+            .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
+            .collect()
+    }
+
+    pub async fn create_plan(&self, name: &str, spec: Value) -> DisruptionPlan {
+        let plans: Api<DisruptionPlan> = Api::all(self.client.clone());
+        let plan: DisruptionPlan = serde_json::from_value(json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .expect("plan JSON");
+        plans
+            .create(&PostParams::default(), &plan)
+            .await
+            .expect("create plan")
+    }
+
+    /// Waits (by watch) until the plan's phase satisfies `want`, returning the plan.
+    pub async fn wait_plan(
+        &self,
+        name: &str,
+        timeout: Duration,
+        want: impl Fn(PlanPhase) -> bool,
+    ) -> DisruptionPlan {
+        let plans: Api<DisruptionPlan> = Api::all(self.client.clone());
+        let wc = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let stream = watcher(plans, wc).default_backoff().applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last = None;
+        while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, stream.next()).await {
+            if let Ok(p) = ev {
+                let phase = p.status.as_ref().map(|s| s.phase).unwrap_or_default();
+                if want(phase) {
+                    return p;
+                }
+                last = Some(p);
+            }
+        }
+        panic!(
+            "plan {name} did not reach the wanted phase within {timeout:?}; last seen: {:#?}",
+            last.and_then(|p| p.status)
+        );
+    }
+
+    pub async fn wait_phase(&self, name: &str, phase: PlanPhase) -> DisruptionPlan {
+        self.wait_plan(name, TIMEOUT, |p| {
+            p == phase || (p.is_terminal() && p != phase)
+        })
+        .await
+    }
+
+    pub fn audit(&self) -> Vec<AuditEntry> {
+        self.cluster.audit.since(0)
+    }
+
+    pub async fn node(&self, name: &str) -> Option<Node> {
+        Api::<Node>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .expect("get node")
+    }
+
+    /// Eviction requests the API server accepted (201), as `ns/name` with their audit time.
+    pub fn accepted_evictions(&self) -> Vec<(String, String)> {
+        self.audit()
+            .into_iter()
+            .filter(|e| e.source == "api" && e.resource == "pods/eviction" && e.code == Some(201))
+            .map(|e| {
+                (
+                    format!(
+                        "{}/{}",
+                        e.namespace.unwrap_or_default(),
+                        e.name.unwrap_or_default()
+                    ),
+                    e.time,
+                )
+            })
+            .collect()
+    }
+}
+
+/// The promise, checked from the outside: every accepted eviction of a protected pod came after a backup
+/// of the plan that covers that pod's PVCs was verified.
+pub fn assert_no_eviction_before_verified_backup(
+    h_evictions: &[(String, String)],
+    protected: &BTreeSet<String>,
+    plan: &DisruptionPlan,
+) {
+    let status = plan.status.as_ref().expect("status");
+    for (pod, time) in h_evictions.iter().filter(|(p, _)| protected.contains(p)) {
+        let (ns, name) = pod.split_once('/').expect("ns/name");
+        let evicted_at: jiff::Timestamp = time.parse().expect("audit time");
+        let covering = status
+            .backups
+            .iter()
+            .find(|b| b.namespace == ns && b.pods.iter().any(|p| p == pod || p == name));
+        let Some(b) = covering else {
+            panic!(
+                "protected pod {pod} was evicted but no backup record covers it: {:#?}",
+                status.backups
+            )
+        };
+        let verified_at = b
+            .verified_at
+            .as_ref()
+            .unwrap_or_else(|| panic!("backup {} covering {pod} was never verified", b.name))
+            .0;
+        assert!(
+            verified_at < evicted_at,
+            "pod {pod} evicted at {evicted_at} before backup {} was verified at {verified_at}",
+            b.name
+        );
+    }
+}
