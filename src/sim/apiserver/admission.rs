@@ -1,9 +1,25 @@
-//! TEMPORARY: admission webhooks are not called yet.
-use super::ApiState;
-use super::errors::ApiResult;
-use super::request::Target;
-use serde_json::Value;
+//! Validating admission: every `admissionregistration.k8s.io/v1` ValidatingWebhookConfiguration is
+//! honoured for the requests it selects, as kube-apiserver's validating webhook dispatcher does.
+//!
+//! Not simulated: mutating webhooks, `matchConditions` (CEL; a webhook with them is called as if they
+//! held), `admissionReviewVersions` other than `v1`, and authentication (every request comes from
+//! `system:anonymous`).
+
+mod call;
+mod matching;
+mod review;
+
 use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use self::call::ADDRESS_ANNOTATION;
+use self::matching::RequestShape;
+use super::ApiState;
+use super::errors::{ApiError, ApiResult};
+use super::request::Target;
+use super::resources::ResKey;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Operation {
@@ -11,6 +27,17 @@ pub enum Operation {
     Update,
     Delete,
     Connect,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
 }
 
 pub struct AdmissionAttributes<'a> {
@@ -23,9 +50,156 @@ pub struct AdmissionAttributes<'a> {
     pub user_agent: Option<&'a str>,
 }
 
-pub async fn admit(_state: &Arc<ApiState>, _attrs: AdmissionAttributes<'_>) -> ApiResult<()> {
+/// What admission keeps between requests: HTTPS clients per trust bundle.
+#[derive(Default)]
+pub struct Admission {
+    clients: call::Clients,
+}
+
+const DEFAULT_TIMEOUT_SECONDS: u64 = 10;
+const MAX_TIMEOUT_SECONDS: u64 = 30;
+
+fn configurations_key() -> ResKey {
+    ResKey::new(
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+    )
+}
+
+/// Requests on admission configuration itself never go through webhooks, so a broken webhook can
+/// always be removed.
+fn exempt(t: &Target) -> bool {
+    t.def.group == "admissionregistration.k8s.io"
+        && matches!(
+            t.def.plural.as_str(),
+            "validatingwebhookconfigurations"
+                | "mutatingwebhookconfigurations"
+                | "validatingadmissionpolicies"
+                | "validatingadmissionpolicybindings"
+                | "mutatingadmissionpolicies"
+                | "mutatingadmissionpolicybindings"
+        )
+}
+
+/// Runs every matching validating webhook (concurrently, as the real dispatcher does) and fails the
+/// request with the first refusal or failed call, in configuration-name and webhook order.
+pub async fn admit(state: &Arc<ApiState>, attrs: AdmissionAttributes<'_>) -> ApiResult<()> {
+    let t = attrs.target;
+    if exempt(t) {
+        return Ok(());
+    }
+    let (configurations, _) = state.store.snapshot(&configurations_key());
+    if configurations.is_empty() {
+        return Ok(());
+    }
+    let shape = RequestShape {
+        group: &t.def.group,
+        version: &t.version,
+        resource: &t.def.plural,
+        subresource: t.subresource.as_deref().unwrap_or(""),
+        operation: attrs.operation,
+        namespace: t.namespace.as_deref(),
+    };
+    let mut calls = Vec::new();
+    for configuration in &configurations {
+        let hooks = configuration
+            .get("webhooks")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for hook in hooks {
+            if !should_call(state, hook, &shape, &attrs)? {
+                continue;
+            }
+            calls.push(call_webhook(state, hook, &attrs));
+        }
+    }
+    for outcome in futures::future::join_all(calls).await {
+        outcome?;
+    }
     Ok(())
 }
 
-#[derive(Default)]
-pub struct Admission;
+fn hook_name(hook: &Value) -> &str {
+    hook.get("name").and_then(Value::as_str).unwrap_or("")
+}
+
+fn should_call(
+    state: &ApiState,
+    hook: &Value,
+    shape: &RequestShape<'_>,
+    attrs: &AdmissionAttributes<'_>,
+) -> ApiResult<bool> {
+    if !matching::rules_match(hook, shape) {
+        return Ok(false);
+    }
+    let selected =
+        matching::namespace_matches(hook, &state.store, shape, attrs.object, attrs.old_object)
+            .and_then(
+                |ns| Ok(ns && matching::object_matches(hook, attrs.object, attrs.old_object)?),
+            )
+            .map_err(|e| ApiError::internal(format!("Internal error occurred: {e}")))?;
+    if !selected {
+        return Ok(false);
+    }
+    if attrs.dry_run {
+        let side_effects = hook
+            .get("sideEffects")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !matches!(side_effects, "None" | "NoneOnDryRun") {
+            return Err(ApiError::bad_request(format!(
+                "admission webhook \"{}\" does not support dry run",
+                hook_name(hook)
+            )));
+        }
+    }
+    Ok(true)
+}
+
+async fn call_webhook(
+    state: &ApiState,
+    hook: &Value,
+    attrs: &AdmissionAttributes<'_>,
+) -> ApiResult<()> {
+    let name = hook_name(hook);
+    let ignore = hook.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
+    let timeout = hook
+        .get("timeoutSeconds")
+        .and_then(Value::as_u64)
+        .unwrap_or(DEFAULT_TIMEOUT_SECONDS)
+        .clamp(1, MAX_TIMEOUT_SECONDS);
+    let uid = uuid::Uuid::new_v4().to_string();
+    let request = review::request(attrs, &uid);
+    let client_config = hook.get("clientConfig").cloned().unwrap_or_default();
+    let ca_bundle = client_config
+        .get("caBundle")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let outcome = async {
+        let endpoint = call::endpoint(&state.store, &client_config).map_err(Err)?;
+        let answer = state
+            .admission
+            .clients
+            .post(&endpoint, ca_bundle, Duration::from_secs(timeout), &request)
+            .await
+            .map_err(Err)?;
+        review::verdict(name, &uid, &answer)
+    }
+    .await;
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(Ok(denied)) => Err(denied),
+        Err(Err(reason)) => {
+            let failure = format!("failed calling webhook \"{name}\": {reason}");
+            if ignore {
+                tracing::warn!(webhook = name, error = %reason, "failed calling webhook, failing open");
+                return Ok(());
+            }
+            Err(
+                ApiError::internal(format!("Internal error occurred: {failure}"))
+                    .with_cause("", "", failure),
+            )
+        }
+    }
+}

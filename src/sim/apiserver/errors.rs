@@ -183,6 +183,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        // An empty reason is left out, as Go's `omitempty` does (webhook denials may carry none).
+        if self.reason.is_empty()
+            && let Some(m) = status.as_object_mut()
+        {
+            m.remove("reason");
+        }
         let mut details = serde_json::Map::new();
         if let Some(n) = &self.name {
             details.insert("name".into(), json!(n));
@@ -199,6 +205,11 @@ impl ApiError {
                 .iter()
                 .map(|c| {
                     let mut v = json!({"reason": c.reason, "message": c.message});
+                    if c.reason.is_empty()
+                        && let Some(m) = v.as_object_mut()
+                    {
+                        m.remove("reason");
+                    }
                     if !c.field.is_empty() {
                         v["field"] = json!(c.field);
                     }

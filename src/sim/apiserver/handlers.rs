@@ -131,7 +131,14 @@ pub async fn dispatch(state: Arc<ApiState>, req: Request) -> Reply {
         ("GET", false, _) => list(&state, &req),
         ("POST", false, None) => create(&state, &req).await,
         ("POST", true, Some("eviction")) => {
-            eviction::handle(&state, &req.target, req.body_value()?, req.user_agent()).await
+            eviction::handle(
+                &state,
+                &req.target,
+                &req.query,
+                req.body_value()?,
+                req.user_agent(),
+            )
+            .await
         }
         ("POST", true, Some("binding")) => bind(&state, &req),
         ("PUT", true, Some("scale")) => update_scale(&state, &req),

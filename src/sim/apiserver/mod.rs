@@ -17,9 +17,11 @@ pub mod eviction;
 pub mod faults;
 pub mod filter;
 pub mod handlers;
+pub mod label_selector;
 pub mod openapi;
 pub mod patch;
 mod patching;
+pub mod pdb;
 pub mod request;
 pub mod resources;
 pub mod selectors;
@@ -101,6 +103,7 @@ impl ApiServer {
         });
         let app = router(state.clone());
         let (tx, mut rx) = tokio::sync::watch::channel(false);
+        pdb::start(state.store.clone(), rx.clone());
         tokio::spawn(async move {
             let shutdown = async move {
                 let _ = rx.wait_for(|stop| *stop).await;
