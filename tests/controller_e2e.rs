@@ -26,6 +26,7 @@ async fn plan_backs_up_verifies_drains_terminates_and_replaces() {
             "replacement": {
                 "when": "after-drain",
                 "instanceTypes": ["m6i.xlarge"],
+                "imageId": "ami-0bottlerocket1350",
                 "subnets": [subnet],
                 "bottlerocket": {
                     "nodeLabels": {"example.com/pool": "stateful"},

@@ -299,6 +299,8 @@ impl Default for TerminationSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.when == 'none' || (has(self.instanceTypes) && size(self.instanceTypes) > 0) || has(self.launchTemplate)")
     .message("replacement needs instanceTypes or launchTemplate unless replacement.when is none"))]
+#[x_kube(validation = Rule::new("self.when == 'none' || has(self.launchTemplate) || has(self.imageId)")
+    .message("without a launchTemplate the replacement needs imageId (the Bottlerocket AMI)"))]
 pub struct ReplacementSpec {
     /// none, before-drain ("make before break") or after-drain.
     pub when: ReplacementWhen,

@@ -222,6 +222,12 @@ impl Validator {
                 "replacement needs instanceTypes or launchTemplate unless replacement.when is none",
             );
         }
+        if r.when != ReplacementWhen::None && r.launch_template.is_none() && r.image_id.is_none() {
+            self.problem(
+                "spec.replacement.imageId",
+                "without a launchTemplate the replacement needs imageId: the Bottlerocket AMI, e.g. from SSM /aws/service/bottlerocket/aws-k8s-1.35/x86_64/latest/image_id",
+            );
+        }
         if let Some(lt) = &r.launch_template {
             if lt.id.is_some() == lt.name.is_some() {
                 self.problem(
@@ -419,7 +425,10 @@ mod tests {
     fn replacement_needs_something_to_launch() {
         let mut s =
             spec(serde_json::json!({"nodes": ["n1"], "replacement": {"when": "after-drain"}}));
-        assert_eq!(fields(&validate(&s).unwrap_err()), ["spec.replacement"]);
+        assert_eq!(
+            fields(&validate(&s).unwrap_err()),
+            ["spec.replacement", "spec.replacement.imageId"]
+        );
         s.replacement = Some(ReplacementSpec {
             when: ReplacementWhen::None,
             launch_template: None,
@@ -432,6 +441,13 @@ mod tests {
         assert!(validate(&s).is_ok(), "when: none needs nothing");
         let s = spec(
             serde_json::json!({"nodes": ["n1"], "replacement": {"when": "before-drain", "instanceTypes": ["m7i.large"]}}),
+        );
+        assert_eq!(
+            fields(&validate(&s).unwrap_err()),
+            ["spec.replacement.imageId"]
+        );
+        let s = spec(
+            serde_json::json!({"nodes": ["n1"], "replacement": {"when": "before-drain", "instanceTypes": ["m7i.large"], "imageId": "ami-0abc"}}),
         );
         assert!(validate(&s).is_ok());
     }

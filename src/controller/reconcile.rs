@@ -35,9 +35,30 @@ pub struct PlanRun {
     phase_clock: Instant,
     /// Set by a step that hit a problem no retry can fix: the plan fails (and rolls back) with this.
     pub fail: Option<String>,
+    /// The plan's resourceVersion this pass works from: a status write from a stale copy (a reconcile
+    /// that started before our own last write reached the cache) is refused instead of undoing progress.
+    resource_version: Option<String>,
 }
 
 impl PlanRun {
+    fn new(
+        plan: Arc<DisruptionPlan>,
+        ctx: Arc<Context>,
+        status: DisruptionPlanStatus,
+        valid: ValidSpec,
+    ) -> Self {
+        let resource_version = plan.metadata.resource_version.clone();
+        Self {
+            plan,
+            ctx,
+            status,
+            valid,
+            phase_clock: Instant::now(),
+            fail: None,
+            resource_version,
+        }
+    }
+
     pub fn name(&self) -> String {
         self.plan.name_any()
     }
@@ -59,18 +80,21 @@ impl PlanRun {
         let body = json!({
             "apiVersion": DisruptionPlan::api_version(&()),
             "kind": DisruptionPlan::kind(&()),
+            "metadata": {"resourceVersion": self.resource_version},
             "status": self.status,
         });
-        api.patch_status(
-            &self.name(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(body),
-        )
-        .await
-        .map_err(|source| ControllerError::WriteStatus {
-            plan: self.name(),
-            source,
-        })?;
+        let written = api
+            .patch_status(
+                &self.name(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(body),
+            )
+            .await
+            .map_err(|source| ControllerError::WriteStatus {
+                plan: self.name(),
+                source,
+            })?;
+        self.resource_version = written.metadata.resource_version;
         Ok(())
     }
 
@@ -183,14 +207,7 @@ pub async fn reconcile(
         Ok(v) => v,
         Err(problems) => return mark_invalid(plan, ctx, status, problems_message(&problems)).await,
     };
-    let mut run = PlanRun {
-        plan,
-        ctx,
-        status,
-        valid,
-        phase_clock: Instant::now(),
-        fail: None,
-    };
+    let mut run = PlanRun::new(plan, ctx, status, valid);
     let result = drive(&mut run).await;
     if let Ok(mut failures) = run.ctx.failures.lock() {
         failures.remove(&run.name());
@@ -214,14 +231,7 @@ async fn mark_invalid(
         return Ok(Action::await_change());
     }
     let valid = ValidSpec::default();
-    let mut run = PlanRun {
-        plan,
-        ctx,
-        status,
-        valid,
-        phase_clock: Instant::now(),
-        fail: None,
-    };
+    let mut run = PlanRun::new(plan, ctx, status, valid);
     run.set_condition(condition::VALID, false, "InvalidSpec", message.clone());
     run.status.phase = PlanPhase::Failed;
     run.status.message = Some(format!("invalid spec: {message}"));
@@ -305,7 +315,13 @@ pub fn error_policy(
         }
         Err(_) => 1,
     };
-    let delay = Duration::from_millis(500u64.saturating_mul(1 << attempts.min(7)));
+    // A stale copy (409 on the status write) only needs the cache to catch up.
+    let stale = matches!(error, ControllerError::WriteStatus { source: kube::Error::Api(e), .. } if e.code == 409);
+    let delay = if stale {
+        Duration::from_millis(50)
+    } else {
+        Duration::from_millis(500u64.saturating_mul(1 << attempts.min(7)))
+    };
     tracing::warn!(plan = %name, error = %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }

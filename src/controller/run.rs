@@ -41,7 +41,7 @@ impl Default for RunOptions {
     }
 }
 
-/// A running controller; dropping it does not stop it, `shutdown` does.
+/// A running controller. `shutdown` stops it gracefully; dropping the handle stops it too.
 pub struct ControllerHandle {
     pub metrics: Metrics,
     pub metrics_addr: Option<SocketAddr>,
@@ -136,7 +136,8 @@ async fn lead_loop(
             }
         };
         run_controller(client.clone(), ctx.clone(), until).await;
-        if *stop.borrow() {
+        // Stopped on request, or the handle is gone (its sender dropped).
+        if *stop.borrow() || stop.has_changed().is_err() {
             return;
         }
         tracing::warn!(identity = %ctx.settings.identity, "lost the Lease: standing by");

@@ -641,7 +641,7 @@ fn velero_objects(v: &VeleroSpec, s3_url: &str) -> Vec<Value> {
         ),
     ];
     if v.node_agent {
-        out.push(daemonset_object(&DaemonSetSpec {
+        let mut ds = daemonset_object(&DaemonSetSpec {
             name: "node-agent".into(),
             namespace: "velero".into(),
             pod: PodShape {
@@ -651,7 +651,10 @@ fn velero_objects(v: &VeleroSpec, s3_url: &str) -> Vec<Value> {
                 ..Default::default()
             },
             tolerate_all: false,
-        }));
+        });
+        // `velero install` labels node-agent pods `name: node-agent`; Velero finds them by it.
+        ds["spec"]["template"]["metadata"]["labels"]["name"] = json!("node-agent");
+        out.push(ds);
     }
     out
 }
