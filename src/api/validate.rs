@@ -478,7 +478,7 @@ mod tests {
     #[test]
     fn replacement_is_refused_in_release_mode() {
         let s = spec(serde_json::json!({"nodes": ["n1"], "mode": "Release",
-            "replacement": {"when": "after-drain", "instanceTypes": ["m7i.large"]}}));
+            "replacement": {"when": "after-drain", "instanceTypes": ["m7i.large"], "imageId": "ami-0abc"}}));
         assert_eq!(
             fields(&validate(&s).unwrap_err()),
             ["spec.replacement.when"]
@@ -489,7 +489,7 @@ mod tests {
     fn taints_need_an_effect() {
         let s = spec(
             serde_json::json!({"nodes": ["n1"], "replacement": {"when": "after-drain",
-            "instanceTypes": ["m7i.large"],
+            "instanceTypes": ["m7i.large"], "imageId": "ami-0abc",
             "bottlerocket": {"nodeTaints": {"dedicated": ["db:NoSchedule", "db"]}}}}),
         );
         assert_eq!(
