@@ -2,12 +2,15 @@
 //! health, only the holder reconciles plans.
 
 use kube::Client;
-use kube_lease_manager::LeaseManagerBuilder;
+use kube_lease_manager::{LeaseManager, LeaseManagerBuilder, LeaseManagerError};
 use tokio::sync::watch;
 
 use super::error::ControllerError;
 
 pub const LEASE_NAME: &str = "snapdrain-controller";
+
+/// The Lease task: it renews while any receiver lives and releases the Lease when the last one goes.
+pub type LeaseTask = tokio::task::JoinHandle<Result<LeaseManager, LeaseManagerError>>;
 
 /// Starts contending for the Lease; the receiver says whether this replica holds it right now.
 pub async fn contend(
@@ -15,7 +18,7 @@ pub async fn contend(
     namespace: &str,
     identity: &str,
     duration_secs: u64,
-) -> Result<watch::Receiver<bool>, ControllerError> {
+) -> Result<(watch::Receiver<bool>, LeaseTask), ControllerError> {
     let manager = LeaseManagerBuilder::new(client, LEASE_NAME)
         .with_namespace(namespace)
         .with_identity(identity)
@@ -28,6 +31,5 @@ pub async fn contend(
                 "cannot set up leader election on Lease {namespace}/{LEASE_NAME}: {e}"
             ))
         })?;
-    let (rx, _task) = manager.watch().await;
-    Ok(rx)
+    Ok(manager.watch().await)
 }

@@ -51,6 +51,8 @@ pub struct ControllerHandle {
     task: tokio::task::JoinHandle<()>,
     /// Without leader election this replica always leads; the sender keeps that channel open.
     _always_leading: Option<watch::Sender<bool>>,
+    /// Renews the Lease (with leader election).
+    lease_task: Option<leader::LeaseTask>,
 }
 
 impl ControllerHandle {
@@ -58,11 +60,20 @@ impl ControllerHandle {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+        // The last receiver gone, the Lease manager releases the Lease so a standby takes over at once.
+        drop(self.leading);
+        if let Some(t) = self.lease_task {
+            let _ = t.await;
+        }
     }
 
-    /// Stops at once, as a crash would: in-flight work is abandoned mid-step.
+    /// Stops at once, as a crash would: in-flight work is abandoned mid-step and the Lease is no longer
+    /// renewed (a standby takes it when it expires).
     pub fn kill(self) {
         self.task.abort();
+        if let Some(t) = &self.lease_task {
+            t.abort();
+        }
     }
 }
 
@@ -86,14 +97,14 @@ pub async fn start(
         })?),
         None => None,
     };
-    let (leading, always_leading) = match &opts.lease_namespace {
-        Some(ns) => (
-            leader::contend(client.clone(), ns, &settings.identity, opts.lease_seconds).await?,
-            None,
-        ),
+    let (leading, always_leading, lease_task) = match &opts.lease_namespace {
+        Some(ns) => {
+            let (rx, task) = leader::contend(client.clone(), ns, &settings.identity, opts.lease_seconds).await?;
+            (rx, None, Some(task))
+        }
         None => {
             let (tx, rx) = watch::channel(true);
-            (rx, Some(tx))
+            (rx, Some(tx), None)
         }
     };
     let ctx = Arc::new(Context::new(
@@ -111,6 +122,7 @@ pub async fn start(
         stop,
         task,
         _always_leading: always_leading,
+        lease_task,
     })
 }
 

@@ -292,3 +292,81 @@ pub fn assert_no_eviction_before_verified_backup(
         );
     }
 }
+
+/// The plan spec used by most tests: one node, replacement after the drain.
+pub fn replacing_spec(h: &Harness, node: &str) -> Value {
+    let subnet = h.cluster.ec2.as_ref().expect("ec2").config().subnets[0]
+        .id
+        .clone();
+    json!({
+        "nodes": [node],
+        "replacement": {
+            "when": "after-drain",
+            "instanceTypes": ["m6i.xlarge"],
+            "imageId": "ami-0bottlerocket1350",
+            "subnets": [subnet],
+        }
+    })
+}
+
+impl Harness {
+    /// Velero Backups this plan created, by name.
+    pub async fn backups_of(&self, plan: &str) -> Vec<String> {
+        let api: Api<snapdrain::api::velero::Backup> =
+            Api::namespaced(self.client.clone(), "velero");
+        let lp = kube::api::ListParams::default().labels(&format!("snapdrain.io/plan={plan}"));
+        let mut names: Vec<String> = api
+            .list(&lp)
+            .await
+            .expect("list backups")
+            .items
+            .iter()
+            .map(|b| b.name_any())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Instances snapdrain launched for this plan (tagged `snapdrain.io/plan`).
+    pub fn instances_of(&self, plan: &str) -> Vec<String> {
+        self.cluster
+            .ec2
+            .as_ref()
+            .expect("ec2")
+            .instances()
+            .into_iter()
+            .filter(|i| i.info.tags.get("snapdrain.io/plan").map(String::as_str) == Some(plan))
+            .map(|i| i.info.id)
+            .collect()
+    }
+
+    /// Waits (by watch) until the Velero Backup of this plan reaches `phase`; returns its name.
+    pub async fn wait_backup_phase(&self, plan: &str, phase: &str) -> String {
+        let api: Api<snapdrain::api::velero::Backup> =
+            Api::namespaced(self.client.clone(), "velero");
+        let wc = watcher::Config::default().labels(&format!("snapdrain.io/plan={plan}"));
+        let stream = watcher(api, wc).default_backoff().applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, stream.next()).await {
+            if let Ok(b) = ev
+                && b.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(phase)
+            {
+                return b.name_any();
+            }
+        }
+        panic!("no Backup of plan {plan} reached {phase} within {TIMEOUT:?}");
+    }
+
+    /// Status writes the API server accepted for this plan.
+    pub fn status_writes(&self, plan: &str) -> usize {
+        self.audit()
+            .iter()
+            .filter(|e| {
+                e.resource == "disruptionplans.snapdrain.io/status"
+                    && e.name.as_deref() == Some(plan)
+                    && e.code == Some(200)
+            })
+            .count()
+    }
+}
