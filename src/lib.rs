@@ -8,6 +8,7 @@
 //! - [`cloud`]: EC2 termination and launch, Bottlerocket user data.
 //! - [`controller`]: reconcile wiring, leader election.
 //! - [`telemetry`]: metrics and logs.
+//! - [`demo`]: `snapdrain demo`: the simulated cluster and the controller in one process, narrated.
 //! - [`cli`]: the command line.
 //! - [`sim`]: the simulated cluster used by the demo and the tests.
 
@@ -16,6 +17,7 @@ pub mod backup;
 pub mod cli;
 pub mod cloud;
 pub mod controller;
+pub mod demo;
 pub mod drain;
 pub mod planning;
 pub mod sim;

@@ -1,6 +1,7 @@
-//! The command line: `snapdrain sim serve`, `snapdrain demo`, `snapdrain controller`, `snapdrain crds`, ...
+//! The command line: `snapdrain demo`, `snapdrain sim serve`, `snapdrain controller`, `snapdrain crds`, ...
 
 mod controller;
+mod demo;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -22,6 +23,8 @@ pub enum Command {
     Controller(controller::ControllerArgs),
     /// Print the DisruptionPlan CustomResourceDefinition (YAML).
     Crds,
+    /// Show snapdrain end to end on a simulated cluster: back up, verify, drain, terminate, replace.
+    Demo(demo::DemoArgs),
     /// The simulated cluster (Kubernetes API, and the world around it).
     Sim {
         #[command(subcommand)]
@@ -29,10 +32,22 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The log filter when `RUST_LOG` is unset. The demo prints its own story, so only errors are logged,
+    /// and not the simulated S3 server's: a failed request already shows in the plan's status.
+    pub fn default_log_filter(&self) -> &'static str {
+        match self {
+            Self::Demo(_) => "error,s3s=off,s3s_fs=off",
+            _ => "info",
+        }
+    }
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Sim { command } => sim::run(command).await,
         Command::Controller(args) => controller::run(args).await,
+        Command::Demo(args) => demo::run(args).await,
         Command::Crds => {
             print!("{}", crate::api::crd_yaml());
             Ok(())

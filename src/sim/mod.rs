@@ -7,6 +7,7 @@ pub mod ec2;
 pub mod error;
 pub mod manifests;
 pub mod s3;
+pub mod safety;
 pub mod scenario;
 pub mod world;
 

@@ -3,5 +3,5 @@
 mod logging;
 pub mod metrics;
 
-pub use logging::init_logging;
+pub use logging::{init_logging, init_logging_with_default};
 pub use metrics::Metrics;

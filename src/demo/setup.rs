@@ -1,0 +1,147 @@
+//! Bringing the stage up: the simulated cluster with a scenario, the DisruptionPlan CRD, the controller
+//! (in this process, no leader election) pointed at the simulator's API server and EC2 endpoint.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::api::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+
+use crate::controller::run::RunOptions;
+use crate::controller::{ControllerHandle, Settings, start};
+use crate::sim::cluster::sim_node_settings;
+use crate::sim::safety::install_plan_crd;
+use crate::sim::world::Timings;
+use crate::sim::{ScenarioSource, SimCluster, SimConfig};
+
+/// Starts the cluster, installs the CRD and waits until every StatefulSet is Ready.
+pub async fn start_cluster(
+    scenario: &str,
+    timings: Option<Timings>,
+    ready_within: Duration,
+) -> anyhow::Result<(SimCluster, Client)> {
+    let cluster = SimCluster::start(SimConfig {
+        scenario: Some(ScenarioSource::Named(scenario.to_string())),
+        timings,
+        ..SimConfig::default()
+    })
+    .await
+    .with_context(|| format!("cannot start the simulated cluster with scenario {scenario}"))?;
+    let client = client_for(&cluster)?;
+    install_plan_crd(&client)
+        .await
+        .context("cannot install the DisruptionPlan CRD into the simulated cluster")?;
+    wait_statefulsets_ready(&client, ready_within)
+        .await
+        .with_context(|| format!("scenario {scenario} did not settle"))?;
+    Ok((cluster, client))
+}
+
+pub fn client_for(cluster: &SimCluster) -> anyhow::Result<Client> {
+    let url = cluster.url().parse().with_context(|| {
+        format!(
+            "the simulator's URL {} is not a valid URI (a simulator bug)",
+            cluster.url()
+        )
+    })?;
+    Client::try_from(kube::Config::new(url))
+        .context("cannot build a Kubernetes client for the simulated cluster")
+}
+
+/// Controller settings for the simulator: its EC2 endpoint and region, static credentials, and the
+/// cluster settings a Bottlerocket replacement needs to join.
+pub fn controller_settings(cluster: &SimCluster) -> anyhow::Result<Settings> {
+    let ec2 = cluster
+        .ec2
+        .as_ref()
+        .ok_or_else(|| anyhow!("the simulated cluster runs no EC2 endpoint (it has no world)"))?;
+    let node = sim_node_settings(&cluster.url());
+    Ok(Settings {
+        identity: "snapdrain-demo".into(),
+        ec2_endpoint: Some(ec2.endpoint()),
+        region: Some(ec2.config().region.clone()),
+        ec2_credentials: Some(("sim".into(), "sim".into())),
+        cluster_name: Some(node.cluster_name),
+        api_server: Some(node.api_server),
+        cluster_certificate: Some(node.cluster_certificate),
+        // The simulator answers quickly: shorter waits make the story move at the cluster's pace.
+        wait_slice: Duration::from_secs(5),
+        backup_retry_cap: Duration::from_secs(2),
+    })
+}
+
+/// The controller in this process, a single replica (no Lease).
+pub async fn start_controller(cluster: &SimCluster) -> anyhow::Result<ControllerHandle> {
+    let settings = controller_settings(cluster)?;
+    let url = cluster
+        .url()
+        .parse()
+        .context("the simulator's URL is not a valid URI")?;
+    let opts = RunOptions {
+        lease_namespace: None,
+        ..RunOptions::default()
+    };
+    start(kube::Config::new(url), settings, opts)
+        .await
+        .context("cannot start the snapdrain controller")
+}
+
+fn is_ready(s: &StatefulSet) -> bool {
+    let want = s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let ready = s
+        .status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0);
+    ready >= want
+}
+
+/// Waits (by watch) until every StatefulSet has all its replicas Ready.
+async fn wait_statefulsets_ready(client: &Client, within: Duration) -> anyhow::Result<()> {
+    let api: Api<StatefulSet> = Api::all(client.clone());
+    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let deadline = tokio::time::Instant::now() + within;
+    let mut seen: BTreeMap<String, bool> = BTreeMap::new();
+    let mut listed = false;
+    loop {
+        let event = match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(Ok(ev))) => ev,
+            Ok(Some(Err(e))) => return Err(e).context("watching StatefulSets failed"),
+            Ok(None) => bail!("the StatefulSet watch ended unexpectedly"),
+            Err(_) => {
+                let waiting: Vec<_> = seen.iter().filter(|(_, r)| !**r).map(|(n, _)| n).collect();
+                bail!(
+                    "StatefulSets not Ready within {within:?}: {waiting:?}; the simulator's world may be stuck (run with RUST_LOG=info to see it)"
+                );
+            }
+        };
+        match event {
+            watcher::Event::Init => seen.clear(),
+            watcher::Event::InitApply(s) | watcher::Event::Apply(s) => {
+                let key = format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any());
+                seen.insert(key, is_ready(&s));
+            }
+            watcher::Event::Delete(s) => {
+                seen.remove(&format!(
+                    "{}/{}",
+                    s.namespace().unwrap_or_default(),
+                    s.name_any()
+                ));
+            }
+            watcher::Event::InitDone => listed = true,
+        }
+        if listed && seen.is_empty() {
+            bail!(
+                "the scenario has no StatefulSets, so there is nothing to back up; use a scenario with StatefulSet volumes (e.g. quickstart)"
+            );
+        }
+        if listed && seen.values().all(|r| *r) {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! The deploy manifests cannot go stale silently: every plain YAML file under deploy/ parses, the chart's
+//! CRD is the committed one, every `.Values` path a template uses exists, template blocks balance, and
+//! the ClusterRole grants exactly the verbs the controller uses. (helm itself is not run here.)
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn chart() -> PathBuf {
+    root().join("deploy/helm/snapdrain")
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn is_template(p: &Path) -> bool {
+    p.components().any(|c| c.as_os_str() == "templates")
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("cannot read {}: {e}", p.display()))
+}
+
+fn parse_all(text: &str, what: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text).unwrap_or_else(|e| panic!("{what} is not YAML: {e}"))
+}
+
+#[test]
+fn every_plain_yaml_file_under_deploy_parses() {
+    let files: Vec<PathBuf> = files_under(&root().join("deploy"))
+        .into_iter()
+        .filter(|p| matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")))
+        .filter(|p| !is_template(p))
+        .collect();
+    assert!(
+        files.len() >= 3,
+        "expected Chart.yaml, values.yaml and the CRD: {files:?}"
+    );
+    for f in files {
+        let docs = parse_all(&read(&f), &f.display().to_string());
+        assert!(
+            docs.iter().any(|d| !d.is_null()),
+            "{} holds no YAML document",
+            f.display()
+        );
+    }
+}
+
+#[test]
+fn the_chart_crd_is_the_committed_crd() {
+    let committed = read(&root().join("crds/disruptionplan.yaml"));
+    let copy = read(&chart().join("crds/disruptionplan.yaml"));
+    assert!(
+        committed == copy,
+        "deploy/helm/snapdrain/crds/disruptionplan.yaml differs from crds/disruptionplan.yaml: \
+         cp crds/disruptionplan.yaml deploy/helm/snapdrain/crds/"
+    );
+}
+
+#[test]
+fn chart_metadata_names_the_app() {
+    let chart_yaml = &parse_all(&read(&chart().join("Chart.yaml")), "Chart.yaml")[0];
+    assert_eq!(chart_yaml["apiVersion"], "v2");
+    assert_eq!(chart_yaml["name"], "snapdrain");
+    assert_eq!(chart_yaml["appVersion"], env!("CARGO_PKG_VERSION"));
+}
+
+fn values() -> Value {
+    parse_all(&read(&chart().join("values.yaml")), "values.yaml")
+        .into_iter()
+        .next()
+        .unwrap_or(Value::Null)
+}
+
+/// `.Values.a.b` paths used in a template.
+fn value_refs(text: &str) -> BTreeSet<String> {
+    let re = regex::Regex::new(r"\.Values((?:\.[A-Za-z0-9_]+)+)").expect("regex");
+    re.captures_iter(text)
+        .map(|c| c[1].trim_start_matches('.').to_string())
+        .collect()
+}
+
+#[test]
+fn every_values_path_the_templates_use_exists_and_blocks_balance() {
+    let values = values();
+    let templates: Vec<PathBuf> = files_under(&chart().join("templates"));
+    assert!(templates.len() >= 8, "{templates:?}");
+    let opener = regex::Regex::new(r"\{\{-?\s*(if|with|range|define)\b").expect("regex");
+    let closer = regex::Regex::new(r"\{\{-?\s*end\s*-?\}\}").expect("regex");
+    for t in &templates {
+        let text = read(t);
+        for path in value_refs(&text) {
+            let pointer = format!("/{}", path.replace('.', "/"));
+            assert!(
+                values.pointer(&pointer).is_some(),
+                "{} uses .Values.{path}, which values.yaml does not define",
+                t.display()
+            );
+        }
+        assert_eq!(
+            text.matches("{{").count(),
+            text.matches("}}").count(),
+            "unbalanced braces in {}",
+            t.display()
+        );
+        assert_eq!(
+            opener.find_iter(&text).count(),
+            closer.find_iter(&text).count(),
+            "if/with/range/define and end do not pair up in {}",
+            t.display()
+        );
+    }
+}
+
+#[test]
+fn the_deployment_runs_two_leader_elected_non_root_replicas_with_metrics() {
+    let v = values();
+    assert_eq!(v["replicaCount"], 2);
+    assert_eq!(v["leaderElection"]["enabled"], true);
+    assert_eq!(v["metrics"]["port"], 8080);
+    assert_eq!(v["podSecurityContext"]["runAsNonRoot"], true);
+    assert_eq!(v["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(v["securityContext"]["allowPrivilegeEscalation"], false);
+    let deployment = read(&chart().join("templates/deployment.yaml"));
+    for needle in [
+        "name: POD_NAME",
+        "fieldPath: metadata.name",
+        "name: POD_NAMESPACE",
+        "fieldPath: metadata.namespace",
+        "- controller",
+        "--metrics-addr=0.0.0.0:{{ .Values.metrics.port }}",
+        "name: AWS_REGION",
+    ] {
+        assert!(
+            deployment.contains(needle),
+            "deployment.yaml lacks {needle:?}"
+        );
+    }
+    let sa = read(&chart().join("templates/serviceaccount.yaml"));
+    assert!(
+        sa.contains(".Values.serviceAccount.annotations"),
+        "IRSA annotations go on the ServiceAccount"
+    );
+}
+
+/// A template whose only template expressions sit on their own lines (metadata): dropping those lines
+/// leaves plain YAML.
+fn strip_template_lines(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.contains("{{"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+type Grants = BTreeMap<(String, String), BTreeSet<String>>;
+
+fn grants(rules: &Value) -> Grants {
+    let mut out = Grants::new();
+    for rule in rules.as_array().into_iter().flatten() {
+        let strings = |k: &str| -> Vec<String> {
+            rule[k]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        };
+        for group in strings("apiGroups") {
+            for resource in strings("resources") {
+                out.entry((group.clone(), resource))
+                    .or_default()
+                    .extend(strings("verbs"));
+            }
+        }
+    }
+    out
+}
+
+fn expect(entries: &[(&str, &str, &[&str])]) -> Grants {
+    entries
+        .iter()
+        .map(|(g, r, verbs)| {
+            (
+                (g.to_string(), r.to_string()),
+                verbs.iter().map(|v| v.to_string()).collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn rbac_grants_exactly_what_the_controller_uses() {
+    let cluster_role = &parse_all(
+        &strip_template_lines(&read(&chart().join("templates/clusterrole.yaml"))),
+        "clusterrole.yaml",
+    )[0];
+    assert_eq!(cluster_role["kind"], "ClusterRole");
+    let want = expect(&[
+        (
+            "snapdrain.io",
+            "disruptionplans",
+            &["get", "list", "watch", "patch"],
+        ),
+        ("snapdrain.io", "disruptionplans/status", &["get", "patch"]),
+        ("velero.io", "backups", &["create", "get", "list", "watch"]),
+        (
+            "velero.io",
+            "backupstoragelocations",
+            &["get", "list", "watch"],
+        ),
+        ("", "nodes", &["get", "list", "watch", "patch", "delete"]),
+        ("", "pods", &["get", "list", "watch"]),
+        ("", "pods/eviction", &["create"]),
+        ("", "persistentvolumeclaims", &["get", "list", "watch"]),
+        ("apps", "statefulsets", &["get", "list", "watch"]),
+        ("policy", "poddisruptionbudgets", &["get", "list", "watch"]),
+        (
+            "storage.k8s.io",
+            "volumeattachments",
+            &["get", "list", "watch"],
+        ),
+        ("karpenter.sh", "nodeclaims", &["get", "delete"]),
+        ("events.k8s.io", "events", &["create", "patch"]),
+    ]);
+    assert_eq!(grants(&cluster_role["rules"]), want);
+
+    let role_docs = |file: &str| {
+        parse_all(
+            &strip_template_lines(&read(&chart().join("templates").join(file))),
+            file,
+        )
+    };
+    let secrets = role_docs("role-velero-secrets.yaml");
+    assert_eq!(
+        grants(&secrets[0]["rules"]),
+        expect(&[("", "secrets", &["get"])])
+    );
+    assert_eq!(secrets[1]["kind"], "RoleBinding");
+    let leases = role_docs("role-leader-election.yaml");
+    assert_eq!(
+        grants(&leases[0]["rules"]),
+        expect(&[(
+            "coordination.k8s.io",
+            "leases",
+            &["get", "create", "update", "patch"]
+        )])
+    );
+}
