@@ -98,6 +98,26 @@ impl PlanRun {
         Ok(())
     }
 
+    fn completion_message(&self) -> String {
+        let nodes: Vec<&str> = self.status.nodes.iter().map(|n| n.name.as_str()).collect();
+        let evicted: u32 = self.status.nodes.iter().map(|n| n.pods_evicted).sum();
+        let verified = self.status.backups.iter().filter(|b| b.verified).count();
+        let replacements: Vec<&str> = self
+            .status
+            .nodes
+            .iter()
+            .filter_map(|n| n.replacement.as_ref().and_then(|r| r.node_name.as_deref()))
+            .collect();
+        let mut m = format!(
+            "completed: {} handled, {evicted} pod(s) evicted, {verified} backup(s) verified",
+            nodes.join(", ")
+        );
+        if !replacements.is_empty() {
+            m.push_str(&format!(", replacement Ready: {}", replacements.join(", ")));
+        }
+        m
+    }
+
     pub async fn event(&self, type_: EventType, reason: &str, action: &str, note: String) {
         let event = Event {
             type_,
@@ -146,7 +166,11 @@ impl PlanRun {
     async fn transition(&mut self, decision: PhaseDecision) -> Result<(), ControllerError> {
         let from = self.status.phase;
         let to = decision.phase;
-        let seconds = self.phase_clock.elapsed().as_secs_f64();
+        // From the persisted start of the phase: a phase usually spans several reconciles (and restarts).
+        let seconds = match &self.status.phase_started_at {
+            Some(start) => Self::now().duration_since(start.0).as_secs_f64().max(0.0),
+            None => self.phase_clock.elapsed().as_secs_f64(),
+        };
         self.ctx.metrics.observe_step(from.as_str(), seconds);
         *self
             .status
@@ -159,8 +183,12 @@ impl PlanRun {
         }
         self.status.phase = to;
         self.status.phase_started_at = Some(Time(Self::now()));
-        if let Some(m) = decision.message.clone() {
-            self.status.message = Some(m);
+        match decision.message.clone() {
+            Some(m) => self.status.message = Some(m),
+            None if to == PlanPhase::Completed => {
+                self.status.message = Some(self.completion_message())
+            }
+            None => {}
         }
         tracing::info!(plan = %self.name(), from = %from, to = %to, message = ?decision.message, "plan phase changed");
         let note = decision

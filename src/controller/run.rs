@@ -62,8 +62,13 @@ impl ControllerHandle {
         let _ = self.task.await;
         // The last receiver gone, the Lease manager releases the Lease so a standby takes over at once.
         drop(self.leading);
-        if let Some(t) = self.lease_task {
-            let _ = t.await;
+        // Other clones of the receiver keep it renewing; then stop it and let the Lease expire.
+        if let Some(mut t) = self.lease_task
+            && tokio::time::timeout(std::time::Duration::from_secs(2), &mut t)
+                .await
+                .is_err()
+        {
+            t.abort();
         }
     }
 
@@ -99,7 +104,8 @@ pub async fn start(
     };
     let (leading, always_leading, lease_task) = match &opts.lease_namespace {
         Some(ns) => {
-            let (rx, task) = leader::contend(client.clone(), ns, &settings.identity, opts.lease_seconds).await?;
+            let (rx, task) =
+                leader::contend(client.clone(), ns, &settings.identity, opts.lease_seconds).await?;
             (rx, None, Some(task))
         }
         None => {

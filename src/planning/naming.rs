@@ -13,11 +13,17 @@ pub struct PlanRef<'a> {
 /// Longest Kubernetes label value / DNS-1123 label.
 pub const MAX_LABEL: usize = 63;
 
+/// Longest Velero Backup name snapdrain makes. Velero repeats the name twice in each object key
+/// (`backups/<name>/<name>-volumeinfo.json.gz`); keeping it well under 63 keeps those keys short enough for
+/// file-backed object stores (the simulator's S3 names a file after each key's base64, which must fit in
+/// 255 bytes).
+pub const MAX_BACKUP_NAME: usize = 48;
+
 /// EC2 ClientToken limit.
 pub const MAX_CLIENT_TOKEN: usize = 64;
 
 /// Velero Backup name for one plan, workload namespace and attempt (1-based):
-/// `<plan>-<namespace>-<attempt>-<hash8>`, a DNS-1123 label of at most 63 characters.
+/// `<plan>-<namespace>-<attempt>-<hash8>`, a DNS-1123 label of at most [`MAX_BACKUP_NAME`] characters.
 ///
 /// The hash (over plan uid, plan name, namespace and attempt) is always appended, not only when the readable
 /// part is truncated: joining with `-` is ambiguous (plan `a-b` + namespace `c` vs plan `a` + namespace
@@ -26,7 +32,7 @@ pub fn backup_name(plan: &PlanRef<'_>, namespace: &str, attempt: u32) -> String 
     let hash = short_hash(&[plan.uid, plan.name, namespace, &attempt.to_string()]);
     let suffix = format!("-{attempt}-{hash}");
     let readable = dns_label_chars(&format!("{}-{}", plan.name, namespace));
-    let room = MAX_LABEL - suffix.len();
+    let room = MAX_BACKUP_NAME - suffix.len();
     let readable = truncate_label(&readable, room);
     if readable.is_empty() {
         format!("b{suffix}")
@@ -190,7 +196,7 @@ mod tests {
         let a = backup_name(&plan, &ns, 10);
         let b = backup_name(&plan, &(ns.clone() + "x"), 10);
         assert!(is_dns_label(&a), "{a}");
-        assert_eq!(a.len(), 63);
+        assert_eq!(a.len(), MAX_BACKUP_NAME);
         assert_ne!(a, b, "truncated names must still differ");
         assert!(a.starts_with("karpenter-drift-"));
     }
