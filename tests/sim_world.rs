@@ -373,7 +373,7 @@ async fn volume_attachment_exists_while_the_pod_runs() {
     assert_eq!(va.spec.node_name, "n1");
     assert_eq!(va.spec.attacher, "ebs.csi.aws.com");
     assert!(va.metadata.name.as_deref().unwrap().starts_with("csi-"));
-    assert_eq!(va.status.unwrap().attached, true);
+    assert!(va.status.unwrap().attached);
     sets.patch(
         "pg",
         &PatchParams::default(),

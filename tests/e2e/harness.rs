@@ -223,10 +223,8 @@ impl Harness {
     }
 
     pub async fn wait_phase(&self, name: &str, phase: PlanPhase) -> DisruptionPlan {
-        self.wait_plan(name, TIMEOUT, |p| {
-            p == phase || (p.is_terminal() && p != phase)
-        })
-        .await
+        self.wait_plan(name, TIMEOUT, |p| p == phase || p.is_terminal())
+            .await
     }
 
     pub fn audit(&self) -> Vec<AuditEntry> {

@@ -6,9 +6,6 @@
 //! `eviction` (PDB-checked evictions) and `pdb` (PDB status), `admission` (validating webhooks),
 //! `faults` and `audit` (the `/sim/` control surface), `control` (its routes).
 
-// `ApiError` is the HTTP error answer itself, built once per failed request: its size does not matter.
-#![allow(clippy::result_large_err)]
-
 pub mod admission;
 pub mod audit;
 mod control;

@@ -164,8 +164,6 @@ fn node_obj(ctx: &WorldContext, node: &str) -> Result<Arc<Value>, String> {
         .ok_or_else(|| format!("node {node} does not exist"))
 }
 
-// The store's closure error type is not ours to size.
-#[allow(clippy::result_large_err)]
 fn apply(ctx: &WorldContext, action: &Action) -> Result<Value, String> {
     let store = &ctx.store;
     match action {

@@ -4,10 +4,6 @@
 //! The instance events come from the EC2 simulator; [`InstanceChange`] is the part of them a Node
 //! needs, so this module does not depend on how the simulator represents instances.
 
-// The store's read-modify-write closures return `ApiResult`, whose error is the API server's full
-// Status; that size is the store's design, not something these callers can shrink.
-#![allow(clippy::result_large_err)]
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -64,10 +64,6 @@ pub fn delete_uid(uid: &str, grace: Option<i64>) -> DeleteOptions {
     }
 }
 
-/// Changes the object named `name` only while it is still the one with `uid` (a pod recreated under the
-/// same name is another object). `f` returns false to leave it alone. Returns the stored result.
-// The closure's error type is the store's; its size is not ours to choose.
-#[allow(clippy::result_large_err)]
 pub fn modify_uid(
     store: &Store,
     res: &ResKey,

@@ -4,10 +4,6 @@
 //! eviction API, waits for VolumeAttachments and terminates the instance; expiry and spot interruption
 //! delete NodeClaims without budgets.
 
-// The store's read-modify-write closures return `ApiResult`, whose error is the API server's full
-// Status; that size is the store's design, not something these callers can shrink.
-#![allow(clippy::result_large_err)]
-
 pub mod budgets;
 mod disruption;
 pub mod ec2;

@@ -5,10 +5,6 @@
 //!
 //! Anchored in `research/velero.md`; where this differs from real Velero, the report on the branch says so.
 
-// The store's read-modify-write closures return `ApiResult`, whose error is the API server's full
-// Status; that size is the store's design, not something these callers can shrink.
-#![allow(clippy::result_large_err)]
-
 pub mod archive;
 pub mod bucket;
 mod queue;
