@@ -127,8 +127,7 @@ impl Env {
             events: tx,
             terminated: Mutex::new(Vec::new()),
         });
-        let client =
-            kube::Client::try_from(kube::Config::new(cluster.url().parse().unwrap())).unwrap();
+        let client = karpenter::api_client(&cluster.url()).unwrap();
         let mut config = KarpenterConfig::new(cloud.clone(), client);
         config.disruption_interval = Duration::from_millis(300);
         config.requeue = Duration::from_millis(50);
@@ -509,7 +508,6 @@ async fn do_not_disrupt_pod_holds_a_forceful_drain() {
 }
 
 #[tokio::test]
-#[ignore = "needs the PDB-aware eviction subresource; src/sim/apiserver/eviction.rs on main skips the PDB check"]
 async fn deletion_drain_respects_pdbs_through_eviction() {
     let env = Env::start("100%").await;
     let node = env.node("default-a").await;

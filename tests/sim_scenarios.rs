@@ -121,7 +121,8 @@ async fn quickstart_loads_karpenter_nodes_velero_and_ready_statefulsets() {
         .expect("BSL");
     assert_eq!(
         bsl.pointer("/spec/config/s3Url").and_then(Value::as_str),
-        Some(snapdrain::sim::scenario::S3_URL_FALLBACK)
+        cluster.s3.as_ref().map(|s| s.endpoint()).as_deref(),
+        "the BSL points at the simulated S3 endpoint"
     );
     assert!(
         store

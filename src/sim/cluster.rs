@@ -219,17 +219,10 @@ impl SimCluster {
                 VeleroConfig::default(),
                 vh.clone(),
             )));
-            let client =
-                kube::Client::try_from(kube::Config::new(api.url().parse().map_err(|e| {
-                    SimError::Load {
-                        what: "the API server URL".into(),
-                        message: format!("{e}"),
-                    }
-                })?))
-                .map_err(|e| SimError::Load {
-                    what: "a client for the simulated Karpenter".into(),
-                    message: e.to_string(),
-                })?;
+            let client = karpenter::api_client(&api.url()).map_err(|message| SimError::Load {
+                what: "a client for the simulated Karpenter".into(),
+                message,
+            })?;
             let creds =
                 aws_credential_types::Credentials::new("sim", "sim", None, None, "simulator");
             let ec2_config = aws_sdk_ec2::Config::builder()

@@ -4,6 +4,8 @@
 
 use serde_json::Value;
 
+use super::selectors::LabelSelector;
+
 /// True when the selector has no requirement at all (`{}` or absent fields).
 pub fn is_empty(selector: &Value) -> bool {
     let labels = selector
@@ -20,48 +22,9 @@ pub fn is_empty(selector: &Value) -> bool {
 /// Whether `labels` (a JSON map, or `None` for no labels) satisfies every requirement of `selector`.
 /// An invalid selector (unknown operator, missing values) is an error, as in `LabelSelectorAsSelector`.
 pub fn matches(selector: &Value, labels: Option<&Value>) -> Result<bool, String> {
-    let get = |key: &str| labels.and_then(|l| l.get(key)).and_then(Value::as_str);
-    if let Some(m) = selector.get("matchLabels").and_then(Value::as_object) {
-        for (k, v) in m {
-            let want = v
-                .as_str()
-                .ok_or_else(|| format!("matchLabels value of {k:?} is not a string"))?;
-            if get(k) != Some(want) {
-                return Ok(false);
-            }
-        }
-    }
-    let exprs = selector
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    for e in exprs {
-        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
-        let op = e.get("operator").and_then(Value::as_str).unwrap_or("");
-        let values: Vec<&str> = e
-            .get("values")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let actual = get(key);
-        let ok = match op {
-            "In" | "NotIn" if values.is_empty() => {
-                return Err(format!(
-                    "{op:?} requires one or more values for key {key:?}"
-                ));
-            }
-            "In" => actual.is_some_and(|a| values.contains(&a)),
-            "NotIn" => actual.is_none_or(|a| !values.contains(&a)),
-            "Exists" => actual.is_some(),
-            "DoesNotExist" => actual.is_none(),
-            other => return Err(format!("{other:?} is not a valid label selector operator")),
-        };
-        if !ok {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    LabelSelector::from_metav1(Some(selector))
+        .map(|s| s.matches(labels))
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -490,7 +490,20 @@ impl Store {
         if name.is_empty() {
             match meta_str(&obj, "generateName") {
                 Some(prefix) if !prefix.is_empty() => {
-                    name = format!("{prefix}{}", generate_suffix());
+                    // Like kube-apiserver (RetryGenerateName, GA in 1.32), try a few suffixes before
+                    // reporting a collision: five random characters do collide among thousands of pods.
+                    let ns_key = ns.clone().unwrap_or_default();
+                    let prefix = prefix.to_string();
+                    for _ in 0..8 {
+                        name = format!("{prefix}{}", generate_suffix());
+                        if !inner
+                            .state(key)
+                            .objects
+                            .contains_key(&(ns_key.clone(), name.clone()))
+                        {
+                            break;
+                        }
+                    }
                     set_meta(&mut obj, "name", json!(name));
                 }
                 _ => {

@@ -74,6 +74,7 @@ nodes:
   - count: 4
     instanceType: c6i.4xlarge
     zones: [us-east-1a, us-east-1b]
+    taints: [{key: workload, value: batch, effect: NoSchedule}]
     karpenter: {nodePool: batch, capacityType: spot}
 namespaces: [data, batch]
 statefulSets:
@@ -106,6 +107,7 @@ jobs:
       cpu: 500m
       memory: 512Mi
       nodeSelector: {karpenter.sh/nodepool: batch}
+      tolerations: [{key: workload, operator: Equal, value: batch, effect: NoSchedule}]
 velero:
   bucket: velero
 "#;

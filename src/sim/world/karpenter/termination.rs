@@ -6,8 +6,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, EvictParams, Preconditions};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -335,21 +333,16 @@ async fn drain_pod(
     if backoff.get(&uid).is_some_and(|b| b.next > now) {
         return;
     }
-    let api: Api<Pod> = Api::namespaced(config.client.clone(), &ns);
-    let params = EvictParams {
-        delete_options: Some(DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: Some(uid.clone()),
-                resource_version: None,
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let (code, message) = match api.evict(&name, &params).await {
-        Ok(_) => (201u16, String::new()),
-        Err(kube::Error::Api(s)) => (s.code, s.message.clone()),
-        Err(e) => (0, e.to_string()),
+    // The same eviction request snapdrain sends (policy/v1, camelCase deleteOptions with the UID
+    // precondition), so PDBs and admission webhooks apply as they do to real Karpenter.
+    let result = crate::drain::evict::evict(&config.client, &ns, &name, &uid, None).await;
+    let (code, message) = match &result.outcome {
+        crate::planning::EvictionOutcome::Evicted
+        | crate::planning::EvictionOutcome::AlreadyGone => (result.code, String::new()),
+        crate::planning::EvictionOutcome::RetryAfter { reason, .. } => {
+            (result.code, reason.clone())
+        }
+        crate::planning::EvictionOutcome::Failed { message } => (result.code, message.clone()),
     };
     ctx.audit.world(
         "eviction-attempt",
