@@ -51,6 +51,20 @@ pub enum PlanPhase {
 }
 
 impl PlanPhase {
+    /// Every phase, in lifecycle order.
+    pub const ALL: [PlanPhase; 10] = [
+        Self::Pending,
+        Self::BackingUp,
+        Self::Verifying,
+        Self::Cordoning,
+        Self::Draining,
+        Self::Terminating,
+        Self::Replacing,
+        Self::Completed,
+        Self::Failed,
+        Self::Aborted,
+    ];
+
     /// Completed, Failed and Aborted never change again.
     pub fn is_terminal(self) -> bool {
         matches!(self, Self::Completed | Self::Failed | Self::Aborted)

@@ -361,18 +361,7 @@ pub fn record_phases(ctx: &Context, plans: &[Arc<DisruptionPlan>]) {
         let phase = p.status.as_ref().map(|s| s.phase).unwrap_or_default();
         *counts.entry(phase.as_str()).or_insert(0i64) += 1;
     }
-    for phase in [
-        PlanPhase::Pending,
-        PlanPhase::BackingUp,
-        PlanPhase::Verifying,
-        PlanPhase::Cordoning,
-        PlanPhase::Draining,
-        PlanPhase::Terminating,
-        PlanPhase::Replacing,
-        PlanPhase::Completed,
-        PlanPhase::Failed,
-        PlanPhase::Aborted,
-    ] {
+    for phase in PlanPhase::ALL {
         let n = counts.get(phase.as_str()).copied().unwrap_or(0);
         ctx.metrics
             .plans

@@ -337,15 +337,7 @@ pub async fn gather(i: Inputs<'_>) -> Report {
         Some(r) => Some(replacement_summary(i.client, r).await),
         None => None,
     };
-    let order = [
-        PlanPhase::Pending,
-        PlanPhase::BackingUp,
-        PlanPhase::Verifying,
-        PlanPhase::Cordoning,
-        PlanPhase::Draining,
-        PlanPhase::Terminating,
-        PlanPhase::Replacing,
-    ];
+    let order = PlanPhase::ALL;
     let step_timings = order
         .iter()
         .filter_map(|p| {
