@@ -73,6 +73,26 @@ async fn plan_backs_up_verifies_drains_terminates_and_replaces() {
         );
     }
     assert!(h.node(&node).await.is_none(), "the drained node is gone");
+    let old_instance = status.nodes[0]
+        .instance_id
+        .clone()
+        .expect("instance id from the providerID");
+    let state = h
+        .cluster
+        .ec2
+        .as_ref()
+        .unwrap()
+        .instance(&old_instance)
+        .expect("instance known to EC2")
+        .state;
+    assert!(
+        matches!(
+            state,
+            snapdrain::sim::ec2::InstanceState::ShuttingDown
+                | snapdrain::sim::ec2::InstanceState::Terminated
+        ),
+        "the node's instance is terminated: {state:?}"
+    );
     let replacement = status.nodes[0]
         .replacement
         .clone()
