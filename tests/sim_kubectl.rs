@@ -537,40 +537,43 @@ async fn drain_evicts_and_retries_on_disruption_budget() {
     let pods = k.ok(&["get", "pods"]).await;
     assert!(row(&pods, "web-0").contains("1/1") && row(&pods, "web-0").contains("Running"));
 
-    // The PDB allows no disruption of the only ready web pod: kubectl retries the eviction until its timeout.
-    let out = k
-        .run(&[
-            "drain",
-            "node-a",
-            "--ignore-daemonsets",
-            "--force",
-            "--timeout=3s",
-        ])
-        .await;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "drain must not finish:\n{stderr}");
+    // The PDB allows no disruption of the only ready web pod: kubectl retries the eviction, and the same
+    // drain completes once the budget allows it.
+    let drain = k.spawn(&[
+        "drain",
+        "node-a",
+        "--ignore-daemonsets",
+        "--force",
+        "--grace-period=0",
+        "--timeout=60s",
+    ]);
+    let refused = || {
+        cluster
+            .audit
+            .since(0)
+            .iter()
+            .filter(|e| e.resource == "pods/eviction" && e.code == Some(429))
+            .count()
+    };
+    eventually("kubectl to retry the refused eviction", || async {
+        (refused() >= 2).then_some(())
+    })
+    .await;
+    let nodes = k.ok(&["get", "nodes"]).await;
+    assert!(row(&nodes, "node-a").contains("SchedulingDisabled"));
+    k.ok(&["get", "pod", "web-0"]).await;
+    k.ok(&["delete", "pdb", "web"]).await;
+    let (ok, out, stderr) = drain.finish().await;
+    assert!(
+        ok,
+        "the drain completes once the PDB allows it:\n{out}\n{stderr}"
+    );
     assert!(
         stderr.contains(
             "error when evicting pods/\"web-0\" -n \"default\" (will retry after 5s): Cannot evict pod as it would violate the pod's disruption budget."
         ),
         "{stderr}"
     );
-    let nodes = k.ok(&["get", "nodes"]).await;
-    assert!(row(&nodes, "node-a").contains("SchedulingDisabled"));
-    k.ok(&["get", "pod", "web-0"]).await;
-
-    // Without the budget the eviction goes through and the drain completes.
-    k.ok(&["delete", "pdb", "web"]).await;
-    let out = k
-        .ok(&[
-            "drain",
-            "node-a",
-            "--ignore-daemonsets",
-            "--force",
-            "--grace-period=0",
-            "--timeout=15s",
-        ])
-        .await;
     assert!(
         out.contains("pod/web-0 evicted") && out.contains("node/node-a drained"),
         "{out}"

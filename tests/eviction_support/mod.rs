@@ -2,6 +2,8 @@
 //! and pods and budgets in the shapes the tests need.
 #![allow(dead_code)]
 
+pub mod webhook;
+
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
