@@ -27,6 +27,10 @@ pub enum SimCommand {
         /// Run the world controllers (kubelet, scheduler, workload controllers) even without a scenario.
         #[arg(long)]
         world: bool,
+        /// Fault rules to apply from the start: a JSON list as `PUT /sim/faults` takes, e.g.
+        /// `[{"verb":"create","resource":"pods/eviction","errorRate":0.2,"errorCode":429}]`.
+        #[arg(long, value_name = "FILE")]
+        faults: Option<std::path::PathBuf>,
     },
 }
 
@@ -37,7 +41,22 @@ pub async fn run(cmd: SimCommand) -> anyhow::Result<()> {
             kubeconfig,
             scenario,
             world,
+            faults,
         } => {
+            let rules = match &faults {
+                None => Vec::new(),
+                Some(path) => {
+                    let text = std::fs::read_to_string(path)
+                        .with_context(|| format!("cannot read fault rules {}", path.display()))?;
+                    let rules: Vec<crate::sim::apiserver::faults::FaultRule> = serde_json::from_str(&text)
+                        .with_context(|| format!("{} is not a JSON list of fault rules (verb, resource, errorRate, errorCode, latencyMs, times)", path.display()))?;
+                    for r in &rules {
+                        r.validate()
+                            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+                    }
+                    rules
+                }
+            };
             let (objects, scenario) = match scenario {
                 Some(file) if is_manifest_list(&file) => {
                     let text = std::fs::read_to_string(&file)
@@ -54,6 +73,7 @@ pub async fn run(cmd: SimCommand) -> anyhow::Result<()> {
                 ..Default::default()
             })
             .await?;
+            cluster.faults.set(rules);
             let path = cluster.write_kubeconfig(&kubeconfig)?;
             let abs = std::fs::canonicalize(&path).unwrap_or(path);
             println!(
