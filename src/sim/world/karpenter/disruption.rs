@@ -2,6 +2,7 @@
 //! within NodePool budgets, and run a command: taint, DisruptionReason, pre-launch replacements, wait
 //! for them to initialize, then delete the candidate (or drop the command on timeout).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -23,14 +24,16 @@ type Candidate = (Arc<Value>, Arc<Value>, Vec<Arc<Value>>);
 pub(super) fn pods_on(pods: &[Arc<Value>], node: &str) -> Vec<Arc<Value>> {
     pods.iter()
         .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node))
-        .filter(|p| {
-            !matches!(
-                p.pointer("/status/phase").and_then(Value::as_str),
-                Some("Succeeded" | "Failed")
-            )
-        })
+        .filter(|p| !is_terminal(p))
         .cloned()
         .collect()
+}
+
+fn is_terminal(p: &Value) -> bool {
+    matches!(
+        p.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    )
 }
 
 pub(super) fn is_daemonset_pod(p: &Value) -> bool {
@@ -130,6 +133,16 @@ pub(super) fn pass(
     let (pools, _) = ctx.store.snapshot(&nodepools());
     let (claims, _) = ctx.store.snapshot(&nodeclaims());
     let (pods, _) = ctx.store.snapshot(&ResKey::core("pods"));
+    // One pass over the pods: candidate checks look nodes up instead of scanning every pod per node
+    // (5,000 nodes x 150,000 pods in scale-5k).
+    let mut by_node: HashMap<&str, Vec<Arc<Value>>> = HashMap::new();
+    for p in &pods {
+        if let Some(node) = p.pointer("/spec/nodeName").and_then(Value::as_str)
+            && !is_terminal(p)
+        {
+            by_node.entry(node).or_default().push(p.clone());
+        }
+    }
     let (pdbs, _) = ctx
         .store
         .snapshot(&ResKey::new("policy", "poddisruptionbudgets"));
@@ -170,7 +183,10 @@ pub(super) fn pass(
                 if has_taint(&n) {
                     return None;
                 }
-                let on = pods_on(&pods, meta_str(&n, "name").unwrap_or(""));
+                let on = by_node
+                    .get(meta_str(&n, "name").unwrap_or(""))
+                    .cloned()
+                    .unwrap_or_default();
                 Some((c.clone(), n, on))
             })
             .collect();
