@@ -214,11 +214,21 @@ impl LabelSelector {
     /// Matches a labels map (the value of `metadata.labels`; null or absent means no labels).
     pub fn matches(&self, labels: Option<&Value>) -> bool {
         let empty = Map::new();
-        let labels = labels.and_then(Value::as_object).unwrap_or(&empty);
+        self.matches_map(labels.and_then(Value::as_object).unwrap_or(&empty))
+    }
+
+    /// Matches labels given as a JSON map.
+    pub fn matches_map(&self, labels: &Map<String, Value>) -> bool {
         match self {
             Self::Nothing => false,
             Self::All(reqs) => reqs.iter().all(|r| r.matches(labels)),
         }
+    }
+
+    /// Whether `selector` (a `metav1.LabelSelector`; null selects nothing) selects `labels`. A selector
+    /// that does not parse selects nothing.
+    pub fn metav1_matches(selector: Option<&Value>, labels: &Map<String, Value>) -> bool {
+        Self::from_metav1(selector).is_ok_and(|s| s.matches_map(labels))
     }
 
     /// Matches an object by its `metadata.labels`.

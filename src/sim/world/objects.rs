@@ -238,25 +238,11 @@ pub fn controller_ref(owner: &Value) -> Value {
 /// A metav1.LabelSelector (matchLabels and matchExpressions) against a label map. An empty selector
 /// matches everything, as for workloads; a missing one matches nothing.
 pub fn selector_matches(selector: Option<&Value>, labels: Option<&Map<String, Value>>) -> bool {
-    let Some(selector) = selector else {
-        return false;
-    };
-    let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-    if let Some(ml) = selector.get("matchLabels").and_then(Value::as_object) {
-        for (k, v) in ml {
-            if get(k) != v.as_str() {
-                return false;
-            }
-        }
-    }
-    if let Some(exprs) = selector.get("matchExpressions").and_then(Value::as_array) {
-        for e in exprs {
-            if !expression_matches(e, get(e.get("key").and_then(Value::as_str).unwrap_or(""))) {
-                return false;
-            }
-        }
-    }
-    true
+    let empty = Map::new();
+    crate::sim::apiserver::selectors::LabelSelector::metav1_matches(
+        selector,
+        labels.unwrap_or(&empty),
+    )
 }
 
 /// One `matchExpressions` entry (label or node selector requirement) against the value of its key.

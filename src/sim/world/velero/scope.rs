@@ -50,31 +50,11 @@ pub fn namespace_included(spec: &Value, ns: &str) -> bool {
 
 /// metav1.LabelSelector semantics: every matchLabels pair and every matchExpression must hold.
 pub fn label_selector_matches(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
-    let match_labels_ok = selector
-        .get("matchLabels")
-        .and_then(Value::as_object)
-        .is_none_or(|m| {
-            m.iter()
-                .all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str())
-        });
-    let exprs_ok = selector
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .is_none_or(|exprs| {
-            exprs.iter().all(|e| {
-                let key = e.get("key").and_then(Value::as_str).unwrap_or("");
-                let values = strings(e.get("values"));
-                let have = labels.get(key);
-                match e.get("operator").and_then(Value::as_str).unwrap_or("") {
-                    "In" => have.is_some_and(|v| values.contains(v)),
-                    "NotIn" => have.is_none_or(|v| !values.contains(v)),
-                    "Exists" => have.is_some(),
-                    "DoesNotExist" => have.is_none(),
-                    _ => false,
-                }
-            })
-        });
-    match_labels_ok && exprs_ok
+    let labels: serde_json::Map<String, Value> = labels
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    crate::sim::apiserver::selectors::LabelSelector::metav1_matches(Some(selector), &labels)
 }
 
 /// The labels of an object as a map.
