@@ -500,3 +500,65 @@ async fn only_the_lease_holder_acts() {
     assert_eq!(plan.status.unwrap().phase, PlanPhase::Completed);
     standby.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deleting_a_plan_mid_drain_uncordons_the_node_before_it_goes() {
+    let h = Harness::start().await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(h.client.clone(), "shop");
+    let pdb = pdbs
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|p| p.name_any().contains("postgres"))
+        .expect("postgres PDB");
+    pdbs.patch(
+        &pdb.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"maxUnavailable": 0}})),
+    )
+    .await
+    .unwrap();
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("deleted-mid-drain", json!({"nodes": [node]}))
+        .await;
+    let plan = h.wait_phase("deleted-mid-drain", PlanPhase::Draining).await;
+    assert!(
+        plan.finalizers()
+            .iter()
+            .any(|f| f == "snapdrain.io/rollback"),
+        "{:?}",
+        plan.finalizers()
+    );
+    assert_eq!(
+        h.node(&node).await.unwrap().spec.unwrap().unschedulable,
+        Some(true),
+        "cordoned while draining"
+    );
+    let plans: Api<snapdrain::api::DisruptionPlan> = Api::all(h.client.clone());
+    let uid = plan.uid().unwrap();
+    plans
+        .delete("deleted-mid-drain", &Default::default())
+        .await
+        .unwrap();
+    tokio::time::timeout(
+        TIMEOUT,
+        kube::runtime::wait::await_condition(
+            plans,
+            "deleted-mid-drain",
+            kube::runtime::wait::conditions::is_deleted(&uid),
+        ),
+    )
+    .await
+    .expect("the plan goes once rolled back")
+    .unwrap();
+    let n = h.node(&node).await.expect("the node stays");
+    assert_ne!(
+        n.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "the node is uncordoned"
+    );
+    controller.shutdown().await;
+}

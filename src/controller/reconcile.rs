@@ -222,6 +222,45 @@ impl PlanRun {
     }
 }
 
+/// Finalizer that holds a deleted plan until its rollback ran.
+pub const FINALIZER: &str = "snapdrain.io/rollback";
+
+/// Adds or removes [`FINALIZER`] (a no-op when it is already as wanted).
+async fn set_finalizer(
+    plan: &DisruptionPlan,
+    ctx: &Context,
+    present: bool,
+) -> Result<(), ControllerError> {
+    let mut finalizers = plan.finalizers().to_vec();
+    if finalizers.iter().any(|f| f == FINALIZER) == present {
+        return Ok(());
+    }
+    if present {
+        finalizers.push(FINALIZER.to_string());
+    } else {
+        finalizers.retain(|f| f != FINALIZER);
+    }
+    let api: Api<DisruptionPlan> = Api::all(ctx.client.clone());
+    // The resourceVersion makes this a compare-and-swap: finalizers of others are never lost.
+    let patch =
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": plan.resource_version()}});
+    match api
+        .patch(
+            &plan.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(ControllerError::WriteStatus {
+            plan: plan.name_any(),
+            source,
+        }),
+    }
+}
+
 /// Reconciles one plan.
 pub async fn reconcile(
     plan: Arc<DisruptionPlan>,
@@ -229,7 +268,14 @@ pub async fn reconcile(
 ) -> Result<Action, ControllerError> {
     let status = plan.status.clone().unwrap_or_default();
     if status.phase.is_terminal() {
+        // Nothing left to undo: a finished plan can be deleted at once.
+        set_finalizer(&plan, &ctx, false).await?;
         return Ok(Action::await_change());
+    }
+    if plan.meta().deletion_timestamp.is_none() {
+        // Deleting a plan mid-way must not leave a node cordoned: the finalizer gives the controller
+        // the chance to roll back first (the deletion then aborts the plan).
+        set_finalizer(&plan, &ctx, true).await?;
     }
     let valid = match validate(&plan.spec) {
         Ok(v) => v,
@@ -308,6 +354,7 @@ async fn drive(run: &mut PlanRun) -> Result<Action, ControllerError> {
         if decision.phase != phase {
             run.transition(decision).await?;
             if run.status.phase.is_terminal() {
+                set_finalizer(&run.plan, &run.ctx, false).await?;
                 return Ok(Action::await_change());
             }
             continue;
