@@ -122,7 +122,7 @@ pub struct DisruptionPlanStatus {
 
     /// When the current phase began (drain timeouts count from here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase_started_at: Option<Time>,
+    pub phase_started_at: Option<MicroTime>,
 
     /// What is happening or what went wrong, for a person.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -182,7 +182,9 @@ impl PlanRun {
             steps::rollback::run(self).await;
         }
         self.status.phase = to;
-        self.status.phase_started_at = Some(Time(Self::now()));
+        self.status.phase_started_at = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(Self::now()),
+        );
         match decision.message.clone() {
             Some(m) => self.status.message = Some(m),
             None if to == PlanPhase::Completed => {
