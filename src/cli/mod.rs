@@ -1,5 +1,6 @@
-//! The command line: `snapdrain sim serve`, `snapdrain demo`, `snapdrain controller`, `snapdrain crds`, ...
+//! The command line: `snapdrain sim serve`, `snapdrain bench`, `snapdrain demo`, `snapdrain controller`, `snapdrain crds`, ...
 
+mod bench;
 mod controller;
 mod sim;
 
@@ -18,6 +19,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Measure the DESIGN performance targets on this machine (simulated cluster, controller, planning).
+    Bench(bench::BenchArgs),
     /// Run the DisruptionPlan controller.
     Controller(controller::ControllerArgs),
     /// Print the DisruptionPlan CustomResourceDefinition (YAML).
@@ -32,6 +35,7 @@ pub enum Command {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Sim { command } => sim::run(command).await,
+        Command::Bench(args) => bench::run(args).await,
         Command::Controller(args) => controller::run(args).await,
         Command::Crds => {
             print!("{}", crate::api::crd_yaml());
