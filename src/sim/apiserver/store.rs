@@ -19,6 +19,8 @@ use super::validation;
 
 /// How many events each resource keeps for watches to resume from. Older resourceVersions get 410 Gone.
 const HISTORY_PER_RESOURCE: usize = 200_000;
+/// Extra attempts at a free generated name (kube-apiserver makes 8 in all).
+const GENERATE_NAME_RETRIES: usize = 7;
 /// Events buffered per live subscriber before it is cut off as too slow (it then resumes or re-lists).
 const SUBSCRIBER_BUFFER: usize = 1 << 16;
 
@@ -490,7 +492,23 @@ impl Store {
         if name.is_empty() {
             match meta_str(&obj, "generateName") {
                 Some(prefix) if !prefix.is_empty() => {
+                    // Five random characters collide often at scale (two DaemonSets of 5,000 pods
+                    // each hit one more often than not), so a taken name is drawn again, as
+                    // kube-apiserver does since RetryGenerateName (GA in 1.32); after that the
+                    // create fails with AlreadyExists as before.
+                    let ns_key = ns.clone().unwrap_or_default();
+                    let taken = |n: &str| {
+                        inner.resources.get(key).is_some_and(|s| {
+                            s.objects.contains_key(&(ns_key.clone(), n.to_string()))
+                        })
+                    };
                     name = format!("{prefix}{}", generate_suffix());
+                    for _ in 0..GENERATE_NAME_RETRIES {
+                        if !taken(&name) {
+                            break;
+                        }
+                        name = format!("{prefix}{}", generate_suffix());
+                    }
                     set_meta(&mut obj, "name", json!(name));
                 }
                 _ => {
