@@ -8,12 +8,14 @@
 //! - [`cloud`]: EC2 termination and launch, Bottlerocket user data.
 //! - [`controller`]: reconcile wiring, leader election.
 //! - [`telemetry`]: metrics and logs.
+//! - [`bench`]: measurements behind `snapdrain bench`.
 //! - [`demo`]: `snapdrain demo`: the simulated cluster and the controller in one process, narrated.
 //! - [`cli`]: the command line.
 //! - [`sim`]: the simulated cluster used by the demo and the tests.
 
 pub mod api;
 pub mod backup;
+pub mod bench;
 pub mod cli;
 pub mod cloud;
 pub mod controller;

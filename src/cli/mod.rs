@@ -1,5 +1,6 @@
-//! The command line: `snapdrain demo`, `snapdrain sim serve`, `snapdrain controller`, `snapdrain crds`, ...
+//! The command line: `snapdrain sim serve`, `snapdrain bench`, `snapdrain demo`, `snapdrain controller`, `snapdrain crds`, ...
 
+mod bench;
 mod controller;
 mod demo;
 mod sim;
@@ -19,6 +20,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Measure the DESIGN performance targets on this machine (simulated cluster, controller, planning).
+    Bench(bench::BenchArgs),
     /// Run the DisruptionPlan controller.
     Controller(controller::ControllerArgs),
     /// Print the DisruptionPlan CustomResourceDefinition (YAML).
@@ -46,6 +49,7 @@ impl Command {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Sim { command } => sim::run(command).await,
+        Command::Bench(args) => bench::run(args).await,
         Command::Controller(args) => controller::run(args).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Crds => {

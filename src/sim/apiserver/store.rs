@@ -19,6 +19,8 @@ use super::validation;
 
 /// How many events each resource keeps for watches to resume from. Older resourceVersions get 410 Gone.
 const HISTORY_PER_RESOURCE: usize = 200_000;
+/// Extra attempts at a free generated name (kube-apiserver makes 8 in all).
+const GENERATE_NAME_RETRIES: usize = 7;
 /// Events buffered per live subscriber before it is cut off as too slow (it then resumes or re-lists).
 const SUBSCRIBER_BUFFER: usize = 1 << 16;
 
@@ -494,7 +496,7 @@ impl Store {
                     // reporting a collision: five random characters do collide among thousands of pods.
                     let ns_key = ns.clone().unwrap_or_default();
                     let prefix = prefix.to_string();
-                    for _ in 0..8 {
+                    for _ in 0..=GENERATE_NAME_RETRIES {
                         name = format!("{prefix}{}", generate_suffix());
                         if !inner
                             .state(key)

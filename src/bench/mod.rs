@@ -1,0 +1,74 @@
+//! `snapdrain bench`: measurements against the DESIGN performance targets, on this machine. It reports
+//! figures and never passes or fails; a section that cannot run says why in the report and the others
+//! still run.
+//!
+//! - [`api`]: the simulated API server at `scale-5k` (load, lists, watch fan-out, memory).
+//! - [`controller`]: orchestration overhead of one plan, and drain speed against `kubectl drain`.
+//! - [`planning`]: `plan_node` on one node of the 150,000-pod inventory.
+
+pub mod api;
+pub mod controller;
+pub mod planning;
+pub mod report;
+pub mod scenarios;
+pub mod stats;
+
+pub use report::{Figure, Report};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Only {
+    Api,
+    Controller,
+    Planning,
+    All,
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub only: Only,
+    pub runs: usize,
+    /// Pod updates in the watch fan-out.
+    pub pods: usize,
+    pub watchers: usize,
+}
+
+pub async fn run(opts: &Options) -> Report {
+    let mut report = Report::new();
+    let runs = opts.runs.max(1);
+    let wants = |s: Only| opts.only == Only::All || opts.only == s;
+    let mut scale_store = None;
+    if wants(Only::Api) {
+        let api_opts = api::ApiOptions {
+            runs,
+            updates: opts.pods,
+            watchers: opts.watchers,
+        };
+        match api::run(&api_opts, &mut report).await {
+            Ok(store) => scale_store = Some(store),
+            Err(e) => report.skipped("api", "api section", format!("failed: {e:#}")),
+        }
+    }
+    if wants(Only::Planning) {
+        let store = match scale_store {
+            Some(s) => Ok(s),
+            None => api::load_scale_store(),
+        };
+        if let Err(e) = store.and_then(|s| planning::run(&s, &mut report)) {
+            report.skipped("planning", "plan_node", format!("failed: {e:#}"));
+        }
+    }
+    // The 150,000-pod store is freed before the controller runs start their small clusters.
+    if wants(Only::Controller) {
+        if let Err(e) = controller::overhead(runs, &mut report).await {
+            report.skipped(
+                "controller",
+                "orchestration overhead",
+                format!("failed: {e:#}"),
+            );
+        }
+        if let Err(e) = controller::drain_speed(runs, &mut report).await {
+            report.skipped("controller", "drain speed", format!("failed: {e:#}"));
+        }
+    }
+    report
+}

@@ -1,0 +1,60 @@
+//! The small clusters the controller measurements run on: one Karpenter node (instant world timings,
+//! pods already Running), sized as DESIGN names them.
+
+/// One node with 3 StatefulSet pods (with volumes, backed up by Velero's node-agent) and 30 others: 28
+/// Deployment pods, the Velero server and the node-agent DaemonSet pod. Zero grace periods.
+pub const OVERHEAD: &str = r#"
+name: bench-overhead
+description: One node, 3 StatefulSet pods with volumes and 30 other pods, for orchestration overhead.
+materialize: true
+nodePools:
+  - name: default
+    consolidationPolicy: WhenEmpty
+    consolidateAfter: 1h
+nodes:
+  - count: 1
+    instanceType: m6i.4xlarge
+    zones: [us-east-1a]
+    karpenter: {nodePool: default}
+namespaces: [shop]
+statefulSets:
+  - name: db
+    namespace: shop
+    replicas: 3
+    podManagementPolicy: Parallel
+    pod: {image: "postgres:17", cpu: 100m, memory: 128Mi, terminationGracePeriodSeconds: 0, annotations: {backup.velero.io/backup-volumes: data}}
+    volumeClaimTemplates: [{name: data, size: 1Gi}]
+deployments:
+  - name: web
+    namespace: shop
+    replicas: 28
+    pod: {image: "nginx:1.27", cpu: 10m, memory: 16Mi, terminationGracePeriodSeconds: 0}
+velero:
+  bucket: velero
+"#;
+
+/// One node with 110 pods: 108 Deployment pods, the Velero server and the node-agent DaemonSet pod. No
+/// StatefulSets, so snapdrain has nothing to back up and the comparison with kubectl is about draining.
+/// Pods keep the default 30 s grace period; the simulated kubelet stops them at once (podStop 0).
+pub const DRAIN_110: &str = r#"
+name: bench-drain-110
+description: One node with 110 pods, for drain speed.
+materialize: true
+nodePools:
+  - name: default
+    consolidationPolicy: WhenEmpty
+    consolidateAfter: 1h
+nodes:
+  - count: 1
+    instanceType: m6i.4xlarge
+    zones: [us-east-1a]
+    karpenter: {nodePool: default}
+namespaces: [shop]
+deployments:
+  - name: web
+    namespace: shop
+    replicas: 108
+    pod: {image: "nginx:1.27", cpu: 10m, memory: 16Mi}
+velero:
+  bucket: velero
+"#;
