@@ -227,11 +227,13 @@ impl PlanRun {
 /// Finalizer that holds a deleted plan until its rollback ran.
 pub const FINALIZER: &str = "snapdrain.io/rollback";
 
-/// Adds or removes [`FINALIZER`] (a no-op when it is already as wanted).
+/// Adds or removes [`FINALIZER`] (a no-op when it is already as wanted). `resource_version` is the
+/// newest this controller knows of the plan (after its own status writes, newer than `plan`'s).
 async fn set_finalizer(
     plan: &DisruptionPlan,
     ctx: &Context,
     present: bool,
+    resource_version: Option<String>,
 ) -> Result<(), ControllerError> {
     let mut finalizers = plan.finalizers().to_vec();
     if finalizers.iter().any(|f| f == FINALIZER) == present {
@@ -245,7 +247,7 @@ async fn set_finalizer(
     let api: Api<DisruptionPlan> = Api::all(ctx.client.clone());
     // The resourceVersion makes this a compare-and-swap: finalizers of others are never lost.
     let patch =
-        json!({"metadata": {"finalizers": finalizers, "resourceVersion": plan.resource_version()}});
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}});
     match api
         .patch(
             &plan.name_any(),
@@ -271,13 +273,13 @@ pub async fn reconcile(
     let status = plan.status.clone().unwrap_or_default();
     if status.phase.is_terminal() {
         // Nothing left to undo: a finished plan can be deleted at once.
-        set_finalizer(&plan, &ctx, false).await?;
+        set_finalizer(&plan, &ctx, false, plan.resource_version()).await?;
         return Ok(Action::await_change());
     }
     if plan.meta().deletion_timestamp.is_none() {
         // Deleting a plan mid-way must not leave a node cordoned: the finalizer gives the controller
         // the chance to roll back first (the deletion then aborts the plan).
-        set_finalizer(&plan, &ctx, true).await?;
+        set_finalizer(&plan, &ctx, true, plan.resource_version()).await?;
     }
     let valid = match validate(&plan.spec) {
         Ok(v) => v,
@@ -356,7 +358,7 @@ async fn drive(run: &mut PlanRun) -> Result<Action, ControllerError> {
         if decision.phase != phase {
             run.transition(decision).await?;
             if run.status.phase.is_terminal() {
-                set_finalizer(&run.plan, &run.ctx, false).await?;
+                set_finalizer(&run.plan, &run.ctx, false, run.resource_version.clone()).await?;
                 return Ok(Action::await_change());
             }
             continue;
@@ -399,7 +401,11 @@ pub fn error_policy(
     } else {
         Duration::from_millis(500u64.saturating_mul(1 << attempts.min(7)))
     };
-    tracing::warn!(plan = %name, error = %error, retry_in = ?delay, "reconcile failed");
+    if stale {
+        tracing::debug!(plan = %name, retry_in = ?delay, "plan changed since this pass read it; retrying on a fresh copy");
+    } else {
+        tracing::warn!(plan = %name, error = %error, retry_in = ?delay, "reconcile failed");
+    }
     Action::requeue(delay)
 }
 
