@@ -562,3 +562,44 @@ async fn deleting_a_plan_mid_drain_uncordons_the_node_before_it_goes() {
     );
     controller.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plan_preview_shows_backups_and_eviction_order_without_changing_anything() {
+    let h = Harness::start().await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    let spec: snapdrain::api::DisruptionPlanSpec =
+        serde_json::from_value(json!({"nodes": [node]})).unwrap();
+    let writes_before = h.audit().len();
+    let text = snapdrain::controller::preview::describe(&h.client, &node, &spec)
+        .await
+        .unwrap();
+    assert!(text.contains(&format!("Node {node}")), "{text}");
+    assert!(text.contains("namespace shop: StatefulSets"), "{text}");
+    for pod in &protected {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(pod.as_str()) && l.contains("protected")),
+            "{pod} listed as protected:\n{text}"
+        );
+    }
+    assert!(text.contains("DaemonSet (ignoreDaemonSets)"), "{text}");
+    assert_eq!(h.audit().len(), writes_before, "a preview writes nothing");
+    assert_ne!(
+        h.node(&node)
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.unschedulable),
+        Some(true)
+    );
+    let missing = snapdrain::controller::preview::describe(&h.client, "no-such-node", &spec)
+        .await
+        .unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .contains("node no-such-node does not exist"),
+        "{missing}"
+    );
+}

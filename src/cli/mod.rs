@@ -3,6 +3,7 @@
 mod bench;
 mod controller;
 mod demo;
+mod plan;
 mod sim;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +29,8 @@ pub enum Command {
     Crds,
     /// Show snapdrain end to end on a simulated cluster: back up, verify, drain, terminate, replace.
     Demo(demo::DemoArgs),
+    /// Show what a DisruptionPlan for a node would back up and evict, without changing anything.
+    Plan(plan::PlanArgs),
     /// The simulated cluster (Kubernetes API, and the world around it).
     Sim {
         #[command(subcommand)]
@@ -52,6 +55,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(args).await,
         Command::Controller(args) => controller::run(args).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Plan(args) => plan::run(args).await,
         Command::Crds => {
             print!("{}", crate::api::crd_yaml());
             Ok(())

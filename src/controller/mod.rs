@@ -5,11 +5,13 @@
 //! - [`reconcile`]: one pass over a plan (validate, then drive the phase machine).
 //! - [`steps`]: the work of each phase.
 //! - [`leader`]: only the Lease holder acts.
+//! - [`preview`]: what a plan would do, without doing it (`snapdrain plan NODE`).
 //! - [`server`]: metrics and health.
 
 pub mod context;
 pub mod error;
 pub mod leader;
+pub mod preview;
 pub mod reconcile;
 pub mod run;
 pub mod server;

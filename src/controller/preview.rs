@@ -1,0 +1,106 @@
+//! What a DisruptionPlan for a node would do, computed from the cluster without changing anything
+//! (`snapdrain plan NODE`): the same inventory and pure planning the controller runs at the Pending step.
+
+use std::fmt::Write as _;
+
+use super::error::ControllerError;
+use super::steps::inventory::node_inventory;
+use crate::api::{DisruptionPlanSpec, problems_message, validate};
+use crate::planning::{Clock, NodeInputs, SkipReason, plan_node};
+
+/// A human-readable preview of a plan for `node` with `spec` (its `nodes` are ignored).
+pub async fn describe(
+    client: &kube::Client,
+    node: &str,
+    spec: &DisruptionPlanSpec,
+) -> Result<String, ControllerError> {
+    let valid = validate(spec).map_err(|p| {
+        ControllerError::Config(format!("invalid plan spec: {}", problems_message(&p)))
+    })?;
+    let inv = node_inventory(client, node).await?.ok_or_else(|| {
+        ControllerError::Config(format!(
+            "node {node} does not exist; list nodes with `kubectl get nodes`"
+        ))
+    })?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let inputs = NodeInputs {
+        node: &inv.node,
+        pods: &inv.pods,
+        stateful_sets: &inv.stateful_sets,
+        pvcs: &inv.pvcs,
+        pdbs: &inv.pdbs,
+        existing_backups: &[],
+    };
+    let plan = plan_node(
+        &inputs,
+        spec,
+        &valid,
+        Clock {
+            decided_at: now,
+            now,
+        },
+    );
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        out,
+        "Node {node} (instance {})",
+        plan.instance_id
+            .as_deref()
+            .unwrap_or("unknown: no aws:/// providerID")
+    );
+    let _ = writeln!(
+        out,
+        "Backups first (Velero, location {} in namespace {}, method {:?}):",
+        spec.backup.storage_location, spec.backup.velero_namespace, spec.backup.method
+    );
+    if plan.backups.is_empty() {
+        let _ = writeln!(
+            out,
+            "  none needed: no protected pods (StatefulSet pods with PVCs) on this node"
+        );
+    }
+    for b in &plan.backups {
+        let _ = writeln!(
+            out,
+            "  namespace {}: StatefulSets {}; PVCs {}; pods {}",
+            b.namespace,
+            b.stateful_sets.join(", "),
+            b.pvcs.join(", "),
+            b.pods.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "Then cordon, and evict in this order (after every backup is verified in the bucket):"
+    );
+    for (i, e) in plan.evictions.iter().enumerate() {
+        let mut line = format!("  {:>3}. {}/{}  {:?}", i + 1, e.namespace, e.name, e.tier);
+        if e.protected {
+            line.push_str("  protected");
+        }
+        if !e.pdbs.is_empty() {
+            line.push_str(&format!("  PDB {}", e.pdbs.join(", ")));
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    if !plan.skipped.is_empty() {
+        let _ = writeln!(out, "Left alone:");
+        for s in &plan.skipped {
+            let why = match s.reason {
+                SkipReason::Terminal => "finished",
+                SkipReason::Mirror => "static pod mirror",
+                SkipReason::DaemonSet => "DaemonSet (ignoreDaemonSets)",
+                SkipReason::NotSelected => "not selected by drain.podSelector",
+            };
+            let _ = writeln!(out, "  {}/{}  {why}", s.namespace, s.name);
+        }
+    }
+    if let Some(refusal) = plan.refusal_message() {
+        let _ = writeln!(out, "Refused: {refusal}");
+    }
+    for w in &plan.warnings {
+        let _ = writeln!(out, "Warning: {w}");
+    }
+    Ok(out)
+}
