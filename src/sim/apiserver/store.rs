@@ -128,6 +128,32 @@ struct Inner {
 }
 
 impl Inner {
+    /// The definition serving `key`, or the NotFound a request for `name` gets.
+    fn def(&self, key: &ResKey, name: &str) -> ApiResult<ResourceDef> {
+        self.registry
+            .get(key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&key.group, &key.plural, name))
+    }
+
+    /// The stored object `name` in `ns` with its storage key, or NotFound.
+    fn existing(
+        &mut self,
+        key: &ResKey,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+    ) -> ApiResult<(ObjKey, Arc<Value>)> {
+        let obj_key = (ns.unwrap_or("").to_string(), name.to_string());
+        let current = self
+            .state(key)
+            .objects
+            .get(&obj_key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
+        Ok((obj_key, current))
+    }
+
     fn state(&mut self, key: &ResKey) -> &mut ResState {
         self.resources
             .entry(key.clone())
@@ -443,11 +469,7 @@ impl Store {
         mut obj: Value,
         opts: WriteOptions,
     ) -> ApiResult<Arc<Value>> {
-        let def = inner
-            .registry
-            .get(key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&key.group, &key.plural, ""))?;
+        let def = inner.def(key, "")?;
         if !obj.is_object() {
             return Err(ApiError::bad_request(
                 "the body of the request must be a JSON object",
@@ -626,18 +648,8 @@ impl Store {
         f: impl FnOnce(&Value) -> ApiResult<Value>,
     ) -> ApiResult<Arc<Value>> {
         let mut inner = self.write();
-        let def = inner
-            .registry
-            .get(key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&key.group, &key.plural, name))?;
-        let obj_key = (ns.unwrap_or("").to_string(), name.to_string());
-        let current = inner
-            .state(key)
-            .objects
-            .get(&obj_key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
+        let def = inner.def(key, name)?;
+        let (obj_key, current) = inner.existing(key, &def, ns, name)?;
         let new = f(&current)?;
         Self::update_locked(&mut inner, &def, obj_key, current, new, sub, opts)
     }
@@ -653,11 +665,7 @@ impl Store {
         f: impl FnOnce(Option<&Value>) -> ApiResult<Value>,
     ) -> ApiResult<(Arc<Value>, bool)> {
         let mut inner = self.write();
-        let def = inner
-            .registry
-            .get(key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&key.group, &key.plural, name))?;
+        let def = inner.def(key, name)?;
         let obj_key = (ns.unwrap_or("").to_string(), name.to_string());
         match inner.state(key).objects.get(&obj_key).cloned() {
             Some(current) => {
@@ -847,7 +855,7 @@ impl Store {
     ) -> ApiResult<Deleted> {
         let result = {
             let mut inner = self.write();
-            Self::delete_locked(&mut inner, key, ns, name, opts, self.kubelet_managed())?
+            Self::delete_locked(&mut inner, key, ns, name, opts)?
         };
         if let (Deleted::Pending(obj), false, Some(grace)) =
             (&result.0, self.kubelet_managed(), result.1)
@@ -872,20 +880,9 @@ impl Store {
         ns: Option<&str>,
         name: &str,
         opts: &DeleteOptions,
-        _kubelet_managed: bool,
     ) -> ApiResult<(Deleted, Option<i64>)> {
-        let def = inner
-            .registry
-            .get(key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&key.group, &key.plural, name))?;
-        let obj_key = (ns.unwrap_or("").to_string(), name.to_string());
-        let current = inner
-            .state(key)
-            .objects
-            .get(&obj_key)
-            .cloned()
-            .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, name))?;
+        let def = inner.def(key, name)?;
+        let (obj_key, current) = inner.existing(key, &def, ns, name)?;
         let uid = meta_str(&current, "uid").unwrap_or("");
         if let Some(want) = &opts.precondition_uid
             && want != uid
