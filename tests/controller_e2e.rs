@@ -352,6 +352,10 @@ async fn invalid_spec_is_marked_invalid_once_and_never_hot_loops() {
         1,
         "an invalid plan is written once, not retried"
     );
+    assert!(
+        h.backups_of("invalid").await.is_empty(),
+        "an invalid plan takes no backup"
+    );
     assert!(h.accepted_evictions().iter().all(|(_, t)| !t.is_empty()));
     controller.shutdown().await;
 }
@@ -389,6 +393,13 @@ async fn crash_during(phase: PlanPhase) {
     h.wait_plan(&name, TIMEOUT, |p| p == phase).await;
     // The pass that wrote this phase goes on into the step's slow call: crash it there.
     first.kill();
+    // The crash must land inside the step, or this test would prove nothing about resuming it.
+    let plans: Api<snapdrain::api::DisruptionPlan> = Api::all(h.client.clone());
+    let at_kill = plans.get(&name).await.unwrap().status.unwrap().phase;
+    assert_eq!(
+        at_kill, phase,
+        "the controller was killed while {phase} was in progress"
+    );
     h.cluster.faults.set(Vec::new());
     let second = h.controller().await;
     let plan = h.wait_plan(&name, TIMEOUT, |p| p.is_terminal()).await;
