@@ -30,7 +30,8 @@ pub fn namespaces(records: &[BackupRecord]) -> Vec<String> {
         .collect()
 }
 
-fn latest_index(records: &[BackupRecord], ns: &str) -> Option<usize> {
+/// Index of the latest attempt's record for namespace `ns`.
+pub(super) fn latest_index(records: &[BackupRecord], ns: &str) -> Option<usize> {
     records
         .iter()
         .enumerate()

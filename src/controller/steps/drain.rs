@@ -226,17 +226,12 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
     }
 
     // Pods that must leave: everything planned for eviction (skipped DaemonSet and mirror pods stay).
-    let must_go: BTreeSet<(String, String)> = plan
-        .evictions
-        .iter()
-        .map(|e| (e.namespace.clone(), e.name.clone()))
-        .collect();
     let uids: BTreeSet<String> = plan
         .evictions
         .iter()
         .filter_map(|e| e.uid.clone())
         .collect();
-    if must_go.is_empty() {
+    if plan.evictions.is_empty() {
         let staying: BTreeSet<String> = inv
             .pods
             .iter()

@@ -6,7 +6,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::runtime::events::EventType;
 
-use super::backups::namespaces;
+use super::backups::{latest_index, namespaces};
 use crate::backup::bucket::{self, BucketError, VerifyRequest};
 use crate::backup::velero::resolve_location;
 use crate::backup::verify::verification_plan;
@@ -23,14 +23,7 @@ pub async fn run(
     let mut target = None;
     for i in 0..run.status.backups.len() {
         let record = run.status.backups[i].clone();
-        let latest = run
-            .status
-            .backups
-            .iter()
-            .filter(|r| r.namespace == record.namespace)
-            .map(|r| r.attempt)
-            .max();
-        if latest != Some(record.attempt)
+        if latest_index(&run.status.backups, &record.namespace) != Some(i)
             || record.verified
             || record.verification_error.is_some()
             || classify_backup_phase(record.phase.as_deref()) != BackupProgress::Completed
