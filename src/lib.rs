@@ -1,26 +1,11 @@
-//! snapdrain: backup-aware node drain orchestrator for Kubernetes.
-//!
-//! Module map (one concern each):
-//! - [`api`]: the DisruptionPlan CRD types.
-//! - [`planning`]: pure decisions: which pods are protected, which backups are needed, eviction order.
-//! - [`backup`]: Velero Backups and their verification in object storage.
-//! - [`drain`]: cordon, eviction and waiting for pods and volumes.
-//! - [`cloud`]: EC2 termination and launch, Bottlerocket user data.
-//! - [`controller`]: reconcile wiring, leader election.
-//! - [`telemetry`]: metrics and logs.
-//! - [`bench`]: measurements behind `snapdrain bench`.
+//! The `snapdrain` command. The product (controller, planning, backup, drain, cloud) is the `snapdrain`
+//! crate; this crate is its command line, and with the default `sim` feature also:
 //! - [`demo`]: `snapdrain demo`: the simulated cluster and the controller in one process, narrated.
-//! - [`cli`]: the command line.
-//! - [`sim`]: the simulated cluster used by the demo and the tests.
+//! - [`bench`]: measurements behind `snapdrain bench`.
 
-pub mod api;
-pub mod backup;
-pub mod bench;
 pub mod cli;
-pub mod cloud;
-pub mod controller;
+
+#[cfg(feature = "sim")]
+pub mod bench;
+#[cfg(feature = "sim")]
 pub mod demo;
-pub mod drain;
-pub mod planning;
-pub mod sim;
-pub mod telemetry;

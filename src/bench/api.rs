@@ -16,12 +16,12 @@ use serde_json::json;
 
 use super::report::Report;
 use super::stats::{Summary, rss_mib};
-use crate::sim::apiserver::audit::Audit;
-use crate::sim::apiserver::faults::Faults;
-use crate::sim::apiserver::resources::ResKey;
-use crate::sim::apiserver::store::{Store, WriteOptions, meta_str};
-use crate::sim::apiserver::{ApiServer, Settings};
-use crate::sim::{ScenarioSource, SimCluster, SimConfig};
+use snapdrain_sim::apiserver::audit::Audit;
+use snapdrain_sim::apiserver::faults::Faults;
+use snapdrain_sim::apiserver::resources::ResKey;
+use snapdrain_sim::apiserver::store::{Store, WriteOptions, meta_str};
+use snapdrain_sim::apiserver::{ApiServer, Settings};
+use snapdrain_sim::{ScenarioSource, SimCluster, SimConfig};
 
 const SECTION: &str = "api";
 /// How long the watchers get to see every update before the measurement is called failed.
@@ -79,13 +79,13 @@ pub async fn run(opts: &ApiOptions, report: &mut Report) -> anyhow::Result<Store
 /// `scale-5k` in a bare store (no API server, no world).
 pub fn load_scale_store() -> anyhow::Result<Store> {
     let store = Store::new();
-    crate::sim::scenario::crds::install(&store).map_err(anyhow::Error::msg)?;
-    let scenario = crate::sim::scenario::builtin::scale_5k();
-    crate::sim::scenario::load(
+    snapdrain_sim::scenario::crds::install(&store).map_err(anyhow::Error::msg)?;
+    let scenario = snapdrain_sim::scenario::builtin::scale_5k();
+    snapdrain_sim::scenario::load(
         &store,
         &scenario,
         "built-in scale-5k",
-        crate::sim::scenario::S3_URL_FALLBACK,
+        snapdrain_sim::scenario::S3_URL_FALLBACK,
     )
     .context("loading scale-5k")?;
     Ok(store)

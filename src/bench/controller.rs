@@ -16,15 +16,14 @@ use tokio::sync::broadcast;
 use super::report::Report;
 use super::scenarios;
 use super::stats::Summary;
-use crate::api::DisruptionPlan;
-use crate::controller::run::RunOptions;
-use crate::controller::{ControllerHandle, Settings};
-use crate::sim::apiserver::audit::AuditEntry;
-use crate::sim::apiserver::resources::ResKey;
-use crate::sim::apiserver::store::{EventType, Store, WatchEvent, meta_str};
-use crate::sim::cluster::sim_node_settings;
-use crate::sim::world::Timings;
-use crate::sim::{ScenarioSource, SimCluster, SimConfig};
+use snapdrain::api::DisruptionPlan;
+use snapdrain::controller::ControllerHandle;
+use snapdrain::controller::run::RunOptions;
+use snapdrain_sim::apiserver::audit::AuditEntry;
+use snapdrain_sim::apiserver::resources::ResKey;
+use snapdrain_sim::apiserver::store::{EventType, Store, WatchEvent, meta_str};
+use snapdrain_sim::world::Timings;
+use snapdrain_sim::{ScenarioSource, SimCluster, SimConfig};
 
 const SECTION: &str = "controller";
 const PLAN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -39,7 +38,7 @@ struct Bench {
 }
 
 async fn start_cluster(yaml: &str, label: &str) -> anyhow::Result<Bench> {
-    let scenario = crate::sim::scenario::parse(yaml, label)?;
+    let scenario = snapdrain_sim::scenario::parse(yaml, label)?;
     let cluster = SimCluster::start(SimConfig {
         scenario: Some(ScenarioSource::Inline {
             scenario: Box::new(scenario),
@@ -70,29 +69,14 @@ async fn start_cluster(yaml: &str, label: &str) -> anyhow::Result<Bench> {
 /// A single controller replica (no leader election) with the simulator's EC2 endpoint, as the e2e tests
 /// run it.
 async fn start_controller(b: &Bench) -> anyhow::Result<ControllerHandle> {
-    let ec2 = b
-        .cluster
-        .ec2
-        .as_ref()
+    let settings = snapdrain_testkit::controller_settings(&b.cluster, "snapdrain-bench")
         .ok_or_else(|| anyhow!("the simulated world runs no EC2 endpoint"))?;
-    let node_settings = sim_node_settings(&b.cluster.url());
-    let settings = Settings {
-        identity: "snapdrain-bench".into(),
-        ec2_endpoint: Some(ec2.endpoint()),
-        region: Some(ec2.config().region.clone()),
-        ec2_credentials: Some(("sim".into(), "sim".into())),
-        cluster_name: Some(node_settings.cluster_name),
-        api_server: Some(node_settings.api_server),
-        cluster_certificate: Some(node_settings.cluster_certificate),
-        wait_slice: Duration::from_secs(5),
-        backup_retry_cap: Duration::from_millis(300),
-    };
     let opts = RunOptions {
         lease_namespace: None,
         ..RunOptions::default()
     };
     let handle =
-        crate::controller::start(kube::Config::new(b.cluster.url().parse()?), settings, opts)
+        snapdrain::controller::start(kube::Config::new(b.cluster.url().parse()?), settings, opts)
             .await?;
     tokio::time::sleep(CONTROLLER_SETTLE).await;
     Ok(handle)

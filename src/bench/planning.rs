@@ -15,10 +15,10 @@ use serde_json::{Value, json};
 
 use super::report::Report;
 use super::stats::Summary;
-use crate::api::DisruptionPlanSpec;
-use crate::planning::{Clock, NodeInputs, plan_node};
-use crate::sim::apiserver::resources::ResKey;
-use crate::sim::apiserver::store::{Store, meta_str};
+use snapdrain::api::DisruptionPlanSpec;
+use snapdrain::planning::{Clock, NodeInputs, plan_node};
+use snapdrain_sim::apiserver::resources::ResKey;
+use snapdrain_sim::apiserver::store::{Store, meta_str};
 
 const SECTION: &str = "planning";
 /// Enough calls for a stable p99 without making the run long.
@@ -78,10 +78,10 @@ pub fn run(store: &Store, report: &mut Report) -> anyhow::Result<()> {
     let pdbs: Vec<PodDisruptionBudget> =
         typed(in_namespaces(ResKey::new("policy", "poddisruptionbudgets")))?;
     let spec: DisruptionPlanSpec = serde_json::from_value(json!({"nodes": [node_name]}))?;
-    let valid = crate::api::validate(&spec).map_err(|p| {
+    let valid = snapdrain::api::validate(&spec).map_err(|p| {
         anyhow!(
             "the bench plan spec is invalid: {}",
-            crate::api::problems_message(&p)
+            snapdrain::api::problems_message(&p)
         )
     })?;
     let inputs = NodeInputs {

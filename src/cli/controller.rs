@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::Args;
 
-use crate::controller::run::RunOptions;
-use crate::controller::{Settings, start};
+use snapdrain::controller::run::RunOptions;
+use snapdrain::controller::{Settings, start};
 
 #[derive(Debug, Args)]
 pub struct ControllerArgs {
@@ -82,7 +82,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     };
     let handle = start(config, settings, opts).await?;
     tracing::info!(metrics = ?handle.metrics_addr, "snapdrain controller started");
-    super::sim::shutdown_signal().await;
+    super::signal::shutdown_signal().await;
     tracing::info!("shutting down: finishing in-flight reconciles");
     handle.shutdown().await;
     Ok(())

@@ -53,7 +53,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         println!("  kubectl get backups.velero.io -n velero");
         println!("  kubectl get pods -n shop -o wide");
         println!("Press Ctrl-C to stop.");
-        super::sim::shutdown_signal().await;
+        super::signal::shutdown_signal().await;
     }
     let failure = demo.failure();
     demo.shutdown().await;

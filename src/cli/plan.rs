@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::api::DisruptionPlanSpec;
-use crate::controller::preview::describe;
+use snapdrain::api::DisruptionPlanSpec;
+use snapdrain::controller::preview::describe;
 
 #[derive(Debug, Args)]
 pub struct PlanArgs {

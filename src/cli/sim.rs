@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use serde_json::json;
 
-use crate::sim::{ScenarioSource, SimCluster, SimConfig, manifests};
+use snapdrain_sim::{ScenarioSource, SimCluster, SimConfig, manifests};
 
 #[derive(Debug, Subcommand)]
 pub enum SimCommand {
@@ -48,7 +48,7 @@ pub async fn run(cmd: SimCommand) -> anyhow::Result<()> {
                 Some(path) => {
                     let text = std::fs::read_to_string(path)
                         .with_context(|| format!("cannot read fault rules {}", path.display()))?;
-                    let rules: Vec<crate::sim::apiserver::faults::FaultRule> = serde_json::from_str(&text)
+                    let rules: Vec<snapdrain_sim::apiserver::faults::FaultRule> = serde_json::from_str(&text)
                         .with_context(|| format!("{} is not a JSON list of fault rules (verb, resource, errorRate, errorCode, latencyMs, times)", path.display()))?;
                     for r in &rules {
                         r.validate()
@@ -80,7 +80,7 @@ pub async fn run(cmd: SimCommand) -> anyhow::Result<()> {
                 "{}",
                 json!({"apiserver": cluster.url(), "kubeconfig": abs, "audit": format!("{}/sim/audit", cluster.url()), "faults": format!("{}/sim/faults", cluster.url())})
             );
-            shutdown_signal().await;
+            super::signal::shutdown_signal().await;
             Ok(())
         }
     }
@@ -98,23 +98,4 @@ fn is_manifest_list(path: &str) -> bool {
     docs.iter()
         .find(|d| !d.is_null())
         .is_some_and(|d| d.is_array() || (d.get("apiVersion").is_some() && d.get("kind").is_some()))
-}
-
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
 }

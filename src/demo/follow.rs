@@ -13,9 +13,9 @@ use kube::{Client, ResourceExt};
 use tokio::sync::broadcast;
 
 use super::printer::Printer;
-use crate::api::DisruptionPlan;
-use crate::api::status::{DisruptionPlanStatus, PlanPhase};
-use crate::sim::apiserver::audit::AuditEntry;
+use snapdrain::api::DisruptionPlan;
+use snapdrain::api::status::{DisruptionPlanStatus, PlanPhase};
+use snapdrain_sim::apiserver::audit::AuditEntry;
 
 /// Remembers what was already told, so each change is told once.
 #[derive(Debug, Default)]
@@ -275,7 +275,7 @@ pub fn human_bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::status::{BackupRecord, NodeProgress, ReplacementProgress, VerifiedObject};
+    use snapdrain::api::status::{BackupRecord, NodeProgress, ReplacementProgress, VerifiedObject};
 
     #[test]
     fn each_change_is_told_once() {

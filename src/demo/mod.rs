@@ -25,12 +25,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use kube::api::{Api, PostParams};
 
-use crate::api::DisruptionPlan;
-use crate::controller::ControllerHandle;
-use crate::sim::SimCluster;
-use crate::sim::world::Timings;
 use follow::{Ending, Narrator};
 use printer::Printer;
+use snapdrain::api::DisruptionPlan;
+use snapdrain::controller::ControllerHandle;
+use snapdrain_sim::SimCluster;
+use snapdrain_sim::world::Timings;
 use summary::Report;
 
 #[derive(Clone, Debug)]

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::preview::NodeView;
-use crate::sim::SimCluster;
+use snapdrain_sim::SimCluster;
 
 /// Settings the replacement's Bottlerocket user data carries; the simulator applies them to the new Node,
 /// so the summary can show them back.
@@ -198,9 +198,9 @@ mod tests {
             zone: "us-east-1a".into(),
             image_id: "ami-1".into(),
         };
-        let spec: crate::api::DisruptionPlanSpec =
+        let spec: snapdrain::api::DisruptionPlanSpec =
             serde_json::from_value(plan_spec("n1", Some(&r))).expect("spec parses");
-        assert!(crate::api::validate(&spec).is_ok());
+        assert!(snapdrain::api::validate(&spec).is_ok());
         let br = spec
             .replacement
             .and_then(|r| r.bottlerocket)
@@ -212,7 +212,7 @@ mod tests {
             Some("524288")
         );
         assert_eq!(br.node_taints.len(), 1);
-        let bare: crate::api::DisruptionPlanSpec =
+        let bare: snapdrain::api::DisruptionPlanSpec =
             serde_json::from_value(plan_spec("n1", None)).expect("spec parses");
         assert!(bare.replacement.is_none());
     }

@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use crate::planning::inventory::{
+use snapdrain::planning::inventory::{
     ProtectionRule, controller_of, is_daemonset_pod, is_mirror, pvc_claims, statefulset_owner,
 };
-use crate::sim::safety::protected_pods;
+use snapdrain_testkit::safety::protected_pods;
 
 /// The cluster as listed before the plan.
 pub struct ClusterView {
@@ -44,7 +44,12 @@ impl ClusterView {
 
     /// Every protected pod in the cluster with its PVCs, for the safety check.
     pub fn protected(&self) -> BTreeMap<String, BTreeSet<String>> {
-        protected_pods(&self.pods)
+        let pods: Vec<serde_json::Value> = self
+            .pods
+            .iter()
+            .filter_map(|p| serde_json::to_value(p).ok())
+            .collect();
+        protected_pods(&pods)
     }
 
     fn pods_on<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
@@ -239,8 +244,8 @@ pub fn describe(view: &NodeView) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::planning::inventory::fixtures::{deploy_pod, node, sts_pod, with};
     use serde_json::json;
+    use snapdrain::planning::inventory::fixtures::{deploy_pod, node, sts_pod, with};
 
     fn on(pod: Pod, node: &str) -> Pod {
         with(pod, json!({"spec": {"nodeName": node}}))

@@ -11,12 +11,11 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
-use crate::controller::run::RunOptions;
-use crate::controller::{ControllerHandle, Settings, start};
-use crate::sim::cluster::sim_node_settings;
-use crate::sim::safety::install_plan_crd;
-use crate::sim::world::Timings;
-use crate::sim::{ScenarioSource, SimCluster, SimConfig};
+use snapdrain::controller::run::RunOptions;
+use snapdrain::controller::{ControllerHandle, Settings, start};
+use snapdrain_sim::world::Timings;
+use snapdrain_sim::{ScenarioSource, SimCluster, SimConfig};
+use snapdrain_testkit::harness::install_plan_crd;
 
 /// Starts the cluster, installs the CRD and waits until every StatefulSet is Ready.
 pub async fn start_cluster(
@@ -55,23 +54,11 @@ pub fn client_for(cluster: &SimCluster) -> anyhow::Result<Client> {
 /// Controller settings for the simulator: its EC2 endpoint and region, static credentials, and the
 /// cluster settings a Bottlerocket replacement needs to join.
 pub fn controller_settings(cluster: &SimCluster) -> anyhow::Result<Settings> {
-    let ec2 = cluster
-        .ec2
-        .as_ref()
+    let mut settings = snapdrain_testkit::controller_settings(cluster, "snapdrain-demo")
         .ok_or_else(|| anyhow!("the simulated cluster runs no EC2 endpoint (it has no world)"))?;
-    let node = sim_node_settings(&cluster.url());
-    Ok(Settings {
-        identity: "snapdrain-demo".into(),
-        ec2_endpoint: Some(ec2.endpoint()),
-        region: Some(ec2.config().region.clone()),
-        ec2_credentials: Some(("sim".into(), "sim".into())),
-        cluster_name: Some(node.cluster_name),
-        api_server: Some(node.api_server),
-        cluster_certificate: Some(node.cluster_certificate),
-        // The simulator answers quickly: shorter waits make the story move at the cluster's pace.
-        wait_slice: Duration::from_secs(5),
-        backup_retry_cap: Duration::from_secs(2),
-    })
+    // A failed backup retried at a person's pace, so the story can be followed.
+    settings.backup_retry_cap = Duration::from_secs(2);
+    Ok(settings)
 }
 
 /// The controller in this process, a single replica (no Lease).

@@ -12,13 +12,15 @@ use kube::{Client, ResourceExt};
 use super::follow::human_bytes;
 use super::plan::REPLACEMENT_LABEL;
 use super::preview::NodeView;
-use crate::api::DisruptionPlan;
-use crate::api::status::PlanPhase;
-use crate::api::velero::BackupStorageLocation;
-use crate::sim::SimCluster;
-use crate::sim::ec2::{InstanceEvent, InstanceState};
-use crate::sim::safety::{Violation, accepted_evictions, eviction_violations};
-use crate::sim::world::ec2_nodes::SYSCTLS_ANNOTATION;
+use snapdrain::api::DisruptionPlan;
+use snapdrain::api::status::PlanPhase;
+use snapdrain::api::velero::BackupStorageLocation;
+use snapdrain_sim::SimCluster;
+use snapdrain_sim::ec2::{InstanceEvent, InstanceState};
+use snapdrain_sim::world::ec2_nodes::SYSCTLS_ANNOTATION;
+use snapdrain_testkit::safety::{
+    Violation, accepted_evictions, eviction_violations, recorded_backups,
+};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackupSummary {
@@ -314,7 +316,14 @@ pub async fn gather(i: Inputs<'_>) -> Report {
         .filter(|e| seen.insert(e.pod.clone()))
         .map(|e| (e.pod.clone(), i.protected.contains_key(&e.pod)))
         .collect();
-    let violations = eviction_violations(&evictions, i.protected, &status.backups);
+    // The oracle reads the records from the plan's JSON, not through snapdrain's types. Without a plan
+    // there are no records, so every protected eviction is a violation.
+    let recorded = i
+        .plan
+        .and_then(|p| serde_json::to_value(p).ok())
+        .map(|p| recorded_backups(&p))
+        .unwrap_or_default();
+    let violations = eviction_violations(&evictions, i.protected, &recorded);
     let first_verified = status
         .backups
         .iter()
@@ -391,7 +400,7 @@ async fn instance_state(cluster: &SimCluster, id: &str) -> String {
     };
     // Subscribe before reading the state, so a termination in between is not missed.
     let mut events = ec2.subscribe();
-    let state = |ec2: &crate::sim::ec2::Ec2Sim| {
+    let state = |ec2: &snapdrain_sim::ec2::Ec2Sim| {
         ec2.instance(id)
             .map_or("unknown to EC2".to_string(), |i| i.state.name().to_string())
     };
@@ -416,7 +425,7 @@ async fn instance_state(cluster: &SimCluster, id: &str) -> String {
 
 async fn replacement_summary(
     client: &Client,
-    r: crate::api::status::ReplacementProgress,
+    r: snapdrain::api::status::ReplacementProgress,
 ) -> ReplacementSummary {
     let node = match &r.node_name {
         Some(name) => Api::<Node>::all(client.clone())

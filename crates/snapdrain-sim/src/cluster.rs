@@ -1,0 +1,374 @@
+//! A whole simulated cluster in one handle: the API server, the CRDs and scenario it was started with,
+//! and the world controllers around it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::apiserver::audit::Audit;
+use super::apiserver::faults::Faults;
+use super::apiserver::resources::ResKey;
+use super::apiserver::store::{Store, WriteOptions};
+use super::apiserver::{ApiServer, Settings, kubeconfig};
+use super::ec2::{Ec2Sim, Ec2SimConfig, InstanceInfo};
+use super::error::SimError;
+use super::s3::{S3Sim, S3SimConfig};
+use super::scenario::{self, LoadedScenario, S3_URL_FALLBACK, Scenario, crds, timeline};
+use super::world::karpenter::{self, KarpenterConfig, KarpenterHandle};
+use super::world::velero::{self, VeleroConfig, VeleroHandle};
+use super::world::{Timings, World, WorldContext, ec2_nodes};
+use crate::ec2::bottlerocket::ClusterJoin;
+
+/// Which scenario to load.
+#[derive(Clone, Debug)]
+pub enum ScenarioSource {
+    /// A built-in scenario name or a scenario file path.
+    Named(String),
+    /// An already parsed scenario; `label` names it in errors.
+    Inline {
+        scenario: Box<Scenario>,
+        label: String,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    pub addr: SocketAddr,
+    /// Objects to create at start, in order (after the scenario's).
+    pub objects: Vec<Value>,
+    pub settings: Settings,
+    /// A scenario to load; implies `world`.
+    pub scenario: Option<ScenarioSource>,
+    /// Run the world controllers (kubelet, scheduler, workload controllers, ...) and serve the Velero and
+    /// Karpenter CRDs. Off by default: a bare API server.
+    pub world: bool,
+    /// Overrides the scenario's timings.
+    pub timings: Option<Timings>,
+    /// The S3 endpoint that replaces `${S3_URL}` in scenario objects (the S3 simulator's, when one runs).
+    pub s3_url: Option<String>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            objects: Vec::new(),
+            settings: Settings::default(),
+            scenario: None,
+            world: false,
+            timings: None,
+            s3_url: None,
+        }
+    }
+}
+
+pub struct SimCluster {
+    pub store: Store,
+    pub audit: Arc<Audit>,
+    pub faults: Arc<Faults>,
+    pub api: ApiServer,
+    /// The running world, when asked for (a scenario or `world: true`). Dropping the cluster stops it.
+    pub world: Option<World>,
+    pub context: Option<Arc<WorldContext>>,
+    /// What the scenario loaded, including the EC2 instances behind its nodes.
+    pub scenario: Option<LoadedScenario>,
+    /// S3 standing in for MinIO (with the world).
+    pub s3: Option<S3Sim>,
+    /// The EC2 endpoint (with the world).
+    pub ec2: Option<Ec2Sim>,
+    /// Fault injection and restarts of the simulated Velero server.
+    pub velero: Option<VeleroHandle>,
+    /// Spot interruptions for the simulated Karpenter.
+    pub karpenter: Option<KarpenterHandle>,
+}
+
+impl SimCluster {
+    pub async fn start(config: SimConfig) -> Result<Self, SimError> {
+        let store = Store::new();
+        let audit = Arc::new(Audit::default());
+        let faults = Arc::new(Faults::default());
+        for ns in ["default", "kube-system", "kube-node-lease"] {
+            store
+                .create(
+                    &ResKey::core("namespaces"),
+                    None,
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                    WriteOptions::default(),
+                )
+                .map_err(|e| SimError::Load {
+                    what: format!("namespace {ns}"),
+                    message: e.message,
+                })?;
+        }
+        let with_world = config.world || config.scenario.is_some();
+        if with_world {
+            crds::install(&store).map_err(|message| SimError::Load {
+                what: "the Velero and Karpenter CRDs".into(),
+                message,
+            })?;
+        }
+
+        // Scenario first: its Velero install says which bucket and keys the S3 endpoint serves.
+        let resolved = match &config.scenario {
+            None => None,
+            Some(ScenarioSource::Named(n)) => Some(scenario::resolve(n)?),
+            Some(ScenarioSource::Inline { scenario, label }) => {
+                Some(((**scenario).clone(), label.clone()))
+            }
+        };
+        let s3 = if with_world {
+            let mut s3_config = S3SimConfig::default();
+            if let Some(v) = resolved.as_ref().and_then(|(scn, _)| scn.velero.as_ref()) {
+                s3_config.access_key = v.access_key.clone();
+                s3_config.secret_key = v.secret_key.clone();
+                s3_config.region = v.region.clone();
+                s3_config.buckets = vec![v.bucket.clone()];
+            }
+            Some(S3Sim::start(s3_config).await.map_err(|e| SimError::Load {
+                what: "the S3 endpoint".into(),
+                message: e.to_string(),
+            })?)
+        } else {
+            None
+        };
+        let s3_url = config
+            .s3_url
+            .clone()
+            .or_else(|| s3.as_ref().map(S3Sim::endpoint))
+            .unwrap_or_else(|| S3_URL_FALLBACK.to_string());
+        let loaded = match &resolved {
+            None => None,
+            Some((scn, label)) => Some(scenario::load(&store, scn, label, &s3_url)?),
+        };
+        for (i, obj) in config.objects.into_iter().enumerate() {
+            load_object(&store, obj).map_err(|message| SimError::Load {
+                what: format!("object #{}", i + 1),
+                message,
+            })?;
+        }
+        let api = ApiServer::start(
+            config.addr,
+            store.clone(),
+            audit.clone(),
+            faults.clone(),
+            config.settings,
+        )
+        .await
+        .map_err(|e| SimError::Bind {
+            addr: config.addr,
+            source: e,
+        })?;
+        let mut ec2 = None;
+        let mut velero_handle = None;
+        let mut karpenter_handle = None;
+        let (world, context) = if with_world {
+            let timings = config
+                .timings
+                .clone()
+                .or_else(|| loaded.as_ref().map(|l| l.timings.clone()))
+                .unwrap_or_default();
+            let ec2_sim = Ec2Sim::start(ec2_config_for(loaded.as_ref(), timings.instance_boot))
+                .await
+                .map_err(|e| SimError::Load {
+                    what: "the EC2 endpoint".into(),
+                    message: e.to_string(),
+                })?;
+            for i in loaded.iter().flat_map(|l| l.instances.iter()) {
+                ec2_sim
+                    .insert_running(InstanceInfo {
+                        id: i.instance_id.clone(),
+                        instance_type: i.instance_type.clone(),
+                        image_id: i.image_id.clone(),
+                        zone: i.zone.clone(),
+                        subnet_id: ec2_sim
+                            .config()
+                            .subnets
+                            .iter()
+                            .find(|s| s.zone == i.zone)
+                            .map(|s| s.id.clone())
+                            .unwrap_or_default(),
+                        private_ip: i.private_ip.clone(),
+                        private_dns_name: i.node_name.clone(),
+                        tags: i
+                            .node_pool
+                            .iter()
+                            .map(|p| ("karpenter.sh/nodepool".to_string(), p.clone()))
+                            .collect(),
+                        user_data: None,
+                        kubelet_error: None,
+                        launch_time: jiff::Timestamp::now(),
+                        spot: false,
+                    })
+                    .map_err(|e| SimError::Load {
+                        what: format!("instance {} of node {}", i.instance_id, i.node_name),
+                        message: e.to_string(),
+                    })?;
+            }
+            let mut ctx = WorldContext::new(store.clone(), audit.clone(), faults.clone(), timings);
+            ctx.s3_endpoint = Some(s3_url.clone());
+            let ctx = Arc::new(ctx);
+            let mut world = World::start(ctx.clone());
+            world.adopt(tokio::spawn(ec2_nodes::run(
+                ctx.clone(),
+                ec2_sim.subscribe(),
+            )));
+            let vh = VeleroHandle::new();
+            world.adopt(tokio::spawn(velero::run(
+                ctx.clone(),
+                VeleroConfig::default(),
+                vh.clone(),
+            )));
+            let client = karpenter::api_client(&api.url()).map_err(|message| SimError::Load {
+                what: "a client for the simulated Karpenter".into(),
+                message,
+            })?;
+            let creds =
+                aws_credential_types::Credentials::new("sim", "sim", None, None, "simulator");
+            let ec2_config = aws_sdk_ec2::Config::builder()
+                .behavior_version(aws_sdk_ec2::config::BehaviorVersion::latest())
+                .region(aws_sdk_ec2::config::Region::new(
+                    ec2_sim.config().region.clone(),
+                ))
+                .credentials_provider(creds)
+                .endpoint_url(ec2_sim.endpoint())
+                .build();
+            let cloud = karpenter::ec2::SimEc2Cloud::new(
+                aws_sdk_ec2::Client::from_conf(ec2_config),
+                ec2_sim.config().subnets.clone(),
+                cluster_join(&api.url()),
+            );
+            let kh = KarpenterHandle::new();
+            world.adopt(tokio::spawn(karpenter::run(
+                ctx.clone(),
+                KarpenterConfig::new(cloud, client),
+                kh.clone(),
+            )));
+            if let Some(l) = &loaded
+                && !l.timeline.is_empty()
+            {
+                world.adopt(timeline::spawn(ctx.clone(), l.timeline.clone()));
+            }
+            ec2 = Some(ec2_sim);
+            velero_handle = Some(vh);
+            karpenter_handle = Some(kh);
+            (Some(world), Some(ctx))
+        } else {
+            (None, None)
+        };
+        Ok(Self {
+            store,
+            audit,
+            faults,
+            api,
+            world,
+            context,
+            scenario: loaded,
+            s3,
+            ec2,
+            velero: velero_handle,
+            karpenter: karpenter_handle,
+        })
+    }
+
+    pub fn url(&self) -> String {
+        self.api.url()
+    }
+
+    /// Writes a kubeconfig for this cluster and returns its path.
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<PathBuf, SimError> {
+        std::fs::write(path, kubeconfig(&self.url())).map_err(|e| SimError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        Ok(path.to_path_buf())
+    }
+}
+
+/// Creates one object given as a full manifest (apiVersion, kind, metadata), keeping its status.
+pub fn load_object(store: &Store, obj: Value) -> Result<(), String> {
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .ok_or("apiVersion is missing")?;
+    let kind = obj
+        .get("kind")
+        .and_then(Value::as_str)
+        .ok_or("kind is missing")?;
+    let def = store
+        .registry()
+        .by_kind(api_version, kind)
+        .cloned()
+        .ok_or_else(|| format!("no resource serves {api_version} {kind} (create its CustomResourceDefinition first)"))?;
+    let ns = if def.namespaced {
+        Some(
+            obj.pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("default")
+                .to_string(),
+        )
+    } else {
+        None
+    };
+    if let Some(ns) = &ns
+        && store.get(&ResKey::core("namespaces"), None, ns).is_none()
+    {
+        store
+            .create(
+                &ResKey::core("namespaces"),
+                None,
+                json!({"metadata": {"name": ns}}),
+                WriteOptions::default(),
+            )
+            .map_err(|e| e.message)?;
+    }
+    store
+        .create(
+            &def.key(),
+            ns.as_deref(),
+            obj,
+            WriteOptions {
+                internal: true,
+                ..Default::default()
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| e.message)
+}
+
+/// The EC2 endpoint's region and subnets follow the scenario's zones (one subnet per zone).
+fn ec2_config_for(loaded: Option<&LoadedScenario>, boot: std::time::Duration) -> Ec2SimConfig {
+    let mut config = Ec2SimConfig {
+        boot_delay: boot,
+        ..Ec2SimConfig::default()
+    };
+    let zones: std::collections::BTreeSet<&str> = loaded
+        .iter()
+        .flat_map(|l| l.instances.iter().map(|i| i.zone.as_str()))
+        .collect();
+    if let Some(first) = zones.iter().next() {
+        config.region = first
+            .trim_end_matches(|c: char| c.is_ascii_lowercase())
+            .to_string();
+        config.subnets = zones
+            .iter()
+            .enumerate()
+            .map(|(i, z)| super::ec2::SubnetConfig {
+                id: format!("subnet-0{i}{:0>15}", z.len() * 7919 + i),
+                zone: z.to_string(),
+            })
+            .collect();
+    }
+    config
+}
+
+/// The cluster settings a Bottlerocket node needs to join this simulated cluster.
+pub fn cluster_join(api_url: &str) -> ClusterJoin {
+    ClusterJoin {
+        cluster_name: "snapdrain-sim".into(),
+        api_server: api_url.replace("http://", "https://"),
+        // A placeholder CA: the simulator does not check node credentials, Bottlerocket only needs base64.
+        cluster_certificate: "c25hcGRyYWluLXNpbS1jYQ==".into(),
+    }
+}

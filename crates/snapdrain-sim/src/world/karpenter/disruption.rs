@@ -1,0 +1,393 @@
+//! The disruption loop: graceful methods (Emptiness, then Drift) pick candidates that nothing blocks,
+//! within NodePool budgets, and run a command: taint, DisruptionReason, pre-launch replacements, wait
+//! for them to initialize, then delete the candidate (or drop the command on timeout).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::{
+    DISRUPTED_TAINT, DO_NOT_DISRUPT, KarpenterConfig, KarpenterHandle, NODEPOOL_LABEL, budgets,
+    condition_true, lock, modify_claim, modify_node, node_of, nodeclaim_from_pool, nodeclaims,
+    nodepools, remove_condition, set_condition,
+};
+use crate::apiserver::resources::ResKey;
+use crate::apiserver::store::{DeleteOptions, meta_str};
+use crate::world::WorldContext;
+use crate::world::velero::scope::label_selector_matches;
+use crate::world::velero::scope::labels_of;
+
+/// A NodeClaim, its Node and the pods on it.
+type Candidate = (Arc<Value>, Arc<Value>, Vec<Arc<Value>>);
+
+pub(super) fn pods_on(pods: &[Arc<Value>], node: &str) -> Vec<Arc<Value>> {
+    pods.iter()
+        .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node))
+        .filter(|p| !is_terminal(p))
+        .cloned()
+        .collect()
+}
+
+fn is_terminal(p: &Value) -> bool {
+    matches!(
+        p.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+pub(super) fn is_daemonset_pod(p: &Value) -> bool {
+    p.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|o| o.iter().any(|r| r["kind"] == "DaemonSet"))
+}
+
+pub(super) fn do_not_disrupt(obj: &Value) -> bool {
+    obj.pointer("/metadata/annotations")
+        .and_then(|a| a.get(DO_NOT_DISRUPT))
+        .and_then(Value::as_str)
+        == Some("true")
+}
+
+fn has_taint(node: &Value) -> bool {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .is_some_and(|t| t.iter().any(|t| t["key"] == DISRUPTED_TAINT))
+}
+
+fn not_ready(node: &Value) -> bool {
+    !node
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// Why a candidate may not be disrupted gracefully, if anything blocks it. `eventual` is Drift's
+/// class: pods' do-not-disrupt and PDBs do not block it when the NodeClaim has a TGP.
+fn blocked(
+    claim: &Value,
+    node: &Value,
+    pods: &[Arc<Value>],
+    pdbs: &[Arc<Value>],
+    eventual: bool,
+) -> Option<String> {
+    if do_not_disrupt(node) {
+        return Some(format!(
+            "node {} has {DO_NOT_DISRUPT}",
+            meta_str(node, "name").unwrap_or("")
+        ));
+    }
+    if eventual && claim.pointer("/spec/terminationGracePeriod").is_some() {
+        return None;
+    }
+    if let Some(p) = pods.iter().find(|p| do_not_disrupt(p)) {
+        return Some(format!(
+            "pod {}/{} has {DO_NOT_DISRUPT}",
+            meta_str(p, "namespace").unwrap_or(""),
+            meta_str(p, "name").unwrap_or("")
+        ));
+    }
+    for p in pods {
+        let ns = meta_str(p, "namespace");
+        let labels = labels_of(p);
+        let matching: Vec<&Arc<Value>> = pdbs
+            .iter()
+            .filter(|b| meta_str(b, "namespace") == ns)
+            .filter(|b| {
+                b.pointer("/spec/selector")
+                    .is_some_and(|s| label_selector_matches(s, &labels))
+            })
+            .collect();
+        if matching.len() > 1 {
+            return Some(format!(
+                "pod {}/{} has more than one PodDisruptionBudget",
+                ns.unwrap_or(""),
+                meta_str(p, "name").unwrap_or("")
+            ));
+        }
+        if let Some(b) = matching.first()
+            && b.pointer("/status/disruptionsAllowed")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+                <= 0
+        {
+            return Some(format!(
+                "pdb {}/{} prevents pod evictions",
+                ns.unwrap_or(""),
+                meta_str(b, "name").unwrap_or("")
+            ));
+        }
+    }
+    None
+}
+
+/// One pass of the disruption controller over every NodePool.
+pub(super) fn pass(
+    ctx: &Arc<WorldContext>,
+    config: &Arc<KarpenterConfig>,
+    handle: &KarpenterHandle,
+) {
+    let (pools, _) = ctx.store.snapshot(&nodepools());
+    let (claims, _) = ctx.store.snapshot(&nodeclaims());
+    let (pods, _) = ctx.store.snapshot(&ResKey::core("pods"));
+    // One pass over the pods: candidate checks look nodes up instead of scanning every pod per node
+    // (5,000 nodes x 150,000 pods in scale-5k).
+    let mut by_node: HashMap<&str, Vec<Arc<Value>>> = HashMap::new();
+    for p in &pods {
+        if let Some(node) = p.pointer("/spec/nodeName").and_then(Value::as_str)
+            && !is_terminal(p)
+        {
+            by_node.entry(node).or_default().push(p.clone());
+        }
+    }
+    let (pdbs, _) = ctx
+        .store
+        .snapshot(&ResKey::new("policy", "poddisruptionbudgets"));
+    for pool in pools {
+        let pool_name = meta_str(&pool, "name").unwrap_or("");
+        let members: Vec<(Arc<Value>, Option<Arc<Value>>)> = claims
+            .iter()
+            .filter(|c| {
+                c.pointer(&format!(
+                    "/metadata/labels/{}",
+                    NODEPOOL_LABEL.replace('/', "~1")
+                ))
+                .and_then(Value::as_str)
+                    == Some(pool_name)
+            })
+            .map(|c| (c.clone(), node_of(ctx, c)))
+            .collect();
+        let total = members.len();
+        let in_flight = lock(&handle.shared.commands).clone();
+        let disrupting = members
+            .iter()
+            .filter(|(c, n)| {
+                c.pointer("/metadata/deletionTimestamp").is_some()
+                    || in_flight.contains(meta_str(c, "name").unwrap_or(""))
+                    || n.as_ref().is_some_and(|n| has_taint(n) || not_ready(n))
+            })
+            .count();
+        // Candidates: initialized, not deleting, not already being disrupted, with a Node.
+        let candidates: Vec<Candidate> = members
+            .iter()
+            .filter(|(c, _)| {
+                condition_true(c, "Initialized")
+                    && c.pointer("/metadata/deletionTimestamp").is_none()
+            })
+            .filter(|(c, _)| !in_flight.contains(meta_str(c, "name").unwrap_or("")))
+            .filter_map(|(c, n)| {
+                let n = n.clone()?;
+                if has_taint(&n) {
+                    return None;
+                }
+                let on = by_node
+                    .get(meta_str(&n, "name").unwrap_or(""))
+                    .cloned()
+                    .unwrap_or_default();
+                Some((c.clone(), n, on))
+            })
+            .collect();
+
+        // Emptiness, when consolidation is on (consolidateAfter not Never) and the node has been
+        // consolidatable for consolidateAfter.
+        let consolidate_after = pool
+            .pointer("/spec/disruption/consolidateAfter")
+            .and_then(Value::as_str);
+        if let Some(after) = consolidate_after
+            .filter(|a| *a != "Never")
+            .and_then(crate::world::go_duration)
+        {
+            let empty: Vec<&Candidate> = candidates
+                .iter()
+                .filter(|(c, _, on)| {
+                    on.iter().all(|p| is_daemonset_pod(p)) && initialized_for(c) >= after
+                })
+                .filter(|(c, n, on)| blocked(c, n, on, &pdbs, false).is_none())
+                .collect();
+            let allowed = budgets::allowed(&pool, "Empty", total, disrupting);
+            if let Some((c, n, _)) = empty.first()
+                && allowed > 0
+            {
+                start_command(ctx, config, handle, &pool, c, n, "Empty", false);
+                continue;
+            }
+        }
+
+        // Drift: oldest Drifted first, empty nodes first.
+        let mut drifted: Vec<&Candidate> = candidates
+            .iter()
+            .filter(|(c, _, _)| condition_true(c, "Drifted"))
+            .collect();
+        drifted.sort_by_key(|(c, _, on)| (!on.is_empty(), drifted_since(c)));
+        let allowed = budgets::allowed(&pool, "Drifted", total, disrupting);
+        let mut started = false;
+        for (c, n, on) in drifted {
+            let name = meta_str(c, "name").unwrap_or("").to_string();
+            match blocked(c, n, on, &pdbs, true) {
+                Some(reason) => note_blocked(ctx, handle, &name, &reason),
+                None if allowed > 0 && !started => {
+                    start_command(ctx, config, handle, &pool, c, n, "Drifted", true);
+                    started = true;
+                }
+                None => {
+                    if allowed == 0 {
+                        note_blocked(
+                            ctx,
+                            handle,
+                            &name,
+                            "no allowed disruptions for reason Drifted (budget)",
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn initialized_for(claim: &Value) -> std::time::Duration {
+    claim
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Initialized"))
+        .and_then(|c| {
+            c["lastTransitionTime"]
+                .as_str()?
+                .parse::<jiff::Timestamp>()
+                .ok()
+        })
+        .map(|t| {
+            let d = jiff::Timestamp::now().duration_since(t);
+            std::time::Duration::try_from(d).unwrap_or_default()
+        })
+        .unwrap_or_default()
+}
+
+fn drifted_since(claim: &Value) -> String {
+    claim
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Drifted"))
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Audits a blocked candidate once per distinct reason (Karpenter's DisruptionBlocked event).
+fn note_blocked(ctx: &WorldContext, handle: &KarpenterHandle, claim: &str, reason: &str) {
+    let mut seen = lock(&handle.shared.blocked);
+    if seen.get(claim).map(String::as_str) != Some(reason) {
+        seen.insert(claim.to_string(), reason.to_string());
+        ctx.audit.world(
+            "disruption-blocked",
+            "nodeclaims.karpenter.sh",
+            None,
+            Some(claim),
+            json!({"reason": reason}),
+        );
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_command(
+    ctx: &Arc<WorldContext>,
+    config: &Arc<KarpenterConfig>,
+    handle: &KarpenterHandle,
+    pool: &Value,
+    claim: &Value,
+    node: &Value,
+    reason: &str,
+    replace: bool,
+) {
+    let name = meta_str(claim, "name").unwrap_or("").to_string();
+    let node_name = meta_str(node, "name").unwrap_or("").to_string();
+    lock(&handle.shared.commands).insert(name.clone());
+    let tainted = modify_node(ctx, &node_name, |v| {
+        if !v["spec"]["taints"].is_array() {
+            v["spec"]["taints"] = json!([]);
+        }
+        if let Some(t) = v["spec"]["taints"].as_array_mut() {
+            t.push(json!({"key": DISRUPTED_TAINT, "effect": "NoSchedule"}));
+        }
+    });
+    let marked = modify_claim(ctx, &name, |v| {
+        set_condition(v, "DisruptionReason", "True", reason, reason)
+    });
+    if tainted.is_err() || marked.is_err() {
+        lock(&handle.shared.commands).remove(&name);
+        return;
+    }
+    let replacement = if replace {
+        match ctx.store.create(
+            &nodeclaims(),
+            None,
+            nodeclaim_from_pool(pool),
+            super::INTERNAL,
+        ) {
+            Ok(r) => meta_str(&r, "name").map(str::to_string),
+            Err(e) => {
+                tracing::warn!(nodeclaim = %name, error = %e, "karpenter sim: cannot create replacement");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    ctx.audit.world(
+        "disruption-started",
+        "nodeclaims.karpenter.sh",
+        None,
+        Some(&name),
+        json!({"reason": reason, "node": node_name, "replacement": replacement, "decision": if replace { "replace" } else { "delete" }}),
+    );
+    let (ctx, config, handle, reason) = (
+        ctx.clone(),
+        config.clone(),
+        handle.clone(),
+        reason.to_string(),
+    );
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + config.replacement_timeout;
+        let ok = loop {
+            let Some(r) = &replacement else { break true };
+            match ctx.store.get(&nodeclaims(), None, r) {
+                Some(c) if condition_true(&c, "Initialized") => break true,
+                Some(c)
+                    if c.pointer("/metadata/deletionTimestamp").is_none()
+                        && tokio::time::Instant::now() < deadline => {}
+                _ => break false,
+            }
+            tokio::time::sleep(config.requeue).await;
+        };
+        if ok {
+            ctx.audit.world(
+                "disruption-terminating",
+                "nodeclaims.karpenter.sh",
+                None,
+                Some(&name),
+                json!({"reason": reason}),
+            );
+            let _ = ctx
+                .store
+                .delete(&nodeclaims(), None, &name, &DeleteOptions::default());
+        } else {
+            // Untaint and forget the command, as Karpenter does when replacements fail.
+            let _ = modify_node(&ctx, &node_name, |v| {
+                if let Some(t) = v["spec"]["taints"].as_array_mut() {
+                    t.retain(|t| t["key"] != DISRUPTED_TAINT);
+                }
+            });
+            let _ = modify_claim(&ctx, &name, |v| remove_condition(v, "DisruptionReason"));
+            ctx.audit.world(
+                "disruption-dropped",
+                "nodeclaims.karpenter.sh",
+                None,
+                Some(&name),
+                json!({"reason": "replacement did not initialize", "replacement": replacement}),
+            );
+        }
+        lock(&handle.shared.commands).remove(&name);
+    });
+}

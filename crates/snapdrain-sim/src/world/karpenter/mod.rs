@@ -1,0 +1,568 @@
+//! Simulated Karpenter v1 (core v1.14 behaviour, see `research/karpenter.md`): NodeClaims launch
+//! instances and own their Nodes; a disruption loop (Emptiness, Drift) honours do-not-disrupt, PDBs and
+//! NodePool budgets and replaces before it deletes; the termination finalizer drains through the
+//! eviction API, waits for VolumeAttachments and terminates the instance; expiry and spot interruption
+//! delete NodeClaims without budgets.
+
+pub mod budgets;
+mod disruption;
+pub mod ec2;
+mod evict;
+mod termination;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use thiserror::Error;
+
+use super::WorldContext;
+use crate::apiserver::errors::ApiError;
+use crate::apiserver::resources::ResKey;
+use crate::apiserver::store::{DeleteOptions, WriteOptions, meta_str, now_rfc3339};
+
+pub const NODEPOOL_LABEL: &str = "karpenter.sh/nodepool";
+pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
+pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
+pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+pub const TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
+
+#[derive(Debug, Error)]
+pub enum KarpenterError {
+    #[error("writing {what} through the store failed: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: Box<ApiError>,
+    },
+    #[error("launching an instance for NodeClaim {nodeclaim} failed: {message}")]
+    Launch { nodeclaim: String, message: String },
+    #[error("terminating instance {instance} failed: {message}")]
+    Terminate { instance: String, message: String },
+}
+
+/// What Karpenter asks the cloud for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LaunchRequest {
+    pub nodeclaim: String,
+    pub instance_type: String,
+    pub capacity_type: String,
+    /// Labels the Node must carry (Bottlerocket `node-labels`).
+    pub labels: BTreeMap<String, String>,
+    /// (key, value, effect), Bottlerocket `node-taints`.
+    pub taints: Vec<(String, String, String)>,
+    /// Karpenter's instance tags (`karpenter.sh/nodepool`, `karpenter.sh/nodeclaim`, cluster tag).
+    pub tags: BTreeMap<String, String>,
+}
+
+/// A launched instance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launched {
+    pub id: String,
+    pub zone: String,
+    pub image_id: String,
+}
+
+pub type CloudFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
+/// The cloud provider Karpenter launches and terminates through (EC2 in the sim).
+pub trait Cloud: Send + Sync {
+    fn launch(&self, req: LaunchRequest) -> CloudFuture<'_, Launched>;
+    fn terminate(&self, id: &str) -> CloudFuture<'_, ()>;
+}
+
+pub struct KarpenterConfig {
+    pub cloud: Arc<dyn Cloud>,
+    /// A client of the simulated API server: evictions go through `pods/eviction`, so PDBs and
+    /// admission webhooks (snapdrain's eviction gate) apply exactly as for real Karpenter.
+    pub client: kube::Client,
+    /// Disruption loop period (Karpenter: 10 s).
+    pub disruption_interval: Duration,
+    /// How long a replacement may take to initialize before the command is dropped.
+    pub replacement_timeout: Duration,
+    /// Lifecycle / termination reconcile period (Karpenter requeues every 1 s).
+    pub requeue: Duration,
+}
+
+/// A client of the simulated API server for Karpenter: without kube's own 429 retries, so eviction
+/// answers reach Karpenter's backoff (and the audit log) as they come.
+pub fn api_client(url: &str) -> Result<kube::Client, String> {
+    let mut config = kube::Config::new(
+        url.parse()
+            .map_err(|e| format!("API server URL {url}: {e}"))?,
+    );
+    config.default_retry = false;
+    kube::Client::try_from(config).map_err(|e| e.to_string())
+}
+
+impl KarpenterConfig {
+    pub fn new(cloud: Arc<dyn Cloud>, client: kube::Client) -> Self {
+        Self {
+            cloud,
+            client,
+            disruption_interval: Duration::from_secs(1),
+            replacement_timeout: Duration::from_secs(60),
+            requeue: Duration::from_millis(200),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    /// NodeClaims being launched, disrupted (command in flight) or terminated.
+    launching: Mutex<HashSet<String>>,
+    commands: Mutex<HashSet<String>>,
+    terminating: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    interrupt: Mutex<Vec<String>>,
+    /// Last audited block reason per NodeClaim, so each is reported once.
+    blocked: Mutex<HashMap<String, String>>,
+}
+
+/// Controls of a running simulated Karpenter.
+#[derive(Clone, Default)]
+pub struct KarpenterHandle {
+    shared: Arc<Shared>,
+}
+
+impl KarpenterHandle {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A spot interruption notice for the instance behind `nodeclaim`: its NodeClaim is deleted
+    /// (forceful, no budgets, no pre-launched replacement).
+    pub fn spot_interruption(&self, nodeclaim: &str) {
+        lock(&self.shared.interrupt).push(nodeclaim.to_string());
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Plain bookkeeping; a panic elsewhere cannot leave it inconsistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn nodeclaims() -> ResKey {
+    ResKey::new("karpenter.sh", "nodeclaims")
+}
+
+pub(crate) fn nodepools() -> ResKey {
+    ResKey::new("karpenter.sh", "nodepools")
+}
+
+const INTERNAL: WriteOptions = WriteOptions {
+    dry_run: false,
+    internal: true,
+};
+
+fn api_err(what: impl Into<String>) -> impl FnOnce(ApiError) -> KarpenterError {
+    let what = what.into();
+    move |source| KarpenterError::Api {
+        what,
+        source: Box::new(source),
+    }
+}
+
+/// Sets a metav1.Condition, keeping lastTransitionTime when the status did not change.
+pub(crate) fn set_condition(
+    obj: &mut Value,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+) {
+    let generation = obj
+        .pointer("/metadata/generation")
+        .cloned()
+        .unwrap_or(json!(1));
+    if !obj["status"].is_object() {
+        obj["status"] = json!({});
+    }
+    if !obj["status"]["conditions"].is_array() {
+        obj["status"]["conditions"] = json!([]);
+    }
+    let Some(conds) = obj["status"]["conditions"].as_array_mut() else {
+        return;
+    };
+    let now = now_rfc3339();
+    let new = json!({"type": type_, "status": status, "reason": reason, "message": message, "observedGeneration": generation, "lastTransitionTime": now});
+    match conds.iter_mut().find(|c| c["type"] == type_) {
+        Some(c) => {
+            let keep = c["status"] == status;
+            let ltt = c["lastTransitionTime"].clone();
+            *c = new;
+            if keep {
+                c["lastTransitionTime"] = ltt;
+            }
+        }
+        None => conds.push(new),
+    }
+}
+
+pub(crate) fn remove_condition(obj: &mut Value, type_: &str) {
+    if let Some(conds) = obj
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut)
+    {
+        conds.retain(|c| c["type"] != type_);
+    }
+}
+
+pub(crate) fn condition_true(obj: &Value, type_: &str) -> bool {
+    obj.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == type_ && c["status"] == "True")
+        })
+}
+
+pub(crate) fn modify_claim(
+    ctx: &WorldContext,
+    name: &str,
+    f: impl FnOnce(&mut Value),
+) -> Result<Arc<Value>, KarpenterError> {
+    ctx.store
+        .modify(&nodeclaims(), None, name, None, INTERNAL, |cur| {
+            let mut v = cur.clone();
+            f(&mut v);
+            Ok(v)
+        })
+        .map_err(api_err(format!("NodeClaim {name}")))
+}
+
+pub(crate) fn modify_node(
+    ctx: &WorldContext,
+    name: &str,
+    f: impl FnOnce(&mut Value),
+) -> Result<Arc<Value>, KarpenterError> {
+    ctx.store
+        .modify(&ResKey::core("nodes"), None, name, None, INTERNAL, |cur| {
+            let mut v = cur.clone();
+            f(&mut v);
+            Ok(v)
+        })
+        .map_err(api_err(format!("Node {name}")))
+}
+
+pub(crate) fn add_finalizer(obj: &mut Value) {
+    if !obj["metadata"]["finalizers"].is_array() {
+        obj["metadata"]["finalizers"] = json!([]);
+    }
+    if let Some(f) = obj["metadata"]["finalizers"].as_array_mut()
+        && !f.iter().any(|x| x == TERMINATION_FINALIZER)
+    {
+        f.push(json!(TERMINATION_FINALIZER));
+    }
+}
+
+pub(crate) fn remove_finalizer(obj: &mut Value) {
+    if let Some(f) = obj
+        .pointer_mut("/metadata/finalizers")
+        .and_then(Value::as_array_mut)
+    {
+        f.retain(|x| x != TERMINATION_FINALIZER);
+    }
+}
+
+/// The Node whose providerID is the NodeClaim's.
+pub(crate) fn node_of(ctx: &WorldContext, claim: &Value) -> Option<Arc<Value>> {
+    let pid = claim
+        .pointer("/status/providerID")
+        .and_then(Value::as_str)?;
+    ctx.store
+        .list(
+            &ResKey::core("nodes"),
+            None,
+            &|n| n.pointer("/spec/providerID").and_then(Value::as_str) == Some(pid),
+            Some(1),
+            None,
+        )
+        .items
+        .into_iter()
+        .next()
+}
+
+/// Builds a NodeClaim from a NodePool's template, as the provisioner does.
+pub fn nodeclaim_from_pool(pool: &Value) -> Value {
+    let pool_name = meta_str(pool, "name").unwrap_or("default");
+    let t = pool.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    let mut labels = t.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
+    labels[NODEPOOL_LABEL] = json!(pool_name);
+    let mut spec = t.get("spec").cloned().unwrap_or(json!({}));
+    if spec.get("expireAfter").is_none() {
+        spec["expireAfter"] = json!("720h");
+    }
+    if spec.get("requirements").is_none() {
+        spec["requirements"] = json!([]);
+    }
+    json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {
+            "generateName": format!("{pool_name}-"),
+            "labels": labels,
+            "annotations": t.pointer("/metadata/annotations").cloned().unwrap_or(json!({})),
+            "finalizers": [TERMINATION_FINALIZER],
+            "ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "name": pool_name, "uid": meta_str(pool, "uid").unwrap_or(""), "blockOwnerDeletion": true}],
+        },
+        "spec": spec,
+    })
+}
+
+fn requirement(claim: &Value, key: &str) -> Option<String> {
+    claim
+        .pointer("/spec/requirements")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|r| r["key"] == key && r["operator"] == "In")?
+        .pointer("/values/0")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// Runs Karpenter until the task is dropped.
+pub async fn run(ctx: Arc<WorldContext>, config: KarpenterConfig, handle: KarpenterHandle) {
+    let config = Arc::new(config);
+    let mut lifecycle = tokio::time::interval(config.requeue);
+    let mut disruption = tokio::time::interval(config.disruption_interval);
+    loop {
+        tokio::select! {
+            _ = lifecycle.tick() => reconcile_claims(&ctx, &config, &handle),
+            _ = disruption.tick() => disruption::pass(&ctx, &config, &handle),
+        }
+    }
+}
+
+/// Launch, registration, initialization, expiry, interruption and termination of every NodeClaim.
+fn reconcile_claims(
+    ctx: &Arc<WorldContext>,
+    config: &Arc<KarpenterConfig>,
+    handle: &KarpenterHandle,
+) {
+    let interrupted: Vec<String> = std::mem::take(&mut *lock(&handle.shared.interrupt));
+    for name in interrupted {
+        ctx.audit.world(
+            "disruption-started",
+            "nodeclaims.karpenter.sh",
+            None,
+            Some(&name),
+            json!({"reason": "SpotInterruption", "forceful": true}),
+        );
+        let _ = ctx
+            .store
+            .delete(&nodeclaims(), None, &name, &DeleteOptions::default());
+    }
+    let (claims, _) = ctx.store.snapshot(&nodeclaims());
+    lock(&handle.shared.terminating).retain(|_, t| !t.is_finished());
+    for claim in claims {
+        let name = meta_str(&claim, "name").unwrap_or("").to_string();
+        if claim.pointer("/metadata/deletionTimestamp").is_some() {
+            lock(&handle.shared.terminating)
+                .entry(name.clone())
+                .or_insert_with(|| {
+                    tokio::spawn(termination::terminate(ctx.clone(), config.clone(), name))
+                });
+            continue;
+        }
+        if claim.pointer("/status/providerID").is_none() {
+            launch(ctx, config, handle, &claim, &name);
+            continue;
+        }
+        if !condition_true(&claim, "Initialized") {
+            register(ctx, &claim, &name);
+        }
+        if expired(&claim) {
+            ctx.audit.world(
+                "disruption-started",
+                "nodeclaims.karpenter.sh",
+                None,
+                Some(&name),
+                json!({"reason": "Expired", "forceful": true}),
+            );
+            let _ = ctx
+                .store
+                .delete(&nodeclaims(), None, &name, &DeleteOptions::default());
+        }
+    }
+}
+
+fn expired(claim: &Value) -> bool {
+    let Some(after) = claim.pointer("/spec/expireAfter").and_then(Value::as_str) else {
+        return false;
+    };
+    if after == "Never" {
+        return false;
+    }
+    let (Some(created), Some(d)) = (
+        meta_str(claim, "creationTimestamp").and_then(|c| c.parse::<jiff::Timestamp>().ok()),
+        super::go_duration(after),
+    ) else {
+        return false;
+    };
+    jiff::Timestamp::now() >= created + jiff::SignedDuration::try_from(d).unwrap_or_default()
+}
+
+fn launch(
+    ctx: &Arc<WorldContext>,
+    config: &Arc<KarpenterConfig>,
+    handle: &KarpenterHandle,
+    claim: &Value,
+    name: &str,
+) {
+    if !lock(&handle.shared.launching).insert(name.to_string()) {
+        return;
+    }
+    let labels: BTreeMap<String, String> = claim
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let taints = claim
+        .pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|t| {
+                    let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                    (s("key"), s("value"), s("effect"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let pool = labels.get(NODEPOOL_LABEL).cloned().unwrap_or_default();
+    let req = LaunchRequest {
+        nodeclaim: name.to_string(),
+        instance_type: requirement(claim, "node.kubernetes.io/instance-type")
+            .unwrap_or_else(|| "m5.large".into()),
+        capacity_type: requirement(claim, "karpenter.sh/capacity-type")
+            .unwrap_or_else(|| "on-demand".into()),
+        labels,
+        taints,
+        tags: BTreeMap::from([
+            ("karpenter.sh/nodepool".into(), pool),
+            ("karpenter.sh/nodeclaim".into(), name.to_string()),
+            ("eks:eks-cluster-name".into(), "sim".into()),
+        ]),
+    };
+    let (ctx, config, handle, name) = (
+        ctx.clone(),
+        config.clone(),
+        handle.clone(),
+        name.to_string(),
+    );
+    tokio::spawn(async move {
+        let instance_type = req.instance_type.clone();
+        let result = config.cloud.launch(req).await;
+        lock(&handle.shared.launching).remove(&name);
+        match result {
+            Ok(l) => {
+                let pid = format!("aws:///{}/{}", l.zone, l.id);
+                let _ = modify_claim(&ctx, &name, |v| {
+                    v["status"]["providerID"] = json!(pid);
+                    v["status"]["imageID"] = json!(l.image_id);
+                    v["metadata"]["labels"]["node.kubernetes.io/instance-type"] =
+                        json!(instance_type);
+                    v["metadata"]["labels"]["topology.kubernetes.io/zone"] = json!(l.zone);
+                    set_condition(v, "Launched", "True", "Launched", "");
+                });
+                ctx.audit.world(
+                    "instance-launched",
+                    "nodeclaims.karpenter.sh",
+                    None,
+                    Some(&name),
+                    json!({"instance": l.id, "providerID": pid}),
+                );
+            }
+            Err(message) => {
+                let e = KarpenterError::Launch {
+                    nodeclaim: name.clone(),
+                    message,
+                };
+                ctx.audit.world(
+                    "launch-failed",
+                    "nodeclaims.karpenter.sh",
+                    None,
+                    Some(&name),
+                    json!({"error": e.to_string()}),
+                );
+                // Karpenter deletes NodeClaims whose launch failed; the provisioner tries again.
+                let _ = modify_claim(&ctx, &name, |v| {
+                    set_condition(v, "Launched", "False", "LaunchFailed", &e.to_string())
+                });
+                let _ = ctx
+                    .store
+                    .delete(&nodeclaims(), None, &name, &DeleteOptions::default());
+            }
+        }
+    });
+}
+
+/// Registration and initialization: the Node with the NodeClaim's providerID joins the NodeClaim.
+fn register(ctx: &WorldContext, claim: &Value, name: &str) {
+    let Some(node) = node_of(ctx, claim) else {
+        return;
+    };
+    let node_name = meta_str(&node, "name").unwrap_or("").to_string();
+    let claim_uid = meta_str(claim, "uid").unwrap_or("").to_string();
+    let labels = claim
+        .pointer("/metadata/labels")
+        .cloned()
+        .unwrap_or(json!({}));
+    let ready = node
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+    let res = modify_node(ctx, &node_name, |v| {
+        add_finalizer(v);
+        if let (Some(l), Some(extra)) =
+            (v["metadata"]["labels"].as_object_mut(), labels.as_object())
+        {
+            for (k, val) in extra {
+                l.entry(k.clone()).or_insert(val.clone());
+            }
+        }
+        v["metadata"]["labels"]["karpenter.sh/registered"] = json!("true");
+        if ready {
+            v["metadata"]["labels"]["karpenter.sh/initialized"] = json!("true");
+        }
+        v["metadata"]["ownerReferences"] = json!([{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": name, "uid": claim_uid, "blockOwnerDeletion": true}]);
+    });
+    if res.is_err() {
+        return;
+    }
+    let _ = modify_claim(ctx, name, |v| {
+        v["status"]["nodeName"] = json!(node_name);
+        v["status"]["capacity"] = node
+            .pointer("/status/capacity")
+            .cloned()
+            .unwrap_or(json!({}));
+        v["status"]["allocatable"] = node
+            .pointer("/status/allocatable")
+            .cloned()
+            .unwrap_or(json!({}));
+        set_condition(v, "Registered", "True", "Registered", "");
+        if ready {
+            set_condition(v, "Initialized", "True", "Initialized", "");
+            set_condition(v, "Ready", "True", "Ready", "");
+        }
+    });
+    if ready {
+        ctx.audit.world(
+            "nodeclaim-initialized",
+            "nodeclaims.karpenter.sh",
+            None,
+            Some(name),
+            json!({"node": node_name}),
+        );
+    }
+}

@@ -1,0 +1,294 @@
+//! The server loop: the 1.18 backup queue (New → Queued with `queuePosition` → ReadyToStart, at most
+//! `concurrent_backups` running), validation, server restarts, and periodic BSL validation.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinHandle;
+
+use super::bucket::Bucket;
+use super::{
+    INTERNAL, RESTART_FAILURE, VeleroConfig, VeleroHandle, audit_phase, backups_key, bsl_key,
+    rfc3339, run as runner, scope, write_backup,
+};
+use crate::apiserver::store::meta_str;
+use crate::world::WorldContext;
+
+/// Runs the simulated Velero server until the task is dropped.
+pub async fn run(ctx: Arc<WorldContext>, config: VeleroConfig, handle: VeleroHandle) {
+    let config = Arc::new(config);
+    let mut restarts = handle.restart_signal();
+    let (_, mut events) = ctx.store.subscribe(&backups_key());
+    let mut running: HashMap<String, JoinHandle<()>> = HashMap::new();
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+    let mut last_validation: Option<Instant> = None;
+    let mut validation: Option<JoinHandle<()>> = None;
+    loop {
+        tokio::select! {
+            changed = restarts.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                for (_, task) in running.drain() {
+                    task.abort();
+                }
+                server_start(&ctx, &config, &handle, &mut running);
+            }
+            ev = events.recv() => match ev {
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            },
+            _ = tick.tick() => {}
+        }
+        running.retain(|_, t| !t.is_finished());
+        reconcile_queue(&ctx, &config, &handle, &mut running);
+        let due = last_validation.is_none_or(|t| t.elapsed() >= config.bsl_validation_period);
+        if due && validation.as_ref().is_none_or(JoinHandle::is_finished) {
+            last_validation = Some(Instant::now());
+            validation = Some(tokio::spawn(validate_locations(
+                ctx.clone(),
+                config.clone(),
+            )));
+        }
+    }
+}
+
+fn phase(b: &Value) -> &str {
+    b.pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// The storage location a backup uses: its own, or the default BSL.
+pub(super) fn location_of(
+    ctx: &WorldContext,
+    ns: &str,
+    backup: &Value,
+) -> (String, Option<Arc<Value>>) {
+    if let Some(name) = backup
+        .pointer("/spec/storageLocation")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
+        return (name.to_string(), ctx.store.get(&bsl_key(), Some(ns), name));
+    }
+    let (all, _) = ctx.store.snapshot(&bsl_key());
+    let default = all.into_iter().find(|b| {
+        meta_str(b, "namespace") == Some(ns)
+            && b.pointer("/spec/default").and_then(Value::as_bool) == Some(true)
+    });
+    match default {
+        Some(b) => (meta_str(&b, "name").unwrap_or("").to_string(), Some(b)),
+        None => ("default".to_string(), None),
+    }
+}
+
+fn reconcile_queue(
+    ctx: &Arc<WorldContext>,
+    config: &Arc<VeleroConfig>,
+    handle: &VeleroHandle,
+    running: &mut HashMap<String, JoinHandle<()>>,
+) {
+    let ns = config.namespace.as_str();
+    let page = ctx
+        .store
+        .list(&backups_key(), Some(ns), &|_| true, None, None);
+    let mut queued: Vec<Arc<Value>> = Vec::new();
+    for b in page.items {
+        let name = meta_str(&b, "name").unwrap_or("").to_string();
+        if b.pointer("/metadata/deletionTimestamp").is_some() {
+            continue;
+        }
+        match phase(&b) {
+            "" | "New" => {
+                let (location, bsl) = location_of(ctx, ns, &b);
+                let spec = b.get("spec").cloned().unwrap_or(json!({}));
+                let errors = scope::validate(&spec, &location, bsl.as_deref());
+                let result = if errors.is_empty() {
+                    write_backup(ctx, ns, &name, |v| v["status"]["phase"] = json!("Queued"))
+                        .map(|b| queued.push(b))
+                } else {
+                    write_backup(ctx, ns, &name, |v| {
+                        v["status"]["phase"] = json!("FailedValidation");
+                        v["status"]["validationErrors"] = json!(errors);
+                    })
+                    .map(|_| ())
+                };
+                match result {
+                    Ok(()) => {
+                        let p = if errors.is_empty() {
+                            "Queued"
+                        } else {
+                            "FailedValidation"
+                        };
+                        audit_phase(
+                            ctx,
+                            ns,
+                            &name,
+                            p,
+                            &[],
+                            &[],
+                            json!({"validationErrors": errors}),
+                        );
+                    }
+                    Err(e) => {
+                        tracing::warn!(backup = %name, error = %e, "velero sim: cannot queue backup")
+                    }
+                }
+            }
+            "Queued" => queued.push(b),
+            "ReadyToStart" | "InProgress" if !running.contains_key(&name) => {
+                // Picked up again after a restart (ReadyToStart) or left behind by an aborted task.
+                start(ctx, config, handle, running, name);
+            }
+            _ => {}
+        }
+    }
+    queued.sort_by(|a, b| {
+        (meta_str(a, "creationTimestamp"), meta_str(a, "name"))
+            .cmp(&(meta_str(b, "creationTimestamp"), meta_str(b, "name")))
+    });
+    let mut position = 0;
+    for b in queued {
+        let name = meta_str(&b, "name").unwrap_or("").to_string();
+        if running.len() < config.concurrent_backups.max(1) {
+            let ok = write_backup(ctx, ns, &name, |v| {
+                v["status"]["phase"] = json!("ReadyToStart");
+                if let Some(s) = v["status"].as_object_mut() {
+                    s.remove("queuePosition");
+                }
+            });
+            if ok.is_ok() {
+                audit_phase(ctx, ns, &name, "ReadyToStart", &[], &[], Value::Null);
+                start(ctx, config, handle, running, name);
+            }
+        } else {
+            position += 1;
+            if b.pointer("/status/queuePosition").and_then(Value::as_i64) != Some(position) {
+                let _ = write_backup(ctx, ns, &name, |v| {
+                    v["status"]["queuePosition"] = json!(position)
+                });
+            }
+        }
+    }
+}
+
+fn start(
+    ctx: &Arc<WorldContext>,
+    config: &Arc<VeleroConfig>,
+    handle: &VeleroHandle,
+    running: &mut HashMap<String, JoinHandle<()>>,
+    name: String,
+) {
+    let task = tokio::spawn(runner::execute(
+        ctx.clone(),
+        config.clone(),
+        handle.clone(),
+        name.clone(),
+    ));
+    running.insert(name, task);
+}
+
+/// What a freshly started Velero server does with backups left mid-flight: InProgress ones are
+/// marked Failed; Finalizing ones are finished by the finalizer controller.
+fn server_start(
+    ctx: &Arc<WorldContext>,
+    config: &Arc<VeleroConfig>,
+    handle: &VeleroHandle,
+    running: &mut HashMap<String, JoinHandle<()>>,
+) {
+    let ns = config.namespace.as_str();
+    ctx.audit.world(
+        "restart",
+        "deployments.apps",
+        Some(ns),
+        Some("velero"),
+        Value::Null,
+    );
+    let page = ctx
+        .store
+        .list(&backups_key(), Some(ns), &|_| true, None, None);
+    for b in page.items {
+        let name = meta_str(&b, "name").unwrap_or("").to_string();
+        match phase(&b) {
+            "InProgress" => {
+                let now = rfc3339(jiff::Timestamp::now());
+                let res = write_backup(ctx, ns, &name, |v| {
+                    v["status"]["phase"] = json!("Failed");
+                    v["status"]["failureReason"] = json!(RESTART_FAILURE);
+                    v["status"]["completionTimestamp"] = json!(now);
+                });
+                if res.is_ok() {
+                    audit_phase(
+                        ctx,
+                        ns,
+                        &name,
+                        "Failed",
+                        &[],
+                        &[],
+                        json!({"failureReason": RESTART_FAILURE}),
+                    );
+                }
+            }
+            "Finalizing" | "FinalizingPartiallyFailed" => {
+                let task = tokio::spawn(runner::finalize_after_restart(
+                    ctx.clone(),
+                    config.clone(),
+                    name.clone(),
+                ));
+                running.insert(name, task);
+            }
+            _ => {}
+        }
+    }
+    let _ = handle;
+}
+
+/// Sets each BSL's phase from a check of its bucket, writing only when something changed.
+async fn validate_locations(ctx: Arc<WorldContext>, config: Arc<VeleroConfig>) {
+    let ns = config.namespace.as_str();
+    let page = ctx.store.list(&bsl_key(), Some(ns), &|_| true, None, None);
+    for bsl in page.items {
+        let name = meta_str(&bsl, "name").unwrap_or("").to_string();
+        let outcome = match Bucket::from_bsl(&ctx.store, ctx.audit.clone(), &bsl, ns) {
+            Ok(bucket) => bucket.validate().await,
+            Err(e) => Err(e.to_string()),
+        };
+        let (phase, message) = match &outcome {
+            Ok(()) => ("Available", None),
+            Err(m) => ("Unavailable", Some(m.clone())),
+        };
+        let current_phase = bsl.pointer("/status/phase").and_then(Value::as_str);
+        let current_msg = bsl.pointer("/status/message").and_then(Value::as_str);
+        if current_phase == Some(phase) && current_msg == message.as_deref() {
+            continue;
+        }
+        let now = rfc3339(jiff::Timestamp::now());
+        let res = ctx
+            .store
+            .modify(&bsl_key(), Some(ns), &name, None, INTERNAL, |cur| {
+                let mut v = cur.clone();
+                let mut status = json!({"phase": phase, "lastValidationTime": now});
+                if let Some(m) = &message {
+                    status["message"] = json!(m);
+                }
+                if let Some(synced) = cur.pointer("/status/lastSyncedTime") {
+                    status["lastSyncedTime"] = synced.clone();
+                }
+                v["status"] = status;
+                Ok(v)
+            });
+        if res.is_ok() {
+            ctx.audit.world(
+                "phase",
+                "backupstoragelocations.velero.io",
+                Some(ns),
+                Some(&name),
+                json!({"phase": phase, "message": message}),
+            );
+        }
+    }
+}

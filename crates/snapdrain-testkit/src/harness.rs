@@ -1,0 +1,348 @@
+//! A simulated cluster (quickstart scenario, fast timings) with the snapdrain controller talking to it
+//! over HTTP, and helpers to create plans and wait on them by watch.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, CustomResourceExt, ResourceExt};
+use serde_json::{Value, json};
+use snapdrain::api::DisruptionPlan;
+use snapdrain::api::status::PlanPhase;
+use snapdrain::controller::run::RunOptions;
+use snapdrain::controller::{ControllerHandle, Settings, start};
+use snapdrain_sim::apiserver::audit::AuditEntry;
+use snapdrain_sim::world::Timings;
+use snapdrain_sim::{ScenarioSource, SimCluster, SimConfig};
+
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Harness {
+    pub cluster: SimCluster,
+    pub client: Client,
+}
+
+pub fn fast_timings() -> Timings {
+    Timings {
+        pod_start: Duration::from_millis(50),
+        pod_stop: Duration::from_millis(50),
+        instance_boot: Duration::from_millis(200),
+        volume_detach: Duration::from_millis(50),
+        backup_mib_per_second: 0.0,
+        backup_overhead: Duration::from_millis(100),
+    }
+}
+
+impl Harness {
+    pub async fn start() -> Self {
+        Self::start_with(fast_timings()).await
+    }
+
+    pub async fn start_with(timings: Timings) -> Self {
+        crate::capture_logs();
+        let cluster = SimCluster::start(SimConfig {
+            scenario: Some(ScenarioSource::Named("quickstart".into())),
+            timings: Some(timings),
+            ..Default::default()
+        })
+        .await
+        .expect("the quickstart scenario starts");
+        let client = Client::try_from(kube::Config::new(cluster.url().parse().expect("url")))
+            .expect("client");
+        install_plan_crd(&client)
+            .await
+            .expect("install the DisruptionPlan CRD");
+        let h = Self { cluster, client };
+        h.wait_statefulsets_ready().await;
+        h
+    }
+
+    pub fn kube_config(&self) -> kube::Config {
+        kube::Config::new(self.cluster.url().parse().expect("url"))
+    }
+
+    pub fn settings(&self, identity: &str) -> Settings {
+        crate::controller_settings(&self.cluster, identity).expect("the world runs an EC2 endpoint")
+    }
+
+    /// A controller without leader election (one replica).
+    pub async fn controller(&self) -> ControllerHandle {
+        self.controller_with(
+            RunOptions {
+                lease_namespace: None,
+                ..RunOptions::default()
+            },
+            "snapdrain-0",
+        )
+        .await
+    }
+
+    pub async fn controller_with(&self, opts: RunOptions, identity: &str) -> ControllerHandle {
+        start(self.kube_config(), self.settings(identity), opts)
+            .await
+            .expect("controller starts")
+    }
+
+    async fn wait_statefulsets_ready(&self) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "shop");
+        let ready = |p: &Pod| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        };
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        let stream = watcher(pods, watcher::Config::default()).default_backoff();
+        let mut store = Vec::<Pod>::new();
+        let mut stream = std::pin::pin!(stream);
+        while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, stream.next()).await {
+            match ev {
+                Ok(watcher::Event::InitApply(p)) | Ok(watcher::Event::Apply(p)) => {
+                    store.retain(|q| q.name_any() != p.name_any());
+                    store.push(p);
+                }
+                Ok(watcher::Event::Delete(p)) => store.retain(|q| q.name_any() != p.name_any()),
+                _ => {}
+            }
+            let sts_ready = store
+                .iter()
+                .filter(|p| {
+                    p.name_any().starts_with("postgres-") || p.name_any().starts_with("redis-")
+                })
+                .filter(|p| ready(p))
+                .count();
+            if sts_ready == 5 {
+                return;
+            }
+        }
+        panic!("the quickstart StatefulSets did not become Ready within {TIMEOUT:?}");
+    }
+
+    /// A node running at least one StatefulSet pod (a pod with a PVC).
+    pub async fn node_with_statefulset_pods(&self) -> String {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "shop");
+        let list = pods.list(&Default::default()).await.expect("list pods");
+        let mut nodes: Vec<String> = list
+            .items
+            .iter()
+            .filter(|p| p.name_any().starts_with("postgres-"))
+            .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+            .collect();
+        nodes.sort();
+        nodes
+            .into_iter()
+            .next()
+            .expect("a node runs a postgres pod")
+    }
+
+    /// The protected pods on `node` (`ns/name`) → their PVC claims, by the oracle's own rule.
+    pub async fn protected_pods_on(&self, node: &str) -> BTreeMap<String, BTreeSet<String>> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let lp = kube::api::ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let pods: Vec<Value> = pods
+            .list(&lp)
+            .await
+            .expect("list pods")
+            .items
+            .iter()
+            .map(|p| serde_json::to_value(p).expect("a pod serializes"))
+            .collect();
+        crate::safety::protected_pods(&pods)
+    }
+
+    pub async fn create_plan(&self, name: &str, spec: Value) -> DisruptionPlan {
+        let plans: Api<DisruptionPlan> = Api::all(self.client.clone());
+        let plan: DisruptionPlan = serde_json::from_value(json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .expect("plan JSON");
+        plans
+            .create(&PostParams::default(), &plan)
+            .await
+            .expect("create plan")
+    }
+
+    /// Waits (by watch) until the plan's phase satisfies `want`, returning the plan.
+    pub async fn wait_plan(
+        &self,
+        name: &str,
+        timeout: Duration,
+        want: impl Fn(PlanPhase) -> bool,
+    ) -> DisruptionPlan {
+        let plans: Api<DisruptionPlan> = Api::all(self.client.clone());
+        let wc = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let stream = watcher(plans, wc).default_backoff().applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last = None;
+        while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, stream.next()).await {
+            if let Ok(p) = ev {
+                let phase = p.status.as_ref().map(|s| s.phase).unwrap_or_default();
+                if want(phase) {
+                    return p;
+                }
+                last = Some(p);
+            }
+        }
+        panic!(
+            "plan {name} did not reach the wanted phase within {timeout:?}; last seen: {:#?}",
+            last.and_then(|p| p.status)
+        );
+    }
+
+    pub async fn wait_phase(&self, name: &str, phase: PlanPhase) -> DisruptionPlan {
+        self.wait_plan(name, TIMEOUT, |p| p == phase || p.is_terminal())
+            .await
+    }
+
+    pub fn audit(&self) -> Vec<AuditEntry> {
+        self.cluster.audit.since(0)
+    }
+
+    pub async fn node(&self, name: &str) -> Option<Node> {
+        Api::<Node>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .expect("get node")
+    }
+
+    /// Eviction requests the API server accepted (201), as `ns/name` with their audit time.
+    pub fn accepted_evictions(&self) -> Vec<(String, String)> {
+        self.audit()
+            .into_iter()
+            .filter(|e| e.source == "api" && e.resource == "pods/eviction" && e.code == Some(201))
+            .map(|e| {
+                (
+                    format!(
+                        "{}/{}",
+                        e.namespace.unwrap_or_default(),
+                        e.name.unwrap_or_default()
+                    ),
+                    e.time,
+                )
+            })
+            .collect()
+    }
+}
+
+/// The promise, checked from the outside by the safety oracle: every eviction of a protected pod the API
+/// server accepted came after a verified backup of the plan covering all of that pod's PVCs.
+pub fn assert_no_eviction_before_verified_backup(
+    audit: &[AuditEntry],
+    protected: &BTreeMap<String, BTreeSet<String>>,
+    plan: &DisruptionPlan,
+) {
+    let plan = serde_json::to_value(plan).expect("a plan serializes");
+    let backups = crate::safety::recorded_backups(&plan);
+    let violations = crate::safety::eviction_violations(
+        &crate::safety::accepted_evictions(audit),
+        protected,
+        &backups,
+    );
+    assert!(
+        violations.is_empty(),
+        "the promise was broken:\n{}\nbackup records: {backups:#?}",
+        violations
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// Installs the DisruptionPlan CRD through the API, as `kubectl apply -f crds/` would. An existing CRD
+/// (a second demo against the same cluster) is fine.
+pub async fn install_plan_crd(client: &Client) -> Result<(), kube::Error> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    match crds
+        .create(&PostParams::default(), &DisruptionPlan::crd())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The plan spec used by most tests: one node, replacement after the drain.
+pub fn replacing_spec(h: &Harness, node: &str) -> Value {
+    let subnet = h.cluster.ec2.as_ref().expect("ec2").config().subnets[0]
+        .id
+        .clone();
+    json!({
+        "nodes": [node],
+        "replacement": {
+            "when": "after-drain",
+            "instanceTypes": ["m6i.xlarge"],
+            "imageId": "ami-0bottlerocket1350",
+            "subnets": [subnet],
+        }
+    })
+}
+
+impl Harness {
+    /// Velero Backups this plan created, by name.
+    pub async fn backups_of(&self, plan: &str) -> Vec<String> {
+        let api: Api<snapdrain::api::velero::Backup> =
+            Api::namespaced(self.client.clone(), "velero");
+        let lp = kube::api::ListParams::default().labels(&format!("snapdrain.io/plan={plan}"));
+        let mut names: Vec<String> = api
+            .list(&lp)
+            .await
+            .expect("list backups")
+            .items
+            .iter()
+            .map(|b| b.name_any())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Instances snapdrain launched for this plan (tagged `snapdrain.io/plan`).
+    pub fn instances_of(&self, plan: &str) -> Vec<String> {
+        self.cluster
+            .ec2
+            .as_ref()
+            .expect("ec2")
+            .instances()
+            .into_iter()
+            .filter(|i| i.info.tags.get("snapdrain.io/plan").map(String::as_str) == Some(plan))
+            .map(|i| i.info.id)
+            .collect()
+    }
+
+    /// Waits (by watch) until the Velero Backup of this plan reaches `phase`; returns its name.
+    pub async fn wait_backup_phase(&self, plan: &str, phase: &str) -> String {
+        let api: Api<snapdrain::api::velero::Backup> =
+            Api::namespaced(self.client.clone(), "velero");
+        let wc = watcher::Config::default().labels(&format!("snapdrain.io/plan={plan}"));
+        let stream = watcher(api, wc).default_backoff().applied_objects();
+        let mut stream = std::pin::pin!(stream);
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, stream.next()).await {
+            if let Ok(b) = ev
+                && b.status.as_ref().and_then(|s| s.phase.as_deref()) == Some(phase)
+            {
+                return b.name_any();
+            }
+        }
+        panic!("no Backup of plan {plan} reached {phase} within {TIMEOUT:?}");
+    }
+
+    /// Status writes the API server accepted for this plan.
+    pub fn status_writes(&self, plan: &str) -> usize {
+        self.audit()
+            .iter()
+            .filter(|e| {
+                e.resource == "disruptionplans.snapdrain.io/status"
+                    && e.name.as_deref() == Some(plan)
+                    && e.code == Some(200)
+            })
+            .count()
+    }
+}

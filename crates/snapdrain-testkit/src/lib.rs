@@ -1,0 +1,98 @@
+//! What the tests share: an in-process simulated cluster with the controller beside it ([`harness`]),
+//! kubectl pointed at it ([`kubectl`]), eviction and admission fixtures ([`eviction`], [`webhook`]), the
+//! safety oracle ([`safety`]) and waiting on a condition with a deadline ([`eventually`]).
+//!
+//! Helpers panic with a message on failure: they run inside tests, where a panic is the failure report.
+
+pub mod eviction;
+pub mod harness;
+pub mod kubectl;
+pub mod safety;
+pub mod webhook;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use snapdrain_sim::{SimCluster, SimConfig};
+
+pub use harness::{Harness, fast_timings};
+pub use kubectl::{Kubectl, Running};
+
+/// How long any single wait in the tests may take before it counts as a failure.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A file under the shared test data (real upstream CRDs and examples).
+pub fn data(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("data")
+        .join(path)
+}
+
+/// A simulated API server with no world controllers.
+pub async fn start_cluster() -> SimCluster {
+    SimCluster::start(SimConfig::default())
+        .await
+        .expect("simulated cluster starts")
+}
+
+/// Logs of the code under test go to libtest's captured output: shown when a test fails, or always with
+/// `--nocapture`; `RUST_LOG` sets the filter (default `info`).
+pub fn capture_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A second call (another test in the same binary) keeps the first subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
+/// Controller settings for a simulated cluster: its EC2 endpoint and region, static credentials, and the
+/// cluster settings a Bottlerocket replacement needs to join. `None` when the cluster runs no world (and
+/// so no EC2 endpoint). The simulator answers quickly, so waits are short.
+pub fn controller_settings(
+    cluster: &SimCluster,
+    identity: &str,
+) -> Option<snapdrain::controller::Settings> {
+    let ec2 = cluster.ec2.as_ref()?;
+    let join = snapdrain_sim::cluster::cluster_join(&cluster.url());
+    Some(snapdrain::controller::Settings {
+        identity: identity.into(),
+        ec2_endpoint: Some(ec2.endpoint()),
+        region: Some(ec2.config().region.clone()),
+        ec2_credentials: Some(("sim".into(), "sim".into())),
+        cluster_name: Some(join.cluster_name),
+        api_server: Some(join.api_server),
+        cluster_certificate: Some(join.cluster_certificate),
+        wait_slice: Duration::from_secs(5),
+        backup_retry_cap: Duration::from_millis(300),
+    })
+}
+
+/// Polls `check` until it returns Some, failing the test after [`WAIT`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {WAIT:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Raw HTTP against the simulated API server.
+pub fn raw_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(WAIT)
+        .build()
+        .expect("HTTP client")
+}

@@ -1,0 +1,348 @@
+//! The promise, checked from the outside: every eviction of a protected pod that the API server accepted
+//! came after a verified backup covering all of that pod's PVCs.
+//!
+//! The evidence is the simulator's audit log (what the API server really accepted, whoever asked) and the
+//! plan's backup records (when each backup was verified). The check is a pure function so the demo, the
+//! tests and anyone holding an audit dump can run it.
+//!
+//! The oracle is independent of what it judges: it states the protection rule itself (DESIGN.md, "The
+//! promise": a pod controlled by a StatefulSet that mounts a PersistentVolumeClaim) and reads backup
+//! records from the plan's JSON, so a mistake in snapdrain's own rule or types cannot hide a violation.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use jiff::Timestamp;
+use serde_json::Value;
+use snapdrain_sim::apiserver::audit::AuditEntry;
+
+/// An eviction the API server accepted (HTTP 201), as recorded in the audit log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcceptedEviction {
+    /// `namespace/name`.
+    pub pod: String,
+    /// The audit entry's time, as written (RFC 3339, milliseconds).
+    pub time: String,
+    pub user_agent: Option<String>,
+}
+
+/// Accepted evictions, in audit order.
+pub fn accepted_evictions(audit: &[AuditEntry]) -> Vec<AcceptedEviction> {
+    audit
+        .iter()
+        .filter(|e| e.source == "api" && e.resource == "pods/eviction" && e.code == Some(201))
+        .map(|e| AcceptedEviction {
+            pod: format!(
+                "{}/{}",
+                e.namespace.as_deref().unwrap_or_default(),
+                e.name.as_deref().unwrap_or_default()
+            ),
+            time: e.time.clone(),
+            user_agent: e.user_agent.clone(),
+        })
+        .collect()
+}
+
+/// Protected pods as `namespace/name` → the PVC claim names they mount: pods whose controller is a
+/// StatefulSet and that mount at least one PVC. Pods are taken as JSON (from the API or a scenario) before
+/// the disruption: afterwards the evicted pods are gone or recreated elsewhere.
+pub fn protected_pods(pods: &[Value]) -> BTreeMap<String, BTreeSet<String>> {
+    pods.iter()
+        .filter_map(|p| {
+            let by_statefulset = p
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| {
+                    refs.iter().any(|r| {
+                        r["kind"] == "StatefulSet"
+                            && r["apiVersion"] == "apps/v1"
+                            && r["controller"] == true
+                    })
+                });
+            let claims: BTreeSet<String> = p
+                .pointer("/spec/volumes")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.pointer("/persistentVolumeClaim/claimName")?.as_str())
+                .map(str::to_string)
+                .collect();
+            let name = p.pointer("/metadata/name")?.as_str()?;
+            let ns = p.pointer("/metadata/namespace")?.as_str()?;
+            (by_statefulset && !claims.is_empty()).then(|| (format!("{ns}/{name}"), claims))
+        })
+        .collect()
+}
+
+/// A backup as the plan's status records it, read from JSON (`status.backups[]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedBackup {
+    pub name: String,
+    pub namespace: String,
+    pub pvcs: Vec<String>,
+    pub verified_at: Option<Timestamp>,
+}
+
+/// The backup records of a plan (its JSON as the API returns it). A record whose `verifiedAt` cannot be
+/// read counts as unverified.
+pub fn recorded_backups(plan: &Value) -> Vec<RecordedBackup> {
+    plan.pointer("/status/backups")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|b| RecordedBackup {
+            name: b["name"].as_str().unwrap_or_default().to_string(),
+            namespace: b["namespace"].as_str().unwrap_or_default().to_string(),
+            pvcs: b["pvcs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+            verified_at: b["verifiedAt"].as_str().and_then(|t| t.parse().ok()),
+        })
+        .collect()
+}
+
+/// One way the promise was broken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Violation {
+    /// A protected pod was evicted while some of its PVCs had no verified backup at all.
+    NotCovered {
+        pod: String,
+        evicted_at: String,
+        pvcs: Vec<String>,
+    },
+    /// A verified backup covers the pod's PVCs, but it was verified only after the eviction.
+    EvictedBeforeVerified {
+        pod: String,
+        evicted_at: String,
+        backup: String,
+        verified_at: String,
+    },
+    /// The audit time cannot be read, so the order cannot be proven.
+    UnreadableTime { pod: String, time: String },
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotCovered {
+                pod,
+                evicted_at,
+                pvcs,
+            } => write!(
+                f,
+                "protected pod {pod} was evicted at {evicted_at} but no verified backup covers its PVC(s) {}",
+                pvcs.join(", ")
+            ),
+            Self::EvictedBeforeVerified {
+                pod,
+                evicted_at,
+                backup,
+                verified_at,
+            } => write!(
+                f,
+                "protected pod {pod} was evicted at {evicted_at}, before backup {backup} was verified at {verified_at}"
+            ),
+            Self::UnreadableTime { pod, time } => write!(
+                f,
+                "the eviction of protected pod {pod} has an unreadable audit time {time:?}; its order against the backup cannot be checked"
+            ),
+        }
+    }
+}
+
+/// Checks every accepted eviction of a protected pod against the verified backups: each PVC of the pod
+/// must be covered by a backup record (same namespace, claim listed) verified strictly before the
+/// eviction. Returns the violations, empty when the promise held.
+///
+/// Audit times have millisecond precision and verification times microsecond precision; comparing the
+/// truncated eviction time strictly is conservative: it can report a violation for a sub-millisecond
+/// race, never miss one.
+pub fn eviction_violations(
+    evictions: &[AcceptedEviction],
+    protected: &BTreeMap<String, BTreeSet<String>>,
+    backups: &[RecordedBackup],
+) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    for ev in evictions {
+        let Some(claims) = protected.get(&ev.pod) else {
+            continue;
+        };
+        let Ok(evicted_at) = ev.time.parse::<Timestamp>() else {
+            violations.push(Violation::UnreadableTime {
+                pod: ev.pod.clone(),
+                time: ev.time.clone(),
+            });
+            continue;
+        };
+        let namespace = ev.pod.split_once('/').map_or("", |(ns, _)| ns);
+        let mut uncovered = Vec::new();
+        for claim in claims {
+            // The earliest verification of a backup holding this claim decides.
+            let earliest = backups
+                .iter()
+                .filter(|b| b.namespace == namespace && b.pvcs.iter().any(|p| p == claim))
+                .filter_map(|b| b.verified_at.map(|t| (t, b)))
+                .min_by_key(|(t, _)| *t);
+            match earliest {
+                None => uncovered.push(claim.clone()),
+                Some((verified_at, _)) if verified_at < evicted_at => {}
+                Some((verified_at, b)) => violations.push(Violation::EvictedBeforeVerified {
+                    pod: ev.pod.clone(),
+                    evicted_at: ev.time.clone(),
+                    backup: b.name.clone(),
+                    verified_at: verified_at.to_string(),
+                }),
+            }
+        }
+        if !uncovered.is_empty() {
+            violations.push(Violation::NotCovered {
+                pod: ev.pod.clone(),
+                evicted_at: ev.time.clone(),
+                pvcs: uncovered,
+            });
+        }
+    }
+    violations
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(ns: &str, pvcs: &[&str], verified_at: Option<&str>) -> RecordedBackup {
+        RecordedBackup {
+            name: format!("b-{ns}"),
+            namespace: ns.into(),
+            pvcs: pvcs.iter().map(|p| p.to_string()).collect(),
+            verified_at: verified_at.map(|t| t.parse().expect("test time")),
+        }
+    }
+
+    #[test]
+    fn only_statefulset_pods_with_claims_are_protected() {
+        let pod = |name: &str, owner: &str, claim: Option<&str>| {
+            let volumes: Vec<Value> = claim
+                .map(|c| json!({"name": "data", "persistentVolumeClaim": {"claimName": c}}))
+                .into_iter()
+                .collect();
+            json!({
+                "metadata": {"name": name, "namespace": "db", "ownerReferences": [
+                    {"apiVersion": "apps/v1", "kind": owner, "name": "x", "uid": "u", "controller": true}
+                ]},
+                "spec": {"volumes": volumes}
+            })
+        };
+        let got = protected_pods(&[
+            pod("pg-0", "StatefulSet", Some("data-pg-0")),
+            pod("cache-0", "StatefulSet", None),
+            pod("web-1", "ReplicaSet", Some("shared")),
+        ]);
+        assert_eq!(got.keys().collect::<Vec<_>>(), ["db/pg-0"]);
+        assert!(got["db/pg-0"].contains("data-pg-0"));
+    }
+
+    #[test]
+    fn records_are_read_from_plan_json() {
+        let plan = json!({"status": {"backups": [
+            {"name": "b1", "namespace": "db", "pvcs": ["data-pg-0"], "verifiedAt": "2025-01-01T00:00:01.000100Z"},
+            {"name": "b2", "namespace": "db", "pvcs": ["data-pg-1"]}
+        ]}});
+        let got = recorded_backups(&plan);
+        assert_eq!(got.len(), 2);
+        assert!(got[0].verified_at.is_some());
+        assert_eq!(got[1].verified_at, None);
+    }
+
+    fn eviction(pod: &str, time: &str) -> AcceptedEviction {
+        AcceptedEviction {
+            pod: pod.into(),
+            time: time.into(),
+            user_agent: None,
+        }
+    }
+
+    fn protected(entries: &[(&str, &[&str])]) -> BTreeMap<String, BTreeSet<String>> {
+        entries
+            .iter()
+            .map(|(p, c)| (p.to_string(), c.iter().map(|c| c.to_string()).collect()))
+            .collect()
+    }
+
+    #[test]
+    fn eviction_after_verification_is_fine_and_unprotected_pods_are_ignored() {
+        let backups = [record(
+            "db",
+            &["data-pg-0"],
+            Some("2025-01-01T00:00:01.000100Z"),
+        )];
+        let evictions = [
+            eviction("db/pg-0", "2025-01-01T00:00:01.002Z"),
+            eviction("db/web-1", "2025-01-01T00:00:00.000Z"),
+        ];
+        let p = protected(&[("db/pg-0", &["data-pg-0"])]);
+        assert!(eviction_violations(&evictions, &p, &backups).is_empty());
+    }
+
+    #[test]
+    fn eviction_before_verification_or_without_backup_is_reported() {
+        let backups = [record("db", &["data-pg-0"], Some("2025-01-01T00:00:02Z"))];
+        let evictions = [
+            eviction("db/pg-0", "2025-01-01T00:00:01.000Z"),
+            eviction("db/pg-1", "2025-01-01T00:00:03.000Z"),
+        ];
+        let p = protected(&[("db/pg-0", &["data-pg-0"]), ("db/pg-1", &["data-pg-1"])]);
+        let v = eviction_violations(&evictions, &p, &backups);
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert!(matches!(&v[0], Violation::EvictedBeforeVerified { pod, .. } if pod == "db/pg-0"));
+        assert!(
+            matches!(&v[1], Violation::NotCovered { pod, pvcs, .. } if pod == "db/pg-1" && pvcs == &["data-pg-1"])
+        );
+    }
+
+    #[test]
+    fn every_claim_must_be_covered_and_unverified_backups_do_not_count() {
+        let backups = [
+            record("db", &["a"], Some("2025-01-01T00:00:00Z")),
+            record("db", &["b"], None),
+            record("other", &["b"], Some("2025-01-01T00:00:00Z")),
+        ];
+        let evictions = [eviction("db/pg-0", "2025-01-01T00:00:05.000Z")];
+        let p = protected(&[("db/pg-0", &["a", "b"])]);
+        let v = eviction_violations(&evictions, &p, &backups);
+        assert!(
+            matches!(v.as_slice(), [Violation::NotCovered { pvcs, .. }] if pvcs == &["b"]),
+            "{v:?}"
+        );
+        assert!(v[0].to_string().contains("no verified backup covers"));
+    }
+
+    #[test]
+    fn unreadable_times_are_violations() {
+        let p = protected(&[("db/pg-0", &["a"])]);
+        let v = eviction_violations(&[eviction("db/pg-0", "yesterday")], &p, &[]);
+        assert!(matches!(v.as_slice(), [Violation::UnreadableTime { .. }]));
+    }
+
+    #[test]
+    fn only_accepted_api_evictions_are_read_from_the_audit() {
+        let entry = |source: &str, code: u16| AuditEntry {
+            seq: 1,
+            time: "2025-01-01T00:00:00.000Z".into(),
+            source: source.into(),
+            verb: "create".into(),
+            resource: "pods/eviction".into(),
+            namespace: Some("db".into()),
+            name: Some("pg-0".into()),
+            user_agent: None,
+            code: Some(code),
+            detail: serde_json::Value::Null,
+        };
+        let got = accepted_evictions(&[entry("api", 429), entry("world", 201), entry("api", 201)]);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].pod, "db/pg-0");
+    }
+}

@@ -1,0 +1,212 @@
+//! Validating admission webhooks in the simulated API server, called over real TLS: an eviction gate
+//! answering 429 until a backup is done, failure policies, trust and namespace selection.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{EvictParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use snapdrain_testkit::eviction::*;
+use snapdrain_testkit::webhook::*;
+
+/// A client, the gated namespace `shop` with a running pod `db-0`, and the default namespace with one too.
+async fn setup() -> (snapdrain_sim::SimCluster, Client) {
+    let (sim, client) = cluster().await;
+    namespace(&client, "shop", json!({"snapdrain.io/gate": "on"})).await;
+    pod(&client, "shop", "db-0", Some(true)).await;
+    pod(&client, "default", "db-0", Some(true)).await;
+    (sim, client)
+}
+
+fn terminating(pod: Option<Value>) -> bool {
+    pod.is_some_and(|p| p.pointer("/metadata/deletionTimestamp").is_some())
+}
+
+#[tokio::test]
+async fn gate_answers_429_until_the_backup_then_lets_the_eviction_through() {
+    let (_sim, client) = setup().await;
+    let pki = pki(&["gate.snapdrain.svc"]);
+    let gate = Gate::default();
+    gate.deny.store(true, Ordering::SeqCst);
+    let addr = serve(gate.clone(), &pki).await;
+    service(&client, addr).await;
+    configure(&client, by_service(), "Fail", &pki.ca_pem).await;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
+    let status = api_error(pods.evict("db-0", &EvictParams::default()).await);
+    assert_eq!(status.code, 429);
+    assert_eq!(status.reason, "TooManyRequests");
+    assert_eq!(
+        status.message,
+        format!("admission webhook \"{HOOK}\" denied the request: {BACKUP_MESSAGE}")
+    );
+    assert!(!terminating(get_pod(&client, "shop", "db-0").await));
+
+    let reviews = gate.reviews();
+    assert_eq!(reviews.len(), 1);
+    let req = &reviews[0]["request"];
+    assert_eq!(reviews[0]["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(
+        req["kind"],
+        json!({"group": "policy", "version": "v1", "kind": "Eviction"})
+    );
+    assert_eq!(
+        req["resource"],
+        json!({"group": "", "version": "v1", "resource": "pods"})
+    );
+    assert_eq!(req["subResource"], "eviction");
+    assert_eq!(req["name"], "db-0");
+    assert_eq!(req["namespace"], "shop");
+    assert_eq!(req["operation"], "CREATE");
+    assert_eq!(req["dryRun"], false);
+    assert_eq!(req["object"]["kind"], "Eviction");
+    assert!(req["uid"].as_str().is_some_and(|u| !u.is_empty()));
+
+    gate.deny.store(false, Ordering::SeqCst);
+    pods.evict("db-0", &EvictParams::default())
+        .await
+        .expect("eviction allowed once the backup is done");
+    assert!(terminating(get_pod(&client, "shop", "db-0").await));
+    assert_eq!(gate.reviews().len(), 2);
+}
+
+#[tokio::test]
+async fn namespace_selector_that_does_not_match_skips_the_webhook() {
+    let (_sim, client) = setup().await;
+    let pki = pki(&["gate.snapdrain.svc"]);
+    let gate = Gate::default();
+    gate.deny.store(true, Ordering::SeqCst);
+    let addr = serve(gate.clone(), &pki).await;
+    service(&client, addr).await;
+    configure(&client, by_service(), "Fail", &pki.ca_pem).await;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.evict("db-0", &EvictParams::default())
+        .await
+        .expect("ungated namespace");
+    assert!(terminating(get_pod(&client, "default", "db-0").await));
+    assert!(gate.reviews().is_empty());
+}
+
+/// A loopback address nothing listens on.
+fn dead_address() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+#[tokio::test]
+async fn unreachable_webhook_with_ignore_lets_evictions_through() {
+    let (_sim, client) = setup().await;
+    let pki = pki(&["gate.snapdrain.svc"]);
+    service(&client, dead_address()).await;
+    configure(&client, by_service(), "Ignore", &pki.ca_pem).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
+    pods.evict("db-0", &EvictParams::default())
+        .await
+        .expect("fails open");
+    assert!(terminating(get_pod(&client, "shop", "db-0").await));
+}
+
+#[tokio::test]
+async fn unreachable_webhook_with_fail_refuses_with_500() {
+    let (_sim, client) = setup().await;
+    let pki = pki(&["127.0.0.1"]);
+    let url = format!("https://{}/validate", dead_address());
+    configure(&client, json!({"url": url}), "Fail", &pki.ca_pem).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
+    let status = api_error(pods.evict("db-0", &EvictParams::default()).await);
+    assert_eq!(status.code, 500);
+    assert_eq!(status.reason, "InternalError");
+    assert!(
+        status.message.starts_with(&format!(
+            "Internal error occurred: failed calling webhook \"{HOOK}\": "
+        )),
+        "{}",
+        status.message
+    );
+    assert!(!terminating(get_pod(&client, "shop", "db-0").await));
+}
+
+#[tokio::test]
+async fn certificate_from_another_ca_is_a_failed_call() {
+    let (_sim, client) = setup().await;
+    let served = pki(&["gate.snapdrain.svc"]);
+    let other = pki(&["gate.snapdrain.svc"]);
+    let gate = Gate::default();
+    let addr = serve(gate.clone(), &served).await;
+    service(&client, addr).await;
+    configure(&client, by_service(), "Fail", &other.ca_pem).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
+    let status = api_error(pods.evict("db-0", &EvictParams::default()).await);
+    assert_eq!(status.code, 500);
+    assert!(
+        status
+            .message
+            .contains(&format!("failed calling webhook \"{HOOK}\"")),
+        "{}",
+        status.message
+    );
+    // The handshake failed: the webhook never saw a request.
+    assert!(gate.reviews().is_empty());
+    assert!(!terminating(get_pod(&client, "shop", "db-0").await));
+}
+
+#[tokio::test]
+async fn certificate_for_another_name_is_a_failed_call() {
+    let (_sim, client) = setup().await;
+    let pki = pki(&["elsewhere.snapdrain.svc"]);
+    let gate = Gate::default();
+    let addr = serve(gate.clone(), &pki).await;
+    service(&client, addr).await;
+    configure(&client, by_service(), "Fail", &pki.ca_pem).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
+    assert_eq!(
+        api_error(pods.evict("db-0", &EvictParams::default()).await).code,
+        500
+    );
+    assert!(gate.reviews().is_empty());
+}
+
+#[tokio::test]
+async fn dry_run_reaches_only_side_effect_free_webhooks() {
+    let (_sim, client) = setup().await;
+    let pki = pki(&["gate.snapdrain.svc"]);
+    let gate = Gate::default();
+    let addr = serve(gate.clone(), &pki).await;
+    service(&client, addr).await;
+    configure(&client, by_service(), "Fail", &pki.ca_pem).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
+    let dry = EvictParams {
+        post_options: PostParams {
+            dry_run: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    pods.evict("db-0", &dry)
+        .await
+        .expect("NoneOnDryRun webhook called on dry run");
+    assert_eq!(gate.reviews()[0]["request"]["dryRun"], true);
+    assert!(!terminating(get_pod(&client, "shop", "db-0").await));
+
+    // A webhook with side effects cannot take part in a dry run: the request fails with 400.
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let patch = json!([{"op": "replace", "path": "/webhooks/0/sideEffects", "value": "Some"}]);
+    api.patch(
+        "snapdrain-gate",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::<Value>::Json(serde_json::from_value(patch).unwrap()),
+    )
+    .await
+    .unwrap();
+    let status = api_error(pods.evict("db-0", &dry).await);
+    assert_eq!(status.code, 400);
+    assert_eq!(
+        status.message,
+        format!("admission webhook \"{HOOK}\" does not support dry run")
+    );
+    assert_eq!(gate.reviews().len(), 1);
+}

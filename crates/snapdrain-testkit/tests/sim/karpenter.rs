@@ -1,0 +1,539 @@
+//! Simulated Karpenter v1 driven from outside: NodeClaims launch through a cloud whose instances join
+//! as Nodes (ec2_nodes), drift is replaced within budgets unless do-not-disrupt holds a node, and a
+//! deleted NodeClaim is drained through the eviction API before its instance is terminated.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use snapdrain_sim::apiserver::resources::ResKey;
+use snapdrain_sim::apiserver::store::{DeleteOptions, WriteOptions};
+use snapdrain_sim::world::ec2_nodes::{self, BootedInstance, InstanceChange};
+use snapdrain_sim::world::karpenter::{
+    self, Cloud, CloudFuture, KarpenterConfig, KarpenterHandle, LaunchRequest, Launched,
+    nodeclaim_from_pool,
+};
+use snapdrain_sim::world::{Timings, WorldContext};
+use snapdrain_sim::{SimCluster, SimConfig, manifests};
+use tokio::sync::broadcast;
+
+const INTERNAL: WriteOptions = WriteOptions {
+    dry_run: false,
+    internal: true,
+};
+
+/// A cloud whose instances boot after a short delay and report through instance events.
+struct FakeCloud {
+    events: broadcast::Sender<InstanceChange>,
+    terminated: Mutex<Vec<String>>,
+}
+
+impl Cloud for FakeCloud {
+    fn launch(&self, req: LaunchRequest) -> CloudFuture<'_, Launched> {
+        Box::pin(async move {
+            let id = format!("i-{}", &uuid::Uuid::new_v4().simple().to_string()[..17]);
+            let inst = BootedInstance {
+                id: id.clone(),
+                instance_type: req.instance_type,
+                zone: "us-west-2a".into(),
+                private_dns_name: format!("ip-{}.us-west-2.compute.internal", &id[2..10]),
+                image_id: "ami-0bottlerocket".into(),
+                spot: req.capacity_type == "spot",
+                node_labels: req.labels,
+                node_taints: req.taints,
+                ..Default::default()
+            };
+            let tx = self.events.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let _ = tx.send(InstanceChange::Booted(inst));
+            });
+            Ok(Launched {
+                id,
+                zone: "us-west-2a".into(),
+                image_id: "ami-0bottlerocket".into(),
+            })
+        })
+    }
+
+    fn terminate(&self, id: &str) -> CloudFuture<'_, ()> {
+        let id = id.to_string();
+        Box::pin(async move {
+            self.terminated.lock().unwrap().push(id.clone());
+            let _ = self.events.send(InstanceChange::Terminated { id });
+            Ok(())
+        })
+    }
+}
+
+struct Env {
+    _cluster: SimCluster,
+    ctx: Arc<WorldContext>,
+    cloud: Arc<FakeCloud>,
+    _karpenter: KarpenterHandle,
+}
+
+fn crds() -> Vec<Value> {
+    let dirs = [
+        concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/crds/karpenter"),
+        "/work/shared/fixtures/crds/karpenter",
+    ];
+    let dir = dirs
+        .iter()
+        .find(|d| std::path::Path::new(d).is_dir())
+        .expect("karpenter CRD fixtures");
+    let mut out = Vec::new();
+    for f in [
+        "karpenter.sh_nodepools.yaml",
+        "karpenter.sh_nodeclaims.yaml",
+    ] {
+        out.extend(
+            manifests::parse_objects(&std::fs::read_to_string(format!("{dir}/{f}")).unwrap(), f)
+                .unwrap(),
+        );
+    }
+    out
+}
+
+fn pool(budget: &str) -> Value {
+    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
+        "spec": {"disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never", "budgets": [{"nodes": budget}]},
+                 "template": {"metadata": {"labels": {"team": "db"}},
+                              "spec": {"expireAfter": "720h", "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                                       "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}]}}}})
+}
+
+impl Env {
+    async fn start(budget: &str) -> Self {
+        let mut objects = crds();
+        objects.push(pool(budget));
+        objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "db"}}));
+        let cluster = SimCluster::start(SimConfig {
+            objects,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let ctx = Arc::new(WorldContext::new(
+            cluster.store.clone(),
+            cluster.audit.clone(),
+            cluster.faults.clone(),
+            Timings::default(),
+        ));
+        let (tx, rx) = broadcast::channel(256);
+        tokio::spawn(ec2_nodes::run(ctx.clone(), rx));
+        let cloud = Arc::new(FakeCloud {
+            events: tx,
+            terminated: Mutex::new(Vec::new()),
+        });
+        let client = karpenter::api_client(&cluster.url()).unwrap();
+        let mut config = KarpenterConfig::new(cloud.clone(), client);
+        config.disruption_interval = Duration::from_millis(300);
+        config.requeue = Duration::from_millis(50);
+        let handle = KarpenterHandle::new();
+        tokio::spawn(karpenter::run(ctx.clone(), config, handle.clone()));
+        Self {
+            _cluster: cluster,
+            ctx,
+            cloud,
+            _karpenter: handle,
+        }
+    }
+
+    fn claim(&self, name: &str) -> Option<Value> {
+        self.ctx
+            .store
+            .get(&ResKey::new("karpenter.sh", "nodeclaims"), None, name)
+            .map(|c| (*c).clone())
+    }
+
+    /// Creates a NodeClaim from the pool and waits until its Node is initialized; returns the node name.
+    async fn node(&self, name: &str) -> String {
+        let pool = self
+            .ctx
+            .store
+            .get(&ResKey::new("karpenter.sh", "nodepools"), None, "default")
+            .unwrap();
+        let mut c = nodeclaim_from_pool(&pool);
+        c["metadata"]["name"] = json!(name);
+        self.ctx
+            .store
+            .create(
+                &ResKey::new("karpenter.sh", "nodeclaims"),
+                None,
+                c,
+                INTERNAL,
+            )
+            .unwrap();
+        self.wait_for(&format!("{name} initialized"), |e| {
+            e.claim(name).is_some_and(|c| initialized(&c))
+        })
+        .await;
+        self.claim(name).unwrap()["status"]["nodeName"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    fn pod(&self, name: &str, node: &str, annotations: Value, pvc: Option<&str>) {
+        let volumes = match pvc {
+            Some(c) => json!([{"name": "data", "persistentVolumeClaim": {"claimName": c}}]),
+            None => json!([]),
+        };
+        self.ctx.store.create(&ResKey::core("pods"), Some("db"), json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "db", "labels": {"app": "pg"}, "annotations": annotations},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "postgres"}], "volumes": volumes},
+            "status": {"phase": "Running"}}), INTERNAL).unwrap();
+    }
+
+    fn drift(&self, name: &str) {
+        self.ctx.store.modify(&ResKey::new("karpenter.sh", "nodeclaims"), None, name, None, INTERNAL, |cur| {
+            let mut v = cur.clone();
+            v["status"]["conditions"].as_array_mut().unwrap().push(json!({"type": "Drifted", "status": "True", "reason": "AMIDrift", "message": "AMIDrift", "lastTransitionTime": "2026-01-01T00:00:00Z"}));
+            Ok(v)
+        }).unwrap();
+    }
+
+    async fn wait_for(&self, what: &str, f: impl Fn(&Env) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        let mut rx = self.ctx.audit.follow();
+        while !f(self) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}"
+            );
+            let _ = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await;
+        }
+    }
+
+    fn audit(&self, verb: &str) -> Vec<(u64, String, Value)> {
+        self.ctx
+            .audit
+            .since(0)
+            .into_iter()
+            .filter(|e| e.verb == verb)
+            .map(|e| (e.seq, e.name.unwrap_or_default(), e.detail))
+            .collect()
+    }
+}
+
+fn initialized(c: &Value) -> bool {
+    c["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Initialized" && c["status"] == "True")
+    })
+}
+
+#[tokio::test]
+async fn nodeclaims_launch_register_and_own_their_nodes() {
+    let env = Env::start("100%").await;
+    let node = env.node("default-a").await;
+    let n = env
+        .ctx
+        .store
+        .get(&ResKey::core("nodes"), None, &node)
+        .unwrap();
+    let claim = env.claim("default-a").unwrap();
+    assert_eq!(n["spec"]["providerID"], claim["status"]["providerID"]);
+    assert_eq!(n["metadata"]["labels"]["karpenter.sh/nodepool"], "default");
+    assert_eq!(n["metadata"]["labels"]["team"], "db");
+    assert_eq!(
+        n["metadata"]["finalizers"],
+        json!(["karpenter.sh/termination"])
+    );
+    assert_eq!(n["metadata"]["ownerReferences"][0]["kind"], "NodeClaim");
+    assert!(
+        n["status"]["nodeInfo"]["osImage"]
+            .as_str()
+            .unwrap()
+            .starts_with("Bottlerocket")
+    );
+    assert_eq!(
+        claim["metadata"]["finalizers"],
+        json!(["karpenter.sh/termination"])
+    );
+}
+
+#[tokio::test]
+async fn drift_replaces_drifted_nodes_unless_do_not_disrupt_holds_them() {
+    let env = Env::start("100%").await;
+    let na = env.node("default-a").await;
+    let nb = env.node("default-b").await;
+    let nc = env.node("default-c").await;
+    env.pod("pg-0", &na, json!({}), None);
+    env.pod("pg-1", &nb, json!({}), None);
+    env.pod(
+        "pg-2",
+        &nc,
+        json!({"karpenter.sh/do-not-disrupt": "true"}),
+        None,
+    );
+    for c in ["default-a", "default-b", "default-c"] {
+        env.drift(c);
+    }
+    env.wait_for("a and b replaced", |e| {
+        e.claim("default-a").is_none() && e.claim("default-b").is_none()
+    })
+    .await;
+    for node in [&na, &nb] {
+        assert!(
+            env.ctx
+                .store
+                .get(&ResKey::core("nodes"), None, node)
+                .is_none(),
+            "{node} removed"
+        );
+    }
+    assert_eq!(env.cloud.terminated.lock().unwrap().len(), 2);
+    let started: Vec<_> = env.audit("disruption-started");
+    assert!(started.iter().all(|(_, n, d)| n != "default-c"
+        && d["reason"] == "Drifted"
+        && d["decision"] == "replace"));
+    // Every replacement was initialized before its candidate was deleted.
+    for (seq, name, d) in &started {
+        let replacement = d["replacement"].as_str().unwrap();
+        let init = env
+            .audit("nodeclaim-initialized")
+            .into_iter()
+            .find(|(_, n, _)| n == replacement)
+            .expect("replacement initialized")
+            .0;
+        let term = env
+            .audit("disruption-terminating")
+            .into_iter()
+            .find(|(_, n, _)| n == name)
+            .unwrap()
+            .0;
+        assert!(seq < &init && init < term);
+    }
+    assert!(env.claim("default-c").is_some());
+    let blocked = env.audit("disruption-blocked");
+    assert!(
+        blocked.iter().any(|(_, n, d)| n == "default-c"
+            && d["reason"].as_str().unwrap().contains("do-not-disrupt"))
+    );
+    // The held node was never tainted.
+    let n = env
+        .ctx
+        .store
+        .get(&ResKey::core("nodes"), None, &nc)
+        .unwrap();
+    assert!(
+        n["spec"]["taints"]
+            .as_array()
+            .is_none_or(|t| t.iter().all(|t| t["key"] != "karpenter.sh/disrupted"))
+    );
+}
+
+#[tokio::test]
+async fn budgets_limit_concurrent_disruptions() {
+    let env = Env::start("1").await;
+    let names = ["default-a", "default-b", "default-c"];
+    for n in names {
+        let node = env.node(n).await;
+        env.pod(&format!("pod-{n}"), &node, json!({}), None);
+    }
+    for n in names {
+        env.drift(n);
+    }
+    env.wait_for("all replaced", |e| {
+        names.iter().all(|n| e.claim(n).is_none())
+    })
+    .await;
+    let mut events: Vec<(u64, i32)> = env
+        .audit("disruption-started")
+        .into_iter()
+        .filter(|(_, n, _)| names.contains(&n.as_str()))
+        .map(|(s, _, _)| (s, 1))
+        .collect();
+    events.extend(
+        env.audit("nodeclaim-terminated")
+            .into_iter()
+            .filter(|(_, n, _)| names.contains(&n.as_str()))
+            .map(|(s, _, _)| (s, -1)),
+    );
+    events.sort();
+    let (mut cur, mut max) = (0, 0);
+    for (_, d) in events {
+        cur += d;
+        max = max.max(cur);
+    }
+    assert_eq!(max, 1, "budget nodes=1 allows one disruption at a time");
+}
+
+#[tokio::test]
+async fn deletion_drains_waits_for_volume_detach_then_terminates() {
+    let env = Env::start("100%").await;
+    let node = env.node("default-a").await;
+    env.ctx.store.create(&ResKey::core("persistentvolumes"), None, json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-1"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"}}}), INTERNAL).unwrap();
+    env.ctx.store.create(&ResKey::core("persistentvolumeclaims"), Some("db"), json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data-pg-0", "namespace": "db"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-1", "resources": {"requests": {"storage": "1Gi"}}}}), INTERNAL).unwrap();
+    env.ctx.store.create(&ResKey::new("storage.k8s.io", "volumeattachments"), None, json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment", "metadata": {"name": "csi-1"},
+        "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node, "source": {"persistentVolumeName": "pv-1"}}}), INTERNAL).unwrap();
+    env.pod("pg-0", &node, json!({}), Some("data-pg-0"));
+    env.pod("web-0", &node, json!({}), None);
+    env.ctx
+        .store
+        .delete(
+            &ResKey::new("karpenter.sh", "nodeclaims"),
+            None,
+            "default-a",
+            &DeleteOptions::default(),
+        )
+        .unwrap();
+    env.wait_for("awaiting volume detachment", |e| {
+        e.claim("default-a").is_some_and(|c| {
+            c["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| {
+                    c["type"] == "VolumesDetached" && c["reason"] == "AwaitingVolumeDetachment"
+                })
+        })
+    })
+    .await;
+    let evicted: BTreeSet<String> = env
+        .audit("eviction-attempt")
+        .into_iter()
+        .filter(|(_, _, d)| d["code"] == 201)
+        .map(|(_, n, _)| n)
+        .collect();
+    assert_eq!(
+        evicted,
+        BTreeSet::from(["pg-0".to_string(), "web-0".to_string()])
+    );
+    assert!(
+        env.cloud.terminated.lock().unwrap().is_empty(),
+        "no termination while a volume is attached"
+    );
+    let n = env
+        .ctx
+        .store
+        .get(&ResKey::core("nodes"), None, &node)
+        .unwrap();
+    assert!(
+        n["spec"]["taints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["key"] == "karpenter.sh/disrupted" && t.get("value").is_none())
+    );
+    env.ctx
+        .store
+        .delete(
+            &ResKey::new("storage.k8s.io", "volumeattachments"),
+            None,
+            "csi-1",
+            &DeleteOptions::default(),
+        )
+        .unwrap();
+    env.wait_for("nodeclaim gone", |e| e.claim("default-a").is_none())
+        .await;
+    assert_eq!(env.cloud.terminated.lock().unwrap().len(), 1);
+    env.wait_for("node gone", |e| {
+        e.ctx
+            .store
+            .get(&ResKey::core("nodes"), None, &node)
+            .is_none()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn do_not_disrupt_pod_holds_a_forceful_drain() {
+    let env = Env::start("100%").await;
+    let node = env.node("default-a").await;
+    env.pod(
+        "pg-0",
+        &node,
+        json!({"karpenter.sh/do-not-disrupt": "true"}),
+        None,
+    );
+    env.pod("web-0", &node, json!({}), None);
+    env.ctx
+        .store
+        .delete(
+            &ResKey::new("karpenter.sh", "nodeclaims"),
+            None,
+            "default-a",
+            &DeleteOptions::default(),
+        )
+        .unwrap();
+    env.wait_for("web-0 evicted", |e| {
+        e.ctx
+            .store
+            .get(&ResKey::core("pods"), Some("db"), "web-0")
+            .is_none()
+    })
+    .await;
+    // Without a terminationGracePeriod the held pod is never evicted and the node stays.
+    env.wait_for("drain reported", |e| {
+        e.claim("default-a").is_some_and(|c| {
+            c["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == "Drained" && c["status"] == "Unknown")
+        })
+    })
+    .await;
+    assert!(
+        env.ctx
+            .store
+            .get(&ResKey::core("pods"), Some("db"), "pg-0")
+            .is_some()
+    );
+    assert!(env.cloud.terminated.lock().unwrap().is_empty());
+    // Removing the annotation releases it.
+    env.ctx
+        .store
+        .modify(
+            &ResKey::core("pods"),
+            Some("db"),
+            "pg-0",
+            None,
+            INTERNAL,
+            |cur| {
+                let mut v = cur.clone();
+                v["metadata"]["annotations"] = json!({});
+                Ok(v)
+            },
+        )
+        .unwrap();
+    env.wait_for("nodeclaim gone", |e| e.claim("default-a").is_none())
+        .await;
+}
+
+#[tokio::test]
+async fn deletion_drain_respects_pdbs_through_eviction() {
+    let env = Env::start("100%").await;
+    let node = env.node("default-a").await;
+    env.pod("pg-0", &node, json!({}), None);
+    env.ctx.store.create(&ResKey::new("policy", "poddisruptionbudgets"), Some("db"), json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "pg", "namespace": "db"},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "pg"}}}, "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}), INTERNAL).unwrap();
+    env.ctx
+        .store
+        .delete(
+            &ResKey::new("karpenter.sh", "nodeclaims"),
+            None,
+            "default-a",
+            &DeleteOptions::default(),
+        )
+        .unwrap();
+    env.wait_for("a 429", |e| {
+        e.audit("eviction-attempt")
+            .iter()
+            .any(|(_, _, d)| d["code"] == 429)
+    })
+    .await;
+    assert!(
+        env.ctx
+            .store
+            .get(&ResKey::core("pods"), Some("db"), "pg-0")
+            .is_some()
+    );
+    assert!(env.cloud.terminated.lock().unwrap().is_empty());
+}

@@ -1,0 +1,15 @@
+//! The simulated cluster through real clients: kube-rs, kubectl, the AWS SDK. One test binary, one module
+//! per part of the simulator.
+
+mod admission;
+mod ec2;
+mod eviction;
+mod karpenter;
+mod kube_client;
+mod kubectl;
+mod kubectl_gate;
+mod s3;
+mod scenario_runs;
+mod scenarios;
+mod velero;
+mod world;

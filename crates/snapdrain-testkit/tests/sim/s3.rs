@@ -1,0 +1,234 @@
+//! The S3 simulator driven by the real aws-sdk-s3 over HTTP.
+
+use std::time::Duration;
+
+use snapdrain_sim::s3::{S3Sim, S3SimConfig, S3Write, S3WriteKind, client_for};
+use tokio::sync::broadcast;
+
+async fn start() -> S3Sim {
+    S3Sim::start(S3SimConfig {
+        buckets: vec!["velero".into(), "other".into()],
+        ..Default::default()
+    })
+    .await
+    .expect("start S3 sim")
+}
+
+async fn next_write(rx: &mut broadcast::Receiver<S3Write>) -> S3Write {
+    tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("a write event within 5s")
+        .expect("channel open")
+}
+
+#[tokio::test]
+async fn put_get_head_list_with_auth() {
+    let sim = start().await;
+    let s3 = sim.client();
+    let buckets = s3.list_buckets().send().await.unwrap();
+    let mut names: Vec<_> = buckets.buckets().iter().filter_map(|b| b.name()).collect();
+    names.sort();
+    assert_eq!(names, ["other", "velero"]);
+
+    let body = b"{\"status\":{\"phase\":\"Completed\"}}".to_vec();
+    s3.put_object()
+        .bucket("velero")
+        .key("backups/b1/velero-backup.json")
+        .body(body.clone().into())
+        .send()
+        .await
+        .unwrap();
+    s3.put_object()
+        .bucket("velero")
+        .key("backups/b1/b1.tar.gz")
+        .body(vec![7u8; 1000].into())
+        .send()
+        .await
+        .unwrap();
+
+    let got = s3
+        .get_object()
+        .bucket("velero")
+        .key("backups/b1/velero-backup.json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        &body[..]
+    );
+
+    let head = s3
+        .head_object()
+        .bucket("velero")
+        .key("backups/b1/b1.tar.gz")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(1000));
+
+    let list = s3
+        .list_objects_v2()
+        .bucket("velero")
+        .prefix("backups/b1/")
+        .send()
+        .await
+        .unwrap();
+    let mut keys: Vec<_> = list.contents().iter().filter_map(|o| o.key()).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["backups/b1/b1.tar.gz", "backups/b1/velero-backup.json"]
+    );
+
+    let missing = s3
+        .head_object()
+        .bucket("velero")
+        .key("backups/nope")
+        .send()
+        .await;
+    assert!(missing.is_err(), "a missing object must not be found");
+}
+
+#[tokio::test]
+async fn wrong_secret_key_is_rejected() {
+    let sim = start().await;
+    let bad = client_for(
+        &sim.endpoint(),
+        sim.region(),
+        sim.access_key(),
+        "wrong-secret",
+    );
+    let err = bad
+        .put_object()
+        .bucket("velero")
+        .key("x")
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .expect_err("wrong secret must be refused");
+    let code = aws_sdk_s3::error::ProvideErrorMetadata::code(&err).map(str::to_string);
+    assert_eq!(code.as_deref(), Some("SignatureDoesNotMatch"), "{err:?}");
+    let unknown = client_for(&sim.endpoint(), sim.region(), "nobody", "x");
+    assert!(unknown.list_buckets().send().await.is_err());
+}
+
+#[tokio::test]
+async fn outage_fails_requests_until_cleared() {
+    let sim = start().await;
+    let s3 = sim.client();
+    sim.set_outage(true);
+    let err = s3
+        .list_objects_v2()
+        .bucket("velero")
+        .send()
+        .await
+        .expect_err("outage must fail requests");
+    let code = aws_sdk_s3::error::ProvideErrorMetadata::code(&err).map(str::to_string);
+    assert_eq!(code.as_deref(), Some("ServiceUnavailable"), "{err:?}");
+    sim.set_outage(false);
+    s3.list_objects_v2().bucket("velero").send().await.unwrap();
+}
+
+#[tokio::test]
+async fn writes_are_observed() {
+    let sim = start().await;
+    let mut rx = sim.subscribe_writes();
+    let s3 = sim.client();
+    s3.put_object()
+        .bucket("velero")
+        .key("backups/b2/b2.tar.gz")
+        .body(vec![1u8; 42].into())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        next_write(&mut rx).await,
+        S3Write {
+            bucket: "velero".into(),
+            key: "backups/b2/b2.tar.gz".into(),
+            size: 42,
+            kind: S3WriteKind::Put
+        }
+    );
+
+    // Multipart upload: one event, on completion, with the full size.
+    let part = vec![2u8; 5 * 1024 * 1024];
+    let up = s3
+        .create_multipart_upload()
+        .bucket("velero")
+        .key("kopia/ns/p1")
+        .send()
+        .await
+        .unwrap();
+    let upload_id = up.upload_id().unwrap();
+    let p1 = s3
+        .upload_part()
+        .bucket("velero")
+        .key("kopia/ns/p1")
+        .upload_id(upload_id)
+        .part_number(1)
+        .body(part.clone().into())
+        .send()
+        .await
+        .unwrap();
+    let p2 = s3
+        .upload_part()
+        .bucket("velero")
+        .key("kopia/ns/p1")
+        .upload_id(upload_id)
+        .part_number(2)
+        .body(vec![3u8; 10].into())
+        .send()
+        .await
+        .unwrap();
+    let parts = aws_sdk_s3::types::CompletedMultipartUpload::builder()
+        .parts(
+            aws_sdk_s3::types::CompletedPart::builder()
+                .part_number(1)
+                .set_e_tag(p1.e_tag().map(str::to_string))
+                .build(),
+        )
+        .parts(
+            aws_sdk_s3::types::CompletedPart::builder()
+                .part_number(2)
+                .set_e_tag(p2.e_tag().map(str::to_string))
+                .build(),
+        )
+        .build();
+    s3.complete_multipart_upload()
+        .bucket("velero")
+        .key("kopia/ns/p1")
+        .upload_id(upload_id)
+        .multipart_upload(parts)
+        .send()
+        .await
+        .unwrap();
+    let w = next_write(&mut rx).await;
+    assert_eq!(w.kind, S3WriteKind::CompleteMultipartUpload);
+    assert_eq!(w.size, part.len() as u64 + 10);
+
+    // Fault-injection helpers are writes too, and they really change the bucket.
+    sim.overwrite_object("velero", "backups/b2/b2.tar.gz", b"".to_vec())
+        .await
+        .unwrap();
+    let w = next_write(&mut rx).await;
+    assert_eq!((w.kind, w.size), (S3WriteKind::Put, 0));
+    sim.delete_object("velero", "backups/b2/b2.tar.gz")
+        .await
+        .unwrap();
+    let w = next_write(&mut rx).await;
+    assert_eq!(w.kind, S3WriteKind::Delete);
+    assert!(
+        s3.head_object()
+            .bucket("velero")
+            .key("backups/b2/b2.tar.gz")
+            .send()
+            .await
+            .is_err()
+    );
+
+    // Reads are not writes.
+    s3.list_objects_v2().bucket("velero").send().await.unwrap();
+    assert!(rx.try_recv().is_err());
+}

@@ -1,0 +1,769 @@
+//! EC2 from the controller's side: terminate a node's instance, read its state, launch replacements.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::Client;
+use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::types::{
+    DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
+    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest, FleetType,
+    InstanceType, LaunchTemplateSpecification, RequestLaunchTemplateData, ResourceType, Tag,
+    TagSpecification, TargetCapacitySpecificationRequest,
+};
+use sha2::Digest as _;
+use thiserror::Error;
+
+use super::bottlerocket;
+
+/// Tag keys that make Karpenter's garbage collector terminate an instance that has no NodeClaim.
+pub const KARPENTER_OWNERSHIP_TAGS: [&str; 3] = [
+    "karpenter.sh/nodepool",
+    "karpenter.k8s.aws/ec2nodeclass",
+    "eks:eks-cluster-name",
+];
+
+/// Errors talking to EC2, each naming the instance or request and the AWS error code.
+#[derive(Debug, Error)]
+pub enum CloudError {
+    #[error("providerID {provider_id:?} does not name an EC2 instance: {reason}")]
+    InvalidProviderId { provider_id: String, reason: String },
+    #[error("invalid launch request: {0}")]
+    InvalidRequest(String),
+    #[error(
+        "refusing to tag a self-launched instance with {keys:?}: with Karpenter's ownership tags its garbage collector terminates instances that have no NodeClaim; use a snapdrain.io/ tag instead"
+    )]
+    KarpenterOwnershipTags { keys: Vec<String> },
+    #[error("EC2 {operation}{} failed with {code}: {message}", instance_suffix(.instance))]
+    Api {
+        operation: &'static str,
+        instance: Option<String>,
+        code: String,
+        message: String,
+    },
+    #[error("EC2 {operation}{} failed before EC2 answered (endpoint unreachable, timeout or bad response): {message}", instance_suffix(.instance))]
+    Transport {
+        operation: &'static str,
+        instance: Option<String>,
+        message: String,
+    },
+    #[error("no capacity for the replacement: every override failed: {}", describe_failures(.failures))]
+    NoCapacity { failures: Vec<OverrideFailure> },
+    #[error("EC2 {operation} answered without {missing}")]
+    UnexpectedResponse {
+        operation: &'static str,
+        missing: &'static str,
+    },
+}
+
+fn instance_suffix(instance: &Option<String>) -> String {
+    instance
+        .as_ref()
+        .map(|i| format!(" for instance {i}"))
+        .unwrap_or_default()
+}
+
+fn describe_failures(failures: &[OverrideFailure]) -> String {
+    if failures.is_empty() {
+        return "EC2 returned neither instances nor errors".into();
+    }
+    failures
+        .iter()
+        .map(|f| {
+            format!(
+                "{} in {} ({}): {}",
+                f.instance_type.as_deref().unwrap_or("?"),
+                f.subnet_id.as_deref().or(f.zone.as_deref()).unwrap_or("?"),
+                f.code,
+                f.message
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl CloudError {
+    /// The AWS error code, when EC2 sent one.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            CloudError::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+
+    fn from_sdk<E>(operation: &'static str, instance: Option<&str>, err: E) -> CloudError
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let instance = instance.map(str::to_string);
+        match err.code() {
+            Some(code) => CloudError::Api {
+                operation,
+                instance,
+                code: code.to_string(),
+                message: err.message().unwrap_or_default().to_string(),
+            },
+            None => CloudError::Transport {
+                operation,
+                instance,
+                message: aws_smithy_types::error::display::DisplayErrorContext(err).to_string(),
+            },
+        }
+    }
+}
+
+/// One CreateFleet override that EC2 could not fulfil.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverrideFailure {
+    pub instance_type: Option<String>,
+    pub subnet_id: Option<String>,
+    pub zone: Option<String>,
+    pub code: String,
+    pub message: String,
+}
+
+/// Extracts the instance id from a Node's `spec.providerID`: `aws:///<az>/i-…`, `aws:////i-…` or `i-…`.
+pub fn instance_id_from_provider_id(provider_id: &str) -> Result<String, CloudError> {
+    let invalid = |reason: &str| CloudError::InvalidProviderId {
+        provider_id: provider_id.to_string(),
+        reason: reason.to_string(),
+    };
+    let path = match provider_id.split_once("://") {
+        Some(("aws", rest)) => rest,
+        Some((scheme, _)) => {
+            return Err(invalid(&format!(
+                "scheme {scheme:?} is not aws (is this node on EC2?)"
+            )));
+        }
+        None if provider_id.starts_with("i-") => provider_id,
+        None => return Err(invalid("expected aws:///<zone>/i-… or i-…")),
+    };
+    // Like cloud-provider-aws: the last path token, which must look like an instance id.
+    let id = path.rsplit('/').next().unwrap_or_default();
+    let valid =
+        id.len() > 2 && id.starts_with("i-") && id[2..].chars().all(|c| c.is_ascii_alphanumeric());
+    if valid {
+        Ok(id.to_string())
+    } else {
+        Err(invalid("the last path element is not an instance id (i-…)"))
+    }
+}
+
+/// Instance states as EC2 reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InstanceLifecycleState {
+    Pending,
+    Running,
+    ShuttingDown,
+    Terminated,
+    Stopping,
+    Stopped,
+    Other(String),
+}
+
+impl InstanceLifecycleState {
+    /// Terminated or on its way there.
+    pub fn is_gone(&self) -> bool {
+        matches!(
+            self,
+            InstanceLifecycleState::ShuttingDown | InstanceLifecycleState::Terminated
+        )
+    }
+}
+
+/// What `terminate` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TerminateOutcome {
+    /// EC2 accepted the termination (or it was already under way); `previous` was the state before.
+    Terminating { previous: InstanceLifecycleState },
+    /// EC2 does not know the instance (already gone, or never existed).
+    NotFound,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CapacityType {
+    #[default]
+    OnDemand,
+    Spot,
+}
+
+/// A launch template and its version (`$Latest`, `$Default` or a number).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchTemplateRef {
+    /// `lt-…` ids are sent as LaunchTemplateId, anything else as LaunchTemplateName.
+    pub id_or_name: String,
+    pub version: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetOverride {
+    pub instance_type: String,
+    pub subnet_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchStrategy {
+    /// CreateFleet `Type=instant`, one instance, overrides tried in order of preference.
+    /// Without a launch template, one holding the image and user data is created (reused by name).
+    Fleet {
+        overrides: Vec<FleetOverride>,
+        capacity_type: CapacityType,
+        launch_template: Option<LaunchTemplateRef>,
+    },
+    /// RunInstances from a launch template; request parameters override the template.
+    LaunchTemplate {
+        template: LaunchTemplateRef,
+        instance_type: Option<String>,
+        subnet_id: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchRequest {
+    pub strategy: LaunchStrategy,
+    pub image_id: Option<String>,
+    /// Rendered Bottlerocket TOML (not base64; this client encodes it).
+    pub user_data: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    /// Derived by the caller from the node UID and attempt, so retries never double-launch. ≤ 64 ASCII.
+    pub client_token: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchedInstance {
+    pub instance_id: String,
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+    pub subnet_id: Option<String>,
+}
+
+/// Instances plus the overrides that failed on the way (CreateFleet reports both in one 200).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchOutcome {
+    pub instances: Vec<LaunchedInstance>,
+    pub override_failures: Vec<OverrideFailure>,
+}
+
+/// Controller-side EC2 client.
+#[derive(Debug, Clone)]
+pub struct Ec2Cloud {
+    client: Client,
+}
+
+impl Ec2Cloud {
+    /// From the standard AWS environment (`AWS_REGION`, credentials chain, `AWS_ENDPOINT_URL_EC2`).
+    pub async fn from_env() -> Ec2Cloud {
+        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Ec2Cloud::from_client(Client::new(&config))
+    }
+
+    /// Against an explicit endpoint (a private EC2 endpoint, LocalStack, a test double). Static
+    /// credentials when given, otherwise the default chain.
+    pub async fn with_endpoint(
+        endpoint: &str,
+        region: &str,
+        static_credentials: Option<(&str, &str)>,
+    ) -> Ec2Cloud {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .endpoint_url(endpoint)
+            .region(aws_config::Region::new(region.to_string()));
+        if let Some((ak, sk)) = static_credentials {
+            loader = loader.credentials_provider(aws_credential_types::Credentials::new(
+                ak,
+                sk,
+                None,
+                None,
+                "snapdrain-static",
+            ));
+        }
+        Ec2Cloud::from_client(Client::new(&loader.load().await))
+    }
+
+    pub fn from_client(client: Client) -> Ec2Cloud {
+        Ec2Cloud { client }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Terminates an instance. Idempotent: an already-terminated or unknown instance counts as done.
+    pub async fn terminate(&self, instance_id: &str) -> Result<TerminateOutcome, CloudError> {
+        match self
+            .client
+            .terminate_instances()
+            .instance_ids(instance_id)
+            .send()
+            .await
+        {
+            Ok(out) => {
+                let previous = out
+                    .terminating_instances()
+                    .iter()
+                    .find(|c| c.instance_id() == Some(instance_id))
+                    .and_then(|c| c.previous_state())
+                    .and_then(|s| s.name())
+                    .map(state_of)
+                    .unwrap_or(InstanceLifecycleState::Other("unknown".into()));
+                Ok(TerminateOutcome::Terminating { previous })
+            }
+            Err(e) if e.code() == Some("InvalidInstanceID.NotFound") => {
+                Ok(TerminateOutcome::NotFound)
+            }
+            Err(e) => Err(CloudError::from_sdk(
+                "TerminateInstances",
+                Some(instance_id),
+                e,
+            )),
+        }
+    }
+
+    /// The instance's state, or `None` when EC2 does not know it. A freshly launched id can be
+    /// briefly unknown (eventual consistency), so callers should not treat `None` as final right after a launch.
+    pub async fn instance_state(
+        &self,
+        instance_id: &str,
+    ) -> Result<Option<InstanceLifecycleState>, CloudError> {
+        match self
+            .client
+            .describe_instances()
+            .instance_ids(instance_id)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(out
+                .reservations()
+                .iter()
+                .flat_map(|r| r.instances())
+                .find(|i| i.instance_id() == Some(instance_id))
+                .and_then(|i| i.state())
+                .and_then(|s| s.name())
+                .map(state_of)),
+            Err(e) if e.code() == Some("InvalidInstanceID.NotFound") => Ok(None),
+            Err(e) => Err(CloudError::from_sdk(
+                "DescribeInstances",
+                Some(instance_id),
+                e,
+            )),
+        }
+    }
+
+    /// Launches replacement capacity; partial CreateFleet failures are logged.
+    pub async fn launch(&self, req: LaunchRequest) -> Result<Vec<LaunchedInstance>, CloudError> {
+        let outcome = self.launch_with_report(req).await?;
+        for f in &outcome.override_failures {
+            tracing::warn!(
+                instance_type = ?f.instance_type, subnet = ?f.subnet_id, zone = ?f.zone,
+                code = %f.code, message = %f.message,
+                "EC2 could not use a launch override; another one was used"
+            );
+        }
+        Ok(outcome.instances)
+    }
+
+    /// Like [`Ec2Cloud::launch`], also returning the overrides that failed.
+    pub async fn launch_with_report(
+        &self,
+        req: LaunchRequest,
+    ) -> Result<LaunchOutcome, CloudError> {
+        check_request(&req)?;
+        let tags = tag_specification(ResourceType::Instance, &req.tags);
+        match &req.strategy {
+            LaunchStrategy::LaunchTemplate {
+                template,
+                instance_type,
+                subnet_id,
+            } => {
+                let out = self
+                    .client
+                    .run_instances()
+                    .launch_template(launch_template_spec(template))
+                    .set_image_id(req.image_id.clone())
+                    .set_instance_type(instance_type.as_deref().map(InstanceType::from))
+                    .set_subnet_id(subnet_id.clone())
+                    .set_user_data(req.user_data.as_deref().map(bottlerocket::encode_base64))
+                    .min_count(1)
+                    .max_count(1)
+                    .set_tag_specifications(tags.map(|t| vec![t]))
+                    .client_token(&req.client_token)
+                    .send()
+                    .await
+                    .map_err(|e| CloudError::from_sdk("RunInstances", None, e))?;
+                let instances: Vec<LaunchedInstance> = out
+                    .instances()
+                    .iter()
+                    .filter_map(|i| {
+                        Some(LaunchedInstance {
+                            instance_id: i.instance_id()?.to_string(),
+                            instance_type: i.instance_type().map(|t| t.as_str().to_string()),
+                            zone: i
+                                .placement()
+                                .and_then(|p| p.availability_zone())
+                                .map(str::to_string),
+                            subnet_id: i.subnet_id().map(str::to_string),
+                        })
+                    })
+                    .collect();
+                if instances.is_empty() {
+                    return Err(CloudError::UnexpectedResponse {
+                        operation: "RunInstances",
+                        missing: "any instance",
+                    });
+                }
+                Ok(LaunchOutcome {
+                    instances,
+                    override_failures: Vec::new(),
+                })
+            }
+            LaunchStrategy::Fleet {
+                overrides,
+                capacity_type,
+                launch_template,
+            } => {
+                let template = match launch_template {
+                    Some(t) => t.clone(),
+                    None => self.ensure_template(&req).await?,
+                };
+                self.create_fleet(&req, overrides, *capacity_type, &template, tags)
+                    .await
+            }
+        }
+    }
+
+    /// A launch template carrying the image and user data, named after their hash so that
+    /// identical requests (and retries) share it.
+    async fn ensure_template(&self, req: &LaunchRequest) -> Result<LaunchTemplateRef, CloudError> {
+        let image = req.image_id.as_deref().ok_or_else(|| {
+            CloudError::InvalidRequest(
+                "a fleet launch without a launch template needs an image id".into(),
+            )
+        })?;
+        let mut h = sha2::Sha256::new();
+        h.update(image.as_bytes());
+        h.update([0]);
+        h.update(req.user_data.as_deref().unwrap_or_default().as_bytes());
+        let digest = h.finalize();
+        let name = format!(
+            "snapdrain-{}",
+            digest
+                .iter()
+                .take(8)
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let data = RequestLaunchTemplateData::builder()
+            .image_id(image)
+            .set_user_data(req.user_data.as_deref().map(bottlerocket::encode_base64))
+            .build();
+        match self
+            .client
+            .create_launch_template()
+            .launch_template_name(&name)
+            .launch_template_data(data)
+            .send()
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.code() == Some("InvalidLaunchTemplateName.AlreadyExistsException") => {}
+            Err(e) => return Err(CloudError::from_sdk("CreateLaunchTemplate", None, e)),
+        }
+        Ok(LaunchTemplateRef {
+            id_or_name: name,
+            version: "$Latest".into(),
+        })
+    }
+
+    async fn create_fleet(
+        &self,
+        req: &LaunchRequest,
+        overrides: &[FleetOverride],
+        capacity_type: CapacityType,
+        template: &LaunchTemplateRef,
+        tags: Option<TagSpecification>,
+    ) -> Result<LaunchOutcome, CloudError> {
+        let spec = {
+            let b = FleetLaunchTemplateSpecificationRequest::builder().version(&template.version);
+            if template.id_or_name.starts_with("lt-") {
+                b.launch_template_id(&template.id_or_name).build()
+            } else {
+                b.launch_template_name(&template.id_or_name).build()
+            }
+        };
+        let overrides: Vec<_> = overrides
+            .iter()
+            .map(|o| {
+                FleetLaunchTemplateOverridesRequest::builder()
+                    .instance_type(InstanceType::from(o.instance_type.as_str()))
+                    .subnet_id(&o.subnet_id)
+                    // A fleet template made by us carries the image; one given by the caller may not.
+                    .set_image_id(req.image_id.clone())
+                    .priority(0.0)
+                    .build()
+            })
+            .collect();
+        let config = FleetLaunchTemplateConfigRequest::builder()
+            .launch_template_specification(spec)
+            .set_overrides(Some(overrides))
+            .build();
+        let capacity = TargetCapacitySpecificationRequest::builder()
+            .total_target_capacity(1)
+            .default_target_capacity_type(match capacity_type {
+                CapacityType::OnDemand => DefaultTargetCapacityType::OnDemand,
+                CapacityType::Spot => DefaultTargetCapacityType::Spot,
+            })
+            .build();
+        let out = self
+            .client
+            .create_fleet()
+            .r#type(FleetType::Instant)
+            .launch_template_configs(config)
+            .target_capacity_specification(capacity)
+            .set_tag_specifications(tags.map(|t| vec![t]))
+            .client_token(&req.client_token)
+            .send()
+            .await
+            .map_err(|e| CloudError::from_sdk("CreateFleet", None, e))?;
+        let override_failures: Vec<OverrideFailure> = out
+            .errors()
+            .iter()
+            .map(|e| {
+                let o = e
+                    .launch_template_and_overrides()
+                    .and_then(|l| l.overrides());
+                OverrideFailure {
+                    instance_type: o
+                        .and_then(|o| o.instance_type())
+                        .map(|t| t.as_str().to_string()),
+                    subnet_id: o.and_then(|o| o.subnet_id()).map(str::to_string),
+                    zone: o.and_then(|o| o.availability_zone()).map(str::to_string),
+                    code: e.error_code().unwrap_or("Unknown").to_string(),
+                    message: e.error_message().unwrap_or_default().to_string(),
+                }
+            })
+            .collect();
+        let instances: Vec<LaunchedInstance> = out
+            .instances()
+            .iter()
+            .flat_map(|fi| {
+                let o = fi
+                    .launch_template_and_overrides()
+                    .and_then(|l| l.overrides());
+                fi.instance_ids().iter().map(move |id| LaunchedInstance {
+                    instance_id: id.clone(),
+                    instance_type: fi.instance_type().map(|t| t.as_str().to_string()),
+                    zone: o.and_then(|o| o.availability_zone()).map(str::to_string),
+                    subnet_id: o.and_then(|o| o.subnet_id()).map(str::to_string),
+                })
+            })
+            .collect();
+        if instances.is_empty() {
+            return Err(CloudError::NoCapacity {
+                failures: override_failures,
+            });
+        }
+        Ok(LaunchOutcome {
+            instances,
+            override_failures,
+        })
+    }
+}
+
+fn state_of(name: &aws_sdk_ec2::types::InstanceStateName) -> InstanceLifecycleState {
+    use aws_sdk_ec2::types::InstanceStateName as N;
+    match name {
+        N::Pending => InstanceLifecycleState::Pending,
+        N::Running => InstanceLifecycleState::Running,
+        N::ShuttingDown => InstanceLifecycleState::ShuttingDown,
+        N::Terminated => InstanceLifecycleState::Terminated,
+        N::Stopping => InstanceLifecycleState::Stopping,
+        N::Stopped => InstanceLifecycleState::Stopped,
+        other => InstanceLifecycleState::Other(other.as_str().to_string()),
+    }
+}
+
+fn launch_template_spec(t: &LaunchTemplateRef) -> LaunchTemplateSpecification {
+    let b = LaunchTemplateSpecification::builder().version(&t.version);
+    if t.id_or_name.starts_with("lt-") {
+        b.launch_template_id(&t.id_or_name).build()
+    } else {
+        b.launch_template_name(&t.id_or_name).build()
+    }
+}
+
+fn tag_specification(
+    kind: ResourceType,
+    tags: &BTreeMap<String, String>,
+) -> Option<TagSpecification> {
+    if tags.is_empty() {
+        return None;
+    }
+    let mut b = TagSpecification::builder().resource_type(kind);
+    for (k, v) in tags {
+        b = b.tags(Tag::builder().key(k).value(v).build());
+    }
+    Some(b.build())
+}
+
+/// Pure checks before anything is sent.
+pub fn check_request(req: &LaunchRequest) -> Result<(), CloudError> {
+    let t = &req.client_token;
+    if t.is_empty() || t.len() > 64 || !t.is_ascii() {
+        return Err(CloudError::InvalidRequest(format!(
+            "client token {t:?} must be 1-64 ASCII characters (derive it from the node UID and attempt, hashed if needed)"
+        )));
+    }
+    let karpenter: Vec<String> = req
+        .tags
+        .keys()
+        .filter(|k| KARPENTER_OWNERSHIP_TAGS[..2].contains(&k.as_str()))
+        .cloned()
+        .collect();
+    if !karpenter.is_empty() {
+        return Err(CloudError::KarpenterOwnershipTags { keys: karpenter });
+    }
+    if req.tags.keys().any(|k| k.starts_with("aws:")) {
+        return Err(CloudError::InvalidRequest(
+            "tag keys starting with aws: are reserved by AWS".into(),
+        ));
+    }
+    if let Some(ud) = &req.user_data {
+        bottlerocket::validate(ud).map_err(|e| {
+            CloudError::InvalidRequest(format!("the user data would not boot: {e}"))
+        })?;
+    }
+    if let LaunchStrategy::Fleet {
+        overrides,
+        launch_template,
+        ..
+    } = &req.strategy
+    {
+        if overrides.is_empty() {
+            return Err(CloudError::InvalidRequest(
+                "a fleet launch needs at least one (instance type, subnet) override".into(),
+            ));
+        }
+        if launch_template.is_some() && req.user_data.is_some() {
+            return Err(CloudError::InvalidRequest(
+                "CreateFleet cannot override user data: put it in the launch template, or leave the template out so one is made"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_ids() {
+        let ok = |p: &str| instance_id_from_provider_id(p).unwrap();
+        assert_eq!(
+            ok("aws:///us-west-2a/i-0123456789abcdef0"),
+            "i-0123456789abcdef0"
+        );
+        assert_eq!(ok("aws:////i-0123456789abcdef0"), "i-0123456789abcdef0");
+        assert_eq!(ok("i-0123456789abcdef0"), "i-0123456789abcdef0");
+        for bad in [
+            "",
+            "gce://p/z/vm",
+            "aws:///us-west-2a/",
+            "aws:///us-west-2a/vol-1",
+            "node-1",
+            "aws:///us-west-2a/i-",
+        ] {
+            let e = instance_id_from_provider_id(bad).unwrap_err();
+            assert!(matches!(e, CloudError::InvalidProviderId { .. }), "{bad}");
+        }
+    }
+
+    fn req() -> LaunchRequest {
+        LaunchRequest {
+            strategy: LaunchStrategy::Fleet {
+                overrides: vec![FleetOverride {
+                    instance_type: "m5.large".into(),
+                    subnet_id: "subnet-1".into(),
+                }],
+                capacity_type: CapacityType::OnDemand,
+                launch_template: None,
+            },
+            image_id: Some("ami-1".into()),
+            user_data: None,
+            tags: BTreeMap::new(),
+            client_token: "node-uid-attempt-1".into(),
+        }
+    }
+
+    #[test]
+    fn karpenter_tags_are_refused() {
+        let mut r = req();
+        r.tags
+            .insert("karpenter.sh/nodepool".into(), "default".into());
+        let e = check_request(&r).unwrap_err();
+        assert!(matches!(e, CloudError::KarpenterOwnershipTags { .. }));
+        assert!(e.to_string().contains("garbage collector"));
+        let mut r = req();
+        r.tags.insert("eks:eks-cluster-name".into(), "c".into());
+        r.tags
+            .insert("snapdrain.io/replaces".into(), "node-1".into());
+        assert!(check_request(&r).is_ok());
+    }
+
+    #[test]
+    fn tokens_and_fleet_shape_are_checked() {
+        let mut r = req();
+        r.client_token = "x".repeat(65);
+        assert!(check_request(&r).is_err());
+        let mut r = req();
+        r.strategy = LaunchStrategy::Fleet {
+            overrides: vec![],
+            capacity_type: CapacityType::Spot,
+            launch_template: None,
+        };
+        assert!(
+            check_request(&r)
+                .unwrap_err()
+                .to_string()
+                .contains("override")
+        );
+        let mut r = req();
+        r.user_data = Some("[settings]\n".into());
+        assert!(
+            check_request(&r)
+                .unwrap_err()
+                .to_string()
+                .contains("would not boot")
+        );
+    }
+
+    #[test]
+    fn no_capacity_names_each_override() {
+        let e = CloudError::NoCapacity {
+            failures: vec![
+                OverrideFailure {
+                    instance_type: Some("m5.large".into()),
+                    subnet_id: Some("subnet-a".into()),
+                    zone: None,
+                    code: "InsufficientInstanceCapacity".into(),
+                    message: "none".into(),
+                },
+                OverrideFailure {
+                    instance_type: Some("c5.large".into()),
+                    subnet_id: Some("subnet-b".into()),
+                    zone: None,
+                    code: "VcpuLimitExceeded".into(),
+                    message: "quota".into(),
+                },
+            ],
+        };
+        let s = e.to_string();
+        assert!(
+            s.contains("m5.large in subnet-a (InsufficientInstanceCapacity)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("c5.large in subnet-b (VcpuLimitExceeded)"),
+            "{s}"
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! What every reconcile shares: Kubernetes clients, AWS clients, metrics, the event recorder, settings.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::OnceCell;
+
+use crate::cloud::ec2::Ec2Cloud;
+use crate::telemetry::Metrics;
+
+use super::error::ControllerError;
+
+/// Settings of the controller process.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// This replica's name (pod name), for the lease and events.
+    pub identity: String,
+    /// EC2 endpoint override (otherwise the standard AWS environment, e.g. `AWS_ENDPOINT_URL_EC2`).
+    pub ec2_endpoint: Option<String>,
+    /// AWS region (otherwise from the environment).
+    pub region: Option<String>,
+    /// Static EC2 credentials for endpoints without the standard chain (test endpoints, LocalStack).
+    pub ec2_credentials: Option<(String, String)>,
+    /// Defaults for Bottlerocket user data when a plan does not say: cluster name, API server, CA.
+    pub cluster_name: Option<String>,
+    pub api_server: Option<String>,
+    pub cluster_certificate: Option<String>,
+    /// Longest a single reconcile waits on the cluster before requeueing.
+    pub wait_slice: Duration,
+    /// Upper bound of the wait between backup attempts (the backoff itself grows from 30 s).
+    pub backup_retry_cap: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            identity: "snapdrain".into(),
+            ec2_endpoint: None,
+            region: None,
+            ec2_credentials: None,
+            cluster_name: None,
+            api_server: None,
+            cluster_certificate: None,
+            wait_slice: Duration::from_secs(20),
+            backup_retry_cap: Duration::from_secs(300),
+        }
+    }
+}
+
+pub struct Context {
+    pub client: Client,
+    /// A client that does not retry 429s itself, so eviction answers reach snapdrain's own backoff and
+    /// the `snapdrain_evictions_total{code}` metric.
+    pub eviction_client: Client,
+    pub metrics: Metrics,
+    pub recorder: Recorder,
+    pub settings: Settings,
+    ec2: OnceCell<Ec2Cloud>,
+    /// Consecutive reconcile failures per plan, for the error policy's backoff.
+    pub failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        eviction_client: Client,
+        metrics: Metrics,
+        settings: Settings,
+    ) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "snapdrain".into(),
+                instance: Some(settings.identity.clone()),
+            },
+        );
+        Self {
+            client,
+            eviction_client,
+            metrics,
+            recorder,
+            settings,
+            ec2: OnceCell::new(),
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The EC2 client, built on first use (plans without termination or replacement never need AWS).
+    pub async fn ec2(&self) -> Result<&Ec2Cloud, ControllerError> {
+        self.ec2
+            .get_or_try_init(|| async {
+                match &self.settings.ec2_endpoint {
+                    Some(endpoint) => {
+                        let region = self
+                            .settings
+                            .region
+                            .clone()
+                            .unwrap_or_else(|| "us-west-2".into());
+                        let creds = self
+                            .settings
+                            .ec2_credentials
+                            .as_ref()
+                            .map(|(a, s)| (a.as_str(), s.as_str()));
+                        Ok::<_, ControllerError>(
+                            Ec2Cloud::with_endpoint(endpoint, &region, creds).await,
+                        )
+                    }
+                    None => Ok(Ec2Cloud::from_env().await),
+                }
+            })
+            .await
+    }
+}

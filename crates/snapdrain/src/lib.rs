@@ -1,0 +1,18 @@
+//! snapdrain: backup-aware node drain orchestrator for Kubernetes.
+//!
+//! Module map (one concern each):
+//! - [`api`]: the DisruptionPlan CRD types.
+//! - [`planning`]: pure decisions: which pods are protected, which backups are needed, eviction order.
+//! - [`backup`]: Velero Backups and their verification in object storage.
+//! - [`drain`]: cordon, eviction and waiting for pods and volumes.
+//! - [`cloud`]: EC2 termination and launch, Bottlerocket user data.
+//! - [`controller`]: reconcile wiring, leader election.
+//! - [`telemetry`]: metrics and logs.
+
+pub mod api;
+pub mod backup;
+pub mod cloud;
+pub mod controller;
+pub mod drain;
+pub mod planning;
+pub mod telemetry;
