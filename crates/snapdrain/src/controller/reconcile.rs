@@ -18,6 +18,7 @@ use super::error::ControllerError;
 use super::steps;
 use crate::api::status::{DisruptionPlanStatus, PlanPhase, StatusSummary, condition};
 use crate::api::{DisruptionPlan, ValidSpec, problems_message, validate};
+use crate::planning::phase::{abort_requested, deadline_passed};
 use crate::planning::{PhaseDecision, PhaseFacts, next_phase};
 use crate::telemetry::metrics::{PhaseLabel, ReasonLabel};
 
@@ -328,18 +329,17 @@ async fn drive(run: &mut PlanRun) -> Result<Action, ControllerError> {
     for _ in 0..16 {
         let phase = run.status.phase;
         let mut facts = PhaseFacts {
-            abort_requested: run
-                .plan
-                .annotations()
-                .get(ABORT_ANNOTATION)
-                .is_some_and(|v| v == "true")
-                || run.plan.meta().deletion_timestamp.is_some(),
-            deadline_passed: run
-                .plan
-                .spec
-                .deadline
-                .as_ref()
-                .is_some_and(|d| d.0 < PlanRun::now()),
+            abort_requested: abort_requested(
+                run.plan
+                    .annotations()
+                    .get(ABORT_ANNOTATION)
+                    .map(String::as_str),
+                run.plan.meta().deletion_timestamp.is_some(),
+            ),
+            deadline_passed: deadline_passed(
+                run.plan.spec.deadline.as_ref().map(|d| d.0),
+                PlanRun::now(),
+            ),
             ..PhaseFacts::default()
         };
         let wait = if facts.abort_requested {

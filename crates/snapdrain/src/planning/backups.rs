@@ -254,6 +254,17 @@ pub fn backup_retry(attempt: u32, max_attempts: u32, failure: &str) -> RetryDeci
     }
 }
 
+/// How long a retry still has to wait: `None` once `after` has passed since `since` (the failed attempt's
+/// completion, or its start), else the time left.
+pub fn retry_wait(since: Timestamp, now: Timestamp, after: Duration) -> Option<Duration> {
+    let elapsed = if now > since {
+        now.duration_since(since).unsigned_abs()
+    } else {
+        Duration::ZERO
+    };
+    (elapsed < after).then(|| after - elapsed)
+}
+
 /// True when an attempt created at `created_at` has run longer than `timeout` (None: never).
 pub fn backup_timed_out(created_at: Timestamp, now: Timestamp, timeout: Option<Duration>) -> bool {
     timeout.is_some_and(|t| now > created_at && now.duration_since(created_at).unsigned_abs() > t)
@@ -548,5 +559,17 @@ mod tests {
         assert_eq!(r.started_at, Some(ts("2026-05-20T10:05:00Z")));
         assert_eq!(r.storage_location, "default");
         assert!(r.verified);
+    }
+
+    #[test]
+    fn a_retry_waits_out_its_backoff_from_the_failed_attempt() {
+        let t0 = ts("2026-01-01T00:00:00Z");
+        let at = |s: i64| t0 + jiff::SignedDuration::from_secs(s);
+        let after = Duration::from_secs(10);
+        assert_eq!(retry_wait(t0, at(4), after), Some(Duration::from_secs(6)));
+        assert_eq!(retry_wait(t0, at(10), after), None);
+        assert_eq!(retry_wait(t0, at(11), after), None);
+        // A clock behind the record (another replica) waits the whole backoff, never less.
+        assert_eq!(retry_wait(at(5), t0, after), Some(after));
     }
 }

@@ -4,11 +4,13 @@
 //! - [`inventory`]: pod classification (protected, DaemonSet, mirror, terminal, critical, emptyDir) and PDBs.
 //! - [`node`]: [`plan_node`], the plan for one node.
 //! - [`backups`]: backup needs, reuse, the Velero Backup object, phase meaning, retries.
+//! - [`drain`]: the eviction gate for protected pods, the pass's batch, drain completion and timeout.
 //! - [`evictions`]: eviction tiers and eviction answer classification.
 //! - [`naming`]: Backup names, EC2 client tokens, label values.
 //! - [`phase`]: the phase machine.
 
 pub mod backups;
+pub mod drain;
 pub mod evictions;
 pub mod inventory;
 pub mod naming;
@@ -18,6 +20,7 @@ pub mod phase;
 pub use backups::{
     BackupNeed, BackupProgress, Clock, RetryDecision, ReusableBackup, backup_retry,
     backup_timed_out, build_velero_backup, classify_backup, classify_backup_phase, find_reusable,
+    retry_wait,
 };
 pub use evictions::{
     EvictionOutcome, EvictionTier, PlannedEviction, classify_eviction, eviction_tier, pod_gone,

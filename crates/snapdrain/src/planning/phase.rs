@@ -106,6 +106,17 @@ impl PhaseDecision {
     }
 }
 
+/// A stop is asked for with the annotation `snapdrain.io/abort: "true"` or by deleting the plan (its
+/// finalizer holds it until the rollback is done).
+pub fn abort_requested(abort_annotation: Option<&str>, deleting: bool) -> bool {
+    deleting || abort_annotation == Some("true")
+}
+
+/// `spec.deadline` is behind `now`. Checked before each pass, so no step starts after it.
+pub fn deadline_passed(deadline: Option<jiff::Timestamp>, now: jiff::Timestamp) -> bool {
+    deadline.is_some_and(|d| d < now)
+}
+
 /// Decides the next phase. Terminal phases stay.
 pub fn next_phase(
     current: PlanPhase,
@@ -558,5 +569,109 @@ mod tests {
             ),
             o => panic!("{o:?}"),
         }
+    }
+
+    #[test]
+    fn abort_by_annotation_or_deletion_and_deadlines_strictly_in_the_past() {
+        assert!(abort_requested(Some("true"), false));
+        assert!(abort_requested(None, true));
+        assert!(!abort_requested(Some("yes"), false));
+        assert!(!abort_requested(None, false));
+        let now: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        assert!(!deadline_passed(None, now));
+        assert!(!deadline_passed(Some(now), now));
+        assert!(deadline_passed(
+            Some(now - jiff::SignedDuration::from_secs(1)),
+            now
+        ));
+    }
+
+    /// Every spec shape and every sequence of observations: under `backup.policy: required`, the phase
+    /// machine reaches Draining (where evictions happen, each through the drain gate) only along a path
+    /// that left the backup phases with every backup verified or none needed. Explores all reachable
+    /// (phase, verified) states from Pending.
+    #[test]
+    fn no_path_reaches_draining_without_verified_backups_under_policy_required() {
+        let backups = [
+            BackupsState::NotNeeded,
+            BackupsState::InProgress,
+            BackupsState::AllCompleted,
+            BackupsState::AllVerified,
+            BackupsState::Failed {
+                message: "x".into(),
+            },
+        ];
+        let drains = [
+            DrainState::InProgress,
+            DrainState::Done,
+            DrainState::Failed {
+                message: "x".into(),
+            },
+        ];
+        let mut all_facts = Vec::new();
+        for bits in 0..32u32 {
+            for b in &backups {
+                for d in &drains {
+                    all_facts.push(PhaseFacts {
+                        abort_requested: bits & 1 != 0,
+                        deadline_passed: bits & 2 != 0,
+                        backups: b.clone(),
+                        nodes_cordoned: bits & 4 != 0,
+                        drain: d.clone(),
+                        nodes_gone: bits & 8 != 0,
+                        replacement_ready: bits & 16 != 0,
+                    });
+                }
+            }
+        }
+        let backup_phases = [Pending, BackingUp, Verifying];
+        let mut specs = 0;
+        for mode in ["Execute", "Release"] {
+            for when in [None, Some("before-drain"), Some("after-drain")] {
+                for policy in ["required", "best-effort", "skip"] {
+                    for (terminate, delete) in
+                        [(true, true), (true, false), (false, true), (false, false)]
+                    {
+                        let mut v = json!({
+                            "nodes": ["n"], "mode": mode, "backup": {"policy": policy},
+                            "termination": {"terminateInstance": terminate, "deleteNode": delete},
+                        });
+                        if let Some(w) = when {
+                            v["replacement"] =
+                                json!({"when": w, "imageId": "ami-0123456789abcdef0"});
+                        }
+                        let spec = spec(v);
+                        specs += 1;
+                        let mut seen = std::collections::BTreeSet::new();
+                        let mut todo = vec![(Pending, false)];
+                        while let Some((phase, verified)) = todo.pop() {
+                            if !seen.insert((phase, verified)) {
+                                continue;
+                            }
+                            for f in &all_facts {
+                                let d = next_phase(phase, &spec, f);
+                                let leaves_backup = backup_phases.contains(&phase)
+                                    && !backup_phases.contains(&d.phase);
+                                let ok = matches!(
+                                    f.backups,
+                                    BackupsState::AllVerified | BackupsState::NotNeeded
+                                );
+                                let verified = verified || (leaves_backup && ok);
+                                if d.phase == Draining
+                                    && spec.backup.policy == BackupPolicy::Required
+                                {
+                                    assert!(
+                                        verified,
+                                        "{mode}/{when:?}/{policy}: {phase:?} -> Draining with {f:?} and no verified backup on the path"
+                                    );
+                                }
+                                todo.push((d.phase, verified));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(specs, 72);
     }
 }

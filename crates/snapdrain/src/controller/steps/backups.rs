@@ -16,7 +16,7 @@ use crate::controller::error::ControllerError;
 use crate::controller::reconcile::PlanRun;
 use crate::planning::{
     BackupNeed, BackupProgress, PhaseFacts, PlanRef, RetryDecision, backup_name, backup_retry,
-    backup_timed_out, build_velero_backup, classify_backup, classify_backup_phase,
+    backup_timed_out, build_velero_backup, classify_backup, classify_backup_phase, retry_wait,
     summarize_backups,
 };
 
@@ -124,9 +124,8 @@ pub async fn run(
                         .map(|t| t.0)
                         .or(record.started_at.as_ref().map(|t| t.0))
                         .unwrap_or_else(PlanRun::now);
-                    let elapsed = PlanRun::now().duration_since(since).unsigned_abs();
-                    if elapsed < after {
-                        wait = Some(wait.map_or(after - elapsed, |w| w.min(after - elapsed)));
+                    if let Some(left) = retry_wait(since, PlanRun::now(), after) {
+                        wait = Some(wait.map_or(left, |w| w.min(left)));
                         continue;
                     }
                     let plan_ref_name = run.name();

@@ -19,12 +19,13 @@ use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 
 use super::inventory;
-use crate::api::plan::{BackupPolicy, PlanMode};
-use crate::api::status::{BackupRecord, NodePhase};
+use crate::api::plan::PlanMode;
+use crate::api::status::NodePhase;
 use crate::controller::error::ControllerError;
 use crate::controller::reconcile::PlanRun;
 use crate::drain::evict::evict;
 use crate::drain::wait::wait_for;
+use crate::planning::drain::{Batch, drain_verdict, select_batch};
 use crate::planning::{
     Clock, DrainState, EvictionOutcome, NodeInputs, PhaseFacts, PlannedEviction, SkipReason,
     plan_node,
@@ -74,25 +75,20 @@ pub async fn run(
             }
         }
     }
-    if all_done {
-        facts.drain = DrainState::Done;
-        return Ok(None);
-    }
     let started = run
         .status
         .phase_started_at
         .as_ref()
         .map(|t| t.0)
         .unwrap_or_else(PlanRun::now);
-    if let Some(timeout) = run.valid.drain_timeout
-        && PlanRun::now().duration_since(started).unsigned_abs() > timeout
-    {
-        facts.drain = DrainState::Failed {
-            message: format!(
-                "drain.timeout ({timeout:?}) passed; still blocked: {}",
-                blocked_all.join("; ")
-            ),
-        };
+    facts.drain = drain_verdict(
+        all_done,
+        started,
+        PlanRun::now(),
+        run.valid.drain_timeout,
+        &blocked_all,
+    );
+    if facts.drain != DrainState::InProgress {
         return Ok(None);
     }
     run.status.message = if blocked_all.is_empty() {
@@ -101,15 +97,6 @@ pub async fn run(
         Some(format!("eviction blocked: {}", blocked_all.join("; ")))
     };
     Ok(Some(Duration::from_millis(500)))
-}
-
-/// PVC claims a verified backup of this plan covers, as `ns/pvc`.
-fn covered_claims(records: &[BackupRecord]) -> BTreeSet<String> {
-    records
-        .iter()
-        .filter(|r| r.verified)
-        .flat_map(|r| r.pvcs.iter().map(move |p| format!("{}/{p}", r.namespace)))
-        .collect()
 }
 
 fn claims_of(pod: &Pod) -> Vec<String> {
@@ -149,41 +136,20 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
             now: PlanRun::now(),
         },
     );
-    let required = run.plan.spec.backup.policy == BackupPolicy::Required;
-    let covered = covered_claims(&run.status.backups);
-    let pods_by_key = |e: &PlannedEviction| {
+    let pod_of = |e: &PlannedEviction| {
         inv.pods.iter().find(|p| {
             p.namespace().as_deref() == Some(e.namespace.as_str()) && p.name_any() == e.name
         })
     };
-
-    let mut blocked = Vec::new();
-    // Karpenter's order: only the first tier that still has pods is evicted in this pass.
-    let first_tier = plan.evictions.iter().map(|e| e.tier).min();
-    let mut batch: Vec<PlannedEviction> = Vec::new();
-    for e in &plan.evictions {
-        if e.terminating || Some(e.tier) != first_tier {
-            continue;
-        }
-        if required && e.protected {
-            let missing: Vec<String> = pods_by_key(e)
-                .map(claims_of)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|c| !covered.contains(c))
-                .collect();
-            if !missing.is_empty() {
-                blocked.push(format!(
-                    "{}/{}: no verified backup covers {} (it came after the plan was decided); not evicted",
-                    e.namespace,
-                    e.name,
-                    missing.join(", ")
-                ));
-                continue;
-            }
-        }
-        batch.push(e.clone());
-    }
+    let Batch {
+        send: batch,
+        held: mut blocked,
+    } = select_batch(
+        &plan.evictions,
+        |e| pod_of(e).map(claims_of).unwrap_or_default(),
+        &run.status.backups,
+        run.plan.spec.backup.policy,
+    );
 
     let concurrency = run.plan.spec.drain.max_concurrent_evictions.max(1) as usize;
     let grace = run.plan.spec.drain.grace_period_seconds;
