@@ -1,10 +1,18 @@
 //! The command line: `snapdrain sim serve`, `snapdrain bench`, `snapdrain demo`, `snapdrain controller`, `snapdrain crds`, ...
 
+pub mod abort;
 mod bench;
+pub mod cluster;
+pub mod completion;
 mod controller;
 mod demo;
+pub mod drain;
+pub mod follow;
+pub mod invocation;
 mod plan;
+pub mod selector;
 mod sim;
+pub mod status;
 
 use clap::{Parser, Subcommand};
 
@@ -21,14 +29,22 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Stop a running DisruptionPlan and roll it back (uncordon, restore holds).
+    Abort(abort::AbortArgs),
     /// Measure the DESIGN performance targets on this machine (simulated cluster, controller, planning).
     Bench(bench::BenchArgs),
     /// Run the DisruptionPlan controller.
     Controller(controller::ControllerArgs),
+    /// Print a shell completion script (bash, zsh or fish).
+    Completion(completion::CompletionArgs),
     /// Print the DisruptionPlan CustomResourceDefinition (YAML).
     Crds,
     /// Show snapdrain end to end on a simulated cluster: back up, verify, drain, terminate, replace.
     Demo(demo::DemoArgs),
+    /// Back up and drain nodes now: create a DisruptionPlan and follow it live.
+    Drain(drain::DrainArgs),
+    /// Print the man page (roff), e.g. `snapdrain man > snapdrain.1`.
+    Man,
     /// Show what a DisruptionPlan for a node would back up and evict, without changing anything.
     Plan(plan::PlanArgs),
     /// The simulated cluster (Kubernetes API, and the world around it).
@@ -36,6 +52,8 @@ pub enum Command {
         #[command(subcommand)]
         command: sim::SimCommand,
     },
+    /// The DisruptionPlans as a table, or one in detail.
+    Status(status::StatusArgs),
 }
 
 impl Command {
@@ -44,13 +62,29 @@ impl Command {
     pub fn default_log_filter(&self) -> &'static str {
         match self {
             Self::Demo(_) => "error,s3s=off,s3s_fs=off",
+            // The user-facing commands tell their own story on stdout; logs would garble it.
+            Self::Drain(_) | Self::Status(_) | Self::Abort(_) => "error",
             _ => "info",
         }
     }
 }
 
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs a command; the exit code says how it ended (see [`follow::exit`]; errors are code 1).
+pub async fn run(cli: Cli) -> anyhow::Result<u8> {
+    let code = |o: follow::exit::Outcome| o.exit_code();
     match cli.command {
+        Command::Drain(args) => return drain::run(args).await.map(code),
+        Command::Status(args) => status::run(args).await?,
+        Command::Abort(args) => abort::run(args).await?,
+        Command::Completion(args) => completion::run_completion(args)?,
+        Command::Man => completion::run_man()?,
+        other => run_other(other).await?,
+    }
+    Ok(0)
+}
+
+async fn run_other(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Sim { command } => sim::run(command).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Controller(args) => controller::run(args).await,
@@ -60,5 +94,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", crate::api::crd_yaml());
             Ok(())
         }
+        Command::Drain(_)
+        | Command::Status(_)
+        | Command::Abort(_)
+        | Command::Completion(_)
+        | Command::Man => Ok(()),
     }
 }
