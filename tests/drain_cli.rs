@@ -184,7 +184,13 @@ async fn drain_follows_the_plan_to_completed_in_plain_lines_and_exits_0() {
     let out = cli
         .run(&["drain", &node, "--name", "cli-ok", "--kubeconfig", &kc])
         .await;
-    assert_eq!(out.code, Some(0), "stdout:\n{}\nstderr:\n{}", out.stdout, out.stderr);
+    assert_eq!(
+        out.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        out.stdout,
+        out.stderr
+    );
     let lines = out.lines();
     assert!(
         lines.iter().all(|l| l.starts_with("[+")),
@@ -218,7 +224,12 @@ async fn drain_follows_the_plan_to_completed_in_plain_lines_and_exits_0() {
     let status = p.status.as_ref().expect("status");
     assert_eq!(status.phase, PlanPhase::Completed);
     for b in &status.backups {
-        assert!(out.stdout.contains(&b.name), "backup {} told:\n{}", b.name, out.stdout);
+        assert!(
+            out.stdout.contains(&b.name),
+            "backup {} told:\n{}",
+            b.name,
+            out.stdout
+        );
     }
     assert_no_eviction_before_verified_backup(&h.accepted_evictions(), &protected, &p);
     controller.shutdown().await;
@@ -232,7 +243,16 @@ async fn drain_json_lines_tell_each_step_and_the_ending() {
     let cli = Cli::new(&h);
     let kc = kubeconfig_arg(&cli);
     let out = cli
-        .run(&["drain", &node, "-o", "json", "--grace-period", "0", "--kubeconfig", &kc])
+        .run(&[
+            "drain",
+            &node,
+            "-o",
+            "json",
+            "--grace-period",
+            "0",
+            "--kubeconfig",
+            &kc,
+        ])
         .await;
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
     let events: Vec<Value> = out
@@ -241,7 +261,10 @@ async fn drain_json_lines_tell_each_step_and_the_ending() {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect();
     let name = events[0]["plan"].as_str().expect("plan name").to_string();
-    assert!(name.starts_with(&format!("drain-{node}-")), "generated name {name}");
+    assert!(
+        name.starts_with(&format!("drain-{node}-")),
+        "generated name {name}"
+    );
     assert_eq!(events[0]["event"], "created");
     assert!(events.iter().all(|e| e["plan"] == name.as_str()
         && e["time"].is_string()
@@ -256,17 +279,30 @@ async fn drain_json_lines_tell_each_step_and_the_ending() {
         .iter()
         .map(|s| order.iter().position(|o| o == s).expect("a known phase"))
         .collect();
-    assert!(idx.windows(2).all(|w| w[0] < w[1]), "steps in order: {steps:?}");
+    assert!(
+        idx.windows(2).all(|w| w[0] < w[1]),
+        "steps in order: {steps:?}"
+    );
     assert_eq!(steps.last(), Some(&"Completed"), "{steps:?}");
-    assert!(steps.contains(&"BackingUp") && steps.contains(&"Draining"), "{steps:?}");
-    let verified: Vec<&Value> = events.iter().filter(|e| e["event"] == "backupVerified").collect();
+    assert!(
+        steps.contains(&"BackingUp") && steps.contains(&"Draining"),
+        "{steps:?}"
+    );
+    let verified: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "backupVerified")
+        .collect();
     assert!(!verified.is_empty() && verified.iter().all(|v| v["bytes"].as_u64() > Some(0)));
     let last = events.last().expect("events");
     assert_eq!(last["event"], "finished");
     assert_eq!(last["exitCode"], 0);
     assert_eq!(last["outcome"], "completed");
     let p = plan(&h, &name).await;
-    assert_eq!(p.spec.drain.grace_period_seconds, Some(0), "--grace-period reached the spec");
+    assert_eq!(
+        p.spec.drain.grace_period_seconds,
+        Some(0),
+        "--grace-period reached the spec"
+    );
     controller.shutdown().await;
 }
 
@@ -285,7 +321,16 @@ async fn a_failed_backup_exits_3_and_leaves_the_node_in_service() {
     let cli = Cli::new(&h);
     let kc = kubeconfig_arg(&cli);
     let out = cli
-        .run(&["drain", &node, "--name", "cli-fail", "--backup-attempts", "1", "--kubeconfig", &kc])
+        .run(&[
+            "drain",
+            &node,
+            "--name",
+            "cli-fail",
+            "--backup-attempts",
+            "1",
+            "--kubeconfig",
+            &kc,
+        ])
         .await;
     assert_eq!(out.code, Some(3), "{}\n{}", out.stdout, out.stderr);
     let lines = out.lines();
@@ -319,17 +364,33 @@ async fn abort_from_another_snapdrain_stops_a_blocked_drain_which_exits_4() {
 
     let status = cli.run(&["status", "cli-abort", "--kubeconfig", &kc]).await;
     assert_eq!(status.code, Some(0), "{}", status.stderr);
-    assert!(status.stdout.contains("Phase:    Draining"), "{}", status.stdout);
+    assert!(
+        status.stdout.contains("Phase:    Draining"),
+        "{}",
+        status.stdout
+    );
     assert!(status.stdout.contains("blocked ("), "{}", status.stdout);
 
     let abort = cli.run(&["abort", "cli-abort", "--kubeconfig", &kc]).await;
     assert_eq!(abort.code, Some(0), "{}", abort.stderr);
-    assert!(abort.stdout.contains("abort requested for plan cli-abort"), "{}", abort.stdout);
+    assert!(
+        abort.stdout.contains("abort requested for plan cli-abort"),
+        "{}",
+        abort.stdout
+    );
     let out = drain.finish().await;
     assert_eq!(out.code, Some(4), "{}\n{}", out.stdout, out.stderr);
-    assert!(out.stdout.contains("plan cli-abort Aborted"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("plan cli-abort Aborted"),
+        "{}",
+        out.stdout
+    );
     let n = h.node(&node).await.expect("node kept");
-    assert_ne!(n.spec.and_then(|s| s.unschedulable), Some(true), "rolled back: uncordoned");
+    assert_ne!(
+        n.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "rolled back: uncordoned"
+    );
 
     let again = cli.run(&["abort", "cli-abort", "--kubeconfig", &kc]).await;
     assert_eq!(again.code, Some(0));
@@ -345,13 +406,32 @@ async fn detach_returns_at_once_and_status_shows_the_plan() {
     let cli = Cli::new(&h);
     let kc = kubeconfig_arg(&cli);
     let out = cli
-        .run(&["drain", &node, "--name", "cli-detach", "--detach", "--kubeconfig", &kc])
+        .run(&[
+            "drain",
+            &node,
+            "--name",
+            "cli-detach",
+            "--detach",
+            "--kubeconfig",
+            &kc,
+        ])
         .await;
     assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
-    assert!(out.stdout.contains("disruptionplan.snapdrain.io/cli-detach created"));
-    assert!(out.stdout.contains("snapdrain status cli-detach"), "{}", out.stdout);
+    assert!(
+        out.stdout
+            .contains("disruptionplan.snapdrain.io/cli-detach created")
+    );
+    assert!(
+        out.stdout.contains("snapdrain status cli-detach"),
+        "{}",
+        out.stdout
+    );
     let p = plan(&h, "cli-detach").await;
-    assert!(p.status.is_none(), "no controller has touched it: {:?}", p.status);
+    assert!(
+        p.status.is_none(),
+        "no controller has touched it: {:?}",
+        p.status
+    );
 
     let controller = h.controller().await;
     h.wait_phase("cli-detach", PlanPhase::Completed).await;
@@ -362,15 +442,32 @@ async fn detach_returns_at_once_and_status_shows_the_plan() {
         .lines()
         .find(|l| l.starts_with("cli-detach "))
         .unwrap_or_else(|| panic!("no row for the plan:\n{}", table.stdout));
-    assert!(row.contains("Completed") && row.contains("verified"), "{row}");
-    let json = cli.run(&["status", "cli-detach", "-o", "json", "--kubeconfig", &kc]).await;
+    assert!(
+        row.contains("Completed") && row.contains("verified"),
+        "{row}"
+    );
+    let json = cli
+        .run(&["status", "cli-detach", "-o", "json", "--kubeconfig", &kc])
+        .await;
     let v: Value = serde_json::from_str(&json.stdout).expect("JSON");
     assert_eq!(v["status"]["phase"], "Completed");
-    let yaml = cli.run(&["status", "-o", "yaml", "--kubeconfig", &kc]).await;
-    assert!(yaml.stdout.contains("kind: List") && yaml.stdout.contains("name: cli-detach"), "{}", yaml.stdout);
-    let missing = cli.run(&["status", "no-such-plan", "--kubeconfig", &kc]).await;
+    let yaml = cli
+        .run(&["status", "-o", "yaml", "--kubeconfig", &kc])
+        .await;
+    assert!(
+        yaml.stdout.contains("kind: List") && yaml.stdout.contains("name: cli-detach"),
+        "{}",
+        yaml.stdout
+    );
+    let missing = cli
+        .run(&["status", "no-such-plan", "--kubeconfig", &kc])
+        .await;
     assert_eq!(missing.code, Some(1));
-    assert!(missing.stderr.contains("plan no-such-plan not found"), "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("plan no-such-plan not found"),
+        "{}",
+        missing.stderr
+    );
     controller.shutdown().await;
 }
 
@@ -401,7 +498,11 @@ async fn ctrl_c_without_a_terminal_leaves_the_plan_running_and_says_how_to_abort
         out.stdout
     );
     let p = plan(&h, "cli-int").await;
-    assert_eq!(p.status.as_ref().map(|s| s.phase), Some(PlanPhase::Draining), "still running");
+    assert_eq!(
+        p.status.as_ref().map(|s| s.phase),
+        Some(PlanPhase::Draining),
+        "still running"
+    );
     assert!(
         !p.annotations().contains_key("snapdrain.io/abort"),
         "nobody asked to abort"
@@ -414,13 +515,33 @@ async fn unknown_nodes_and_bad_flags_are_refused_before_a_plan_exists() {
     let h = Harness::start().await;
     let cli = Cli::new(&h);
     let kc = kubeconfig_arg(&cli);
-    let out = cli.run(&["drain", "no-such-node", "--kubeconfig", &kc]).await;
+    let out = cli
+        .run(&["drain", "no-such-node", "--kubeconfig", &kc])
+        .await;
     assert_eq!(out.code, Some(1), "{}", out.stderr);
-    assert!(out.stderr.contains("node no-such-node not found"), "{}", out.stderr);
-    let out = cli.run(&["drain", "-l", "example.com/pool=nothing", "--kubeconfig", &kc]).await;
+    assert!(
+        out.stderr.contains("node no-such-node not found"),
+        "{}",
+        out.stderr
+    );
+    let out = cli
+        .run(&[
+            "drain",
+            "-l",
+            "example.com/pool=nothing",
+            "--kubeconfig",
+            &kc,
+        ])
+        .await;
     assert_eq!(out.code, Some(1));
-    assert!(out.stderr.contains("no node matches the selector"), "{}", out.stderr);
-    let out = cli.run(&["drain", "n1", "--timeout", "soon", "--kubeconfig", &kc]).await;
+    assert!(
+        out.stderr.contains("no node matches the selector"),
+        "{}",
+        out.stderr
+    );
+    let out = cli
+        .run(&["drain", "n1", "--timeout", "soon", "--kubeconfig", &kc])
+        .await;
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("is not a duration"), "{}", out.stderr);
     let out = cli.run(&["drain", "--no-such-flag"]).await;
@@ -434,6 +555,11 @@ async fn unknown_nodes_and_bad_flags_are_refused_before_a_plan_exists() {
 
 /// Runs `snapdrain drain` in a pseudo-terminal: progress bars are drawn, Ctrl-C asks, and the answer
 /// "abort" rolls the plan back (exit 4).
+type LoggedSession = expectrl::Session<
+    expectrl::process::unix::UnixProcess,
+    expectrl::stream::log::LogStream<expectrl::process::unix::PtyStream, std::fs::File>,
+>;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_a_terminal_bars_are_drawn_and_ctrl_c_asks_then_aborts() {
     use expectrl::process::unix::WaitStatus;
@@ -454,10 +580,17 @@ async fn in_a_terminal_bars_are_drawn_and_ctrl_c_asks_then_aborts() {
             .env("TERM", "xterm-256color")
             .env_remove("RUST_LOG");
         let mut s = Session::spawn(cmd).expect("spawn in a pty");
-        s.get_process_mut().set_window_size(160, 40).expect("window size");
+        s.get_process_mut()
+            .set_window_size(160, 40)
+            .expect("window size");
+        // Everything the terminal showed is kept as a test artifact.
+        let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-artifacts");
+        std::fs::create_dir_all(&artifacts).expect("artifact dir");
+        let log = std::fs::File::create(artifacts.join("drain-tty.log")).expect("log file");
+        let mut s = expectrl::session::log(s, log).expect("logged session");
         s.set_expect_timeout(Some(TIMEOUT));
         let mut seen = String::new();
-        let mut expect = |s: &mut expectrl::session::OsSession, pat: &str| {
+        let mut expect = |s: &mut LoggedSession, pat: &str| {
             let m = s
                 .expect(Regex(pat))
                 .unwrap_or_else(|e| panic!("expected {pat:?} ({e}); saw:\n{seen}"));
@@ -465,7 +598,10 @@ async fn in_a_terminal_bars_are_drawn_and_ctrl_c_asks_then_aborts() {
             seen.push_str(&String::from_utf8_lossy(m.get(0).unwrap_or_default()));
         };
         // The eviction bar: pods evicted of total, with who is blocked and why.
-        expect(&mut s, r"\] \d+/\d+ pods evicted \d+ blocked");
+        expect(
+            &mut s,
+            r"\] \d+/\d+ pods evicted (?:\x1b\[[0-9;]*m)*\d+ blocked",
+        );
         s.send("\x03").expect("Ctrl-C");
         expect(&mut s, r"choice \[a/l/c\]: ");
         s.send_line("a").expect("answer");
@@ -482,12 +618,17 @@ async fn in_a_terminal_bars_are_drawn_and_ctrl_c_asks_then_aborts() {
         .expect("the terminal session ends in time")
         .expect("the terminal session does not panic");
     assert_eq!(code, Some(4), "{seen}");
-    assert!(seen.contains("step Draining"), "lines are printed above the bars:\n{seen}");
+    assert!(
+        seen.contains("step Draining"),
+        "lines are printed above the bars:\n{seen}"
+    );
     assert!(seen.contains("verified"), "{seen}");
     let p = plan(&h, "cli-tty").await;
     assert_eq!(p.status.as_ref().map(|s| s.phase), Some(PlanPhase::Aborted));
     assert_eq!(
-        p.annotations().get("snapdrain.io/abort").map(String::as_str),
+        p.annotations()
+            .get("snapdrain.io/abort")
+            .map(String::as_str),
         Some("true")
     );
     controller.shutdown().await;
@@ -513,13 +654,19 @@ async fn kubectl_snapdrain_drain_works_through_kubectls_plugin_lookup() {
         c.env("PATH", &path);
         c
     };
-    let list = kubectl(&["plugin", "list"]).output().await.expect("kubectl runs");
+    let list = kubectl(&["plugin", "list"])
+        .output()
+        .await
+        .expect("kubectl runs");
     assert!(
         String::from_utf8_lossy(&list.stdout).contains("kubectl-snapdrain"),
         "kubectl lists the plugin: {}",
         String::from_utf8_lossy(&list.stdout)
     );
-    let help = kubectl(&["snapdrain", "drain", "--help"]).output().await.expect("runs");
+    let help = kubectl(&["snapdrain", "drain", "--help"])
+        .output()
+        .await
+        .expect("runs");
     let help = String::from_utf8_lossy(&help.stdout);
     assert!(help.contains("Usage: kubectl snapdrain drain"), "{help}");
 
@@ -531,7 +678,12 @@ async fn kubectl_snapdrain_drain_works_through_kubectls_plugin_lookup() {
     .expect("in time")
     .expect("kubectl runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("plan via-kubectl Completed"), "{stdout}");
     assert_eq!(
         plan(&h, "via-kubectl").await.status.map(|s| s.phase),
@@ -539,4 +691,3 @@ async fn kubectl_snapdrain_drain_works_through_kubectls_plugin_lookup() {
     );
     controller.shutdown().await;
 }
-

@@ -173,15 +173,45 @@ fn list(items: &[String]) -> String {
     }
 }
 
+/// Where a Velero Backup phase sits in its lifecycle (Velero 1.18 `BackupPhase`): the plan's status can
+/// carry a phase older than the one the Backup watch already told, and a stale phase is not news.
+fn backup_phase_rank(phase: &str) -> u8 {
+    match phase {
+        "New" => 0,
+        "Queued" => 1,
+        "ReadyToStart" => 2,
+        "InProgress" => 3,
+        "WaitingForPluginOperations" | "WaitingForPluginOperationsPartiallyFailed" => 4,
+        "Finalizing" | "FinalizingPartiallyFailed" => 5,
+        "Completed" | "PartiallyFailed" | "Failed" | "FailedValidation" => 6,
+        _ => 7,
+    }
+}
+
 #[derive(Debug, Default, Clone)]
 struct BackupSeen {
     /// Told as created (from the plan's status, which names its namespace and PVCs).
     created: bool,
-    phases: BTreeSet<String>,
+    /// The latest phase told, by [`backup_phase_rank`].
+    phase: Option<String>,
     items: Option<(u64, u64)>,
     bytes: Option<(u64, u64)>,
     verified: bool,
     verification_error: Option<String>,
+}
+
+impl BackupSeen {
+    /// Records `phase` if it is later in the lifecycle than the last one told.
+    fn newer_phase(&mut self, phase: &str) -> bool {
+        let newer = self
+            .phase
+            .as_deref()
+            .is_none_or(|old| old != phase && backup_phase_rank(phase) >= backup_phase_rank(old));
+        if newer {
+            self.phase = Some(phase.to_string());
+        }
+        newer
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -243,7 +273,7 @@ impl Tracker {
                 });
             }
             if let Some(p) = &b.phase
-                && seen.phases.insert(p.clone())
+                && seen.newer_phase(p)
             {
                 out.push(Update::BackupPhase {
                     name: b.name.clone(),
@@ -270,17 +300,8 @@ impl Tracker {
         }
         for n in &status.nodes {
             let seen = self.nodes.entry(n.name.clone()).or_default();
-            if seen.phase != Some(n.phase) {
-                // The first sight of a node in its initial phase says nothing new.
-                if seen.phase.is_some() || n.phase != NodePhase::Pending {
-                    out.push(Update::NodePhase {
-                        node: n.name.clone(),
-                        phase: n.phase,
-                    });
-                }
-                seen.phase = Some(n.phase);
-            }
-            if n.pods_total > 0 && seen.evicted != Some(n.pods_evicted) {
+            // "0/N evicted" before anything was evicted says nothing; the step line says draining began.
+            if n.pods_total > 0 && seen.evicted.unwrap_or(0) != n.pods_evicted {
                 seen.evicted = Some(n.pods_evicted);
                 out.push(Update::Evictions {
                     node: n.name.clone(),
@@ -300,6 +321,16 @@ impl Tracker {
                     }),
                 }
                 seen.blocked = n.blocked_by.clone();
+            }
+            if seen.phase != Some(n.phase) {
+                // The first sight of a node in its initial phase says nothing new.
+                if seen.phase.is_some() || n.phase != NodePhase::Pending {
+                    out.push(Update::NodePhase {
+                        node: n.name.clone(),
+                        phase: n.phase,
+                    });
+                }
+                seen.phase = Some(n.phase);
             }
             if let Some(r) = &n.replacement {
                 for id in &r.instance_ids {
@@ -359,7 +390,7 @@ impl Tracker {
             return out;
         };
         if let Some(p) = phase
-            && seen.phases.insert(p.to_string())
+            && seen.newer_phase(p)
         {
             out.push(Update::BackupPhase {
                 name: name.into(),
@@ -411,6 +442,8 @@ pub fn progress_line_due(last_told: Option<(u64, u64)>, done: u64, total: u64) -
     match last_told {
         None => true,
         Some(_) if done >= total => true,
+        // Volumes being discovered (the total grows while nothing moved yet) are not progress.
+        Some((d, _)) if done == 0 && d == 0 => false,
         Some((d, t)) => t != total || decile(done, total) > decile(d, t),
     }
 }
@@ -483,7 +516,9 @@ mod tests {
             }),
         );
         assert_eq!(from_velero.len(), 2, "{from_velero:?}");
-        // ... so the same phase in the plan's status later is not told again.
+        // ... so the same phase, or an older one, in the plan's status later is not told again.
+        s.backups[0].phase = Some("New".into());
+        assert!(t.plan(&s).is_empty());
         s.backups[0].phase = Some("InProgress".into());
         assert!(t.plan(&s).is_empty());
 
@@ -525,10 +560,6 @@ mod tests {
         assert_eq!(
             u,
             vec![
-                Update::NodePhase {
-                    node: "n1".into(),
-                    phase: NodePhase::Draining
-                },
                 Update::Evictions {
                     node: "n1".into(),
                     evicted: 1,
@@ -538,6 +569,10 @@ mod tests {
                     node: "n1".into(),
                     pods: 1,
                     why: "shop/pg-0: PDB".into()
+                },
+                Update::NodePhase {
+                    node: "n1".into(),
+                    phase: NodePhase::Draining
                 },
                 Update::Phase {
                     from: Some(PlanPhase::Verifying),
