@@ -10,6 +10,7 @@
 //! - [`telemetry`]: metrics and logs.
 //! - [`bench`]: measurements behind `snapdrain bench`.
 //! - [`demo`]: `snapdrain demo`: the simulated cluster and the controller in one process, narrated.
+//! - [`report`]: `snapdrain report`: a plan as HTML or Markdown (pure renderers).
 //! - [`cli`]: the command line.
 //! - [`sim`]: the simulated cluster used by the demo and the tests.
 
@@ -22,5 +23,6 @@ pub mod controller;
 pub mod demo;
 pub mod drain;
 pub mod planning;
+pub mod report;
 pub mod sim;
 pub mod telemetry;

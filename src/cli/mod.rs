@@ -10,6 +10,7 @@ pub mod drain;
 pub mod follow;
 pub mod invocation;
 mod plan;
+pub mod report;
 pub mod selector;
 mod sim;
 pub mod status;
@@ -47,6 +48,8 @@ pub enum Command {
     Man,
     /// Show what a DisruptionPlan for a node would back up and evict, without changing anything.
     Plan(plan::PlanArgs),
+    /// Write what happened to a plan as one self-contained HTML page (or Markdown).
+    Report(report::ReportArgs),
     /// The simulated cluster (Kubernetes API, and the world around it).
     Sim {
         #[command(subcommand)]
@@ -63,7 +66,7 @@ impl Command {
         match self {
             Self::Demo(_) => "error,s3s=off,s3s_fs=off",
             // The user-facing commands tell their own story on stdout; logs would garble it.
-            Self::Drain(_) | Self::Status(_) | Self::Abort(_) => "error",
+            Self::Drain(_) | Self::Status(_) | Self::Abort(_) | Self::Report(_) => "error",
             _ => "info",
         }
     }
@@ -76,6 +79,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Drain(args) => return drain::run(args).await.map(code),
         Command::Status(args) => status::run(args).await?,
         Command::Abort(args) => abort::run(args).await?,
+        Command::Report(args) => report::run(args).await?,
         Command::Completion(args) => completion::run_completion(args)?,
         Command::Man => completion::run_man()?,
         other => run_other(other).await?,
@@ -97,6 +101,7 @@ async fn run_other(command: Command) -> anyhow::Result<()> {
         Command::Drain(_)
         | Command::Status(_)
         | Command::Abort(_)
+        | Command::Report(_)
         | Command::Completion(_)
         | Command::Man => Ok(()),
     }
