@@ -691,3 +691,203 @@ async fn kubectl_snapdrain_drain_works_through_kubectls_plugin_lookup() {
     );
     controller.shutdown().await;
 }
+
+/// Headless Chromium with a profile of its own and nothing that reaches the network.
+async fn chromium(profile: &Path, args: &[&str]) -> std::process::Output {
+    let chromium = Path::new("/usr/bin/chromium");
+    assert!(
+        chromium.exists(),
+        "headless Chromium is needed to render the report: apt-get install -y chromium (.ci/run does)"
+    );
+    let mut c = Command::new(chromium);
+    c.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .args(args)
+    .stdin(Stdio::null())
+    .kill_on_drop(true);
+    tokio::time::timeout(TIMEOUT, c.output())
+        .await
+        .expect("chromium finishes in time")
+        .expect("chromium runs")
+}
+
+/// Strips tags, leaving the text a person reads (in document order).
+fn text_of(html: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => {
+                in_tag = false;
+                out.push(' ');
+            }
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A plan whose postgres eviction is refused by its PDB until the budget allows it, then the report in
+/// HTML (rendered by headless Chromium: steps in order, backups and their bucket objects, pods with
+/// their refused attempts) and in Markdown; the screenshot is kept under target/test-artifacts/.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_report_renders_in_headless_chromium_with_steps_backups_and_pods_in_order() {
+    let h = Harness::start().await;
+    block_postgres_evictions(&h).await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let cli = Cli::new(&h);
+    let kc = kubeconfig_arg(&cli);
+    let mut drain = cli.spawn(&["drain", &node, "--name", "cli-report", "--kubeconfig", &kc]);
+    drain
+        .line_matching("a blocked eviction", |l| l.contains("blocked:"))
+        .await;
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(h.client.clone(), "shop");
+    for pdb in pdbs.list(&Default::default()).await.expect("PDBs").items {
+        pdbs.patch(
+            &pdb.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"maxUnavailable": 1}})),
+        )
+        .await
+        .expect("PDB relaxed");
+    }
+    let out = drain.finish().await;
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
+
+    let html_path = cli.dir.path().join("report.html");
+    let html_arg = html_path.display().to_string();
+    let r = cli
+        .run(&["report", "cli-report", "-o", &html_arg, "--kubeconfig", &kc])
+        .await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("written to"), "{}", r.stdout);
+
+    let profile = tempfile::tempdir().expect("profile dir");
+    let url = format!("file://{}", html_path.display());
+    let dom = chromium(profile.path(), &["--dump-dom", &url]).await;
+    assert!(
+        dom.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    let dom = String::from_utf8_lossy(&dom.stdout).into_owned();
+    assert!(dom.contains("<svg"), "the timeline is drawn");
+
+    let p = plan(&h, "cli-report").await;
+    let status = p.status.clone().expect("status");
+    let text = text_of(&dom);
+    // Steps in the order they happened, in the rendered steps table.
+    let steps_at = text.find("Step Started Took").expect("steps table");
+    let steps = &text[steps_at..];
+    let order: Vec<usize> = [
+        "Pending",
+        "BackingUp",
+        "Verifying",
+        "Cordoning",
+        "Draining",
+        "Terminating",
+        "Completed",
+    ]
+    .iter()
+    .map(|s| {
+        steps
+            .find(&format!(" {s} "))
+            .unwrap_or_else(|| panic!("step {s} shown:\n{steps}"))
+    })
+    .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] < w[1]),
+        "steps in order: {order:?}"
+    );
+    // Each backup with its verified objects and sizes, before the evictions.
+    let evictions_at = text
+        .find("Pod Attempts Refused")
+        .expect("per-pod evictions from the audit log");
+    for b in &status.backups {
+        let at = text
+            .find(&b.name)
+            .unwrap_or_else(|| panic!("backup {} shown", b.name));
+        assert!(at < evictions_at);
+        for o in &b.verified_objects {
+            assert!(text.contains(&o.key), "object {} shown", o.key);
+        }
+    }
+    // The protected pods (those the backups cover): evicted after their refusals, listed with them.
+    let protected: Vec<String> = status
+        .backups
+        .iter()
+        .flat_map(|b| b.pods.iter().map(move |p| format!("{}/{p}", b.namespace)))
+        .collect();
+    assert!(!protected.is_empty());
+    for pod in &protected {
+        let row = text[evictions_at..]
+            .find(pod.as_str())
+            .map(|i| &text[evictions_at + i..])
+            .unwrap_or_else(|| panic!("pod {pod} shown in the evictions"));
+        let cells: Vec<&str> = row.split_whitespace().take(3).collect();
+        let refused: u32 = cells[2].parse().expect("a count");
+        assert!(
+            refused >= 1,
+            "{pod} was refused by its PDB first: {cells:?}"
+        );
+    }
+
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-artifacts");
+    std::fs::create_dir_all(&artifacts).expect("artifact dir");
+    let png = artifacts.join("report.png");
+    let _ = std::fs::remove_file(&png);
+    let shot = chromium(
+        profile.path(),
+        &[
+            &format!("--screenshot={}", png.display()),
+            "--window-size=1200,1600",
+            &url,
+        ],
+    )
+    .await;
+    assert!(
+        shot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shot.stderr)
+    );
+    let bytes = std::fs::read(&png).expect("screenshot written");
+    assert!(
+        bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000,
+        "a real PNG"
+    );
+    std::fs::copy(&html_path, artifacts.join("report.html")).expect("report kept");
+
+    let md = cli
+        .run(&[
+            "report",
+            "cli-report",
+            "--format",
+            "markdown",
+            "--kubeconfig",
+            &kc,
+        ])
+        .await;
+    assert_eq!(md.code, Some(0), "{}", md.stderr);
+    assert!(
+        md.stdout
+            .starts_with("## DisruptionPlan `cli-report`: Completed"),
+        "{}",
+        md.stdout
+    );
+    for b in &status.backups {
+        assert!(md.stdout.contains(&b.name));
+    }
+    controller.shutdown().await;
+}

@@ -145,11 +145,16 @@ fn trim_float(v: f64) -> String {
 }
 
 fn table(out: &mut String, id: &str, header: &[&str], rows: &[Vec<String>]) {
-    let _ = write!(out, r#"<table id="{id}"><thead><tr>"#);
-    for h in header {
-        let _ = write!(out, "<th>{}</th>", esc(h));
+    let _ = write!(out, r#"<table id="{id}">"#);
+    // Key-value tables have no header row.
+    if header.iter().any(|h| !h.is_empty()) {
+        out.push_str("<thead><tr>");
+        for h in header {
+            let _ = write!(out, "<th>{}</th>", esc(h));
+        }
+        out.push_str("</tr></thead>");
     }
-    out.push_str("</tr></thead><tbody>");
+    out.push_str("<tbody>");
     for r in rows {
         out.push_str("<tr>");
         for c in r {
