@@ -891,3 +891,24 @@ async fn the_report_renders_in_headless_chromium_with_steps_backups_and_pods_in_
     }
     controller.shutdown().await;
 }
+
+/// The krew manifest installs this binary under the plugin name kubectl looks for.
+#[test]
+fn the_krew_manifest_names_the_plugin_and_the_binary() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/krew/snapdrain.yaml");
+    let text = std::fs::read_to_string(&path).expect("manifest in the repo");
+    let v: Value = serde_saphyr::from_str(&text).expect("valid YAML");
+    assert_eq!(v["kind"], "Plugin");
+    assert_eq!(
+        v["apiVersion"],
+        "krew.googlecontainertools.github.com/v1alpha2"
+    );
+    // krew links `kubectl-<metadata.name>` to `bin`; program_name() recognises that name.
+    assert_eq!(v["metadata"]["name"], "snapdrain");
+    let platforms = v["spec"]["platforms"].as_array().expect("platforms");
+    assert!(!platforms.is_empty());
+    for p in platforms {
+        assert_eq!(p["bin"], "snapdrain");
+        assert_eq!(p["selector"]["matchLabels"]["os"], "linux");
+    }
+}

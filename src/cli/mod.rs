@@ -43,7 +43,7 @@ pub enum Command {
     /// Show snapdrain end to end on a simulated cluster: back up, verify, drain, terminate, replace.
     Demo(demo::DemoArgs),
     /// Back up and drain nodes now: create a DisruptionPlan and follow it live.
-    Drain(drain::DrainArgs),
+    Drain(Box<drain::DrainArgs>),
     /// Print the man page (roff), e.g. `snapdrain man > snapdrain.1`.
     Man,
     /// Show what a DisruptionPlan for a node would back up and evict, without changing anything.
@@ -76,7 +76,7 @@ impl Command {
 pub async fn run(cli: Cli) -> anyhow::Result<u8> {
     let code = |o: follow::exit::Outcome| o.exit_code();
     match cli.command {
-        Command::Drain(args) => return drain::run(args).await.map(code),
+        Command::Drain(args) => return drain::run(*args).await.map(code),
         Command::Status(args) => status::run(args).await?,
         Command::Abort(args) => abort::run(args).await?,
         Command::Report(args) => report::run(args).await?,

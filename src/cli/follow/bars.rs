@@ -31,6 +31,12 @@ const BACKUP: &str = "  backup {prefix:.bold} [{bar:25.cyan/blue}] {pos}/{len} i
 const NODE: &str =
     "  node {prefix:.bold} [{bar:25.green/blue}] {pos}/{len} pods evicted {msg:.yellow}";
 
+impl Default for Bars {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Bars {
     pub fn new() -> Self {
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
