@@ -2,8 +2,10 @@
 //! crate; this crate is its command line, and with the default `sim` feature also:
 //! - [`demo`]: `snapdrain demo`: the simulated cluster and the controller in one process, narrated.
 //! - [`bench`]: measurements behind `snapdrain bench`.
+//! - [`report`]: `snapdrain report`: a plan as HTML or Markdown (pure renderers).
 
 pub mod cli;
+pub mod report;
 
 #[cfg(feature = "sim")]
 pub mod bench;

@@ -26,6 +26,13 @@ pub struct DemoArgs {
     /// Where --keep-running writes the kubeconfig.
     #[arg(long, default_value = "snapdrain-demo.kubeconfig", value_name = "FILE")]
     pub kubeconfig: PathBuf,
+    /// Where to write the HTML report of the plan at the end (`snapdrain report`).
+    #[arg(
+        long,
+        default_value = "snapdrain-demo-report.html",
+        value_name = "FILE"
+    )]
+    pub report: PathBuf,
     /// Give up if the plan has not finished after this many seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,
@@ -40,6 +47,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         timeout: Duration::from_secs(args.timeout),
         // The spinner draws on stderr: only when both streams reach a person.
         live: std::io::stdout().is_terminal() && std::io::stderr().is_terminal(),
+        report_path: Some(args.report),
     };
     let mut stdout = std::io::stdout();
     let demo = run_demo(&opts, &mut stdout).await?;

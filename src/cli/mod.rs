@@ -1,15 +1,24 @@
 //! The command line: `snapdrain controller`, `snapdrain plan`, `snapdrain crds`, and with the `sim` feature
 //! `snapdrain demo`, `snapdrain sim serve` and `snapdrain bench`.
 
+pub mod abort;
 #[cfg(feature = "sim")]
 mod bench;
+pub mod cluster;
+pub mod completion;
 mod controller;
 #[cfg(feature = "sim")]
 mod demo;
+pub mod drain;
+pub mod follow;
+pub mod invocation;
 mod plan;
+pub mod report;
+pub mod selector;
 mod signal;
 #[cfg(feature = "sim")]
 mod sim;
+pub mod status;
 
 use clap::{Parser, Subcommand};
 
@@ -26,24 +35,36 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Stop a running DisruptionPlan and roll it back (uncordon, restore holds).
+    Abort(abort::AbortArgs),
     /// Measure the DESIGN performance targets on this machine (simulated cluster, controller, planning).
     #[cfg(feature = "sim")]
     Bench(bench::BenchArgs),
     /// Run the DisruptionPlan controller.
     Controller(controller::ControllerArgs),
+    /// Print a shell completion script (bash, zsh or fish).
+    Completion(completion::CompletionArgs),
     /// Print the DisruptionPlan CustomResourceDefinition (YAML).
     Crds,
     /// Show snapdrain end to end on a simulated cluster: back up, verify, drain, terminate, replace.
     #[cfg(feature = "sim")]
     Demo(demo::DemoArgs),
+    /// Back up and drain nodes now: create a DisruptionPlan and follow it live.
+    Drain(Box<drain::DrainArgs>),
+    /// Print the man page (roff), e.g. `snapdrain man > snapdrain.1`.
+    Man,
     /// Show what a DisruptionPlan for a node would back up and evict, without changing anything.
     Plan(plan::PlanArgs),
+    /// Write what happened to a plan as one self-contained HTML page (or Markdown).
+    Report(report::ReportArgs),
     /// The simulated cluster (Kubernetes API, and the world around it).
     #[cfg(feature = "sim")]
     Sim {
         #[command(subcommand)]
         command: sim::SimCommand,
     },
+    /// The DisruptionPlans as a table, or one in detail.
+    Status(status::StatusArgs),
 }
 
 impl Command {
@@ -53,13 +74,30 @@ impl Command {
         match self {
             #[cfg(feature = "sim")]
             Self::Demo(_) => "error,s3s=off,s3s_fs=off",
+            // The user-facing commands tell their own story on stdout; logs would garble it.
+            Self::Drain(_) | Self::Status(_) | Self::Abort(_) | Self::Report(_) => "error",
             _ => "info",
         }
     }
 }
 
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs a command; the exit code says how it ended (see [`follow::exit`]; errors are code 1).
+pub async fn run(cli: Cli) -> anyhow::Result<u8> {
+    let code = |o: follow::exit::Outcome| o.exit_code();
     match cli.command {
+        Command::Drain(args) => return drain::run(*args).await.map(code),
+        Command::Status(args) => status::run(args).await?,
+        Command::Abort(args) => abort::run(args).await?,
+        Command::Report(args) => report::run(args).await?,
+        Command::Completion(args) => completion::run_completion(args)?,
+        Command::Man => completion::run_man()?,
+        other => run_other(other).await?,
+    }
+    Ok(0)
+}
+
+async fn run_other(command: Command) -> anyhow::Result<()> {
+    match command {
         #[cfg(feature = "sim")]
         Command::Sim { command } => sim::run(command).await,
         #[cfg(feature = "sim")]
@@ -72,5 +110,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", snapdrain::api::crd_yaml());
             Ok(())
         }
+        Command::Drain(_)
+        | Command::Status(_)
+        | Command::Abort(_)
+        | Command::Report(_)
+        | Command::Completion(_)
+        | Command::Man => Ok(()),
     }
 }

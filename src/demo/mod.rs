@@ -47,6 +47,8 @@ pub struct DemoOptions {
     pub timeout: Duration,
     /// Draw a spinner (stdout and stderr are a terminal).
     pub live: bool,
+    /// Write `snapdrain report`'s HTML page of the plan here at the end, and print its path.
+    pub report_path: Option<PathBuf>,
 }
 
 impl Default for DemoOptions {
@@ -58,6 +60,7 @@ impl Default for DemoOptions {
             timings: None,
             timeout: Duration::from_secs(120),
             live: false,
+            report_path: None,
         }
     }
 }
@@ -182,6 +185,16 @@ pub async fn run(opts: &DemoOptions, out: &mut (dyn Write + Send)) -> anyhow::Re
     p.stop_spinner();
     for line in report.lines() {
         p.line(line)?;
+    }
+    if let Some(path) = &opts.report_path {
+        let data = crate::report::gather(&client, &name).await?;
+        std::fs::write(path, crate::report::render_html(&data))
+            .with_context(|| format!("cannot write the report to {}", path.display()))?;
+        let shown = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        p.line(format!(
+            "Report (timeline, backups, evictions, Events): {}",
+            shown.display()
+        ))?;
     }
     p.flush()?;
     drop(p);

@@ -5,3 +5,4 @@ mod controller;
 mod crds;
 mod demo;
 mod deploy;
+mod drain_cli;

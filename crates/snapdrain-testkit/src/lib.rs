@@ -14,6 +14,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use snapdrain_sim::world::Timings;
 use snapdrain_sim::{SimCluster, SimConfig};
 
 pub use harness::{Harness, fast_timings};
@@ -34,6 +35,25 @@ pub async fn start_cluster() -> SimCluster {
     SimCluster::start(SimConfig::default())
         .await
         .expect("simulated cluster starts")
+}
+
+/// A kube-rs client for a simulated cluster.
+pub fn client(cluster: &SimCluster) -> kube::Client {
+    let url = cluster.url().parse().expect("the simulator's URL parses");
+    kube::Client::try_from(kube::Config::new(url)).expect("a client for the simulator")
+}
+
+/// A built-in scenario with its world running at `timings`, and a client for it.
+pub async fn start_scenario(name: &str, timings: Timings) -> (SimCluster, kube::Client) {
+    let cluster = SimCluster::start(SimConfig {
+        scenario: Some(snapdrain_sim::ScenarioSource::Named(name.into())),
+        timings: Some(timings),
+        ..Default::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("scenario {name} loads: {e}"));
+    let client = client(&cluster);
+    (cluster, client)
 }
 
 /// Logs of the code under test go to libtest's captured output: shown when a test fails, or always with
@@ -71,19 +91,29 @@ pub fn controller_settings(
 }
 
 /// Polls `check` until it returns Some, failing the test after [`WAIT`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + WAIT;
+    eventually_within(what, WAIT, check).await
+}
+
+/// Polls `check` every 50 ms until it returns Some, failing the test after `limit` (for the slow worlds:
+/// a whole scenario coming up, a 400-pod job).
+pub async fn eventually_within<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
     loop {
         if let Some(v) = check().await {
             return v;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "timed out after {WAIT:?} waiting for {what}"
+            "timed out after {limit:?} waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -16,8 +16,7 @@ use snapdrain_sim::cluster::cluster_join;
 use snapdrain_sim::ec2::bottlerocket::karpenter_user_data;
 use snapdrain_sim::world::Timings;
 use snapdrain_sim::world::velero::VeleroFault;
-use snapdrain_sim::{ScenarioSource, SimCluster, SimConfig};
-use snapdrain_testkit::Kubectl;
+use snapdrain_testkit::{Kubectl, eventually_within, start_scenario};
 
 fn fast() -> Timings {
     Timings {
@@ -27,37 +26,6 @@ fn fast() -> Timings {
         instance_boot: Duration::from_millis(200),
         backup_overhead: Duration::from_millis(50),
         backup_mib_per_second: 0.0,
-    }
-}
-
-async fn start(name: &str) -> (SimCluster, Client) {
-    let cluster = SimCluster::start(SimConfig {
-        scenario: Some(ScenarioSource::Named(name.into())),
-        timings: Some(fast()),
-        ..Default::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("scenario {name} loads: {e}"));
-    let client = Client::try_from(kube::Config::new(cluster.url().parse().unwrap())).unwrap();
-    (cluster, client)
-}
-
-/// Polls `f` until it returns Some, failing after `secs`.
-async fn until<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {secs}s waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -71,7 +39,7 @@ fn nodeclaims(client: &Client) -> Api<DynamicObject> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn quickstart_backup_from_kubectl_completes_into_the_bucket_with_its_uid() {
-    let (cluster, client) = start("quickstart").await;
+    let (cluster, client) = start_scenario("quickstart", fast()).await;
     let k = Kubectl::new(&cluster);
     let manifest = k.file(
         "backup.yaml",
@@ -79,15 +47,19 @@ async fn quickstart_backup_from_kubectl_completes_into_the_bucket_with_its_uid()
     );
     // StatefulSet pods must run for their volumes to be backed up through the node-agent.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
-    until("postgres and redis running", 30, || async {
-        let list = pods.list(&ListParams::default()).await.ok()?;
-        let running = list
-            .items
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .count();
-        (running >= 9).then_some(())
-    })
+    eventually_within(
+        "postgres and redis running",
+        Duration::from_secs(30),
+        || async {
+            let list = pods.list(&ListParams::default()).await.ok()?;
+            let running = list
+                .items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count();
+            (running >= 9).then_some(())
+        },
+    )
     .await;
     k.ok(&["apply", "-f", &manifest]).await;
     let phase = |name: &'static str| {
@@ -105,9 +77,11 @@ async fn quickstart_backup_from_kubectl_completes_into_the_bucket_with_its_uid()
             .await
         }
     };
-    until("the Backup to complete", 30, || async {
-        (phase("shop-now").await == "Completed").then_some(())
-    })
+    eventually_within(
+        "the Backup to complete",
+        Duration::from_secs(30),
+        || async { (phase("shop-now").await == "Completed").then_some(()) },
+    )
     .await;
     let uid = k
         .ok(&[
@@ -150,9 +124,11 @@ async fn quickstart_backup_from_kubectl_completes_into_the_bucket_with_its_uid()
             reason: "injected: node-agent lost its connection".into(),
         });
     k.ok(&["apply", "-f", &k.file("b2.yaml", "apiVersion: velero.io/v1\nkind: Backup\nmetadata: {name: shop-later, namespace: velero}\nspec: {includedNamespaces: [shop], defaultVolumesToFsBackup: true}\n")]).await;
-    until("the faulted Backup to fail", 30, || async {
-        (phase("shop-later").await == "Failed").then_some(())
-    })
+    eventually_within(
+        "the faulted Backup to fail",
+        Duration::from_secs(30),
+        || async { (phase("shop-later").await == "Failed").then_some(()) },
+    )
     .await;
     let reason = k
         .ok(&[
@@ -173,7 +149,7 @@ async fn quickstart_backup_from_kubectl_completes_into_the_bucket_with_its_uid()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn run_instances_joins_as_a_ready_node_once_per_token_and_bad_user_data_fails_visibly() {
-    let (cluster, client) = start("quickstart").await;
+    let (cluster, client) = start_scenario("quickstart", fast()).await;
     let ec2 = cluster.ec2.as_ref().unwrap();
     let sdk = aws_sdk_ec2::Client::from_conf(
         aws_sdk_ec2::Config::builder()
@@ -214,19 +190,23 @@ async fn run_instances_joins_as_a_ready_node_once_per_token_and_bad_user_data_fa
         "same token, same instance"
     );
     let nodes: Api<Node> = Api::all(client.clone());
-    let node = until("the instance to join as a Ready node", 30, || async {
-        let list = nodes.list(&ListParams::default()).await.ok()?;
-        list.items.into_iter().find(|n| {
-            n.spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
-                .is_some_and(|p| p.ends_with(&id))
-                && n.status
+    let node = eventually_within(
+        "the instance to join as a Ready node",
+        Duration::from_secs(30),
+        || async {
+            let list = nodes.list(&ListParams::default()).await.ok()?;
+            list.items.into_iter().find(|n| {
+                n.spec
                     .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
-    })
+                    .and_then(|s| s.provider_id.as_deref())
+                    .is_some_and(|p| p.ends_with(&id))
+                    && n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+        },
+    )
     .await;
     assert_eq!(
         node.labels().get("example.com/joined").map(String::as_str),
@@ -243,9 +223,11 @@ async fn run_instances_joins_as_a_ready_node_once_per_token_and_bad_user_data_fa
         .encode("[settings.kubernetes]\ncluster-name = \"bad name!\"\n");
     let out = launch("join-test-bad", bad).await.unwrap();
     let bad_id = out.instances()[0].instance_id().unwrap().to_string();
-    let reason = until("the bad instance to stop", 30, || async {
-        ec2.instance(&bad_id).and_then(|i| i.state_reason.clone())
-    })
+    let reason = eventually_within(
+        "the bad instance to stop",
+        Duration::from_secs(30),
+        || async { ec2.instance(&bad_id).and_then(|i| i.state_reason.clone()) },
+    )
     .await;
     assert!(reason.1.contains("settings.kubernetes"), "{reason:?}");
     let audit = cluster.audit.since(0);
@@ -266,16 +248,20 @@ async fn run_instances_joins_as_a_ready_node_once_per_token_and_bad_user_data_fa
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drift_rollout_replaces_drifted_nodes_except_those_held_by_do_not_disrupt() {
-    let (cluster, client) = start("drift-rollout").await;
+    let (cluster, client) = start_scenario("drift-rollout", fast()).await;
     // Before the timeline marks the nodes Drifted (5 s in), hold one node with a do-not-disrupt pod.
     let pods: Api<Pod> = Api::namespaced(client.clone(), "apps");
-    let held_pod = until("a running postgres pod", 20, || async {
-        pods.get_opt("postgres-0")
-            .await
-            .ok()
-            .flatten()
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
-    })
+    let held_pod = eventually_within(
+        "a running postgres pod",
+        Duration::from_secs(20),
+        || async {
+            pods.get_opt("postgres-0")
+                .await
+                .ok()
+                .flatten()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        },
+    )
     .await;
     let held_node = held_pod.spec.as_ref().unwrap().node_name.clone().unwrap();
     pods.patch(
@@ -303,7 +289,7 @@ async fn drift_rollout_replaces_drifted_nodes_except_those_held_by_do_not_disrup
                 .any(|c| c["type"] == "Drifted" && c["status"] == "True")
         })
     };
-    let held_claim = until("every node Drifted", 30, || async {
+    let held_claim = eventually_within("every node Drifted", Duration::from_secs(30), || async {
         let list = claims.list(&ListParams::default()).await.ok()?;
         let marked = list
             .items
@@ -318,9 +304,9 @@ async fn drift_rollout_replaces_drifted_nodes_except_those_held_by_do_not_disrup
         })?
     })
     .await;
-    let left = until(
+    let left = eventually_within(
         "every drifted node but the held one replaced",
-        120,
+        Duration::from_secs(120),
         || async {
             let list = claims.list(&ListParams::default()).await.ok()?;
             let old: Vec<String> = list
@@ -350,7 +336,7 @@ async fn drift_rollout_replaces_drifted_nodes_except_those_held_by_do_not_disrup
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batch_burst_runs_its_job_then_the_batch_pool_is_emptied() {
-    let (_cluster, client) = start("batch-burst").await;
+    let (_cluster, client) = start_scenario("batch-burst", fast()).await;
     let nodes: Api<Node> = Api::all(client.clone());
     let batch_nodes = || async {
         nodes
@@ -361,14 +347,18 @@ async fn batch_burst_runs_its_job_then_the_batch_pool_is_emptied() {
     };
     assert!(batch_nodes().await > 0);
     let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), "batch");
-    until("the 400-pod job to succeed", 120, || async {
-        let job = jobs.get_opt("etl").await.ok().flatten()?;
-        (job.status.and_then(|s| s.succeeded) == Some(400)).then_some(())
-    })
+    eventually_within(
+        "the 400-pod job to succeed",
+        Duration::from_secs(120),
+        || async {
+            let job = jobs.get_opt("etl").await.ok().flatten()?;
+            (job.status.and_then(|s| s.succeeded) == Some(400)).then_some(())
+        },
+    )
     .await;
-    until(
+    eventually_within(
         "Karpenter to remove the emptied batch nodes",
-        120,
+        Duration::from_secs(120),
         || async { (batch_nodes().await == 0).then_some(()) },
     )
     .await;

@@ -1,7 +1,6 @@
 //! Scenarios: every built-in loads and its StatefulSets become Ready; scale-5k loads; malformed files
 //! are refused with the file, the position and the problem.
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -11,6 +10,7 @@ use serde_json::Value;
 use snapdrain_sim::world::Timings;
 use snapdrain_sim::world::objects::{condition, nodeclaims, pods};
 use snapdrain_sim::{ScenarioSource, SimCluster, SimConfig, SimError};
+use snapdrain_testkit::{eventually_within, start_scenario};
 
 fn fast() -> Timings {
     Timings {
@@ -21,52 +21,26 @@ fn fast() -> Timings {
     }
 }
 
-async fn start(name: &str) -> (SimCluster, Client) {
-    let cluster = SimCluster::start(SimConfig {
-        scenario: Some(ScenarioSource::Named(name.into())),
-        timings: Some(fast()),
-        ..Default::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("scenario {name} loads: {e}"));
-    let client = Client::try_from(kube::Config::new(cluster.url().parse().unwrap())).unwrap();
-    (cluster, client)
-}
-
-async fn eventually<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn all_statefulsets_ready(client: &Client, expected: usize) {
     let sets: Api<StatefulSet> = Api::all(client.clone());
-    eventually("every StatefulSet Ready", 30, || async {
-        let items = sets.list(&ListParams::default()).await.unwrap().items;
-        let ready = items.iter().all(|s| {
-            let want = s.spec.as_ref().and_then(|sp| sp.replicas).unwrap_or(1);
-            s.status.as_ref().and_then(|st| st.ready_replicas) == Some(want)
-        });
-        (items.len() == expected && ready).then_some(())
-    })
+    eventually_within(
+        "every StatefulSet Ready",
+        Duration::from_secs(30),
+        || async {
+            let items = sets.list(&ListParams::default()).await.unwrap().items;
+            let ready = items.iter().all(|s| {
+                let want = s.spec.as_ref().and_then(|sp| sp.replicas).unwrap_or(1);
+                s.status.as_ref().and_then(|st| st.ready_replicas) == Some(want)
+            });
+            (items.len() == expected && ready).then_some(())
+        },
+    )
     .await;
 }
 
 #[tokio::test]
 async fn quickstart_loads_karpenter_nodes_velero_and_ready_statefulsets() {
-    let (cluster, client) = start("quickstart").await;
+    let (cluster, client) = start_scenario("quickstart", fast()).await;
     all_statefulsets_ready(&client, 2).await;
     let store = &cluster.store;
     let nodes = store.snapshot(&snapdrain_sim::world::objects::nodes()).0;
@@ -145,23 +119,25 @@ async fn quickstart_loads_karpenter_nodes_velero_and_ready_statefulsets() {
             .items
             .len()
     };
-    eventually("node-agent on every node", 15, || async {
-        (ready_pods("velero") == 7).then_some(())
-    })
+    eventually_within(
+        "node-agent on every node",
+        Duration::from_secs(15),
+        || async { (ready_pods("velero") == 7).then_some(()) },
+    )
     .await;
 }
 
 #[tokio::test]
 async fn batch_burst_loads_and_its_statefulsets_become_ready() {
-    let (_cluster, client) = start("batch-burst").await;
+    let (_cluster, client) = start_scenario("batch-burst", fast()).await;
     all_statefulsets_ready(&client, 3).await;
 }
 
 #[tokio::test]
 async fn drift_rollout_marks_twenty_nodeclaims_drifted() {
-    let (cluster, client) = start("drift-rollout").await;
+    let (cluster, client) = start_scenario("drift-rollout", fast()).await;
     all_statefulsets_ready(&client, 3).await;
-    eventually("20 Drifted NodeClaims", 20, || async {
+    eventually_within("20 Drifted NodeClaims", Duration::from_secs(20), || async {
         let drifted = cluster
             .store
             .snapshot(&nodeclaims())

@@ -1,7 +1,6 @@
 //! The simulated world through kube-rs against the in-process API server: kubelet, scheduler,
 //! StatefulSet/Deployment/DaemonSet controllers, volumes and garbage collection.
 
-use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
@@ -12,6 +11,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use snapdrain_sim::world::Timings;
 use snapdrain_sim::{SimCluster, SimConfig};
+use snapdrain_testkit::eventually;
 
 async fn start() -> (SimCluster, Client) {
     let timings = Timings {
@@ -30,25 +30,6 @@ async fn start() -> (SimCluster, Client) {
     let config = kube::Config::new(cluster.url().parse().expect("url"));
     let client = Client::try_from(config).expect("client");
     (cluster, client)
-}
-
-/// Polls `f` until it returns Some, failing after 15 s with `what`.
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn add_nodes(client: &Client, names: &[(&str, &str)]) {

@@ -121,6 +121,19 @@ pub struct BackupStatus {
     /// Set while Queued (Velero 1.18).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_position: Option<i64>,
+    /// Items backed up of those found, updated while InProgress (`snapdrain drain` shows it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<BackupItemsProgress>,
+}
+
+/// Backup `status.progress` (Velero `BackupProgress`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupItemsProgress {
+    #[serde(default)]
+    pub total_items: u64,
+    #[serde(default)]
+    pub items_backed_up: u64,
 }
 
 /// A Velero BackupStorageLocation.

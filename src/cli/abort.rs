@@ -1,0 +1,86 @@
+//! `snapdrain abort PLAN`: sets `snapdrain.io/abort: "true"` on the plan; the controller stops it and
+//! rolls back (uncordons what it cordoned, restores holds). `--wait` follows it to Aborted.
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use super::cluster::ClusterArgs;
+use snapdrain::api::DisruptionPlan;
+use snapdrain::controller::reconcile::ABORT_ANNOTATION;
+
+#[derive(Debug, Args)]
+pub struct AbortArgs {
+    /// The DisruptionPlan to stop.
+    pub plan: String,
+    /// Wait until the plan is Aborted (its rollback done), or finished otherwise.
+    #[arg(long)]
+    pub wait: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Sets the abort annotation (a merge patch: other annotations stay).
+pub async fn request_abort(client: &kube::Client, plan: &str) -> anyhow::Result<()> {
+    let api: Api<DisruptionPlan> = Api::all(client.clone());
+    api.patch(
+        plan,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {ABORT_ANNOTATION: "true"}}})),
+    )
+    .await
+    .with_context(|| format!("cannot set {ABORT_ANNOTATION} on plan {plan}"))?;
+    Ok(())
+}
+
+pub async fn run(args: AbortArgs) -> anyhow::Result<()> {
+    let client = args.cluster.client().await?;
+    let api: Api<DisruptionPlan> = Api::all(client.clone());
+    let plan = api
+        .get_opt(&args.plan)
+        .await
+        .with_context(|| format!("cannot read plan {}", args.plan))?
+        .with_context(|| {
+            format!(
+                "plan {} not found; list plans with `{} status`",
+                args.plan,
+                super::invocation::program()
+            )
+        })?;
+    let phase = plan.status.as_ref().map(|s| s.phase).unwrap_or_default();
+    match phase {
+        snapdrain::api::PlanPhase::Aborted => {
+            println!("plan {} is already Aborted", args.plan);
+            return Ok(());
+        }
+        p if p.is_terminal() => bail!(
+            "plan {} already finished ({p}); there is nothing left to abort or roll back",
+            args.plan
+        ),
+        _ => {}
+    }
+    request_abort(&client, &args.plan).await?;
+    println!(
+        "abort requested for plan {} (in {phase}); the controller stops it and rolls back",
+        args.plan
+    );
+    if args.wait {
+        let cond = |p: Option<&DisruptionPlan>| {
+            p.is_none_or(|p| p.status.as_ref().is_some_and(|s| s.phase.is_terminal()))
+        };
+        let done = kube::runtime::wait::await_condition(api, &args.plan, cond)
+            .await
+            .context("watch of the plan failed")?;
+        match done.and_then(|p| p.status) {
+            Some(s) => println!(
+                "plan {} {}: {}",
+                args.plan,
+                s.phase,
+                s.message.unwrap_or_default()
+            ),
+            None => println!("plan {} is gone (deleted after its rollback)", args.plan),
+        }
+    }
+    Ok(())
+}
