@@ -135,6 +135,7 @@ impl S3Sim {
             fs,
             root: root.clone(),
             writes: writes.clone(),
+            long_keys: Default::default(),
         };
         let mut builder = s3s::service::S3ServiceBuilder::new(observed);
         builder.set_auth(s3s::auth::SimpleAuth::from_single(
@@ -326,35 +327,79 @@ struct ObservedFs {
     fs: s3s_fs::FileSystem,
     root: PathBuf,
     writes: broadcast::Sender<S3Write>,
+    /// (bucket, stored key) → the client's key, for keys too long for s3s-fs (see [`ObservedFs::stored`]).
+    long_keys: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
 
 impl ObservedFs {
-    /// s3s-fs keeps each object's checksums in a file named after the base64 of its bucket and key, which
-    /// must fit in a 255-byte file name, so keys much shorter than S3's 1,024 bytes cannot be stored here.
-    /// Refuse them loudly (with S3's own error code) rather than fail with an opaque I/O error.
-    fn storable(bucket: &str, key: &str) -> S3Result<()> {
-        let b64 = |s: &str| s.len().div_ceil(3) * 4;
-        let name =
-            ".bucket-".len() + b64(bucket) + ".object-".len() + b64(key) + ".internal.json".len();
+    /// The key s3s-fs stores for a client's key. s3s-fs keeps each object's checksums in a file named after
+    /// the base64 of bucket and key, which must fit in a 255-byte file name, so keys far below S3's 1,024
+    /// bytes would fail there. Such a key is stored as its directory part (so listings by prefix and
+    /// delimiter still find it) plus a hash of the whole key, and mapped back in listings. Keys over
+    /// 1,024 bytes get S3's own `KeyTooLongError`.
+    fn stored(&self, bucket: &str, key: &str) -> S3Result<String> {
         if key.len() > 1024 {
             return Err(s3s::s3_error!(KeyTooLongError, "Your key is too long"));
         }
-        if name > 255 {
-            return Err(s3s::s3_error!(
-                KeyTooLongError,
-                "the simulated S3 stores keys of bucket {bucket:?} up to about {} bytes (a file-name limit of its file-backed store, not of S3); this key has {}",
-                (255 - (name - b64(key))) * 3 / 4,
-                key.len()
-            ));
+        let b64 = |n: usize| n.div_ceil(3) * 4;
+        let room =
+            255 - ".bucket-".len() - b64(bucket.len()) - ".object-".len() - ".internal.json".len();
+        if b64(key.len()) <= room {
+            return Ok(key.to_string());
         }
-        Ok(())
+        use sha2::Digest as _;
+        let hash: String = sha2::Sha256::digest(key.as_bytes())
+            .iter()
+            .take(16)
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let tail = format!("~{hash}");
+        let max_dir = (room / 4 * 3).saturating_sub(tail.len());
+        // The longest directory part (ending in '/') that fits, cut at a character boundary.
+        let mut dir = key.rfind('/').map_or("", |i| &key[..=i]);
+        while dir.len() > max_dir {
+            dir = dir[..dir.len() - 1].rfind('/').map_or("", |i| &dir[..=i]);
+        }
+        let stored = format!("{dir}{tail}");
+        self.long_map()
+            .insert((bucket.to_string(), stored.clone()), key.to_string());
+        Ok(stored)
+    }
+
+    /// The client's key for a stored one.
+    fn original(&self, bucket: &str, stored: &str) -> String {
+        self.long_map()
+            .get(&(bucket.to_string(), stored.to_string()))
+            .cloned()
+            .unwrap_or_else(|| stored.to_string())
+    }
+
+    fn long_map(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), String>> {
+        // A poisoned lock only means another request panicked mid-insert; the map is still usable.
+        self.long_keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn restore_keys(&self, bucket: &str, contents: &mut Option<Vec<s3s::dto::Object>>) {
+        if let Some(objects) = contents {
+            for o in objects.iter_mut() {
+                if let Some(k) = &o.key {
+                    o.key = Some(self.original(bucket, k));
+                }
+            }
+            objects.sort_by(|a, b| a.key.cmp(&b.key));
+        }
     }
 
     async fn report(&self, bucket: &str, key: &str, kind: S3WriteKind) {
+        let stored = self.stored(bucket, key).unwrap_or_else(|_| key.to_string());
         let size = match kind {
             S3WriteKind::Delete => 0,
-            // s3s-fs stores an object as the file <root>/<bucket>/<key>.
-            _ => tokio::fs::metadata(self.root.join(bucket).join(key))
+            // s3s-fs stores an object as the file <root>/<bucket>/<stored key>.
+            _ => tokio::fs::metadata(self.root.join(bucket).join(stored))
                 .await
                 .map(|m| m.len())
                 .unwrap_or(0),
@@ -382,8 +427,12 @@ impl S3 for ObservedFs {
         &self,
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
-        Self::storable(&req.input.bucket, &req.input.key)?;
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        let mut req = req;
+        req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
+        if let s3s::dto::CopySource::Bucket { bucket, key, .. } = &mut req.input.copy_source {
+            *key = self.stored(bucket, key)?.into();
+        }
         let out = self.fs.copy_object(req).await?;
         self.report(&bucket, &key, S3WriteKind::Copy).await;
         Ok(out)
@@ -401,6 +450,8 @@ impl S3 for ObservedFs {
         req: S3Request<DeleteObjectInput>,
     ) -> S3Result<S3Response<DeleteObjectOutput>> {
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        let mut req = req;
+        req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         let out = self.fs.delete_object(req).await?;
         self.report(&bucket, &key, S3WriteKind::Delete).await;
         Ok(out)
@@ -411,10 +462,16 @@ impl S3 for ObservedFs {
         req: S3Request<DeleteObjectsInput>,
     ) -> S3Result<S3Response<DeleteObjectsOutput>> {
         let bucket = req.input.bucket.clone();
-        let out = self.fs.delete_objects(req).await?;
-        for obj in out.output.deleted.iter().flatten() {
+        let mut req = req;
+        for obj in req.input.delete.objects.iter_mut() {
+            obj.key = self.stored(&bucket, &obj.key)?;
+        }
+        let mut out = self.fs.delete_objects(req).await?;
+        for obj in out.output.deleted.iter_mut().flatten() {
             if let Some(key) = &obj.key {
-                self.report(&bucket, key, S3WriteKind::Delete).await;
+                let key = self.original(&bucket, key);
+                self.report(&bucket, &key, S3WriteKind::Delete).await;
+                obj.key = Some(key);
             }
         }
         Ok(out)
@@ -431,6 +488,8 @@ impl S3 for ObservedFs {
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
+        let mut req = req;
+        req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         self.fs.get_object(req).await
     }
 
@@ -445,6 +504,8 @@ impl S3 for ObservedFs {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
+        let mut req = req;
+        req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         self.fs.head_object(req).await
     }
 
@@ -459,22 +520,29 @@ impl S3 for ObservedFs {
         &self,
         req: S3Request<ListObjectsInput>,
     ) -> S3Result<S3Response<ListObjectsOutput>> {
-        self.fs.list_objects(req).await
+        let bucket = req.input.bucket.clone();
+        let mut out = self.fs.list_objects(req).await?;
+        self.restore_keys(&bucket, &mut out.output.contents);
+        Ok(out)
     }
 
     async fn list_objects_v2(
         &self,
         req: S3Request<ListObjectsV2Input>,
     ) -> S3Result<S3Response<ListObjectsV2Output>> {
-        self.fs.list_objects_v2(req).await
+        let bucket = req.input.bucket.clone();
+        let mut out = self.fs.list_objects_v2(req).await?;
+        self.restore_keys(&bucket, &mut out.output.contents);
+        Ok(out)
     }
 
     async fn put_object(
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
-        Self::storable(&req.input.bucket, &req.input.key)?;
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        let mut req = req;
+        req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         let out = self.fs.put_object(req).await?;
         self.report(&bucket, &key, S3WriteKind::Put).await;
         Ok(out)
@@ -484,7 +552,8 @@ impl S3 for ObservedFs {
         &self,
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
-        Self::storable(&req.input.bucket, &req.input.key)?;
+        let mut req = req;
+        req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         self.fs.create_multipart_upload(req).await
     }
 
@@ -492,6 +561,8 @@ impl S3 for ObservedFs {
         &self,
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
+        let mut req = req;
+        req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         self.fs.upload_part(req).await
     }
 
@@ -499,6 +570,11 @@ impl S3 for ObservedFs {
         &self,
         req: S3Request<UploadPartCopyInput>,
     ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        let mut req = req;
+        req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
+        if let s3s::dto::CopySource::Bucket { bucket, key, .. } = &mut req.input.copy_source {
+            *key = self.stored(bucket, key)?.into();
+        }
         self.fs.upload_part_copy(req).await
     }
 
@@ -506,6 +582,8 @@ impl S3 for ObservedFs {
         &self,
         req: S3Request<ListPartsInput>,
     ) -> S3Result<S3Response<ListPartsOutput>> {
+        let mut req = req;
+        req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         self.fs.list_parts(req).await
     }
 
@@ -514,6 +592,8 @@ impl S3 for ObservedFs {
         req: S3Request<CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        let mut req = req;
+        req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         let out = self.fs.complete_multipart_upload(req).await?;
         self.report(&bucket, &key, S3WriteKind::CompleteMultipartUpload)
             .await;
@@ -524,6 +604,8 @@ impl S3 for ObservedFs {
         &self,
         req: S3Request<AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let mut req = req;
+        req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         self.fs.abort_multipart_upload(req).await
     }
 }

@@ -232,3 +232,94 @@ async fn writes_are_observed() {
     s3.list_objects_v2().bucket("velero").send().await.unwrap();
     assert!(rx.try_recv().is_err());
 }
+
+/// S3 takes keys up to 1,024 bytes (S3 User Guide, "Naming Amazon S3 objects"); Velero writes keys that
+/// repeat a 63-character backup name under a prefix. The simulator's file-backed store must hold them all
+/// and list them by prefix and delimiter like any other key.
+#[tokio::test]
+async fn long_keys_up_to_s3s_limit_round_trip_and_list_by_prefix() {
+    let sim = start().await;
+    let s3 = sim.client();
+    let name = "n".repeat(63);
+    let dir = format!("cluster-a/backups/{name}/");
+    let long = format!("{dir}{name}-csi-volumesnapshotcontents.json.gz");
+    let longest = format!("{dir}{}", "k".repeat(1024 - dir.len()));
+    for key in [&long, &longest] {
+        s3.put_object()
+            .bucket("velero")
+            .key(key)
+            .body(key.as_bytes().to_vec().into())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("put {} bytes: {e:?}", key.len()));
+        let got = s3
+            .get_object()
+            .bucket("velero")
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+        let body = got.body.collect().await.unwrap().into_bytes();
+        assert_eq!(body.as_ref(), key.as_bytes());
+        let head = s3
+            .head_object()
+            .bucket("velero")
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.content_length(), Some(key.len() as i64));
+    }
+    let listed = s3
+        .list_objects_v2()
+        .bucket("velero")
+        .prefix(&dir)
+        .send()
+        .await
+        .unwrap();
+    let mut keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    keys.sort();
+    let mut want = vec![long.as_str(), longest.as_str()];
+    want.sort();
+    assert_eq!(keys, want);
+    let dirs = s3
+        .list_objects_v2()
+        .bucket("velero")
+        .prefix("cluster-a/backups/")
+        .delimiter("/")
+        .send()
+        .await
+        .unwrap();
+    let prefixes: Vec<&str> = dirs
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix())
+        .collect();
+    assert_eq!(prefixes, [dir.as_str()]);
+
+    s3.delete_object()
+        .bucket("velero")
+        .key(&long)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        s3.head_object()
+            .bucket("velero")
+            .key(&long)
+            .send()
+            .await
+            .is_err()
+    );
+
+    let too_long = "k".repeat(1025);
+    let err = s3
+        .put_object()
+        .bucket("velero")
+        .key(&too_long)
+        .body(Vec::new().into())
+        .send()
+        .await
+        .expect_err("S3 refuses keys over 1,024 bytes");
+    assert!(format!("{err:?}").contains("KeyTooLongError"), "{err:?}");
+}
