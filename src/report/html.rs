@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use super::model::ReportData;
 use super::summary;
+use super::tables::{self, plus};
 use super::timeline::{self, Kind, Timeline};
 use crate::cli::follow::events::human_bytes;
 
@@ -165,10 +166,6 @@ fn table(out: &mut String, id: &str, header: &[&str], rows: &[Vec<String>]) {
     out.push_str("</tbody></table>");
 }
 
-fn plus(t: &Timeline, at: jiff::Timestamp) -> String {
-    format!("+{:.2}s", timeline::offset(t, at))
-}
-
 pub fn render_html(data: &ReportData) -> String {
     let t = timeline::build(data);
     let status = data.plan.status.clone().unwrap_or_default();
@@ -222,17 +219,7 @@ pub fn render_html(data: &ReportData) -> String {
     o.push_str(&svg(&t));
 
     o.push_str("<h2>Steps</h2>");
-    let rows: Vec<Vec<String>> = t
-        .steps
-        .iter()
-        .map(|s| {
-            vec![
-                s.phase.clone(),
-                plus(&t, s.start),
-                format!("{:.2}s", s.end.duration_since(s.start).as_secs_f64()),
-            ]
-        })
-        .collect();
+    let rows = tables::steps(&t);
     table(&mut o, "steps", &["Step", "Started", "Took"], &rows);
 
     o.push_str("<h2>Backups</h2>");
@@ -298,17 +285,7 @@ pub fn render_html(data: &ReportData) -> String {
             "<p>No per-pod eviction record (the audit log is only available on the simulated cluster); \
              the plan counted the evictions per node:</p>",
         );
-        let rows: Vec<Vec<String>> = status
-            .nodes
-            .iter()
-            .map(|n| {
-                vec![
-                    n.name.clone(),
-                    format!("{}/{}", n.pods_evicted, n.pods_total),
-                    n.blocked_by.clone().unwrap_or_default(),
-                ]
-            })
-            .collect();
+        let rows = tables::node_evictions(&status);
         table(
             &mut o,
             "evictions",
@@ -316,21 +293,7 @@ pub fn render_html(data: &ReportData) -> String {
             &rows,
         );
     } else {
-        let rows: Vec<Vec<String>> = t
-            .evictions
-            .iter()
-            .map(|p| {
-                vec![
-                    p.pod.clone(),
-                    p.attempts.to_string(),
-                    p.refused.to_string(),
-                    plus(&t, p.first_attempt),
-                    p.evicted_at
-                        .map(|a| plus(&t, a))
-                        .unwrap_or_else(|| "not evicted".into()),
-                ]
-            })
-            .collect();
+        let rows = tables::pod_evictions(&t);
         table(
             &mut o,
             "evictions",
@@ -346,18 +309,7 @@ pub fn render_html(data: &ReportData) -> String {
     }
 
     o.push_str("<h2>Events</h2>");
-    let rows: Vec<Vec<String>> = data
-        .events
-        .iter()
-        .map(|e| {
-            vec![
-                plus(&t, e.time),
-                e.type_.clone(),
-                e.reason.clone(),
-                e.note.clone(),
-            ]
-        })
-        .collect();
+    let rows = tables::events(data, &t);
     if rows.is_empty() {
         o.push_str(
             "<p>No Events found for this plan (the API server keeps them an hour by default).</p>",

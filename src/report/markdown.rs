@@ -4,7 +4,8 @@ use std::fmt::Write as _;
 
 use super::model::ReportData;
 use super::summary;
-use super::timeline::{self, Timeline};
+use super::tables::{self, plus};
+use super::timeline;
 use crate::cli::follow::events::human_bytes;
 
 /// Escapes a table cell: pipes would split it, newlines would end the row.
@@ -20,10 +21,6 @@ fn table(o: &mut String, header: &[&str], rows: &[Vec<String>]) {
         let _ = writeln!(o, "| {} |", cells.join(" | "));
     }
     o.push('\n');
-}
-
-fn plus(t: &Timeline, at: jiff::Timestamp) -> String {
-    format!("+{:.2}s", timeline::offset(t, at))
 }
 
 pub fn render_markdown(data: &ReportData) -> String {
@@ -44,17 +41,7 @@ pub fn render_markdown(data: &ReportData) -> String {
     table(&mut o, &["", ""], &rows);
 
     o.push_str("### Steps\n\n");
-    let rows: Vec<Vec<String>> = t
-        .steps
-        .iter()
-        .map(|s| {
-            vec![
-                s.phase.clone(),
-                plus(&t, s.start),
-                format!("{:.2}s", s.end.duration_since(s.start).as_secs_f64()),
-            ]
-        })
-        .collect();
+    let rows = tables::steps(&t);
     table(&mut o, &["Step", "Started", "Took"], &rows);
 
     o.push_str("### Backups\n\n");
@@ -90,34 +77,10 @@ pub fn render_markdown(data: &ReportData) -> String {
 
     o.push_str("### Evictions\n\n");
     if t.evictions.is_empty() {
-        let rows: Vec<Vec<String>> = status
-            .nodes
-            .iter()
-            .map(|n| {
-                vec![
-                    n.name.clone(),
-                    format!("{}/{}", n.pods_evicted, n.pods_total),
-                    n.blocked_by.clone().unwrap_or_default(),
-                ]
-            })
-            .collect();
+        let rows = tables::node_evictions(&status);
         table(&mut o, &["Node", "Evicted", "Blocked by"], &rows);
     } else {
-        let rows: Vec<Vec<String>> = t
-            .evictions
-            .iter()
-            .map(|p| {
-                vec![
-                    p.pod.clone(),
-                    p.attempts.to_string(),
-                    p.refused.to_string(),
-                    plus(&t, p.first_attempt),
-                    p.evicted_at
-                        .map(|a| plus(&t, a))
-                        .unwrap_or_else(|| "not evicted".into()),
-                ]
-            })
-            .collect();
+        let rows = tables::pod_evictions(&t);
         table(
             &mut o,
             &[
@@ -132,18 +95,7 @@ pub fn render_markdown(data: &ReportData) -> String {
     }
 
     o.push_str("### Events\n\n");
-    let rows: Vec<Vec<String>> = data
-        .events
-        .iter()
-        .map(|e| {
-            vec![
-                plus(&t, e.time),
-                e.type_.clone(),
-                e.reason.clone(),
-                e.note.clone(),
-            ]
-        })
-        .collect();
+    let rows = tables::events(data, &t);
     if rows.is_empty() {
         o.push_str("No Events found for this plan.\n");
     } else {

@@ -4,6 +4,7 @@
 //! - [`timeline`]: pure: the inputs as bars and marks on one time axis.
 //! - [`html`]: pure: one self-contained HTML page (inline CSS and SVG, nothing fetched).
 //! - [`markdown`]: pure: the same for pasting into a change record.
+//! - [`tables`]: pure: the rows both renderers show.
 //! - [`gather`]: the only I/O: reading the inputs from a cluster.
 
 pub mod gather;
@@ -11,6 +12,7 @@ pub mod html;
 pub mod markdown;
 pub mod model;
 pub mod summary;
+pub mod tables;
 pub mod timeline;
 
 pub use gather::{GatherError, gather};
