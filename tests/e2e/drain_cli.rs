@@ -819,7 +819,9 @@ async fn the_report_renders_in_headless_chromium_with_steps_backups_and_pods_in_
             assert!(text.contains(&o.key), "object {} shown", o.key);
         }
     }
-    // The protected pods (those the backups cover): evicted after their refusals, listed with them.
+    // The protected pods (those the backups cover) are listed; the postgres ones, whose PDB allowed no
+    // disruption until the test relaxed it, with at least one refusal. (Other protected pods on the node,
+    // such as redis, have no blocking PDB and may be evicted on the first try.)
     let protected: Vec<String> = status
         .backups
         .iter()
@@ -827,6 +829,20 @@ async fn the_report_renders_in_headless_chromium_with_steps_backups_and_pods_in_
         .collect();
     assert!(!protected.is_empty());
     for pod in &protected {
+        assert!(
+            text[evictions_at..].contains(pod.as_str()),
+            "pod {pod} shown in the evictions"
+        );
+    }
+    let blocked: Vec<&String> = protected
+        .iter()
+        .filter(|p| p.contains("/postgres-"))
+        .collect();
+    assert!(
+        !blocked.is_empty(),
+        "the node runs a postgres pod: {protected:?}"
+    );
+    for pod in blocked {
         let row = text[evictions_at..]
             .find(pod.as_str())
             .map(|i| &text[evictions_at + i..])
