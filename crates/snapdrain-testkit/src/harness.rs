@@ -212,19 +212,9 @@ impl Harness {
 
     /// Eviction requests the API server accepted (201), as `ns/name` with their audit time.
     pub fn accepted_evictions(&self) -> Vec<(String, String)> {
-        self.audit()
+        crate::safety::accepted_evictions(&self.audit())
             .into_iter()
-            .filter(|e| e.source == "api" && e.resource == "pods/eviction" && e.code == Some(201))
-            .map(|e| {
-                (
-                    format!(
-                        "{}/{}",
-                        e.namespace.unwrap_or_default(),
-                        e.name.unwrap_or_default()
-                    ),
-                    e.time,
-                )
-            })
+            .map(|e| (e.pod, e.time))
             .collect()
     }
 }
