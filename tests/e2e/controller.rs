@@ -339,6 +339,12 @@ async fn invalid_spec_is_marked_invalid_once_and_never_hot_loops() {
         "{}",
         valid.message
     );
+    // The audit entry can trail the watch event that showed the plan Failed: wait for it, then count.
+    snapdrain_testkit::eventually(
+        "the invalid plan's status write in the audit log",
+        || async { (h.status_writes("invalid") >= 1).then_some(()) },
+    )
+    .await;
     assert_eq!(h.status_writes("invalid"), 1);
     // While another plan runs to completion (plenty of controller activity), the invalid one is left alone.
     h.create_plan("valid", json!({"nodes": [node]})).await;
