@@ -121,21 +121,51 @@ impl Harness {
         panic!("the quickstart StatefulSets did not become Ready within {TIMEOUT:?}");
     }
 
-    /// A node running at least one StatefulSet pod (a pod with a PVC).
+    /// A node running at least one postgres pod whose zone has another Ready, schedulable node.
+    /// The pods' volumes are zonal (the scheduler keeps a pod in its PV's zone), so draining the last
+    /// node of a zone leaves the first evicted pod Pending and the PDB blocks the rest for good: a test
+    /// that drains twice must not pick such a node, whatever order the pods were first placed in.
     pub async fn node_with_statefulset_pods(&self) -> String {
+        const ZONE: &str = "topology.kubernetes.io/zone";
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), "shop");
         let list = pods.list(&Default::default()).await.expect("list pods");
-        let mut nodes: Vec<String> = list
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let nodes = nodes.list(&Default::default()).await.expect("list nodes");
+        let open = |n: &Node| {
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+            ready && !cordoned && n.metadata.deletion_timestamp.is_none()
+        };
+        let zone_of = |name: &str| {
+            nodes
+                .items
+                .iter()
+                .find(|n| n.name_any() == name)
+                .and_then(|n| n.labels().get(ZONE).cloned())
+        };
+        let has_sibling = |name: &str| {
+            let zone = zone_of(name);
+            nodes
+                .items
+                .iter()
+                .any(|n| n.name_any() != name && open(n) && n.labels().get(ZONE) == zone.as_ref())
+        };
+        let mut candidates: Vec<String> = list
             .items
             .iter()
             .filter(|p| p.name_any().starts_with("postgres-"))
             .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+            .filter(|n| has_sibling(n))
             .collect();
-        nodes.sort();
-        nodes
+        candidates.sort();
+        candidates
             .into_iter()
             .next()
-            .expect("a node runs a postgres pod")
+            .expect("a node runs a postgres pod and shares its zone with another open node")
     }
 
     /// The protected pods on `node` (`ns/name`) → their PVC claims, by the oracle's own rule.
