@@ -1,7 +1,7 @@
 //! snapdrain: backup-aware node drain orchestrator for Kubernetes.
 //!
 //! Module map (one concern each):
-//! - [`api`]: the DisruptionPlan CRD types.
+//! - [`api`]: the DisruptionPlan CRD types; [`api_errors`]: which API errors retrying cannot fix.
 //! - [`planning`]: pure decisions: which pods are protected, which backups are needed, eviction order.
 //! - [`backup`]: Velero Backups and their verification in object storage.
 //! - [`drain`]: cordon, eviction and waiting for pods and volumes.
@@ -10,6 +10,7 @@
 //! - [`telemetry`]: metrics and logs.
 
 pub mod api;
+pub mod api_errors;
 pub mod backup;
 pub mod cloud;
 pub mod controller;

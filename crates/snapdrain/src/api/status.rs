@@ -19,6 +19,9 @@ pub mod condition {
     pub const REPLACED: &str = "Replaced";
     /// True once the plan reached a terminal phase.
     pub const DONE: &str = "Done";
+    /// False while the last pass failed with an error that is retried (reason `Retrying`, the error as
+    /// message); True again once a pass succeeds.
+    pub const PROGRESSING: &str = "Progressing";
 }
 
 /// Where a plan is in its lifecycle. Terminal: Completed, Failed, Aborted.

@@ -29,6 +29,14 @@ pub enum BucketError {
     },
 }
 
+impl BucketError {
+    /// An invalid backup is a verification verdict, handled by the verify step's retry policy; an
+    /// unreachable bucket may come back. Neither fails the plan on its own.
+    pub fn is_permanent(&self) -> bool {
+        false
+    }
+}
+
 /// An S3 client for a resolved BackupStorageLocation.
 pub fn client(target: &S3Target) -> Client {
     let creds = Credentials::new(

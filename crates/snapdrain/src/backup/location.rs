@@ -128,6 +128,14 @@ pub enum LocationError {
     },
 }
 
+impl LocationError {
+    /// True when retrying cannot help. A BSL that Velero marks Unavailable may recover, so it is
+    /// retried; the rest need a person to change the location or its Secret.
+    pub fn is_permanent(&self) -> bool {
+        !matches!(self, Self::Unavailable { .. })
+    }
+}
+
 /// The Secret and key holding the BSL's credentials (in the Velero namespace).
 pub fn credential_ref(bsl: &BackupStorageLocation) -> SecretKeyRef {
     bsl.spec.credential.clone().unwrap_or_else(|| SecretKeyRef {

@@ -38,6 +38,19 @@ pub enum VeleroError {
     Location(#[from] LocationError),
 }
 
+impl VeleroError {
+    /// True when retrying cannot help: the plan fails with this message instead.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Self::Create { source, .. }
+            | Self::Read { source, .. }
+            | Self::ReadLocation { source, .. } => crate::api_errors::is_permanent(source),
+            Self::NoLocation { .. } => true,
+            Self::Location(e) => e.is_permanent(),
+        }
+    }
+}
+
 /// Creates `backup` unless it exists already (a restarted controller re-creates the same name), and
 /// returns the Backup as stored.
 pub async fn ensure_backup(

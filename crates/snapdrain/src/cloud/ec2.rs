@@ -81,7 +81,40 @@ fn describe_failures(failures: &[OverrideFailure]) -> String {
         .join("; ")
 }
 
+/// EC2 error codes that retrying the same request cannot fix (EC2 API reference, "Error codes":
+/// client errors; `IdempotentParameterMismatch` means the ClientToken was used with other parameters).
+const PERMANENT_CODES: &[&str] = &[
+    "UnauthorizedOperation",
+    "AuthFailure",
+    "InvalidParameterValue",
+    "InvalidParameterCombination",
+    "InvalidParameter",
+    "MissingParameter",
+    "IdempotentParameterMismatch",
+    "InvalidAMIID.NotFound",
+    "InvalidAMIID.Malformed",
+    "InvalidSubnetID.NotFound",
+    "InvalidGroup.NotFound",
+    "InvalidLaunchTemplateId.NotFound",
+    "InvalidLaunchTemplateName.NotFoundException",
+    "InvalidUserData.Malformed",
+    "OptInRequired",
+    "Blocked",
+];
+
 impl CloudError {
+    /// True when retrying cannot help: the plan fails with this message instead.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Self::InvalidProviderId { .. }
+            | Self::InvalidRequest(_)
+            | Self::KarpenterOwnershipTags { .. }
+            | Self::NoCapacity { .. } => true,
+            Self::Api { code, .. } => PERMANENT_CODES.contains(&code.as_str()),
+            Self::Transport { .. } | Self::UnexpectedResponse { .. } => false,
+        }
+    }
+
     /// The AWS error code, when EC2 sent one.
     pub fn code(&self) -> Option<&str> {
         match self {

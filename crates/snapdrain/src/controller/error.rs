@@ -30,6 +30,22 @@ pub enum ControllerError {
 }
 
 impl ControllerError {
+    /// True when retrying the pass cannot help: the plan fails with this error's message, which
+    /// names the object and what to do, instead of retrying forever.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Self::WriteStatus { .. } => false,
+            Self::Read { source, .. } | Self::Delete { source, .. } => {
+                crate::api_errors::is_permanent(source)
+            }
+            Self::Velero(e) => e.is_permanent(),
+            Self::Bucket(e) => e.is_permanent(),
+            Self::Drain(e) => e.is_permanent(),
+            Self::Cloud(e) => e.is_permanent(),
+            Self::UserData(_) | Self::Config(_) => true,
+        }
+    }
+
     /// A short label for metrics.
     pub fn kind(&self) -> &'static str {
         match self {

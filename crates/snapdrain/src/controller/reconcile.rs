@@ -138,6 +138,33 @@ impl PlanRun {
         }
     }
 
+    /// Shows a retried error in `status.message` and the Progressing condition, so `kubectl get`
+    /// says why the plan is not moving. Best effort: the error itself is what the caller returns.
+    async fn record_retrying(&mut self, phase: PlanPhase, error: &ControllerError) {
+        let message = format!("{} is retrying: {error}", phase.as_str());
+        self.set_condition(condition::PROGRESSING, false, "Retrying", message.clone());
+        self.status.message = Some(message);
+        if let Err(e) = self.save().await {
+            tracing::debug!(plan = %self.name(), error = %e, "could not record the retried error");
+        }
+    }
+
+    fn clear_retrying(&mut self) {
+        if self
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == condition::PROGRESSING && c.status == "False")
+        {
+            self.set_condition(
+                condition::PROGRESSING,
+                true,
+                "Progressing",
+                "the last pass succeeded".into(),
+            );
+        }
+    }
+
     pub fn set_condition(&mut self, type_: &str, ok: bool, reason: &str, message: String) {
         let status = if ok { "True" } else { "False" };
         let now = Time(Self::now());
@@ -345,7 +372,26 @@ async fn drive(run: &mut PlanRun) -> Result<Action, ControllerError> {
         let wait = if facts.abort_requested {
             None
         } else {
-            steps::run_phase(run, phase, &mut facts).await?
+            match steps::run_phase(run, phase, &mut facts).await {
+                Ok(wait) => {
+                    run.clear_retrying();
+                    wait
+                }
+                // No retry fixes RBAC, a missing Secret or a refused EC2 request: fail with the message.
+                Err(e) if e.is_permanent() => {
+                    run.fail = Some(format!("{} failed: {e}", phase.as_str()));
+                    None
+                }
+                // Past the deadline the phase machine decides, whatever the step's error.
+                Err(e) if facts.deadline_passed => {
+                    tracing::warn!(plan = %run.name(), error = %e, "step failed after the deadline");
+                    None
+                }
+                Err(e) => {
+                    run.record_retrying(phase, &e).await;
+                    return Err(e);
+                }
+            }
         };
         let decision = match run.fail.take() {
             Some(message) => PhaseDecision {

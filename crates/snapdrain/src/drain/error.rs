@@ -19,3 +19,18 @@ pub enum DrainError {
     #[error("watch of {what} failed: {message}")]
     Watch { what: String, message: String },
 }
+
+impl DrainError {
+    /// True when retrying cannot help (RBAC, a refused request, a node that is gone).
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Self::ReadNode { source, .. }
+            | Self::Cordon { source, .. }
+            | Self::Uncordon { source, .. }
+            | Self::ListPods { source, .. }
+            | Self::ListAttachments { source } => crate::api_errors::is_permanent(source),
+            Self::NodeMissing { .. } => true,
+            Self::Watch { .. } => false,
+        }
+    }
+}
