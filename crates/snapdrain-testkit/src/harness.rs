@@ -203,6 +203,19 @@ impl Harness {
         timeout: Duration,
         want: impl Fn(PlanPhase) -> bool,
     ) -> DisruptionPlan {
+        self.wait_plan_until(name, timeout, |p| {
+            want(p.status.as_ref().map(|s| s.phase).unwrap_or_default())
+        })
+        .await
+    }
+
+    /// Watches plan `name` until `want` holds for it.
+    pub async fn wait_plan_until(
+        &self,
+        name: &str,
+        timeout: Duration,
+        want: impl Fn(&DisruptionPlan) -> bool,
+    ) -> DisruptionPlan {
         let plans: Api<DisruptionPlan> = Api::all(self.client.clone());
         let wc = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let stream = watcher(plans, wc).default_backoff().applied_objects();
@@ -211,15 +224,14 @@ impl Harness {
         let mut last = None;
         while let Ok(Some(ev)) = tokio::time::timeout_at(deadline, stream.next()).await {
             if let Ok(p) = ev {
-                let phase = p.status.as_ref().map(|s| s.phase).unwrap_or_default();
-                if want(phase) {
+                if want(&p) {
                     return p;
                 }
                 last = Some(p);
             }
         }
         panic!(
-            "plan {name} did not reach the wanted phase within {timeout:?}; last seen: {:#?}",
+            "plan {name} did not reach the wanted state within {timeout:?}; last seen: {:#?}",
             last.and_then(|p| p.status)
         );
     }

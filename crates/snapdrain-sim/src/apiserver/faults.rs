@@ -98,6 +98,9 @@ impl Faults {
                     503 => "ServiceUnavailable",
                     504 => "Timeout",
                     409 => "Conflict",
+                    401 => "Unauthorized",
+                    403 => "Forbidden",
+                    422 => "Invalid",
                     404 => "NotFound",
                     _ => "InternalError",
                 };

@@ -27,6 +27,10 @@ pub enum ControllerError {
     UserData(#[from] UserDataError),
     #[error("{0}")]
     Config(String),
+    /// The Lease was lost or the controller is stopping: the pass was cancelled before its next
+    /// request. Steps are idempotent and progress is in the status, so the next leader resumes.
+    #[error("this replica no longer leads (Lease lost or shutting down); the pass was cancelled")]
+    NotLeading,
 }
 
 impl ControllerError {
@@ -43,6 +47,7 @@ impl ControllerError {
             Self::Drain(e) => e.is_permanent(),
             Self::Cloud(e) => e.is_permanent(),
             Self::UserData(_) | Self::Config(_) => true,
+            Self::NotLeading => false,
         }
     }
 
@@ -58,6 +63,7 @@ impl ControllerError {
             Self::Cloud(_) => "cloud",
             Self::UserData(_) => "user_data",
             Self::Config(_) => "config",
+            Self::NotLeading => "not_leading",
         }
     }
 }

@@ -447,7 +447,9 @@ pub fn error_policy(
     } else {
         Duration::from_millis(500u64.saturating_mul(1 << attempts.min(7)))
     };
-    if stale {
+    if matches!(error, ControllerError::NotLeading) {
+        tracing::debug!(plan = %name, "pass cancelled: no longer leading");
+    } else if stale {
         tracing::debug!(plan = %name, retry_in = ?delay, "plan changed since this pass read it; retrying on a fresh copy");
     } else {
         tracing::warn!(plan = %name, error = %error, retry_in = ?delay, "reconcile failed");

@@ -162,11 +162,59 @@ async fn lead_loop(
     }
 }
 
+/// Counts a reconcile in `snapdrain_reconciles_in_flight` for as long as it lives, however it ends.
+struct InFlight(prometheus_client::metrics::gauge::Gauge);
+
+impl InFlight {
+    fn start(ctx: &Context) -> Self {
+        ctx.metrics.reconciles_in_flight.inc();
+        Self(ctx.metrics.reconciles_in_flight.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// One reconcile that stops at its next await once this replica must stop acting (Lease lost,
+/// shutdown): a deposed leader makes no further request, and SIGTERM does not wait for a drain slice.
+/// Cancelling is as safe as a crash, which every step is built to survive.
+async fn reconcile_while_acting(
+    plan: Arc<DisruptionPlan>,
+    ctx: Arc<Context>,
+    mut acting: watch::Receiver<bool>,
+) -> Result<kube::runtime::controller::Action, ControllerError> {
+    if !*acting.borrow() {
+        return Err(ControllerError::NotLeading);
+    }
+    let _counted = InFlight::start(&ctx);
+    tokio::select! {
+        biased;
+        _ = acting.wait_for(|a| !*a) => Err(ControllerError::NotLeading),
+        r = reconcile(plan, ctx.clone()) => r,
+    }
+}
+
 async fn run_controller(
     client: Client,
     ctx: Arc<Context>,
     until: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let (acting_tx, acting) = watch::channel(true);
+    let stop_acting = tokio::spawn(async move {
+        until.await;
+        acting_tx.send_replace(false);
+        // Keep the sender alive so receivers see `false` rather than a closed channel.
+        std::future::pending::<()>().await;
+    });
+    let shutdown = {
+        let mut acting = acting.clone();
+        async move {
+            let _ = acting.wait_for(|a| !*a).await;
+        }
+    };
     let plans: Api<DisruptionPlan> = Api::all(client.clone());
     let backups: Api<Backup> = Api::all(client);
     let controller = Controller::new(plans, watcher::Config::default())
@@ -190,8 +238,12 @@ async fn run_controller(
                     .map(|plan| ObjectRef::<DisruptionPlan>::new(plan))
             },
         )
-        .graceful_shutdown_on(until)
-        .run(reconcile, error_policy, ctx)
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |plan, ctx| reconcile_while_acting(plan, ctx, acting.clone()),
+            error_policy,
+            ctx,
+        )
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "controller event");
@@ -199,4 +251,5 @@ async fn run_controller(
         })
         .await;
     gauge.abort();
+    stop_acting.abort();
 }

@@ -52,6 +52,8 @@ pub struct Metrics {
     pub reconcile_errors: Family<ReasonLabel, Counter>,
     /// Plans that ended Failed, by reason.
     pub plans_failed: Family<ReasonLabel, Counter>,
+    /// Reconciles running now: 0 on a standby or a deposed leader.
+    pub reconciles_in_flight: Gauge,
 }
 
 impl Default for Metrics {
@@ -103,6 +105,12 @@ impl Metrics {
             "Plans that ended Failed, by reason",
             plans_failed.clone(),
         );
+        let reconciles_in_flight = Gauge::default();
+        registry.register(
+            "reconciles_in_flight",
+            "Plan reconciles running now (0 on a standby replica)",
+            reconciles_in_flight.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             plans,
@@ -112,6 +120,7 @@ impl Metrics {
             evictions,
             reconcile_errors,
             plans_failed,
+            reconciles_in_flight,
         }
     }
 

@@ -1,0 +1,209 @@
+//! How the controller copes with errors and with being told to stop: an error no retry can fix fails
+//! the plan with its message, a passing one is shown while it is retried, and a pass blocked mid-drain
+//! is cancelled at once by SIGTERM (shutdown) or by losing the Lease.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use snapdrain::api::status::PlanPhase;
+use snapdrain::controller::run::RunOptions;
+use snapdrain::controller::{ControllerHandle, start};
+use snapdrain_sim::apiserver::faults::FaultRule;
+use snapdrain_testkit::eventually;
+use snapdrain_testkit::harness::{Harness, TIMEOUT};
+
+fn failing(verb: &str, resource: &str, code: u16, times: Option<u32>) -> FaultRule {
+    FaultRule {
+        verb: Some(verb.into()),
+        resource: Some(resource.into()),
+        error_rate: 1.0,
+        error_code: Some(code),
+        times,
+        ..FaultRule::default()
+    }
+}
+
+/// The value of `snapdrain_reconciles_in_flight` in the controller's own metrics.
+fn in_flight(c: &ControllerHandle) -> Option<i64> {
+    c.metrics
+        .render()
+        .lines()
+        .find_map(|l| l.strip_prefix("snapdrain_reconciles_in_flight "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Sets the postgres PDB to `maxUnavailable: 0`, so every postgres eviction is refused with 429.
+async fn block_postgres_evictions(h: &Harness) {
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(h.client.clone(), "shop");
+    let pdb = pdbs
+        .list(&Default::default())
+        .await
+        .expect("list PDBs")
+        .items
+        .into_iter()
+        .find(|p| p.name_any().contains("postgres"))
+        .expect("the quickstart scenario has a postgres PDB");
+    pdbs.patch(
+        &pdb.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"maxUnavailable": 0}})),
+    )
+    .await
+    .expect("patch the postgres PDB");
+}
+
+/// A controller whose drain passes wait up to five minutes on a blocked eviction before they return:
+/// a stop that waited for the pass would take that long.
+async fn slow_slice_controller(h: &Harness, identity: &str, opts: RunOptions) -> ControllerHandle {
+    let mut settings = h.settings(identity);
+    settings.wait_slice = Duration::from_secs(300);
+    start(h.kube_config(), settings, opts)
+        .await
+        .expect("controller starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_forbidden_backup_create_fails_the_plan_with_the_reason_instead_of_retrying_forever() {
+    let h = Harness::start().await;
+    // What kube-apiserver answers when RBAC does not allow the create (403 Forbidden).
+    h.cluster
+        .faults
+        .add(failing("create", "backups.velero.io", 403, None));
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("forbidden", json!({"nodes": [node]})).await;
+    let plan = h.wait_plan("forbidden", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Failed);
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.contains("cannot create Velero Backup") && message.contains("403"),
+        "{message}"
+    );
+    let node = h.node(&node).await.expect("the node stays");
+    assert_ne!(
+        node.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "left in service"
+    );
+    controller.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_passing_error_is_shown_in_the_status_while_it_is_retried_and_the_plan_completes() {
+    let h = Harness::start().await;
+    // Two 500s from the API server while reading the storage location, then it recovers (kube's
+    // client retries 503 and 429 itself, so a 500 is what reaches the controller).
+    h.cluster.faults.add(failing(
+        "get",
+        "backupstoragelocations.velero.io",
+        500,
+        Some(2),
+    ));
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("flaky", json!({"nodes": [node]})).await;
+    let retrying = h
+        .wait_plan_until("flaky", TIMEOUT, |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Progressing" && c.status == "False")
+            })
+        })
+        .await;
+    let message = retrying.status.and_then(|s| s.message).unwrap_or_default();
+    assert!(message.contains("is retrying"), "{message}");
+    let plan = h.wait_plan("flaky", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{:?}", status.message);
+    assert!(
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Progressing" && c.status == "True"),
+        "{:?}",
+        status.conditions
+    );
+    controller.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_cancels_a_pass_that_waits_on_a_blocked_eviction() {
+    let h = Harness::start().await;
+    block_postgres_evictions(&h).await;
+    let opts = RunOptions {
+        lease_namespace: None,
+        ..RunOptions::default()
+    };
+    let controller = slow_slice_controller(&h, "snapdrain-0", opts).await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("stopping", json!({"nodes": [node]})).await;
+    h.wait_phase("stopping", PlanPhase::Draining).await;
+    eventually("a pass waits on the refused eviction", || async {
+        (in_flight(&controller) == Some(1)).then_some(())
+    })
+    .await;
+    // SIGTERM in `snapdrain controller` is this call. A stop that waited for the pass would take the
+    // five-minute slice.
+    tokio::time::timeout(Duration::from_secs(10), controller.shutdown())
+        .await
+        .expect("shutdown returns without waiting for the drain slice");
+    let plan = h.wait_phase("stopping", PlanPhase::Draining).await;
+    assert!(!plan.status.expect("status").phase.is_terminal());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deposed_leader_cancels_its_pass_at_once() {
+    let h = Harness::start().await;
+    block_postgres_evictions(&h).await;
+    let opts = RunOptions {
+        lease_namespace: Some("default".into()),
+        lease_seconds: 2,
+        ..RunOptions::default()
+    };
+    let leader = slow_slice_controller(&h, "replica-a", opts).await;
+    let mut leading = leader.leading.clone();
+    tokio::time::timeout(TIMEOUT, leading.wait_for(|l| *l))
+        .await
+        .expect("the only replica takes the Lease")
+        .expect("the controller runs");
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("deposed", json!({"nodes": [node]})).await;
+    h.wait_phase("deposed", PlanPhase::Draining).await;
+    eventually("a pass waits on the refused eviction", || async {
+        (in_flight(&leader) == Some(1)).then_some(())
+    })
+    .await;
+    // Another holder takes the Lease, as a replica whose clock ran ahead or an operator would.
+    let leases: Api<Lease> = Api::namespaced(h.client.clone(), "default");
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
+    leases
+        .patch(
+            "snapdrain-controller",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "holderIdentity": "replica-z",
+                "leaseDurationSeconds": 3600,
+                "acquireTime": now,
+                "renewTime": now,
+            }})),
+        )
+        .await
+        .expect("take the Lease");
+    tokio::time::timeout(TIMEOUT, leading.wait_for(|l| !*l))
+        .await
+        .expect("the replica sees it lost the Lease")
+        .expect("the controller runs");
+    eventually("the deposed replica's pass is cancelled", || async {
+        (in_flight(&leader) == Some(0)).then_some(())
+    })
+    .await;
+    leader.shutdown().await;
+}
