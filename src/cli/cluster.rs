@@ -20,6 +20,11 @@ pub struct ClusterArgs {
 
 impl ClusterArgs {
     pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        kube::Client::try_from(self.config().await?)
+            .context("cannot build a Kubernetes client from the kubeconfig")
+    }
+
+    pub async fn config(&self) -> anyhow::Result<kube::Config> {
         let options = KubeConfigOptions {
             context: self.context.clone(),
             ..KubeConfigOptions::default()
@@ -39,7 +44,6 @@ impl ClusterArgs {
                 "no kubeconfig found ($KUBECONFIG, ~/.kube/config) and not running in a cluster; pass --kubeconfig",
             )?,
         };
-        kube::Client::try_from(config)
-            .context("cannot build a Kubernetes client from the kubeconfig")
+        Ok(config)
     }
 }

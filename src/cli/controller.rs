@@ -1,9 +1,7 @@
 //! `snapdrain controller`: run the DisruptionPlan controller against a cluster (kubeconfig or in-cluster).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
-use anyhow::Context as _;
 use clap::Args;
 
 use snapdrain::controller::run::RunOptions;
@@ -11,9 +9,8 @@ use snapdrain::controller::{Settings, start};
 
 #[derive(Debug, Args)]
 pub struct ControllerArgs {
-    /// Kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or the in-cluster service account).
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: super::cluster::ClusterArgs,
     /// Where /metrics and /healthz listen.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
@@ -43,25 +40,8 @@ pub struct ControllerArgs {
     pub cluster_certificate: Option<String>,
 }
 
-pub async fn kube_config(path: Option<&PathBuf>) -> anyhow::Result<kube::Config> {
-    match path {
-        Some(p) => {
-            let kc = kube::config::Kubeconfig::read_from(p)
-                .with_context(|| format!("cannot read kubeconfig {}", p.display()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| {
-                    format!("kubeconfig {} has no usable current context", p.display())
-                })
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig found and not running in a cluster; pass --kubeconfig"),
-    }
-}
-
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
-    let config = kube_config(args.kubeconfig.as_ref()).await?;
+    let config = args.cluster.config().await?;
     let identity = args
         .identity
         .or_else(|| std::env::var("HOSTNAME").ok())

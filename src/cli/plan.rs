@@ -1,8 +1,6 @@
 //! `snapdrain plan NODE`: a dry run. Shows which backups a DisruptionPlan for NODE would take and which
 //! pods it would evict, in which order, without changing anything in the cluster.
 
-use std::path::PathBuf;
-
 use clap::Args;
 
 use snapdrain::api::DisruptionPlanSpec;
@@ -12,14 +10,12 @@ use snapdrain::controller::preview::describe;
 pub struct PlanArgs {
     /// The node to plan for.
     pub node: String,
-    /// Kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, or in-cluster).
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub cluster: super::cluster::ClusterArgs,
 }
 
 pub async fn run(args: PlanArgs) -> anyhow::Result<()> {
-    let config = super::controller::kube_config(args.kubeconfig.as_ref()).await?;
-    let client = kube::Client::try_from(config)?;
+    let client = args.cluster.client().await?;
     // The defaults a plan naming only this node gets from the API (serde defaults, not `Default`).
     let spec: DisruptionPlanSpec =
         serde_json::from_value(serde_json::json!({"nodes": [args.node]}))?;

@@ -548,6 +548,35 @@ async fn unknown_nodes_and_bad_flags_are_refused_before_a_plan_exists() {
     assert!(plans.items.is_empty(), "no plan was created");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kubeconfig_list_in_the_environment_is_merged_as_kubectl_does() {
+    let h = Harness::start().await;
+    let cli = Cli::new(&h);
+    // kubectl merges every file in $KUBECONFIG; the first current-context set wins. Here the first file
+    // only adds another cluster, so the simulated cluster's context (second file) is the current one.
+    let extra = cli.dir.path().join("extra");
+    std::fs::write(
+        &extra,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: elsewhere\n  cluster: {server: 'http://127.0.0.1:9'}\nusers:\n- name: nobody\n  user: {}\ncontexts:\n- name: elsewhere\n  context: {cluster: elsewhere, user: nobody}\n",
+    )
+    .expect("write the extra kubeconfig");
+    let list = std::env::join_paths([&extra, &cli.kubeconfig]).expect("paths without ':'");
+    let node = h.node_with_statefulset_pods().await;
+    for args in [vec!["plan", node.as_str()], vec!["status"]] {
+        let mut command = cli.command(Path::new(BIN), &args);
+        command.env("KUBECONFIG", &list);
+        let out = tokio::time::timeout(TIMEOUT, command.output())
+            .await
+            .expect("finishes")
+            .expect("snapdrain runs");
+        assert!(
+            out.status.success(),
+            "snapdrain {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// Runs `snapdrain drain` in a pseudo-terminal: progress bars are drawn, Ctrl-C asks, and the answer
 /// "abort" rolls the plan back (exit 4).
 type LoggedSession = expectrl::Session<
