@@ -19,7 +19,7 @@ use super::reconcile::{error_policy, reconcile, record_phases};
 use super::{leader, server};
 use crate::api::DisruptionPlan;
 use crate::api::velero::Backup;
-use crate::planning::backups::PLAN_LABEL;
+use crate::planning::backups::{PLAN_ANNOTATION, PLAN_LABEL};
 use crate::telemetry::Metrics;
 
 #[derive(Clone, Debug)]
@@ -162,6 +162,16 @@ async fn lead_loop(
     }
 }
 
+/// The plan a Backup belongs to: the full-name annotation, else (Backups from older versions) the
+/// label, which is the name itself when the name fits in a label value.
+fn plan_of(backup: &Backup) -> Option<String> {
+    backup
+        .annotations()
+        .get(PLAN_ANNOTATION)
+        .or_else(|| backup.labels().get(PLAN_LABEL))
+        .cloned()
+}
+
 /// Counts a reconcile in `snapdrain_reconciles_in_flight` for as long as it lives, however it ends.
 struct InFlight(prometheus_client::metrics::gauge::Gauge);
 
@@ -232,11 +242,7 @@ async fn run_controller(
         .watches(
             backups,
             watcher::Config::default().labels(PLAN_LABEL),
-            |b: Backup| {
-                b.labels()
-                    .get(PLAN_LABEL)
-                    .map(|plan| ObjectRef::<DisruptionPlan>::new(plan))
-            },
+            |b: Backup| plan_of(&b).map(|plan| ObjectRef::<DisruptionPlan>::new(&plan)),
         )
         .graceful_shutdown_on(shutdown)
         .run(
@@ -252,4 +258,35 @@ async fn run_controller(
         .await;
     gauge.abort();
     stop_acting.abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backup(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Backup {
+        let map = |kv: &[(&str, &str)]| {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let mut b: Backup = serde_json::from_value(serde_json::json!({
+            "apiVersion": "velero.io/v1", "kind": "Backup",
+            "metadata": {"name": "b", "namespace": "velero"}, "spec": {}
+        }))
+        .expect("a minimal Backup deserializes");
+        b.metadata.labels = Some(map(labels));
+        b.metadata.annotations = Some(map(annotations));
+        b
+    }
+
+    #[test]
+    fn a_backup_maps_to_its_plan_by_the_full_name_even_when_the_label_is_a_hash() {
+        let long = "x".repeat(100);
+        let b = backup(&[(PLAN_LABEL, "xxxx-3f2a")], &[(PLAN_ANNOTATION, &long)]);
+        assert_eq!(plan_of(&b), Some(long));
+        let old = backup(&[(PLAN_LABEL, "drain-n1")], &[]);
+        assert_eq!(plan_of(&old).as_deref(), Some("drain-n1"));
+        assert_eq!(plan_of(&backup(&[], &[])), None);
+    }
 }

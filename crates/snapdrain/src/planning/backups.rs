@@ -23,6 +23,9 @@ use crate::api::velero::{self, BackupStatus};
 
 /// Label on every Backup snapdrain creates: the plan name (as a label value).
 pub const PLAN_LABEL: &str = "snapdrain.io/plan";
+/// Annotation: the plan's full name. The label holds a hash for names over 63 characters, so a Backup
+/// change maps back to its plan through this.
+pub const PLAN_ANNOTATION: &str = "snapdrain.io/plan-name";
 /// Label: the plan uid.
 pub const PLAN_UID_LABEL: &str = "snapdrain.io/plan-uid";
 /// Label: the attempt number.
@@ -141,6 +144,7 @@ pub fn build_velero_backup(
         (NAMESPACE_LABEL.to_owned(), need.namespace.clone()),
     ]);
     let annotations = BTreeMap::from([
+        (PLAN_ANNOTATION.to_owned(), plan.name.to_owned()),
         (PVCS_ANNOTATION.to_owned(), need.pvcs.join(",")),
         (
             STATEFULSETS_ANNOTATION.to_owned(),
@@ -309,6 +313,10 @@ mod tests {
         assert_eq!(v["metadata"]["name"], backup_name(&PLAN, "db", 2));
         assert_eq!(v["metadata"]["labels"]["snapdrain.io/plan"], "drain-n1");
         assert_eq!(v["metadata"]["labels"]["snapdrain.io/attempt"], "2");
+        assert_eq!(
+            v["metadata"]["annotations"]["snapdrain.io/plan-name"],
+            "drain-n1"
+        );
         assert_eq!(
             v["metadata"]["annotations"]["snapdrain.io/pvcs"],
             "data-pg-0"
