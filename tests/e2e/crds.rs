@@ -121,3 +121,32 @@ fn minimal_plan_deserializes_with_defaults() {
     assert!(plan.status.is_none());
     assert!(snapdrain::api::validate(spec).is_ok());
 }
+
+/// `kubectl create -f` and `kubectl apply -f` of a plan, as a user types them: kubectl sends
+/// `fieldValidation=Strict`, and kube-apiserver always knows apiVersion, kind and metadata, so only a
+/// misspelt spec field is refused, with the server's strict decoding message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubectl_creates_and_applies_a_plan_and_refuses_a_misspelt_field() {
+    let h = snapdrain_testkit::harness::Harness::start().await;
+    let kubectl = snapdrain_testkit::kubectl::Kubectl::new(&h.cluster);
+    let plan = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: snapdrain.io/v1alpha1\nkind: DisruptionPlan\nmetadata:\n  name: {name}\nspec:\n  nodes: [n-1]\n  dryRun: true\n{extra}"
+        )
+    };
+    let created = kubectl.file("created.yaml", &plan("by-create", ""));
+    kubectl.ok(&["create", "-f", &created]).await;
+    let applied = kubectl.file("applied.yaml", &plan("by-apply", ""));
+    kubectl.ok(&["apply", "-f", &applied]).await;
+    kubectl.ok(&["apply", "-f", &applied]).await;
+    let misspelt = kubectl.file("misspelt.yaml", &plan("misspelt", "  nodez: [n-2]\n"));
+    let err = kubectl.fails(&["create", "-f", &misspelt]).await;
+    assert!(
+        err.contains("strict decoding error: unknown field \"spec.nodez\""),
+        "{err}"
+    );
+    assert!(
+        !err.contains("apiVersion") && !err.contains("\"kind\""),
+        "{err}"
+    );
+}

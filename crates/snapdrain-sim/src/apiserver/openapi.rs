@@ -258,8 +258,9 @@ pub fn unknown_fields(store: &Store, def: &ResourceDef, version: &str, obj: &Val
     let mut out = Vec::new();
     if let Some(fields) = obj.as_object() {
         for (k, v) in fields {
-            // ObjectMeta is checked by the server's own types, not the CRD schema.
-            if k == "metadata" {
+            // TypeMeta and ObjectMeta are the server's own types, known whatever the CRD schema
+            // declares (apiextensions-apiserver's structural schemas never list them).
+            if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
                 continue;
             }
             unknown_in(schema, k, v, k, &mut out);
