@@ -7,3 +7,4 @@ mod demo;
 mod deploy;
 mod drain_cli;
 mod resilience;
+mod sim_serve;

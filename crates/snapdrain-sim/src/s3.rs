@@ -180,6 +180,11 @@ impl S3Sim {
         &self.inner.config.region
     }
 
+    /// The buckets created at start.
+    pub fn buckets(&self) -> &[String] {
+        &self.inner.config.buckets
+    }
+
     /// The directory holding the buckets.
     pub fn data_dir(&self) -> &Path {
         &self.inner.root
