@@ -3,7 +3,7 @@
 
 use std::process::Stdio;
 
-use aws_config::profile::profile_file::{ProfileFileKind, ProfileFiles};
+use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
 use serde_json::Value;
 use snapdrain_testkit::WAIT;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -47,8 +47,8 @@ async fn sim_serve_prints_every_endpoint_and_writes_a_working_aws_profile() {
     // Only the written profile: no keys, region or endpoint from the environment or the test.
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .profile_files(
-            ProfileFiles::builder()
-                .with_file(ProfileFileKind::Config, &aws_file)
+            EnvConfigFiles::builder()
+                .with_file(EnvConfigFileKind::Config, &aws_file)
                 .build(),
         )
         .profile_name(endpoints["awsProfile"].as_str().expect("profile name"))
