@@ -65,7 +65,9 @@ pub async fn run(opts: &ApiOptions, report: &mut Report) -> anyhow::Result<Store
     )
     .await
     .context("starting the API server")?;
-    let client = Client::try_from(kube::Config::new(server.url().parse()?))?;
+    let client = Client::try_from(
+        snapdrain_sim::apiserver::admin_config(&server.url()).map_err(anyhow::Error::msg)?,
+    )?;
     full_lists(&server.url(), &client, opts.runs, pod_count, report).await?;
     add_rss(report, "RSS after full lists");
     paged_lists(&client, opts.runs, pod_count, report).await?;
@@ -152,6 +154,7 @@ async fn full_lists(
         let t = Instant::now();
         let body = http
             .get(&url)
+            .bearer_auth(snapdrain_sim::apiserver::auth::ADMIN_TOKEN)
             .send()
             .await?
             .error_for_status()?

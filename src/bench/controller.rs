@@ -48,7 +48,7 @@ async fn start_cluster(yaml: &str, label: &str) -> anyhow::Result<Bench> {
         ..Default::default()
     })
     .await?;
-    let client = Client::try_from(kube::Config::new(cluster.url().parse()?))?;
+    let client = Client::try_from(cluster.kube_config())?;
     Api::<CustomResourceDefinition>::all(client.clone())
         .create(&PostParams::default(), &DisruptionPlan::crd())
         .await
@@ -75,9 +75,7 @@ async fn start_controller(b: &Bench) -> anyhow::Result<ControllerHandle> {
         lease_namespace: None,
         ..RunOptions::default()
     };
-    let handle =
-        snapdrain::controller::start(kube::Config::new(b.cluster.url().parse()?), settings, opts)
-            .await?;
+    let handle = snapdrain::controller::start(b.cluster.kube_config(), settings, opts).await?;
     tokio::time::sleep(CONTROLLER_SETTLE).await;
     Ok(handle)
 }

@@ -41,13 +41,7 @@ pub async fn start_cluster(
 }
 
 pub fn client_for(cluster: &SimCluster) -> anyhow::Result<Client> {
-    let url = cluster.url().parse().with_context(|| {
-        format!(
-            "the simulator's URL {} is not a valid URI (a simulator bug)",
-            cluster.url()
-        )
-    })?;
-    Client::try_from(kube::Config::new(url))
+    Client::try_from(cluster.kube_config())
         .context("cannot build a Kubernetes client for the simulated cluster")
 }
 
@@ -64,15 +58,11 @@ pub fn controller_settings(cluster: &SimCluster) -> anyhow::Result<Settings> {
 /// The controller in this process, a single replica (no Lease).
 pub async fn start_controller(cluster: &SimCluster) -> anyhow::Result<ControllerHandle> {
     let settings = controller_settings(cluster)?;
-    let url = cluster
-        .url()
-        .parse()
-        .context("the simulator's URL is not a valid URI")?;
     let opts = RunOptions {
         lease_namespace: None,
         ..RunOptions::default()
     };
-    start(kube::Config::new(url), settings, opts)
+    start(cluster.kube_config(), settings, opts)
         .await
         .context("cannot start the snapdrain controller")
 }

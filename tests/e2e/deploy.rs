@@ -265,3 +265,149 @@ fn rbac_grants_exactly_what_the_controller_uses() {
         )])
     );
 }
+
+/// The chart's RBAC templates with the values a default install in namespace `snapdrain` gives them
+/// (release `snapdrain`, Velero in `velero`); lines that are only template control are dropped.
+fn rendered_rbac() -> Vec<Value> {
+    let files = [
+        "clusterrole.yaml",
+        "clusterrolebinding.yaml",
+        "role-velero-secrets.yaml",
+        "role-leader-election.yaml",
+    ];
+    files
+        .iter()
+        .flat_map(|f| {
+            let text = read(&chart().join("templates").join(f))
+                .replace("{{ include \"snapdrain.fullname\" . }}", "snapdrain")
+                .replace(
+                    "{{ include \"snapdrain.serviceAccountName\" . }}",
+                    "snapdrain",
+                )
+                .replace("{{ .Values.velero.namespace }}", "velero")
+                .replace("{{ .Release.Namespace }}", "snapdrain");
+            parse_all(&strip_template_lines(&text), f)
+        })
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// Installs `docs` (RBAC objects) through the admin client.
+async fn apply(client: &kube::Client, docs: &[Value]) {
+    use kube::api::{Api, DynamicObject, PostParams};
+    use kube::discovery::ApiResource;
+    for doc in docs {
+        let kind = doc["kind"].as_str().expect("a kind");
+        let gvk = kube::core::GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", kind);
+        let plural = format!("{}s", kind.to_lowercase());
+        let ar = ApiResource::from_gvk_with_plural(&gvk, &plural);
+        let api: Api<DynamicObject> =
+            match doc.pointer("/metadata/namespace").and_then(Value::as_str) {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+                None => Api::all_with(client.clone(), &ar),
+            };
+        let obj: DynamicObject = serde_json::from_value(doc.clone()).expect("an RBAC object");
+        api.create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("create {kind}: {e}"));
+    }
+}
+
+/// Runs the controller as the chart's ServiceAccount, with a token from TokenRequest, on a simulated
+/// cluster that enforces RBAC as kube-apiserver does. Returns the plan as it ended and the controller.
+async fn plan_as_the_chart_service_account(
+    h: &snapdrain_testkit::harness::Harness,
+    rbac: &[Value],
+    plan: &str,
+) -> snapdrain::api::DisruptionPlan {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use kube::api::{Api, PostParams};
+    let client = h.client.clone();
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "snapdrain"}})).expect("ns");
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace snapdrain");
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "snapdrain");
+    let sa: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "snapdrain"}})).expect("sa");
+    sas.create(&PostParams::default(), &sa)
+        .await
+        .expect("create the ServiceAccount");
+    apply(&client, rbac).await;
+    let request: TokenRequest =
+        serde_json::from_value(serde_json::json!({"spec": {"audiences": []}})).expect("request");
+    let token = sas
+        .create_token_request("snapdrain", &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("a token in the status")
+        .token;
+    let mut config = h.kube_config();
+    config.auth_info.token = Some(token.into());
+    let opts = snapdrain::controller::run::RunOptions {
+        lease_namespace: Some("snapdrain".into()),
+        lease_seconds: 2,
+        ..Default::default()
+    };
+    let controller = snapdrain::controller::start(config, h.settings("snapdrain-0"), opts)
+        .await
+        .expect("the controller starts");
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan(plan, serde_json::json!({"nodes": [node]}))
+        .await;
+    let done = h
+        .wait_plan_until(plan, snapdrain_testkit::harness::TIMEOUT, |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.phase.is_terminal()
+                    || s.nodes.iter().any(|n| {
+                        n.blocked_by
+                            .as_deref()
+                            .is_some_and(|b| b.contains("forbidden"))
+                    })
+            })
+        })
+        .await;
+    controller.shutdown().await;
+    done
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_charts_rbac_is_enough_for_a_whole_plan() {
+    let h = snapdrain_testkit::harness::Harness::start().await;
+    let plan = plan_as_the_chart_service_account(&h, &rendered_rbac(), "least-privilege").await;
+    let status = plan.status.expect("status");
+    assert_eq!(
+        status.phase,
+        snapdrain::api::status::PlanPhase::Completed,
+        "{:?}",
+        status.message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_the_eviction_rule_the_drain_is_refused_with_the_servers_403() {
+    let h = snapdrain_testkit::harness::Harness::start().await;
+    let mut rbac = rendered_rbac();
+    for doc in rbac.iter_mut().filter(|d| d["kind"] == "ClusterRole") {
+        let rules = doc["rules"].as_array_mut().expect("rules");
+        rules.retain(|r| r["resources"] != serde_json::json!(["pods/eviction"]));
+    }
+    let plan = plan_as_the_chart_service_account(&h, &rbac, "no-evictions").await;
+    let status = plan.status.expect("status");
+    let blocked: Vec<String> = status
+        .nodes
+        .iter()
+        .filter_map(|n| n.blocked_by.clone())
+        .collect();
+    assert!(
+        blocked.iter().any(|b| b.contains(
+            "User \"system:serviceaccount:snapdrain:snapdrain\" cannot create resource \"pods/eviction\""
+        )),
+        "{blocked:?} {:?}",
+        status.message
+    );
+}

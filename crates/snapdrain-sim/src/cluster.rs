@@ -276,6 +276,17 @@ impl SimCluster {
         self.api.url()
     }
 
+    /// A kube-rs configuration for this cluster as its admin (the kubeconfig's user).
+    pub fn kube_config(&self) -> kube::Config {
+        super::apiserver::admin_config(&self.url())
+            .expect("the server's own http://127.0.0.1:<port> URL parses")
+    }
+
+    /// Issues and enforces tokens; RBAC is on unless a test turns it off.
+    pub fn auth(&self) -> &super::apiserver::auth::Auth {
+        &self.api.state.auth
+    }
+
     /// Writes a kubeconfig for this cluster and returns its path.
     pub fn write_kubeconfig(&self, path: &Path) -> Result<PathBuf, SimError> {
         std::fs::write(path, kubeconfig(&self.url())).map_err(|e| SimError::Io {

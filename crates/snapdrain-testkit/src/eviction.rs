@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
 use serde_json::{Value, json};
 use snapdrain_sim::{SimCluster, SimConfig};
 
@@ -15,7 +15,7 @@ pub async fn cluster() -> (SimCluster, Client) {
     let sim = SimCluster::start(SimConfig::default())
         .await
         .expect("sim starts");
-    let mut config = Config::new(sim.url().parse().expect("sim url parses"));
+    let mut config = sim.kube_config();
     // kube-rs retries 429 by default (up to 15 times, backing off towards minutes): tests want each answer.
     config.default_retry = false;
     let client = Client::try_from(config).expect("client builds");

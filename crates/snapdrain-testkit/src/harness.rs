@@ -50,8 +50,7 @@ impl Harness {
         })
         .await
         .expect("the quickstart scenario starts");
-        let client = Client::try_from(kube::Config::new(cluster.url().parse().expect("url")))
-            .expect("client");
+        let client = Client::try_from(cluster.kube_config()).expect("client");
         install_plan_crd(&client)
             .await
             .expect("install the DisruptionPlan CRD");
@@ -61,7 +60,7 @@ impl Harness {
     }
 
     pub fn kube_config(&self) -> kube::Config {
-        kube::Config::new(self.cluster.url().parse().expect("url"))
+        self.cluster.kube_config()
     }
 
     pub fn settings(&self, identity: &str) -> Settings {

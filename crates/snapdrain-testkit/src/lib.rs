@@ -39,8 +39,7 @@ pub async fn start_cluster() -> SimCluster {
 
 /// A kube-rs client for a simulated cluster.
 pub fn client(cluster: &SimCluster) -> kube::Client {
-    let url = cluster.url().parse().expect("the simulator's URL parses");
-    kube::Client::try_from(kube::Config::new(url)).expect("a client for the simulator")
+    kube::Client::try_from(cluster.kube_config()).expect("a client for the simulator")
 }
 
 /// A built-in scenario with its world running at `timings`, and a client for it.
@@ -119,9 +118,17 @@ where
     }
 }
 
-/// Raw HTTP against the simulated API server.
+/// Raw HTTP against the simulated API server, as its admin (the kubeconfig's bearer token).
 pub fn raw_client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {}", snapdrain_sim::apiserver::auth::ADMIN_TOKEN)
+            .parse()
+            .expect("a token of ASCII letters is a valid header value"),
+    );
     reqwest::Client::builder()
+        .default_headers(headers)
         .timeout(WAIT)
         .build()
         .expect("HTTP client")

@@ -141,6 +141,7 @@ pub async fn dispatch(state: Arc<ApiState>, req: Request) -> Reply {
             .await
         }
         ("POST", true, Some("binding")) => bind(&state, &req),
+        ("POST", true, Some("token")) => token_request(&state, &req),
         ("PUT", true, Some("scale")) => update_scale(&state, &req),
         ("PUT", true, _) => update(&state, &req).await,
         ("PATCH", true, Some("scale")) => patch_scale(&state, &req),
@@ -153,6 +154,38 @@ pub async fn dispatch(state: Arc<ApiState>, req: Request) -> Reply {
             t.resource_name()
         ))),
     }
+}
+
+/// TokenRequest (`kubectl create token`): a token that authenticates as the ServiceAccount. The
+/// ServiceAccount must exist, as the real registry (`serviceaccount/storage/token.go`) requires.
+fn token_request(state: &ApiState, req: &Request) -> Reply {
+    let t = &req.target;
+    let ns = t.namespace.as_deref().unwrap_or("default");
+    let name = t.name.as_deref().unwrap_or("");
+    if state.store.get(&t.def.key(), Some(ns), name).is_none() {
+        return Err(ApiError::not_found("", "serviceaccounts", name));
+    }
+    let spec = req
+        .body_value()
+        .ok()
+        .and_then(|b| b.get("spec").cloned())
+        .unwrap_or_else(|| json!({}));
+    let seconds = spec
+        .get("expirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(3600);
+    let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(seconds);
+    let token = state.auth.issue(ns, name);
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({
+            "kind": "TokenRequest",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": null},
+            "spec": spec,
+            "status": {"token": token, "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()},
+        }),
+    ))
 }
 
 fn object_response(req: &Request, code: StatusCode, obj: &Value) -> Response {

@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod audit;
+pub mod auth;
 mod control;
 pub mod errors;
 pub mod eviction;
@@ -70,6 +71,7 @@ pub struct ApiState {
     /// `http://127.0.0.1:<port>`, once bound.
     pub address: String,
     pub admission: admission::Admission,
+    pub auth: auth::Auth,
 }
 
 /// A running API server.
@@ -97,6 +99,7 @@ impl ApiServer {
             settings,
             address: format!("http://{addr}"),
             admission: admission::Admission::default(),
+            auth: auth::Auth::default(),
         });
         let app = router(state.clone());
         let (tx, mut rx) = tokio::sync::watch::channel(false);
@@ -174,17 +177,49 @@ async fn entry(
 ) -> Response {
     let path = uri.path().to_string();
     let query = Query::parse(uri.query());
-    if let Some(r) = discovery(&state, &method, &path) {
-        return r;
-    }
+    // The simulator's own control surface, not part of the Kubernetes API.
     if path.starts_with("/sim/") {
         return control::handle(&state, &method, &path, &query, &body).await;
+    }
+    let user = match state.auth.authenticate(&headers) {
+        Ok(u) => u,
+        Err(e) => return error_response(&e),
+    };
+    if method == Method::GET && !is_resource_path(&path) {
+        let attrs = auth::rbac::Attributes::NonResource {
+            verb: "get".into(),
+            path: path.clone(),
+        };
+        if let Err(e) = state.auth.authorize(&state.store, &user, &attrs) {
+            return error_response(&e);
+        }
+    }
+    if let Some(r) = discovery(&state, &method, &path) {
+        return r;
     }
     let target = match request::parse_path(&state.store, &path) {
         Ok(t) => t,
         Err(e) => return error_response(&e),
     };
     let verb = handlers::verb(&method, &target, &query);
+    let attrs = auth::rbac::Attributes::Resource {
+        verb: verb.to_string(),
+        group: target.def.group.clone(),
+        resource: target.def.plural.clone(),
+        subresource: target.subresource.clone(),
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+    };
+    if let Err(e) = state.auth.authorize(&state.store, &user, &attrs) {
+        handlers::audit(
+            &state,
+            verb,
+            &target,
+            headers.get("user-agent").and_then(|v| v.to_str().ok()),
+            e.code,
+        );
+        return error_response(&e);
+    }
     let user_agent = headers
         .get("user-agent")
         .and_then(|v| v.to_str().ok())
@@ -216,6 +251,17 @@ async fn entry(
         response.status().as_u16(),
     );
     response
+}
+
+/// `/api/v1/...` and `/apis/<group>/<version>/<resource>...`: a resource request for RBAC; the
+/// discovery documents above them (`/api`, `/api/v1`, `/apis/<group>/<version>`) are not.
+fn is_resource_path(path: &str) -> bool {
+    let n = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .count();
+    (path.starts_with("/api/") && n >= 3) || (path.starts_with("/apis/") && n >= 4)
 }
 
 fn discovery(state: &ApiState, method: &Method, path: &str) -> Option<Response> {
@@ -285,9 +331,20 @@ fn discovery(state: &ApiState, method: &Method, path: &str) -> Option<Response> 
     }
 }
 
+/// A kube-rs configuration for `url` that authenticates as the cluster admin, as the kubeconfig does.
+pub fn admin_config(url: &str) -> Result<kube::Config, String> {
+    let uri = url
+        .parse()
+        .map_err(|e| format!("API server URL {url}: {e}"))?;
+    let mut config = kube::Config::new(uri);
+    config.auth_info.token = Some(secrecy::SecretString::from(auth::ADMIN_TOKEN));
+    Ok(config)
+}
+
 /// A kubeconfig whose current context points kubectl and kube-rs at `url`.
 pub fn kubeconfig(url: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: snapdrain-sim\n  cluster:\n    server: {url}\ncontexts:\n- name: snapdrain-sim\n  context:\n    cluster: snapdrain-sim\n    user: snapdrain-sim\n    namespace: default\ncurrent-context: snapdrain-sim\nusers:\n- name: snapdrain-sim\n  user:\n    token: snapdrain-sim\npreferences: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: snapdrain-sim\n  cluster:\n    server: {url}\ncontexts:\n- name: snapdrain-sim\n  context:\n    cluster: snapdrain-sim\n    user: snapdrain-sim\n    namespace: default\ncurrent-context: snapdrain-sim\nusers:\n- name: snapdrain-sim\n  user:\n    token: {}\npreferences: {{}}\n",
+        auth::ADMIN_TOKEN
     )
 }

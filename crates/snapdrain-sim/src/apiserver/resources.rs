@@ -110,6 +110,12 @@ impl ResourceDef {
                 "eviction" => ("Eviction", "policy", "v1", vec!["create"]),
                 "binding" => ("Binding", "", "v1", vec!["create"]),
                 "scale" => ("Scale", "autoscaling", "v1", vec!["get", "patch", "update"]),
+                "token" => (
+                    "TokenRequest",
+                    "authentication.k8s.io",
+                    "v1",
+                    vec!["create"],
+                ),
                 _ => (self.kind.as_str(), "", "", vec!["get"]),
             };
             let mut entry = json!({"name": format!("{}/{}", self.plural, sub), "singularName": "",
@@ -240,7 +246,7 @@ const BUILTINS: &[Builtin] = &[
         short: &["sa"],
         namespaced: true,
         status: false,
-        extra: &[],
+        extra: &["token"],
     },
     Builtin {
         group: "",

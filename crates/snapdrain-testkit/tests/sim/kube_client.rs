@@ -14,7 +14,7 @@ use kube::api::{
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kube::{Client, Config, CustomResource, CustomResourceExt, Resource, ResourceExt};
+use kube::{Client, CustomResource, CustomResourceExt, Resource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -23,7 +23,7 @@ use snapdrain_sim::apiserver::faults::FaultRule;
 use snapdrain_testkit::{data, eventually, raw_client, start_cluster};
 
 fn client(cluster: &SimCluster) -> Client {
-    let config = Config::new(cluster.url().parse().expect("server URL"));
+    let config = cluster.kube_config();
     Client::try_from(config).expect("kube client")
 }
 

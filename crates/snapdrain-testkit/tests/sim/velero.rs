@@ -198,7 +198,7 @@ impl Env {
         };
         tokio::spawn(velero::run(ctx.clone(), config, velero.clone()));
         let client =
-            kube::Client::try_from(kube::Config::new(cluster.url().parse().unwrap())).unwrap();
+            kube::Client::try_from(cluster.kube_config()).expect("a client for the simulator");
         let env = Self {
             cluster,
             ctx,

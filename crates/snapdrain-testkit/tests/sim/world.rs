@@ -27,7 +27,7 @@ async fn start() -> (SimCluster, Client) {
     })
     .await
     .expect("cluster starts");
-    let config = kube::Config::new(cluster.url().parse().expect("url"));
+    let config = cluster.kube_config();
     let client = Client::try_from(config).expect("client");
     (cluster, client)
 }

@@ -90,10 +90,7 @@ pub struct KarpenterConfig {
 /// A client of the simulated API server for Karpenter: without kube's own 429 retries, so eviction
 /// answers reach Karpenter's backoff (and the audit log) as they come.
 pub fn api_client(url: &str) -> Result<kube::Client, String> {
-    let mut config = kube::Config::new(
-        url.parse()
-            .map_err(|e| format!("API server URL {url}: {e}"))?,
-    );
+    let mut config = crate::apiserver::admin_config(url)?;
     config.default_retry = false;
     kube::Client::try_from(config).map_err(|e| e.to_string())
 }

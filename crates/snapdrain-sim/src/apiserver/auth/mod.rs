@@ -1,0 +1,179 @@
+//! Authentication and authorization, as kube-apiserver does them for bearer tokens: the kubeconfig's
+//! token is a cluster admin (group `system:masters`, which kube-apiserver's privileged-group authorizer
+//! allows everything), ServiceAccount tokens come from TokenRequest
+//! (`POST .../serviceaccounts/<name>/token`), a request without a token is `system:anonymous`, and an
+//! unknown token is 401. Every other request is decided by RBAC ([`rbac`]) over the Roles,
+//! ClusterRoles and bindings in the store; a refusal is the server's 403.
+
+pub mod rbac;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::http::HeaderMap;
+use serde_json::Value;
+
+use super::errors::ApiError;
+use super::resources::ResKey;
+use super::store::Store;
+use rbac::{Attributes, Policy};
+
+/// The token the generated kubeconfig and the simulator's own clients carry.
+pub const ADMIN_TOKEN: &str = "snapdrain-sim";
+const MASTERS: &str = "system:masters";
+
+/// Who a request is from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserInfo {
+    pub name: String,
+    pub groups: Vec<String>,
+}
+
+impl UserInfo {
+    fn admin() -> Self {
+        Self {
+            name: "snapdrain-sim".into(),
+            groups: vec![MASTERS.into(), "system:authenticated".into()],
+        }
+    }
+
+    fn anonymous() -> Self {
+        Self {
+            name: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        }
+    }
+
+    /// The user a ServiceAccount token authenticates as (`serviceaccount.MakeUsername`, `MakeGroupNames`).
+    pub fn service_account(namespace: &str, name: &str) -> Self {
+        Self {
+            name: format!("system:serviceaccount:{namespace}:{name}"),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{namespace}"),
+                "system:authenticated".into(),
+            ],
+        }
+    }
+
+    fn is_admin(&self) -> bool {
+        self.groups.iter().any(|g| g == MASTERS)
+    }
+
+    fn authenticated(&self) -> bool {
+        self.groups.iter().any(|g| g == "system:authenticated")
+    }
+}
+
+/// Tokens and whether RBAC is enforced.
+pub struct Auth {
+    tokens: Mutex<HashMap<String, UserInfo>>,
+    enforce: AtomicBool,
+}
+
+impl Default for Auth {
+    fn default() -> Self {
+        let tokens = HashMap::from([(ADMIN_TOKEN.to_string(), UserInfo::admin())]);
+        Self {
+            tokens: Mutex::new(tokens),
+            enforce: AtomicBool::new(true),
+        }
+    }
+}
+
+impl Auth {
+    /// Turns authorization off (every authenticated request allowed), for tests that say so.
+    pub fn set_enforced(&self, on: bool) {
+        self.enforce.store(on, Ordering::SeqCst);
+    }
+
+    /// A new token for ServiceAccount `namespace/name` (TokenRequest).
+    pub fn issue(&self, namespace: &str, name: &str) -> String {
+        let token = format!("sa-{namespace}-{name}-{:016x}", rand::random::<u64>());
+        let mut tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        tokens.insert(token.clone(), UserInfo::service_account(namespace, name));
+        token
+    }
+
+    /// The user behind the request's bearer token: 401 for a token nobody issued.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<UserInfo, ApiError> {
+        let Some(value) = headers.get("authorization").and_then(|v| v.to_str().ok()) else {
+            return Ok(UserInfo::anonymous());
+        };
+        let token = value
+            .strip_prefix("Bearer ")
+            .or_else(|| value.strip_prefix("bearer "))
+            .map(str::trim);
+        let tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
+        token
+            .and_then(|t| tokens.get(t).cloned())
+            .ok_or_else(|| ApiError::new(401, "Unauthorized", "Unauthorized"))
+    }
+
+    /// Allows or refuses `attrs` for `user` with the server's 403.
+    pub fn authorize(
+        &self,
+        store: &Store,
+        user: &UserInfo,
+        attrs: &Attributes,
+    ) -> Result<(), ApiError> {
+        if user.is_admin() || !self.enforce.load(Ordering::SeqCst) && user.authenticated() {
+            return Ok(());
+        }
+        if let Attributes::NonResource { path, .. } = attrs
+            && public_path(path, user)
+        {
+            return Ok(());
+        }
+        let all = |plural: &str| -> Vec<Value> {
+            let key = ResKey::new("rbac.authorization.k8s.io", plural);
+            store
+                .list(&key, None, &|_| true, None, None)
+                .items
+                .iter()
+                .map(|o| (**o).clone())
+                .collect()
+        };
+        let (cluster_roles, cluster_role_bindings, roles, role_bindings) = (
+            all("clusterroles"),
+            all("clusterrolebindings"),
+            all("roles"),
+            all("rolebindings"),
+        );
+        let policy = Policy {
+            cluster_roles: &cluster_roles,
+            cluster_role_bindings: &cluster_role_bindings,
+            roles: &roles,
+            role_bindings: &role_bindings,
+        };
+        if rbac::allows(&policy, user, attrs) {
+            return Ok(());
+        }
+        let mut e = ApiError::new(403, "Forbidden", attrs.forbidden_message(&user.name));
+        if let Attributes::Resource {
+            group,
+            resource,
+            name,
+            ..
+        } = attrs
+        {
+            e.group = Some(group.clone());
+            e.kind = Some(resource.clone());
+            e.name = name.clone();
+        }
+        Err(e)
+    }
+}
+
+/// What the bootstrap ClusterRoles `system:discovery` (bound to every authenticated user) and
+/// `system:public-info-viewer` (bound to everyone) allow: discovery, OpenAPI, version and health.
+fn public_path(path: &str, user: &UserInfo) -> bool {
+    let info = matches!(path, "/version" | "/healthz" | "/livez" | "/readyz");
+    let discovery = path == "/api"
+        || path.starts_with("/api/")
+        || path == "/apis"
+        || path.starts_with("/apis/")
+        || path.starts_with("/openapi/");
+    info || (discovery && user.authenticated())
+}
