@@ -1,9 +1,15 @@
 //! Authentication and authorization, as kube-apiserver does them for bearer tokens: the kubeconfig's
 //! token is a cluster admin (group `system:masters`, which kube-apiserver's privileged-group authorizer
 //! allows everything), ServiceAccount tokens come from TokenRequest
-//! (`POST .../serviceaccounts/<name>/token`), a request without a token is `system:anonymous`, and an
-//! unknown token is 401. Every other request is decided by RBAC ([`rbac`]) over the Roles,
-//! ClusterRoles and bindings in the store; a refusal is the server's 403.
+//! (`POST .../serviceaccounts/<name>/token`), and an unknown token is 401. Every other request is
+//! decided by RBAC ([`rbac`]) over the Roles, ClusterRoles and bindings in the store; a refusal is the
+//! server's 403.
+//!
+//! The server is plain HTTP on loopback, and client-go (so kubectl) never sends a bearer token over
+//! plain HTTP. A request without credentials is therefore treated as kube-apiserver treated requests on
+//! its old `--insecure-port` (removed in 1.20; `pkg/kubeapiserver/server/insecure_handler.go`): user
+//! `system:unsecured` in `system:masters`. Anything that authenticates (kube-rs sends tokens over HTTP)
+//! is subject to RBAC.
 
 pub mod rbac;
 
@@ -38,10 +44,10 @@ impl UserInfo {
         }
     }
 
-    fn anonymous() -> Self {
+    fn unsecured() -> Self {
         Self {
-            name: "system:anonymous".into(),
-            groups: vec!["system:unauthenticated".into()],
+            name: "system:unsecured".into(),
+            groups: vec![MASTERS.into(), "system:authenticated".into()],
         }
     }
 
@@ -99,7 +105,7 @@ impl Auth {
     /// The user behind the request's bearer token: 401 for a token nobody issued.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<UserInfo, ApiError> {
         let Some(value) = headers.get("authorization").and_then(|v| v.to_str().ok()) else {
-            return Ok(UserInfo::anonymous());
+            return Ok(UserInfo::unsecured());
         };
         let token = value
             .strip_prefix("Bearer ")
@@ -176,4 +182,58 @@ fn public_path(path: &str, user: &UserInfo) -> bool {
         || path.starts_with("/apis/")
         || path.starts_with("/openapi/");
     info || (discovery && user.authenticated())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bearer(token: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("header"),
+        );
+        h
+    }
+
+    #[test]
+    fn tokens_name_their_users_and_unknown_tokens_are_401() {
+        let auth = Auth::default();
+        assert!(auth.authenticate(&HeaderMap::new()).expect("no token").is_admin());
+        assert!(auth.authenticate(&bearer(ADMIN_TOKEN)).expect("admin").is_admin());
+        let token = auth.issue("snapdrain", "snapdrain");
+        let sa = auth.authenticate(&bearer(&token)).expect("issued token");
+        assert_eq!(sa.name, "system:serviceaccount:snapdrain:snapdrain");
+        assert!(!sa.is_admin());
+        let e = auth.authenticate(&bearer("forged")).expect_err("unknown token");
+        assert_eq!((e.code, e.reason.as_str()), (401, "Unauthorized"));
+    }
+
+    #[test]
+    fn a_service_account_without_roles_sees_discovery_but_nothing_else() {
+        let auth = Auth::default();
+        let store = Store::new();
+        let sa = UserInfo::service_account("snapdrain", "snapdrain");
+        let get = |path: &str| Attributes::NonResource {
+            verb: "get".into(),
+            path: path.into(),
+        };
+        assert!(auth.authorize(&store, &sa, &get("/apis/apps/v1")).is_ok());
+        assert!(auth.authorize(&store, &sa, &get("/metrics")).is_err());
+        let list_pods = Attributes::Resource {
+            verb: "list".into(),
+            group: String::new(),
+            resource: "pods".into(),
+            subresource: None,
+            namespace: None,
+            name: None,
+        };
+        let e = auth
+            .authorize(&store, &sa, &list_pods)
+            .expect_err("no binding");
+        assert_eq!(e.code, 403);
+        auth.set_enforced(false);
+        assert!(auth.authorize(&store, &sa, &list_pods).is_ok());
+    }
 }
