@@ -92,6 +92,9 @@ pub async fn describe(
                 SkipReason::Mirror => "static pod mirror",
                 SkipReason::DaemonSet => "DaemonSet (ignoreDaemonSets)",
                 SkipReason::NotSelected => "not selected by drain.podSelector",
+                SkipReason::ToleratesDrainTaint => {
+                    "tolerates the snapdrain.io/draining taint (would come straight back)"
+                }
             };
             let _ = writeln!(out, "  {}/{}  {why}", s.namespace, s.name);
         }
