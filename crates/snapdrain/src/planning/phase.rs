@@ -55,6 +55,10 @@ pub enum DrainState {
 pub struct PhaseFacts {
     /// Someone asked to stop (plan deletion, abort annotation).
     pub abort_requested: bool,
+    /// Pending could not decide the plan yet (a node is missing, or kubectl's refusals: pods with local
+    /// storage, pods no controller owns): the plan waits in Pending, with the reason in its message,
+    /// until the cluster or the spec changes.
+    pub planning_blocked: bool,
     /// `spec.deadline` has passed.
     pub deadline_passed: bool,
     pub backups: BackupsState,
@@ -71,6 +75,7 @@ impl Default for PhaseFacts {
     fn default() -> Self {
         Self {
             abort_requested: false,
+            planning_blocked: false,
             deadline_passed: false,
             backups: BackupsState::InProgress,
             nodes_cordoned: false,
@@ -173,6 +178,7 @@ pub fn next_phase(
         Pending if spec.dry_run => {
             PhaseDecision::with(Completed, "dry run: plan recorded, nothing changed")
         }
+        Pending if facts.planning_blocked => PhaseDecision::to(Pending),
         Pending if spec.mode == PlanMode::Execute => PhaseDecision::to(Cordoning),
         Pending if facts.backups == BackupsState::NotNeeded => PhaseDecision::to(after_backup()),
         Pending => PhaseDecision::to(BackingUp),
@@ -406,6 +412,18 @@ mod tests {
         abort.abort_requested = true;
         let d = next_phase(Cordoning, &s, &abort);
         assert_eq!((d.phase, d.rollback), (Aborted, true));
+    }
+
+    #[test]
+    fn a_plan_pending_refused_pods_waits_in_pending() {
+        let mut f = facts(BackupsState::InProgress);
+        f.planning_blocked = true;
+        for mode in ["Execute", "Release"] {
+            let d = next_phase(Pending, &spec(json!({"mode": mode})), &f);
+            assert_eq!((d.phase, d.rollback), (Pending, false), "{mode}");
+        }
+        f.abort_requested = true;
+        assert_eq!(next_phase(Pending, &spec(json!({})), &f).phase, Aborted);
     }
 
     #[test]
@@ -675,11 +693,12 @@ mod tests {
             },
         ];
         let mut all_facts = Vec::new();
-        for bits in 0..32u32 {
+        for bits in 0..64u32 {
             for b in &backups {
                 for d in &drains {
                     all_facts.push(PhaseFacts {
                         abort_requested: bits & 1 != 0,
+                        planning_blocked: bits & 32 != 0,
                         deadline_passed: bits & 2 != 0,
                         backups: b.clone(),
                         nodes_cordoned: bits & 4 != 0,
