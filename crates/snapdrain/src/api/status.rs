@@ -54,12 +54,12 @@ pub enum PlanPhase {
 }
 
 impl PlanPhase {
-    /// Every phase, in lifecycle order.
+    /// Every phase, in lifecycle order (Execute cordons right after Pending, before the backup).
     pub const ALL: [PlanPhase; 10] = [
         Self::Pending,
+        Self::Cordoning,
         Self::BackingUp,
         Self::Verifying,
-        Self::Cordoning,
         Self::Draining,
         Self::Terminating,
         Self::Replacing,
