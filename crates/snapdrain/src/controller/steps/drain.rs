@@ -55,7 +55,7 @@ pub async fn run(
     }
     // Normally done in Cordoning already (a no-op then); a plan persisted by an older controller in
     // BackingUp, Verifying or Replacing reaches Draining without it.
-    super::cordon::mark_nodes(run).await?;
+    super::cordon::mark_nodes(run, true).await?;
     let mut all_done = true;
     let mut blocked_all = Vec::new();
     let mut waiting = Vec::new();
