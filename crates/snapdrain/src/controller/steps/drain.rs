@@ -357,7 +357,10 @@ async fn wait_volumes(
             message: format!(
                 "node {node}: evicted pods are gone; waiting for their VolumeAttachments to detach"
             ),
-            blocked: Vec::new(),
+            // Named in the timeout's message if it comes to that.
+            blocked: vec![format!(
+                "node {node}: waiting for VolumeAttachments to detach"
+            )],
         }
     })
 }
