@@ -151,6 +151,10 @@ pub struct DrainArgs {
     /// Only evict pods matching this label selector.
     #[arg(long, value_name = "LABELS", help_heading = "Drain")]
     pub pod_selector: Option<String>,
+    /// Evict pods no controller owns (they are not recreated) and pods with an active
+    /// karpenter.sh/do-not-disrupt annotation (kubectl drain --force).
+    #[arg(long, help_heading = "Drain")]
+    pub force: bool,
     /// When the node goes away regardless: an RFC 3339 time or a duration from now (e.g. 10m).
     #[arg(long, value_name = "TIME|DURATION", help_heading = "Drain")]
     pub deadline: Option<String>,
@@ -294,6 +298,7 @@ pub fn plan_spec(args: &DrainArgs, now: jiff::Timestamp) -> anyhow::Result<Disru
     }
     d.ignore_daemon_sets = !args.evict_daemonsets;
     d.delete_empty_dir_data = args.delete_emptydir_data;
+    d.force = args.force;
     d.pod_selector = args
         .pod_selector
         .as_deref()
@@ -500,6 +505,7 @@ mod tests {
             "5m",
             "--grace-period",
             "30",
+            "--force",
             "--deadline",
             "10m",
             "--dry-run",
@@ -523,7 +529,7 @@ mod tests {
         assert_eq!(s.backup.method, BackupMethod::CsiDataMover);
         assert_eq!(s.drain.timeout.as_deref(), Some("5m"));
         assert_eq!(s.drain.grace_period_seconds, Some(30));
-        assert!(s.dry_run && s.drain.ignore_daemon_sets);
+        assert!(s.dry_run && s.drain.ignore_daemon_sets && s.drain.force);
         assert_eq!(
             s.deadline.map(|t| t.0.to_string()).as_deref(),
             Some("2030-01-01T00:10:00Z")

@@ -817,9 +817,9 @@ async fn the_report_renders_in_headless_chromium_with_steps_backups_and_pods_in_
     let steps = &text[steps_at..];
     let order: Vec<usize> = [
         "Pending",
+        "Cordoning",
         "BackingUp",
         "Verifying",
-        "Cordoning",
         "Draining",
         "Terminating",
         "Completed",

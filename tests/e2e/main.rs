@@ -6,5 +6,6 @@ mod crds;
 mod demo;
 mod deploy;
 mod drain_cli;
+mod real_drain;
 mod resilience;
 mod sim_serve;

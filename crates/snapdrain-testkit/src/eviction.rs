@@ -12,9 +12,17 @@ use snapdrain_sim::{SimCluster, SimConfig};
 use crate::WAIT;
 
 pub async fn cluster() -> (SimCluster, Client) {
-    let sim = SimCluster::start(SimConfig::default())
-        .await
-        .expect("sim starts");
+    cluster_with(snapdrain_sim::apiserver::Settings::default()).await
+}
+
+/// [`cluster`] with the API server's tunables set (e.g. which multi-PDB answer it gives).
+pub async fn cluster_with(settings: snapdrain_sim::apiserver::Settings) -> (SimCluster, Client) {
+    let sim = SimCluster::start(SimConfig {
+        settings,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("sim starts");
     let mut config = sim.kube_config();
     // kube-rs retries 429 by default (up to 15 times, backing off towards minutes): tests want each answer.
     config.default_retry = false;
@@ -122,6 +130,33 @@ pub async fn evict_with(
     .body(serde_json::to_vec(&body).unwrap())
     .unwrap();
     client.request::<kube::core::Status>(req).await
+}
+
+/// A budget with exactly `spec` (selector included, or none).
+pub async fn pdb_raw(client: &Client, ns: &str, name: &str, spec: Value) -> PodDisruptionBudget {
+    let api: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ns);
+    let pdb = serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+    api.create(&PostParams::default(), &pdb)
+        .await
+        .expect("pdb created")
+}
+
+/// POSTs an eviction and returns the HTTP status line's code with the body, as the server sent them
+/// (kube-rs `request` would hide a 2xx code and turn a 4xx/5xx into an error).
+pub async fn evict_raw(client: &Client, ns: &str, name: &str) -> (u16, Value) {
+    let body = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": name, "namespace": ns}});
+    let req = http::Request::post(format!("/api/v1/namespaces/{ns}/pods/{name}/eviction"))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    let res = client
+        .send(req.map(Into::into))
+        .await
+        .expect("eviction answered");
+    let code = res.status().as_u16();
+    let bytes = res.into_body().collect_bytes().await.expect("body read");
+    (code, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
 /// The API error a call ended with.

@@ -42,10 +42,16 @@ impl Harness {
     }
 
     pub async fn start_with(timings: Timings) -> Self {
+        Self::start_with_api(timings, snapdrain_sim::apiserver::Settings::default()).await
+    }
+
+    /// The quickstart scenario with the API server's tunables set (e.g. which multi-PDB answer it gives).
+    pub async fn start_with_api(timings: Timings, api: snapdrain_sim::apiserver::Settings) -> Self {
         crate::capture_logs();
         let cluster = SimCluster::start(SimConfig {
             scenario: Some(ScenarioSource::Named("quickstart".into())),
             timings: Some(timings),
+            settings: api,
             ..Default::default()
         })
         .await

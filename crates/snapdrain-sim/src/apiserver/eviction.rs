@@ -7,7 +7,6 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use super::ApiState;
 use super::admission::{self, AdmissionAttributes, Operation};
 use super::errors::{ApiError, ApiResult};
 use super::handlers::{Reply, json_response};
@@ -15,6 +14,7 @@ use super::label_selector;
 use super::pdb::{self, pdb_key};
 use super::request::{Query, Target};
 use super::store::{DeleteOptions, WriteOptions, meta_str, now_rfc3339};
+use super::{ApiState, MultiPdbReply};
 
 /// More entries than this in `status.disruptedPods` means the PDB controller is not keeping up.
 const MAX_DISRUPTED_PODS: usize = 2000;
@@ -120,11 +120,7 @@ pub async fn handle(
         .list(&pdb_key(), Some(ns), &|p| matches_pod(p, &pod), None, None)
         .items;
     if budgets.len() > 1 {
-        // The real server answers with a Status of code 500 and no reason.
-        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
-            "code": 500});
-        return Ok(json_response(StatusCode::INTERNAL_SERVER_ERROR, &status));
+        return Ok(multiple_budgets(state.settings.multi_pdb_reply));
     }
     // An unready pod may go without using up the budget; the delete then requires the pod unchanged
     // (still unready) since this check.
@@ -159,6 +155,31 @@ pub async fn handle(
     )?;
     Ok(success())
 }
+
+/// The refusal for a pod covered by more than one budget, as the configured server version sends it.
+fn multiple_budgets(reply: MultiPdbReply) -> axum::response::Response {
+    match reply {
+        // `apierrors.NewInternalError(err)`: reason InternalError, the message prefixed, the error as
+        // the one cause.
+        MultiPdbReply::InternalError => {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": format!("Internal error occurred: {MULTIPLE_BUDGETS}"),
+                "reason": "InternalError",
+                "details": {"causes": [{"message": MULTIPLE_BUDGETS}]},
+                "code": 500});
+            json_response(StatusCode::INTERNAL_SERVER_ERROR, &status)
+        }
+        // The Status returned as the REST result, written by the create handler with 201.
+        MultiPdbReply::CreatedWithFailureBody => {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": MULTIPLE_BUDGETS, "code": 500});
+            json_response(StatusCode::CREATED, &status)
+        }
+    }
+}
+
+/// kube-apiserver's message for a pod covered by more than one PodDisruptionBudget.
+const MULTIPLE_BUDGETS: &str = "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.";
 
 fn success() -> axum::response::Response {
     json_response(
@@ -199,6 +220,9 @@ fn check_body(body: &Value, name: &str, ns: &str) -> ApiResult<()> {
 }
 
 /// Whether a budget applies to the pod: same namespace (listed so) and a non-empty selector that matches.
+/// A nil or empty selector matches nothing (kubernetes `pkg/registry/core/pod/storage/eviction.go`
+/// `getPodDisruptionBudgets`: "If a PDB with a nil or empty selector creeps in, it should match nothing,
+/// not everything"), although the PDB controller counts every pod of the namespace for an empty one.
 fn matches_pod(budget: &Value, pod: &Value) -> bool {
     pdb::selector_of(budget).is_some_and(|sel| {
         // An invalid selector matches nothing.

@@ -52,14 +52,32 @@ use self::store::Store;
 pub struct Settings {
     /// How often watches with `allowWatchBookmarks` get a BOOKMARK.
     pub bookmark_interval: Duration,
+    /// How the eviction subresource answers for a pod covered by several PodDisruptionBudgets.
+    pub multi_pdb_reply: MultiPdbReply,
 }
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
             bookmark_interval: Duration::from_secs(5),
+            multi_pdb_reply: MultiPdbReply::default(),
         }
     }
+}
+
+/// The two answers kube-apiserver versions give to an eviction of a pod covered by several PDBs. Both
+/// refuse; clients must read both as a refusal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MultiPdbReply {
+    /// HTTP 500 InternalError: `guardPDB` in kubernetes `pkg/registry/core/pod/storage/eviction.go`
+    /// returns `apierrors.NewInternalError(...)` (current servers).
+    #[default]
+    InternalError,
+    /// HTTP 201 with a `Failure` Status body of code 500: older `eviction.go` returns
+    /// `&metav1.Status{Status: Failure, Code: 500, ...}, nil` as the REST result, and
+    /// `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go` writes a returned object with
+    /// `http.StatusCreated` (the body's code is only filled in when it is 0).
+    CreatedWithFailureBody,
 }
 
 /// Everything a request handler can reach.

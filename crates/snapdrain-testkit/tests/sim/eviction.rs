@@ -53,6 +53,8 @@ async fn budget_with_no_disruption_left_refuses_with_429() {
 }
 
 #[tokio::test]
+/// Current kube-apiserver: `guardPDB` in kubernetes `pkg/registry/core/pod/storage/eviction.go` returns
+/// `apierrors.NewInternalError(...)`.
 async fn two_budgets_for_one_pod_give_500() {
     let (_sim, client) = cluster().await;
     pod(&client, "default", "db-0", Some(true)).await;
@@ -73,11 +75,83 @@ async fn two_budgets_for_one_pod_give_500() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let status = api_error(pods.evict("db-0", &EvictParams::default()).await);
     assert_eq!(status.code, 500);
+    assert_eq!(status.reason, "InternalError");
     assert_eq!(
         status.message,
-        "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+        "Internal error occurred: This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
     );
     assert!(get_pod(&client, "default", "db-0").await.is_some());
+}
+
+/// Older kube-apiserver: `eviction.go` returns `&metav1.Status{Status: Failure, Code: 500}` as the REST
+/// result and `endpoints/handlers/create.go` writes it with `http.StatusCreated`: HTTP 201, Failure body.
+#[tokio::test]
+async fn two_budgets_can_also_be_refused_with_201_and_a_failure_body() {
+    let (sim, client) = cluster_with(snapdrain_sim::apiserver::Settings {
+        multi_pdb_reply: snapdrain_sim::apiserver::MultiPdbReply::CreatedWithFailureBody,
+        ..Default::default()
+    })
+    .await;
+    pod(&client, "default", "db-0", Some(true)).await;
+    for name in ["a", "b"] {
+        pdb(
+            &client,
+            "default",
+            name,
+            serde_json::json!({"maxUnavailable": 1}),
+        )
+        .await;
+    }
+    let (code, body) = evict_raw(&client, "default", "db-0").await;
+    assert_eq!(code, 201);
+    assert_eq!(body["status"], "Failure");
+    assert_eq!(body["code"], 500);
+    assert_eq!(
+        body["message"],
+        "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."
+    );
+    let kept = get_pod(&client, "default", "db-0").await.expect("pod kept");
+    assert!(kept.pointer("/metadata/deletionTimestamp").is_none());
+    assert!(evictions(&sim).is_empty());
+}
+
+/// kubernetes `pkg/registry/core/pod/storage/eviction.go` `getPodDisruptionBudgets`: "If a PDB with a nil
+/// or empty selector creeps in, it should match nothing, not everything". Beside one real budget, an
+/// empty-selector one and one without a selector make no multi-PDB refusal.
+#[tokio::test]
+async fn budgets_with_an_empty_or_no_selector_match_nothing() {
+    let (sim, client) = cluster().await;
+    pod(&client, "default", "db-0", Some(true)).await;
+    pod(&client, "default", "db-1", Some(true)).await;
+    pdb(
+        &client,
+        "default",
+        "db",
+        serde_json::json!({"maxUnavailable": 1}),
+    )
+    .await;
+    pdb_raw(
+        &client,
+        "default",
+        "everything",
+        serde_json::json!({"maxUnavailable": 1, "selector": {}}),
+    )
+    .await;
+    pdb_raw(
+        &client,
+        "default",
+        "nothing",
+        serde_json::json!({"maxUnavailable": 1}),
+    )
+    .await;
+    wait_pdb(&client, "default", "db", |s| s["disruptionsAllowed"] == 1).await;
+    let (code, body) = evict_raw(&client, "default", "db-0").await;
+    assert_eq!(
+        (code, &body["status"]),
+        (201, &serde_json::json!("Success")),
+        "{body}"
+    );
+    assert_eq!(evictions(&sim).len(), 1);
 }
 
 #[tokio::test]

@@ -320,6 +320,105 @@ async fn daemonset_runs_one_pod_per_eligible_node() {
     .await;
 }
 
+/// The DaemonSet controller gives its pods the `node.kubernetes.io/unschedulable:NoSchedule` toleration
+/// (kubernetes `pkg/controller/daemon/util/daemonset_util.go` `AddOrUpdateDaemonPodTolerations`), so a
+/// cordon does not keep them off: one evicted from a cordoned node is recreated there at once. A
+/// NoSchedule taint it does not tolerate does keep the next one off, and the running one stays (only
+/// NoExecute taints evict).
+#[tokio::test]
+async fn an_evicted_daemonset_pod_comes_back_on_a_cordoned_node_but_not_on_a_tainted_one() {
+    let (_cluster, client) = start().await;
+    add_nodes(&client, &[("n1", "us-east-1a"), ("n2", "us-east-1b")]).await;
+    let dss: Api<DaemonSet> = Api::namespaced(client.clone(), "kube-system");
+    let ds: DaemonSet = serde_json::from_value(json!({
+        "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}},
+                 "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {"containers": [{"name": "c", "image": "agent"}]}}},
+    }))
+    .unwrap();
+    dss.create(&PostParams::default(), &ds).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "kube-system");
+    let on = |node: &'static str| {
+        let pods = pods.clone();
+        async move {
+            pods.list(&ListParams::default().labels("app=agent"))
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+                .filter(|p| p.metadata.deletion_timestamp.is_none() && running_ready(p))
+                .collect::<Vec<Pod>>()
+        }
+    };
+    let nodes: Api<Node> = Api::all(client.clone());
+    let evict = |pod: Pod| {
+        let pods = pods.clone();
+        async move {
+            let name = pod.metadata.name.clone().unwrap();
+            pods.evict(&name, &Default::default())
+                .await
+                .expect("evicted");
+            pod.metadata.uid.unwrap()
+        }
+    };
+    // Cordoned: it comes back.
+    let first = eventually("agent on n1", || async {
+        on("n1").await.into_iter().next()
+    })
+    .await;
+    nodes
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await
+        .unwrap();
+    let old = evict(first).await;
+    eventually("a new agent on cordoned n1", || async {
+        on("n1")
+            .await
+            .into_iter()
+            .find(|p| p.metadata.uid.as_deref() != Some(old.as_str()))
+    })
+    .await;
+    // Tainted NoSchedule (as snapdrain does): the running pod stays, an evicted one does not return.
+    let second = eventually("agent on n2", || async {
+        on("n2").await.into_iter().next()
+    })
+    .await;
+    nodes
+        .patch(
+            "n2",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true,
+            "taints": [{"key": "snapdrain.io/draining", "effect": "NoSchedule"}]}})),
+        )
+        .await
+        .unwrap();
+    eventually("daemonset status sees n2 tainted", || async {
+        let s = dss.get("agent").await.unwrap().status?;
+        (s.observed_generation.is_some() && s.desired_number_scheduled == 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        on("n2").await.len(),
+        1,
+        "the running pod stays on the tainted node"
+    );
+    evict(second).await;
+    eventually("daemonset status: n2 no longer scheduled", || async {
+        let s = dss.get("agent").await.unwrap().status?;
+        (s.desired_number_scheduled == 1 && s.current_number_scheduled == 1).then_some(())
+    })
+    .await;
+    assert!(
+        on("n2").await.is_empty(),
+        "no agent comes back onto the tainted node"
+    );
+}
+
 #[tokio::test]
 async fn volume_attachment_exists_while_the_pod_runs() {
     let (cluster, client) = start().await;

@@ -258,6 +258,12 @@ pub struct DrainSpec {
     /// Only evict pods matching this selector (kubectl `--pod-selector`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_selector: Option<LabelSelector>,
+
+    /// Evict pods that no controller owns (lost for good once evicted) and pods with an active
+    /// `karpenter.sh/do-not-disrupt` annotation (kubectl `--force`). Without it such pods refuse or hold
+    /// the drain.
+    #[serde(default)]
+    pub force: bool,
 }
 
 impl Default for DrainSpec {
@@ -269,6 +275,7 @@ impl Default for DrainSpec {
             ignore_daemon_sets: true,
             delete_empty_dir_data: false,
             pod_selector: None,
+            force: false,
         }
     }
 }

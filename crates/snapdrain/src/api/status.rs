@@ -54,12 +54,12 @@ pub enum PlanPhase {
 }
 
 impl PlanPhase {
-    /// Every phase, in lifecycle order.
+    /// Every phase, in lifecycle order (Execute cordons right after Pending, before the backup).
     pub const ALL: [PlanPhase; 10] = [
         Self::Pending,
+        Self::Cordoning,
         Self::BackingUp,
         Self::Verifying,
-        Self::Cordoning,
         Self::Draining,
         Self::Terminating,
         Self::Replacing,
@@ -200,6 +200,14 @@ pub struct NodeProgress {
     /// True when snapdrain set `spec.unschedulable`; only then does a rollback uncordon the node.
     #[serde(default)]
     pub cordoned_by_snapdrain: bool,
+    /// True when snapdrain added its `snapdrain.io/draining:NoSchedule` taint; only then does a rollback
+    /// remove it.
+    #[serde(default)]
+    pub tainted_by_snapdrain: bool,
+    /// The pods the drain evicts, fixed (by UID) on its first pass: the drain is done when these are
+    /// gone, whatever else runs on the node. Absent until the drain starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_targets: Option<Vec<EvictionTarget>>,
     #[serde(default)]
     pub pods_total: u32,
     #[serde(default)]
@@ -213,6 +221,28 @@ pub struct NodeProgress {
     pub replacement: Option<ReplacementProgress>,
     #[serde(default)]
     pub phase: NodePhase,
+}
+
+/// One pod the drain evicts, with the backoff of refused (`Failed`) evictions.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EvictionTarget {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Consecutive evictions refused for good (RBAC 403, a webhook's 400/403...).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures: u32,
+    /// No eviction is sent before this time (set after a refusal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Time>,
+    /// The last refusal, for `status.message`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Where one node is.

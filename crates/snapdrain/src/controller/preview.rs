@@ -70,12 +70,18 @@ pub async fn describe(
             b.pods.join(", ")
         );
     }
-    let _ = writeln!(
-        out,
-        "Then cordon, and evict in this order (after every backup is verified in the bucket):"
-    );
+    let order = if spec.mode == crate::api::plan::PlanMode::Execute {
+        "Evict in this order (the node is cordoned and tainted snapdrain.io/draining:NoSchedule before the \
+         backup; evictions start once every backup is verified in the bucket):"
+    } else {
+        "Release mode: the drainer the plan releases to evicts, in Karpenter's order:"
+    };
+    let _ = writeln!(out, "{order}");
     for (i, e) in plan.evictions.iter().enumerate() {
         let mut line = format!("  {:>3}. {}/{}  {:?}", i + 1, e.namespace, e.name, e.tier);
+        if e.do_not_disrupt {
+            line.push_str("  held: karpenter.sh/do-not-disrupt");
+        }
         if e.protected {
             line.push_str("  protected");
         }
@@ -92,6 +98,9 @@ pub async fn describe(
                 SkipReason::Mirror => "static pod mirror",
                 SkipReason::DaemonSet => "DaemonSet (ignoreDaemonSets)",
                 SkipReason::NotSelected => "not selected by drain.podSelector",
+                SkipReason::ToleratesDrainTaint => {
+                    "tolerates the snapdrain.io/draining taint (would come straight back)"
+                }
             };
             let _ = writeln!(out, "  {}/{}  {why}", s.namespace, s.name);
         }

@@ -1,64 +1,160 @@
-//! Cordon and uncordon, remembering whether snapdrain was the one who cordoned (so a rollback never
-//! uncordons a node someone else cordoned).
+//! Cordon and taint a node, and undo it, remembering what snapdrain set itself (so a rollback never
+//! uncordons a node someone else cordoned, nor removes a taint someone else set).
+//!
+//! Both go in one merge patch carrying the node's resourceVersion: `spec.taints` has no strategic merge
+//! key (kubernetes `staging/src/k8s.io/api/core/v1/types.go` NodeSpec), so a patch replaces the whole
+//! list, and without the precondition a taint another controller added meanwhile would be lost. A
+//! conflict re-reads the node and tries again.
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::DrainError;
+use crate::planning::taint::{with_drain_taint, without_drain_taint};
 
-/// Marks `node` unschedulable. Returns true when this call changed it (it was schedulable before).
-pub async fn cordon(client: &Client, node: &str) -> Result<bool, DrainError> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let current = nodes
-        .get_opt(node)
-        .await
-        .map_err(|source| DrainError::ReadNode {
-            node: node.to_string(),
-            source,
-        })?
-        .ok_or_else(|| DrainError::NodeMissing {
-            node: node.to_string(),
-        })?;
-    if current
-        .spec
+/// Conflicting writes tolerated before the step gives up for this pass.
+const ATTEMPTS: u32 = 5;
+
+/// What [`cordon_and_taint`] changed (false: it was already so).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Marked {
+    pub cordoned: bool,
+    pub tainted: bool,
+}
+
+fn taints_of(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+}
+
+fn is_cordoned(node: &Node) -> bool {
+    node.spec
         .as_ref()
         .and_then(|s| s.unschedulable)
         .unwrap_or(false)
-    {
-        return Ok(false);
-    }
-    nodes
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Strategic(json!({"spec": {"unschedulable": true}})),
-        )
-        .await
-        .map_err(|source| DrainError::Cordon {
-            node: node.to_string(),
-            source,
-        })?;
-    Ok(true)
 }
 
-/// Makes `node` schedulable again; a node that is gone needs nothing.
-pub async fn uncordon(client: &Client, node: &str) -> Result<(), DrainError> {
+/// Marks `node` unschedulable and adds snapdrain's `snapdrain.io/draining:NoSchedule` taint.
+pub async fn cordon_and_taint(client: &Client, node: &str) -> Result<Marked, DrainError> {
     let nodes: Api<Node> = Api::all(client.clone());
-    match nodes
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Strategic(json!({"spec": {"unschedulable": null}})),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(source) => Err(DrainError::Uncordon {
-            node: node.to_string(),
-            source,
-        }),
+    for _ in 0..ATTEMPTS {
+        let current = nodes
+            .get_opt(node)
+            .await
+            .map_err(|source| DrainError::ReadNode {
+                node: node.to_string(),
+                source,
+            })?
+            .ok_or_else(|| DrainError::NodeMissing {
+                node: node.to_string(),
+            })?;
+        let cordon = !is_cordoned(&current);
+        let taints = with_drain_taint(taints_of(&current));
+        if !cordon && taints.is_none() {
+            return Ok(Marked::default());
+        }
+        let mut spec = json!({});
+        if cordon {
+            spec["unschedulable"] = json!(true);
+        }
+        if let Some(t) = &taints {
+            spec["taints"] = json!(t);
+        }
+        let body = json!({
+            "metadata": {"resourceVersion": current.metadata.resource_version},
+            "spec": spec,
+        });
+        match nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(body))
+            .await
+        {
+            Ok(_) => {
+                return Ok(Marked {
+                    cordoned: cordon,
+                    tainted: taints.is_some(),
+                });
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(source) if cordon => {
+                return Err(DrainError::Cordon {
+                    node: node.to_string(),
+                    source,
+                });
+            }
+            Err(source) => {
+                return Err(DrainError::Taint {
+                    node: node.to_string(),
+                    source,
+                });
+            }
+        }
     }
+    Err(DrainError::NodeConflict {
+        node: node.to_string(),
+        attempts: ATTEMPTS,
+    })
+}
+
+/// Removes snapdrain's taint (when `untaint`) and makes the node schedulable (when `uncordon`), keeping
+/// every other taint. A node that is gone needs nothing.
+pub async fn release(
+    client: &Client,
+    node: &str,
+    uncordon: bool,
+    untaint: bool,
+) -> Result<(), DrainError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let failed = |source| {
+        if untaint {
+            DrainError::Untaint {
+                node: node.to_string(),
+                source,
+            }
+        } else {
+            DrainError::Uncordon {
+                node: node.to_string(),
+                source,
+            }
+        }
+    };
+    for _ in 0..ATTEMPTS {
+        let Some(current) = nodes.get_opt(node).await.map_err(failed)? else {
+            return Ok(());
+        };
+        let taints = untaint
+            .then(|| without_drain_taint(taints_of(&current)))
+            .flatten();
+        let uncordon = uncordon && is_cordoned(&current);
+        if !uncordon && taints.is_none() {
+            return Ok(());
+        }
+        let mut spec = json!({});
+        if uncordon {
+            spec["unschedulable"] = json!(null);
+        }
+        if let Some(t) = &taints {
+            spec["taints"] = json!(t);
+        }
+        let body = json!({
+            "metadata": {"resourceVersion": current.metadata.resource_version},
+            "spec": spec,
+        });
+        match nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(body))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Err(source) => return Err(failed(source)),
+        }
+    }
+    Err(DrainError::NodeConflict {
+        node: node.to_string(),
+        attempts: ATTEMPTS,
+    })
 }

@@ -14,6 +14,27 @@ pub struct Evicted {
     pub outcome: EvictionOutcome,
 }
 
+/// What a 2xx answer means. kube-apiserver can answer a refusal with HTTP 201 and a `Failure` Status
+/// body: the eviction REST handler returns the multi-PDB refusal as an object, not an error
+/// (kubernetes `pkg/registry/core/pod/storage/eviction.go`: `Status{Status: Failure, Code: 500}`), and
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go` writes any returned object with
+/// `http.StatusCreated`. Go clients see the failure only because `Result.Into` turns a Failure Status
+/// into an error; kube-rs checks only the HTTP status, so the body is read here. Newer servers send the
+/// same refusal as HTTP 500 (handled as an API error below); both mean the pod was not evicted.
+pub fn answer_body(status: Status) -> Evicted {
+    if status.is_failure() || status.code >= 400 {
+        let code = if status.code == 0 { 500 } else { status.code };
+        return Evicted {
+            code,
+            outcome: classify_eviction(code, Some(&status)),
+        };
+    }
+    Evicted {
+        code: if status.code == 0 { 201 } else { status.code },
+        outcome: EvictionOutcome::Evicted,
+    }
+}
+
 /// Sends one eviction. `client` must not retry 429 itself (see `controller::context`), so that the
 /// answer reaches the caller's backoff and metrics.
 pub async fn evict(
@@ -52,10 +73,7 @@ pub async fn evict(
         }
     };
     match client.request::<Status>(request).await {
-        Ok(status) => Evicted {
-            code: if status.code == 0 { 201 } else { status.code },
-            outcome: EvictionOutcome::Evicted,
-        },
+        Ok(status) => answer_body(status),
         Err(kube::Error::Api(status)) => {
             let code = status.code;
             Evicted {
@@ -71,5 +89,38 @@ pub async fn evict(
                 reason: format!("eviction request failed: {other}"),
             },
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn status(v: serde_json::Value) -> Status {
+        serde_json::from_value(v).expect("status")
+    }
+
+    #[test]
+    fn a_failure_body_under_201_is_not_an_eviction() {
+        let multi = status(
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500,
+            "message": "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support."}),
+        );
+        let r = answer_body(multi);
+        assert_eq!(r.code, 500);
+        assert!(
+            matches!(&r.outcome, EvictionOutcome::RetryAfter { reason, .. } if reason.contains("more than one PodDisruptionBudget")),
+            "{r:?}"
+        );
+        let refused = status(json!({"status": "Failure", "message": "denied"}));
+        assert!(matches!(
+            answer_body(refused).outcome,
+            EvictionOutcome::Failed { .. }
+        ));
+        let ok = answer_body(status(json!({"status": "Success", "code": 201})));
+        assert_eq!((ok.code, ok.outcome), (201, EvictionOutcome::Evicted));
+        let bare = answer_body(status(json!({"status": "Success"})));
+        assert_eq!((bare.code, bare.outcome), (201, EvictionOutcome::Evicted));
     }
 }

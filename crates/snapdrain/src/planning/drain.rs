@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 use super::evictions::PlannedEviction;
 use super::phase::DrainState;
 use crate::api::plan::BackupPolicy;
-use crate::api::status::BackupRecord;
+use crate::api::status::{BackupRecord, EvictionTarget};
 
 /// PVC claims a verified backup record covers, as `ns/pvc`.
 pub fn covered_claims(records: &[BackupRecord]) -> BTreeSet<String> {
@@ -62,19 +64,47 @@ pub struct Batch {
 }
 
 /// Karpenter's order: only the first tier that still has pods is evicted in a pass, and pods already
-/// terminating are waited for, not evicted again. Each candidate then passes [`gate_eviction`];
-/// `claims_of` gives a planned pod's claims as `ns/pvc`.
+/// terminating are waited for, not evicted again. Pods with an active `karpenter.sh/do-not-disrupt` and
+/// pods whose last eviction was refused and whose backoff (in `targets`) runs past `now` are held; the
+/// rest then pass [`gate_eviction`]; `claims_of` gives a planned pod's claims as `ns/pvc`.
 pub fn select_batch(
     evictions: &[PlannedEviction],
     claims_of: impl Fn(&PlannedEviction) -> Vec<String>,
     records: &[BackupRecord],
     policy: BackupPolicy,
+    targets: &[EvictionTarget],
+    now: Timestamp,
 ) -> Batch {
     let covered = covered_claims(records);
     let first_tier = evictions.iter().map(|e| e.tier).min();
     let mut batch = Batch::default();
     for e in evictions {
         if e.terminating || Some(e.tier) != first_tier {
+            continue;
+        }
+        if e.do_not_disrupt {
+            batch.held.push(format!(
+                "{}/{}: karpenter.sh/do-not-disrupt is set; not evicted until it is removed (or spec.drain.force is set)",
+                e.namespace, e.name
+            ));
+            continue;
+        }
+        if let Some(t) = targets
+            .iter()
+            .find(|t| Some(t.uid.as_str()) == e.uid.as_deref())
+            .filter(|t| backing_off(t, now))
+        {
+            batch.held.push(format!(
+                "{}/{}: eviction refused {} time(s), next try at {}: {}",
+                e.namespace,
+                e.name,
+                t.failures,
+                t.retry_at
+                    .as_ref()
+                    .map(|r| r.0.to_string())
+                    .unwrap_or_default(),
+                t.last_error.as_deref().unwrap_or("no message")
+            ));
             continue;
         }
         match gate_eviction(e.protected, &claims_of(e), &covered, policy) {
@@ -88,6 +118,105 @@ pub fn select_batch(
         }
     }
     batch
+}
+
+/// First wait after a refused (`Failed`) eviction; it doubles with each further refusal.
+pub const FAILED_EVICTION_BACKOFF: Duration = Duration::from_secs(5);
+/// The longest wait between two tries of a refused eviction.
+pub const FAILED_EVICTION_BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// The wait after `failures` consecutive refusals: 5 s, 10 s, 20 s, ... up to 5 min. A refusal (RBAC 403,
+/// a webhook's 400) does not go away by asking again at once, but a person may fix it, so the drain
+/// keeps trying, less and less often, until `drain.timeout` or the deadline.
+pub fn failed_eviction_backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    FAILED_EVICTION_BACKOFF
+        .saturating_mul(1u32 << doublings)
+        .min(FAILED_EVICTION_BACKOFF_MAX)
+}
+
+/// True while the target's backoff runs.
+pub fn backing_off(target: &EvictionTarget, now: Timestamp) -> bool {
+    target.retry_at.as_ref().is_some_and(|t| t.0 > now)
+}
+
+/// Records a refused eviction: one more failure, and the next try after the backoff.
+pub fn record_refusal(target: &mut EvictionTarget, message: &str, now: Timestamp) {
+    target.failures = target.failures.saturating_add(1);
+    let wait = jiff::SignedDuration::try_from(failed_eviction_backoff(target.failures))
+        .unwrap_or(jiff::SignedDuration::from_secs(300));
+    target.retry_at = Some(Time(now.saturating_add(wait).unwrap_or(now)));
+    target.last_error = Some(message.to_owned());
+}
+
+/// The pods the drain will wait for, fixed on its first pass: every planned eviction with a UID.
+pub fn eviction_targets(evictions: &[PlannedEviction]) -> Vec<EvictionTarget> {
+    evictions
+        .iter()
+        .filter_map(|e| {
+            Some(EvictionTarget {
+                namespace: e.namespace.clone(),
+                name: e.name.clone(),
+                uid: e.uid.clone()?,
+                ..EvictionTarget::default()
+            })
+        })
+        .collect()
+}
+
+/// This pass's planned evictions that are targets (by UID): pods that came later (tolerating the taint,
+/// or bound with `spec.nodeName`) are not the drain's business.
+pub fn targeted(evictions: &[PlannedEviction], targets: &[EvictionTarget]) -> Vec<PlannedEviction> {
+    let uids: BTreeSet<&str> = targets.iter().map(|t| t.uid.as_str()).collect();
+    evictions
+        .iter()
+        .filter(|e| e.uid.as_deref().is_some_and(|u| uids.contains(u)))
+        .cloned()
+        .collect()
+}
+
+/// Targets still on the node: their UID is among the node's pods (terminating ones included).
+pub fn remaining_targets<'a>(
+    targets: &'a [EvictionTarget],
+    present_uids: &BTreeSet<String>,
+) -> Vec<&'a EvictionTarget> {
+    targets
+        .iter()
+        .filter(|t| present_uids.contains(&t.uid))
+        .collect()
+}
+
+/// What the drain of one node waits for, for `status.message`: the targets still there (a few by
+/// name) and what blocks them.
+pub fn waiting_message(
+    node: &str,
+    remaining: &[&EvictionTarget],
+    total: usize,
+    blocked: &[String],
+) -> String {
+    const SHOWN: usize = 3;
+    let mut names: Vec<String> = remaining
+        .iter()
+        .take(SHOWN)
+        .map(|t| format!("{}/{}", t.namespace, t.name))
+        .collect();
+    if remaining.len() > SHOWN {
+        names.push(format!("{} more", remaining.len() - SHOWN));
+    }
+    let mut msg = if remaining.is_empty() {
+        format!("node {node}: evicted pods are gone; waiting for their VolumeAttachments to detach")
+    } else {
+        format!(
+            "node {node}: waiting for {} of {total} pods planned for eviction to leave ({})",
+            remaining.len(),
+            names.join(", ")
+        )
+    };
+    if !blocked.is_empty() {
+        msg.push_str("; blocked: ");
+        msg.push_str(&blocked.join("; "));
+    }
+    msg
 }
 
 /// Where the drain stands after a pass: done when every node is drained; failed once `drain.timeout`
@@ -143,6 +272,7 @@ mod tests {
             protected,
             pdbs: Vec::new(),
             terminating: false,
+            do_not_disrupt: false,
         }
     }
 
@@ -234,7 +364,15 @@ mod tests {
             record("db", &["data-pg-0"], true),
             record("db", &["data-pg-1"], false),
         ];
-        let b = select_batch(&evictions, claims, &records, BackupPolicy::Required);
+        let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let b = select_batch(
+            &evictions,
+            claims,
+            &records,
+            BackupPolicy::Required,
+            &[],
+            now,
+        );
         let sent: Vec<&str> = b.send.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(sent, ["web-1", "pg-0"]);
         assert_eq!(b.held.len(), 1);
@@ -246,8 +384,92 @@ mod tests {
 
         // Once the first tier is gone, the next one goes.
         let rest = vec![planned("dns", EvictionTier::Critical, false)];
-        let b = select_batch(&rest, claims, &records, BackupPolicy::Required);
+        let b = select_batch(&rest, claims, &records, BackupPolicy::Required, &[], now);
         assert_eq!(b.send.len(), 1);
+    }
+
+    #[test]
+    fn do_not_disrupt_pods_are_held_and_keep_later_tiers_waiting() {
+        let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let mut held = planned("batch", EvictionTier::NonCritical, false);
+        held.do_not_disrupt = true;
+        let evictions = vec![held, planned("dns", EvictionTier::Critical, false)];
+        let b = select_batch(&evictions, claims, &[], BackupPolicy::Required, &[], now);
+        assert!(b.send.is_empty());
+        assert!(
+            b.held[0].contains("db/batch: karpenter.sh/do-not-disrupt"),
+            "{:?}",
+            b.held
+        );
+    }
+
+    #[test]
+    fn refused_evictions_back_off_exponentially() {
+        assert_eq!(failed_eviction_backoff(1), Duration::from_secs(5));
+        assert_eq!(failed_eviction_backoff(2), Duration::from_secs(10));
+        assert_eq!(failed_eviction_backoff(4), Duration::from_secs(40));
+        assert_eq!(failed_eviction_backoff(50), FAILED_EVICTION_BACKOFF_MAX);
+        let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let evictions = vec![planned("web-1", EvictionTier::NonCritical, false)];
+        let mut targets = eviction_targets(&evictions);
+        assert_eq!(targets.len(), 1);
+        record_refusal(
+            &mut targets[0],
+            "eviction refused with HTTP 403: denied",
+            now,
+        );
+        record_refusal(
+            &mut targets[0],
+            "eviction refused with HTTP 403: denied",
+            now,
+        );
+        assert_eq!(targets[0].failures, 2);
+        let at = |s: i64| now + jiff::SignedDuration::from_secs(s);
+        let b = select_batch(
+            &evictions,
+            claims,
+            &[],
+            BackupPolicy::Required,
+            &targets,
+            at(9),
+        );
+        assert!(b.send.is_empty(), "still backing off");
+        assert!(b.held[0].contains("refused 2 time(s)") && b.held[0].contains("HTTP 403"));
+        let b = select_batch(
+            &evictions,
+            claims,
+            &[],
+            BackupPolicy::Required,
+            &targets,
+            at(10),
+        );
+        assert_eq!(b.send.len(), 1, "due again");
+    }
+
+    #[test]
+    fn the_drain_waits_for_its_targets_only() {
+        let evictions = vec![
+            planned("web-1", EvictionTier::NonCritical, false),
+            planned("pg-0", EvictionTier::NonCritical, true),
+        ];
+        let targets = eviction_targets(&evictions);
+        // A pod that arrived later (it tolerates the taint) is not a target.
+        let mut later = evictions.clone();
+        later.push(planned("newcomer", EvictionTier::NonCritical, false));
+        let names: Vec<String> = targeted(&later, &targets)
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(names, ["web-1", "pg-0"]);
+        let present: BTreeSet<String> = ["uid-pg-0".to_string(), "uid-newcomer".to_string()].into();
+        let left = remaining_targets(&targets, &present);
+        assert_eq!(left.len(), 1);
+        let msg = waiting_message("n1", &left, targets.len(), &["db/pg-0: PDB".into()]);
+        assert_eq!(
+            msg,
+            "node n1: waiting for 1 of 2 pods planned for eviction to leave (db/pg-0); blocked: db/pg-0: PDB"
+        );
+        assert!(remaining_targets(&targets, &BTreeSet::new()).is_empty());
     }
 
     #[test]

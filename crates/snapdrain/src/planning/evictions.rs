@@ -42,6 +42,8 @@ pub struct PlannedEviction {
     pub pdbs: Vec<String>,
     /// Already being deleted: the eviction returns quickly, but the drain still waits for it.
     pub terminating: bool,
+    /// Carries an active `karpenter.sh/do-not-disrupt` (and `drain.force` is off): held, not evicted.
+    pub do_not_disrupt: bool,
 }
 
 /// What an eviction API answer means.

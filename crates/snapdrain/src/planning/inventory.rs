@@ -71,6 +71,43 @@ pub fn is_terminal(pod: &Pod) -> bool {
     )
 }
 
+/// Karpenter's pod annotation that blocks voluntary disruption of the pod's node.
+pub const DO_NOT_DISRUPT_ANNOTATION: &str = "karpenter.sh/do-not-disrupt";
+
+/// True when the pod carries an active `karpenter.sh/do-not-disrupt` (kubernetes-sigs/karpenter
+/// `pkg/utils/pod/scheduling.go` `IsDoNotDisruptActive`): `"true"`, or a duration the pod has not yet
+/// been running for (counted from `status.startTime`; unknown start counts as active). Other values are
+/// ignored, as Karpenter ignores them; finished or terminating pods disrupt nothing.
+pub fn do_not_disrupt_active(pod: &Pod, now: jiff::Timestamp) -> bool {
+    if is_terminal(pod) || is_terminating(pod) {
+        return false;
+    }
+    let Some(value) = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(DO_NOT_DISRUPT_ANNOTATION))
+    else {
+        return false;
+    };
+    if value == "true" {
+        return true;
+    }
+    let Some(duration) = crate::api::validate::parse_duration(value) else {
+        return false;
+    };
+    let Some(started) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
+        return true;
+    };
+    now.duration_since(started.0).as_secs_f64() < duration.as_secs_f64()
+}
+
+/// True for a pod no controller owns (kubectl's "unreplicated" pods): evicted, it is never recreated.
+/// Mirror pods are handled separately (the kubelet owns them).
+pub fn is_unreplicated(pod: &Pod) -> bool {
+    controller_of(pod).is_none()
+}
+
 /// True for pods already being deleted.
 pub fn is_terminating(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
@@ -124,13 +161,24 @@ pub struct PdbIndex<'a> {
 }
 
 impl<'a> PdbIndex<'a> {
-    /// In policy/v1 an empty selector matches every pod of the namespace and a missing one matches none.
-    /// A selector the API server would have refused (unknown operator) matches nothing.
+    /// For eviction, a PDB with a missing or empty selector matches nothing (kubernetes
+    /// `pkg/registry/core/pod/storage/eviction.go` `getPodDisruptionBudgets`: "If a PDB with a nil or empty
+    /// selector creeps in, it should match nothing, not everything"), although policy/v1 documents an empty
+    /// selector as every pod of the namespace. A selector the API server would have refused (unknown
+    /// operator) matches nothing.
     pub fn new(pdbs: &'a [PodDisruptionBudget]) -> Self {
         let entries = pdbs
             .iter()
             .filter_map(|pdb| {
                 let selector = pdb.spec.as_ref()?.selector.clone()?;
+                let empty = selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                    && selector
+                        .match_expressions
+                        .as_ref()
+                        .is_none_or(|e| e.is_empty());
+                if empty {
+                    return None;
+                }
                 let selector = Selector::try_from(selector).ok()?;
                 Some((
                     pdb.metadata.namespace.as_deref().unwrap_or_default(),
@@ -334,6 +382,42 @@ mod tests {
     }
 
     #[test]
+    fn do_not_disrupt_true_or_an_unexpired_duration_is_active() {
+        let now: jiff::Timestamp = "2026-05-20T10:00:00Z".parse().expect("ts");
+        let annotated = |v: &str| {
+            with(
+                deploy_pod("web", "api"),
+                json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": v}},
+                       "status": {"startTime": "2026-05-20T09:30:00Z"}}),
+            )
+        };
+        assert!(do_not_disrupt_active(&annotated("true"), now));
+        assert!(!do_not_disrupt_active(&annotated("false"), now));
+        assert!(!do_not_disrupt_active(&annotated("yes"), now));
+        assert!(do_not_disrupt_active(&annotated("1h"), now));
+        assert!(!do_not_disrupt_active(&annotated("10m"), now));
+        assert!(!do_not_disrupt_active(&deploy_pod("web", "api"), now));
+        let done = with(annotated("true"), json!({"status": {"phase": "Succeeded"}}));
+        assert!(!do_not_disrupt_active(&done, now));
+    }
+
+    #[test]
+    fn pods_without_a_controller_are_unreplicated() {
+        assert!(!is_unreplicated(&deploy_pod("web", "api")));
+        let bare = with(
+            deploy_pod("web", "api"),
+            json!({"metadata": {"ownerReferences": []}}),
+        );
+        assert!(is_unreplicated(&bare));
+        let not_controller = with(
+            deploy_pod("web", "api"),
+            json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                  "name": "x", "uid": "u"}]}}),
+        );
+        assert!(is_unreplicated(&not_controller));
+    }
+
+    #[test]
     fn pdb_matching_follows_policy_v1() {
         let pdbs = vec![
             pdb("db", "pg", json!({"matchLabels": {"app": "pg"}})),
@@ -359,12 +443,10 @@ mod tests {
         let index = PdbIndex::new(&all);
         assert_eq!(
             index.matching(&sts_pod("db", "pg", 0, &["data"])),
-            ["everything", "expr", "pg"]
+            ["expr", "pg"],
+            "the empty and the missing selector match nothing (eviction.go getPodDisruptionBudgets)"
         );
-        assert_eq!(
-            index.matching(&deploy_pod("db", "api")),
-            ["everything", "notpg"]
-        );
+        assert_eq!(index.matching(&deploy_pod("db", "api")), ["notpg"]);
         assert!(index.matching(&deploy_pod("web", "api")).is_empty());
     }
 }

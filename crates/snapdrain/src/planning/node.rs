@@ -14,9 +14,11 @@ use kube::core::{Selector, SelectorExt};
 use super::backups::{BackupNeed, Clock, ReusableBackup, find_reusable};
 use super::evictions::{PlannedEviction, eviction_tier};
 use super::inventory::{
-    PdbIndex, ProtectionRule, has_empty_dir, is_daemonset_pod, is_mirror, is_terminal,
-    is_terminating, name_of, namespace_of, pvc_claims, statefulset_owner,
+    DO_NOT_DISRUPT_ANNOTATION, PdbIndex, ProtectionRule, do_not_disrupt_active, has_empty_dir,
+    is_daemonset_pod, is_mirror, is_terminal, is_terminating, is_unreplicated, name_of,
+    namespace_of, pvc_claims, statefulset_owner,
 };
+use super::taint::{DRAIN_TAINT_KEY, tolerates_drain_taint};
 use crate::api::plan::{BackupPolicy, DisruptionPlanSpec};
 use crate::api::validate::ValidSpec;
 
@@ -51,6 +53,9 @@ pub enum SkipReason {
     DaemonSet,
     /// Not matched by `drain.podSelector`.
     NotSelected,
+    /// Tolerates snapdrain's drain taint, so it would be scheduled straight back (Karpenter's
+    /// `IsEvictable`); it stops when the node goes.
+    ToleratesDrainTaint,
 }
 
 /// A pod left alone.
@@ -75,6 +80,8 @@ pub struct NodePlan {
     pub skipped: Vec<SkippedPod>,
     /// `ns/name` of pods with emptyDir volumes that may not be evicted (drain.deleteEmptyDirData false).
     pub local_storage_refusals: Vec<String>,
+    /// `ns/name` of pods no controller owns (nothing recreates them), refused unless `drain.force`.
+    pub unreplicated_refusals: Vec<String>,
     /// PersistentVolumes of the pods to evict: wait for their VolumeAttachments before terminating.
     pub persistent_volumes: Vec<String>,
     /// Things a person should know that do not stop the plan (unknown StatefulSet, missing PVC, several PDBs).
@@ -82,16 +89,26 @@ pub struct NodePlan {
 }
 
 impl NodePlan {
-    /// kubectl's refusal for local storage, or None when the drain may go ahead.
+    /// kubectl's refusals (kubernetes/kubectl `pkg/drain/filters.go`: `localStorageFilter`,
+    /// `unreplicatedFilter`, same wording), or None when the drain may go ahead.
     pub fn refusal_message(&self) -> Option<String> {
-        if self.local_storage_refusals.is_empty() {
-            return None;
+        let mut parts = Vec::new();
+        if !self.local_storage_refusals.is_empty() {
+            parts.push(format!(
+                "cannot delete Pods with local storage (use --delete-emptydir-data to override): {}; \
+                 in a DisruptionPlan set spec.drain.deleteEmptyDirData: true to evict them anyway",
+                self.local_storage_refusals.join(", ")
+            ));
         }
-        Some(format!(
-            "cannot delete Pods with local storage (use --delete-emptydir-data to override): {}; \
-             in a DisruptionPlan set spec.drain.deleteEmptyDirData: true to evict them anyway",
-            self.local_storage_refusals.join(", ")
-        ))
+        if !self.unreplicated_refusals.is_empty() {
+            parts.push(format!(
+                "cannot delete Pods that declare no controller (use --force to override): {}; \
+                 nothing recreates such a pod once evicted: in a DisruptionPlan set spec.drain.force: true \
+                 to evict them anyway",
+                self.unreplicated_refusals.join(", ")
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
     }
 
     /// Every protected pod on the node, as `ns/name`.
@@ -227,9 +244,35 @@ pub fn plan_node(
             plan.skipped.push(skip(SkipReason::DaemonSet));
             continue;
         }
+        if tolerates_drain_taint(pod) {
+            // Evicted, it would come straight back (the taint is what keeps pods off the node).
+            if !is_daemonset_pod(pod) {
+                plan.warnings.push(format!(
+                    "pod {ns}/{name} tolerates the {DRAIN_TAINT_KEY} taint, so it is not evicted \
+                     (it would be scheduled straight back); it stops when the node goes"
+                ));
+            }
+            plan.skipped.push(skip(SkipReason::ToleratesDrainTaint));
+            continue;
+        }
+        let mut refused = false;
         if has_empty_dir(pod) && !spec.drain.delete_empty_dir_data {
             plan.local_storage_refusals.push(format!("{ns}/{name}"));
+            refused = true;
+        }
+        if is_unreplicated(pod) && !spec.drain.force {
+            plan.unreplicated_refusals.push(format!("{ns}/{name}"));
+            refused = true;
+        }
+        if refused {
             continue;
+        }
+        let do_not_disrupt = !spec.drain.force && do_not_disrupt_active(pod, clock.now);
+        if do_not_disrupt {
+            plan.warnings.push(format!(
+                "pod {ns}/{name} has an active {DO_NOT_DISRUPT_ANNOTATION} annotation; the drain waits \
+                 for it to be removed (or set spec.drain.force: true to evict it anyway)"
+            ));
         }
         let pdbs = pdb_index.matching(pod);
         if pdbs.len() > 1 {
@@ -256,12 +299,14 @@ pub fn plan_node(
             protected,
             pdbs,
             terminating: is_terminating(pod),
+            do_not_disrupt,
         });
     }
 
     plan.evictions
         .sort_by(|a, b| (a.tier, &a.namespace, &a.name).cmp(&(b.tier, &b.namespace, &b.name)));
     plan.local_storage_refusals.sort();
+    plan.unreplicated_refusals.sort();
     plan.persistent_volumes = pvs.into_iter().collect();
     plan.backups = needs
         .into_iter()
@@ -524,7 +569,13 @@ mod tests {
     #[test]
     fn several_pdbs_warn() {
         let mut w = World::new();
-        w.pdbs.push(pdb("db", "all-db", json!({})));
+        w.pdbs.push(pdb(
+            "db",
+            "all-db",
+            json!({"matchExpressions": [
+                {"key": "app", "operator": "Exists"}
+            ]}),
+        ));
         let plan = w.plan(&spec(json!({})));
         assert_eq!(plan.evictions[0].pdbs, ["all-db", "pg"]);
         assert!(
@@ -534,6 +585,97 @@ mod tests {
             "{:?}",
             plan.warnings
         );
+    }
+
+    /// kubernetes `pkg/registry/core/pod/storage/eviction.go` `getPodDisruptionBudgets`: a PDB with a nil
+    /// or empty selector "should match nothing, not everything", so it never makes a multi-PDB refusal.
+    #[test]
+    fn an_empty_selector_pdb_is_no_second_pdb() {
+        let mut w = World::new();
+        w.pdbs.push(pdb("db", "all-db", json!({})));
+        let plan = w.plan(&spec(json!({})));
+        assert_eq!(plan.evictions[0].pdbs, ["pg"]);
+        assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+    }
+
+    #[test]
+    fn pods_tolerating_the_drain_taint_are_never_evicted() {
+        let mut w = World::new();
+        w.pods.push(with(
+            deploy_pod("web", "everywhere"),
+            json!({"spec": {"tolerations": [{"operator": "Exists"}]}}),
+        ));
+        w.pods.push(with(
+            ds_pod("kube-system", "aws-node", Some("system-node-critical")),
+            json!({"spec": {"tolerations": [{"operator": "Exists"}]}}),
+        ));
+        let plan = w.plan(&spec(json!({"drain": {"ignoreDaemonSets": false}})));
+        let evicted = names(&plan.evictions);
+        assert!(!evicted.contains(&"web/everywhere".to_owned()));
+        assert!(!evicted.contains(&"kube-system/aws-node".to_owned()));
+        assert!(
+            evicted.contains(&"kube-system/node-agent".to_owned()),
+            "a DaemonSet pod without such a toleration is evicted when not ignored"
+        );
+        assert!(
+            plan.skipped
+                .iter()
+                .any(|s| s.name == "everywhere" && s.reason == SkipReason::ToleratesDrainTaint)
+        );
+        assert!(
+            plan.warnings
+                .iter()
+                .any(|m| m.contains("web/everywhere tolerates the snapdrain.io/draining taint")),
+            "{:?}",
+            plan.warnings
+        );
+    }
+
+    #[test]
+    fn bare_pods_are_refused_with_kubectl_wording_unless_forced() {
+        let mut w = World::new();
+        w.pods.push(with(
+            deploy_pod("web", "debug"),
+            json!({"metadata": {"ownerReferences": []}}),
+        ));
+        let plan = w.plan(&spec(json!({})));
+        let msg = plan.refusal_message().expect("refused");
+        assert!(
+            msg.starts_with(
+                "cannot delete Pods that declare no controller (use --force to override): web/debug"
+            ),
+            "{msg}"
+        );
+        assert!(msg.contains("spec.drain.force: true"), "{msg}");
+        assert!(!names(&plan.evictions).contains(&"web/debug".to_owned()));
+        let forced = w.plan(&spec(json!({"drain": {"force": true}})));
+        assert_eq!(forced.refusal_message(), None);
+        assert!(names(&forced.evictions).contains(&"web/debug".to_owned()));
+    }
+
+    #[test]
+    fn do_not_disrupt_pods_are_reported_and_held_unless_forced() {
+        let mut w = World::new();
+        w.pods.push(with(
+            deploy_pod("web", "training"),
+            json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}),
+        ));
+        let plan = w.plan(&spec(json!({})));
+        let e = plan
+            .evictions
+            .iter()
+            .find(|e| e.name == "training")
+            .expect("planned");
+        assert!(e.do_not_disrupt);
+        assert!(
+            plan.warnings
+                .iter()
+                .any(|m| m.contains("web/training has an active karpenter.sh/do-not-disrupt")),
+            "{:?}",
+            plan.warnings
+        );
+        let forced = w.plan(&spec(json!({"drain": {"force": true}})));
+        assert!(forced.evictions.iter().all(|e| !e.do_not_disrupt));
     }
 
     #[test]

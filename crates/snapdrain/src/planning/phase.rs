@@ -4,10 +4,20 @@
 //! verify, release holds and cordon, evict, terminate, launch) and calls again when facts change. Phases a
 //! plan does not need are skipped in the same step (e.g. Pending → Cordoning when nothing needs a backup).
 //!
-//! Execute: Pending → BackingUp → Verifying → [Replacing if before-drain] → Cordoning → Draining →
+//! Execute: Pending → Cordoning → BackingUp → Verifying → [Replacing if before-drain] → Draining →
 //! [Terminating] → [Replacing if after-drain] → Completed.
 //! Release: Pending → BackingUp → Verifying → Draining (the autoscaler drains; wait for the nodes to go) →
 //! Completed.
+//!
+//! Execute cordons and taints first, before the backup (as kubectl and Karpenter do before evicting), so
+//! nothing new lands on the node while it is backed up; a failed or aborted plan rolls that back. A
+//! running FSB is unaffected: running pods keep running. Release does not cordon: the drainer the plan
+//! releases to (Karpenter, Cluster Autoscaler, a person) cordons and taints itself, and a node the
+//! autoscaler then decides not to take must not be left unschedulable by snapdrain.
+//!
+//! Plans persisted by an older controller mid-flight resume: `Cordoning` (then after Verifying) goes on
+//! to BackingUp, which finds the backups verified and moves on; a plan in BackingUp, Verifying or
+//! Replacing that was never cordoned reaches Draining, whose step cordons and taints before evicting.
 
 use crate::api::plan::{BackupPolicy, DisruptionPlanSpec, PlanMode, ReplacementWhen};
 use crate::api::status::{BackupRecord, PlanPhase};
@@ -45,6 +55,10 @@ pub enum DrainState {
 pub struct PhaseFacts {
     /// Someone asked to stop (plan deletion, abort annotation).
     pub abort_requested: bool,
+    /// Pending could not decide the plan yet (a node is missing, or kubectl's refusals: pods with local
+    /// storage, pods no controller owns): the plan waits in Pending, with the reason in its message,
+    /// until the cluster or the spec changes.
+    pub planning_blocked: bool,
     /// `spec.deadline` has passed.
     pub deadline_passed: bool,
     pub backups: BackupsState,
@@ -61,6 +75,7 @@ impl Default for PhaseFacts {
     fn default() -> Self {
         Self {
             abort_requested: false,
+            planning_blocked: false,
             deadline_passed: false,
             backups: BackupsState::InProgress,
             nodes_cordoned: false,
@@ -140,7 +155,7 @@ pub fn next_phase(
     let after_backup = || match (spec.mode, replacement_when) {
         (PlanMode::Release, _) => Draining,
         (PlanMode::Execute, ReplacementWhen::BeforeDrain) => Replacing,
-        (PlanMode::Execute, _) => Cordoning,
+        (PlanMode::Execute, _) => Draining,
     };
     let after_drain = || {
         if spec.termination.terminate_instance || spec.termination.delete_node {
@@ -163,12 +178,14 @@ pub fn next_phase(
         Pending if spec.dry_run => {
             PhaseDecision::with(Completed, "dry run: plan recorded, nothing changed")
         }
+        Pending if facts.planning_blocked => PhaseDecision::to(Pending),
+        Pending if spec.mode == PlanMode::Execute => PhaseDecision::to(Cordoning),
         Pending if facts.backups == BackupsState::NotNeeded => PhaseDecision::to(after_backup()),
         Pending => PhaseDecision::to(BackingUp),
         BackingUp | Verifying => backup_step(current, spec, facts, after_backup()),
         Replacing if replacement_when == ReplacementWhen::BeforeDrain => {
             if facts.replacement_ready {
-                PhaseDecision::to(Cordoning)
+                PhaseDecision::to(Draining)
             } else {
                 PhaseDecision::to(Replacing)
             }
@@ -180,8 +197,10 @@ pub fn next_phase(
                 PhaseDecision::to(Replacing)
             }
         }
+        // BackingUp decides what the backups need (and moves on at once when none is needed or they are
+        // verified already, as for a plan an older controller persisted in Cordoning after Verifying).
         Cordoning => PhaseDecision::to(if facts.nodes_cordoned {
-            Draining
+            BackingUp
         } else {
             Cordoning
         }),
@@ -339,8 +358,8 @@ mod tests {
             run(&spec(json!({})), &all_done()),
             [
                 Pending,
-                BackingUp,
                 Cordoning,
+                BackingUp,
                 Draining,
                 Terminating,
                 Completed
@@ -365,7 +384,61 @@ mod tests {
         );
         assert_eq!(
             next_phase(Verifying, &s, &facts(BackupsState::AllVerified)).phase,
+            Draining
+        );
+    }
+
+    #[test]
+    fn execute_cordons_before_the_backup_and_a_failed_backup_rolls_it_back() {
+        let s = spec(json!({}));
+        assert_eq!(
+            next_phase(Pending, &s, &facts(BackupsState::InProgress)).phase,
             Cordoning
+        );
+        assert_eq!(
+            next_phase(Cordoning, &s, &facts(BackupsState::InProgress)).phase,
+            Cordoning,
+            "waits until the nodes are cordoned and tainted"
+        );
+        let mut cordoned = facts(BackupsState::InProgress);
+        cordoned.nodes_cordoned = true;
+        assert_eq!(next_phase(Cordoning, &s, &cordoned).phase, BackingUp);
+        let failed = facts(BackupsState::Failed {
+            message: "x".into(),
+        });
+        let d = next_phase(BackingUp, &s, &failed);
+        assert_eq!((d.phase, d.rollback), (Failed, true));
+        let mut abort = cordoned.clone();
+        abort.abort_requested = true;
+        let d = next_phase(Cordoning, &s, &abort);
+        assert_eq!((d.phase, d.rollback), (Aborted, true));
+    }
+
+    #[test]
+    fn a_plan_pending_refused_pods_waits_in_pending() {
+        let mut f = facts(BackupsState::InProgress);
+        f.planning_blocked = true;
+        for mode in ["Execute", "Release"] {
+            let d = next_phase(Pending, &spec(json!({"mode": mode})), &f);
+            assert_eq!((d.phase, d.rollback), (Pending, false), "{mode}");
+        }
+        f.abort_requested = true;
+        assert_eq!(next_phase(Pending, &spec(json!({})), &f).phase, Aborted);
+    }
+
+    #[test]
+    fn plans_persisted_by_the_older_order_resume() {
+        // Cordoning used to come after Verifying: BackingUp then finds the backups verified.
+        let s = spec(json!({}));
+        let mut f = all_done();
+        assert_eq!(next_phase(Cordoning, &s, &f).phase, BackingUp);
+        assert_eq!(next_phase(BackingUp, &s, &f).phase, Draining);
+        f.backups = BackupsState::NotNeeded;
+        assert_eq!(next_phase(BackingUp, &s, &f).phase, Draining);
+        // Phase names on the wire are unchanged.
+        assert_eq!(
+            serde_json::to_value(Cordoning).expect("json"),
+            json!("Cordoning")
         );
     }
 
@@ -377,9 +450,9 @@ mod tests {
             run(&before, &all_done()),
             [
                 Pending,
+                Cordoning,
                 BackingUp,
                 Replacing,
-                Cordoning,
                 Draining,
                 Terminating,
                 Completed
@@ -391,8 +464,8 @@ mod tests {
             run(&after, &all_done()),
             [
                 Pending,
-                BackingUp,
                 Cordoning,
+                BackingUp,
                 Draining,
                 Terminating,
                 Replacing,
@@ -417,10 +490,21 @@ mod tests {
     }
 
     #[test]
-    fn no_backup_needed_skips_straight_to_cordon() {
+    fn no_backup_needed_skips_the_backup_phases() {
+        let s = spec(json!({}));
         assert_eq!(
-            next_phase(Pending, &spec(json!({})), &facts(BackupsState::NotNeeded)).phase,
+            next_phase(Pending, &s, &facts(BackupsState::NotNeeded)).phase,
             Cordoning
+        );
+        assert_eq!(
+            next_phase(BackingUp, &s, &facts(BackupsState::NotNeeded)).phase,
+            Draining
+        );
+        let release = spec(json!({"mode": "Release"}));
+        assert_eq!(
+            next_phase(Pending, &release, &facts(BackupsState::NotNeeded)).phase,
+            Draining,
+            "Release does not cordon"
         );
     }
 
@@ -429,7 +513,7 @@ mod tests {
         let s = spec(json!({"termination": {"terminateInstance": false, "deleteNode": false}}));
         assert_eq!(
             run(&s, &all_done()),
-            [Pending, BackingUp, Cordoning, Draining, Completed]
+            [Pending, Cordoning, BackingUp, Draining, Completed]
         );
     }
 
@@ -465,7 +549,7 @@ mod tests {
             &spec(json!({"backup": {"policy": "best-effort"}})),
             &f,
         );
-        assert_eq!(d.phase, Cordoning);
+        assert_eq!(d.phase, Draining);
         assert!(!d.rollback);
         assert!(d.message.is_some());
     }
@@ -482,7 +566,7 @@ mod tests {
                 &f
             )
             .phase,
-            Cordoning
+            Draining
         );
     }
 
@@ -609,11 +693,12 @@ mod tests {
             },
         ];
         let mut all_facts = Vec::new();
-        for bits in 0..32u32 {
+        for bits in 0..64u32 {
             for b in &backups {
                 for d in &drains {
                     all_facts.push(PhaseFacts {
                         abort_requested: bits & 1 != 0,
+                        planning_blocked: bits & 32 != 0,
                         deadline_passed: bits & 2 != 0,
                         backups: b.clone(),
                         nodes_cordoned: bits & 4 != 0,
@@ -624,7 +709,8 @@ mod tests {
                 }
             }
         }
-        let backup_phases = [Pending, BackingUp, Verifying];
+        // Cordoning sits between Pending and BackingUp: still before the backup is decided.
+        let backup_phases = [Pending, Cordoning, BackingUp, Verifying];
         let mut specs = 0;
         for mode in ["Execute", "Release"] {
             for when in [None, Some("before-drain"), Some("after-drain")] {

@@ -20,15 +20,17 @@ use kube::runtime::watcher;
 
 use super::inventory;
 use crate::api::plan::PlanMode;
-use crate::api::status::NodePhase;
+use crate::api::status::{EvictionTarget, NodePhase};
 use crate::controller::error::ControllerError;
 use crate::controller::reconcile::PlanRun;
 use crate::drain::evict::evict;
 use crate::drain::wait::wait_for;
-use crate::planning::drain::{Batch, drain_verdict, select_batch};
+use crate::planning::drain::{
+    Batch, drain_verdict, eviction_targets, record_refusal, remaining_targets, select_batch,
+    targeted, waiting_message,
+};
 use crate::planning::{
-    Clock, DrainState, EvictionOutcome, NodeInputs, PhaseFacts, PlannedEviction, SkipReason,
-    plan_node,
+    Clock, DrainState, EvictionOutcome, NodeInputs, PhaseFacts, PlannedEviction, plan_node,
 };
 
 /// How one node's drain stands after this pass.
@@ -36,8 +38,10 @@ enum NodeDrain {
     Done,
     /// The pods evicted so far are gone: look again at once.
     Progress,
-    /// Waiting for pods to finish terminating or for blocked evictions.
+    /// Waiting for pods to finish terminating, for blocked evictions or for volumes to detach.
     Waiting {
+        /// What the node waits for, for `status.message`.
+        message: String,
         blocked: Vec<String>,
     },
 }
@@ -49,10 +53,17 @@ pub async fn run(
     if run.plan.spec.mode == PlanMode::Release {
         return release(run, facts).await;
     }
+    // Normally done in Cordoning already (a no-op then); a plan persisted by an older controller in
+    // BackingUp, Verifying or Replacing reaches Draining without it.
+    super::cordon::mark_nodes(run, true).await?;
     let mut all_done = true;
     let mut blocked_all = Vec::new();
+    let mut waiting = Vec::new();
     for i in 0..run.status.nodes.len() {
-        if run.status.nodes[i].phase == NodePhase::Drained {
+        if matches!(
+            run.status.nodes[i].phase,
+            NodePhase::Drained | NodePhase::Gone
+        ) {
             continue;
         }
         let mut outcome = NodeDrain::Progress;
@@ -67,11 +78,13 @@ pub async fn run(
             NodeDrain::Progress => {
                 all_done = false;
                 run.status.nodes[i].phase = NodePhase::Draining;
+                waiting.push(format!("node {}: evicting", run.status.nodes[i].name));
             }
-            NodeDrain::Waiting { blocked } => {
+            NodeDrain::Waiting { message, blocked } => {
                 all_done = false;
                 run.status.nodes[i].phase = NodePhase::Draining;
                 blocked_all.extend(blocked);
+                waiting.push(message);
             }
         }
     }
@@ -91,11 +104,7 @@ pub async fn run(
     if facts.drain != DrainState::InProgress {
         return Ok(None);
     }
-    run.status.message = if blocked_all.is_empty() {
-        Some("waiting for evicted pods to terminate".into())
-    } else {
-        Some(format!("eviction blocked: {}", blocked_all.join("; ")))
-    };
+    run.status.message = Some(waiting.join("; "));
     Ok(Some(Duration::from_millis(500)))
 }
 
@@ -119,6 +128,7 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
         .as_ref()
         .map(|t| t.0)
         .unwrap_or_else(PlanRun::now);
+    let now = PlanRun::now();
     let inputs = NodeInputs {
         node: &inv.node,
         pods: &inv.pods,
@@ -131,11 +141,25 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
         &inputs,
         &run.plan.spec,
         &run.valid,
-        Clock {
-            decided_at,
-            now: PlanRun::now(),
-        },
+        Clock { decided_at, now },
     );
+    // The pods to evict are fixed on the first pass, by UID: a DaemonSet or tolerating pod that comes
+    // back later is not waited for (kubectl likewise waits only for the pods it evicted).
+    let targets = run.status.nodes[index]
+        .eviction_targets
+        .get_or_insert_with(|| eviction_targets(&plan.evictions))
+        .clone();
+    let present: BTreeSet<String> = inv
+        .pods
+        .iter()
+        .filter(|p| !crate::planning::inventory::is_terminal(p))
+        .filter_map(|p| p.uid())
+        .collect();
+    let remaining: Vec<EvictionTarget> = remaining_targets(&targets, &present)
+        .into_iter()
+        .cloned()
+        .collect();
+    let candidates = targeted(&plan.evictions, &targets);
     let pod_of = |e: &PlannedEviction| {
         inv.pods.iter().find(|p| {
             p.namespace().as_deref() == Some(e.namespace.as_str()) && p.name_any() == e.name
@@ -145,10 +169,12 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
         send: batch,
         held: mut blocked,
     } = select_batch(
-        &plan.evictions,
+        &candidates,
         |e| pod_of(e).map(claims_of).unwrap_or_default(),
         &run.status.backups,
         run.plan.spec.backup.policy,
+        &targets,
+        now,
     );
 
     let concurrency = run.plan.spec.drain.max_concurrent_evictions.max(1) as usize;
@@ -167,6 +193,7 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
         .collect()
         .await;
     let mut evicted = 0u32;
+    let mut refused = Vec::new();
     for (e, outcome) in &results {
         match outcome {
             EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone => evicted += 1,
@@ -174,7 +201,8 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
                 blocked.push(format!("{}/{}: {reason}", e.namespace, e.name))
             }
             EvictionOutcome::Failed { message } => {
-                blocked.push(format!("{}/{}: {message}", e.namespace, e.name))
+                blocked.push(format!("{}/{}: {message}", e.namespace, e.name));
+                refused.push((e.uid.clone(), message.clone()));
             }
         }
     }
@@ -182,30 +210,34 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
         tracing::info!(plan = %run.name(), node = %node_name, evicted, "evictions accepted");
     }
     let node = &mut run.status.nodes[index];
+    // A refusal (RBAC, a webhook) is not asked again at once: the pod backs off, recorded in the status
+    // so a restarted controller keeps the pace.
+    if let Some(targets) = node.eviction_targets.as_mut() {
+        for (uid, message) in &refused {
+            if let Some(t) = targets.iter_mut().find(|t| Some(&t.uid) == uid.as_ref()) {
+                record_refusal(t, message, now);
+            }
+        }
+    }
     node.pods_evicted += evicted;
     node.pods_blocked = blocked.len() as u32;
-    node.blocked_by = (!blocked.is_empty()).then(|| blocked.join("; "));
-    if !blocked.is_empty() {
+    let blocked_by = (!blocked.is_empty()).then(|| blocked.join("; "));
+    let changed = node.blocked_by != blocked_by;
+    node.blocked_by = blocked_by;
+    // An Event when what blocks the node changes, not on every pass.
+    if changed && !blocked.is_empty() {
         let note = format!("node {node_name}: {}", blocked.join("; "));
         run.event(EventType::Warning, "EvictionBlocked", "Drain", note)
             .await;
     }
 
-    // Pods that must leave: everything planned for eviction (skipped DaemonSet and mirror pods stay).
-    let uids: BTreeSet<String> = plan
-        .evictions
-        .iter()
-        .filter_map(|e| e.uid.clone())
-        .collect();
-    if plan.evictions.is_empty() {
+    if remaining.is_empty() {
+        // Everything still on the node stays (DaemonSet, mirror and tolerating pods): their volumes stay
+        // attached.
         let staying: BTreeSet<String> = inv
             .pods
             .iter()
-            .filter(|p| {
-                plan.skipped
-                    .iter()
-                    .any(|s| s.reason != SkipReason::Terminal && s.name == p.name_any())
-            })
+            .filter(|p| !crate::planning::inventory::is_terminal(p))
             .flat_map(|p| {
                 crate::planning::inventory::pvc_claims(p)
                     .map(str::to_string)
@@ -214,7 +246,10 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
             .collect();
         return wait_volumes(run, &node_name, &inv.pvcs, &staying).await;
     }
-    // Wait (by watch) for the pods we expect to leave, bounded by the slice; the next pass continues.
+    let remaining_refs: Vec<&EvictionTarget> = remaining.iter().collect();
+    let message = waiting_message(&node_name, &remaining_refs, targets.len(), &blocked);
+    // Wait (by watch) for the targets to leave, bounded by the slice; the next pass continues.
+    let uids: BTreeSet<String> = remaining.iter().map(|t| t.uid.clone()).collect();
     let pods: Api<Pod> = Api::all(client);
     let wc = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
     let slice = if blocked.is_empty() {
@@ -237,7 +272,7 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
     Ok(if gone && blocked.is_empty() {
         NodeDrain::Progress
     } else {
-        NodeDrain::Waiting { blocked }
+        NodeDrain::Waiting { message, blocked }
     })
 }
 
@@ -319,6 +354,10 @@ async fn wait_volumes(
         NodeDrain::Done
     } else {
         NodeDrain::Waiting {
+            message: format!(
+                "node {node}: evicted pods are gone; waiting for their VolumeAttachments to detach"
+            ),
+            // Named in the timeout's message if it comes to that.
             blocked: vec![format!(
                 "node {node}: waiting for VolumeAttachments to detach"
             )],

@@ -27,7 +27,13 @@ pub async fn run_phase(
     facts: &mut PhaseFacts,
 ) -> Result<Option<Duration>, ControllerError> {
     match phase {
-        PlanPhase::Pending => plan::run(run, facts).await,
+        PlanPhase::Pending => {
+            let wait = plan::run(run, facts).await?;
+            // Pending records the nodes only once it could decide the plan; until then (a missing node,
+            // a refused pod) the plan must not move on.
+            facts.planning_blocked = run.status.nodes.is_empty();
+            Ok(wait)
+        }
         PlanPhase::BackingUp => backups::run(run, facts).await,
         PlanPhase::Verifying => {
             let wait = backups::run(run, facts).await?;

@@ -1,29 +1,42 @@
-//! Undo on failure or abort: uncordon the nodes snapdrain cordoned (never one someone else cordoned).
+//! Undo on failure or abort: remove snapdrain's drain taint and uncordon, only where snapdrain set them
+//! (never a cordon or taint someone else set).
 
 use kube::runtime::events::EventType;
 
 use crate::controller::reconcile::PlanRun;
-use crate::drain::cordon::uncordon;
+use crate::drain::cordon::release;
 
 pub async fn run(run: &mut PlanRun) {
-    let nodes: Vec<String> = run
+    let nodes: Vec<(String, bool, bool)> = run
         .status
         .nodes
         .iter()
-        .filter(|n| n.cordoned_by_snapdrain)
-        .map(|n| n.name.clone())
+        .filter(|n| n.cordoned_by_snapdrain || n.tainted_by_snapdrain)
+        .map(|n| {
+            (
+                n.name.clone(),
+                n.cordoned_by_snapdrain,
+                n.tainted_by_snapdrain,
+            )
+        })
         .collect();
-    for name in nodes {
-        match uncordon(&run.ctx.client, &name).await {
+    for (name, uncordon, untaint) in nodes {
+        match release(&run.ctx.client, &name, uncordon, untaint).await {
             Ok(()) => {
                 if let Some(n) = run.status.nodes.iter_mut().find(|n| n.name == name) {
                     n.cordoned_by_snapdrain = false;
+                    n.tainted_by_snapdrain = false;
                 }
+                let what = match (uncordon, untaint) {
+                    (true, true) => "uncordoned and its snapdrain.io/draining taint removed",
+                    (true, false) => "uncordoned",
+                    _ => "snapdrain.io/draining taint removed (it was cordoned by someone else)",
+                };
                 run.event(
                     EventType::Normal,
                     "Uncordoned",
                     "Rollback",
-                    format!("node {name} uncordoned: the plan did not complete"),
+                    format!("node {name} {what}: the plan did not complete"),
                 )
                 .await;
             }
