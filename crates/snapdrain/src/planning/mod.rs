@@ -8,6 +8,7 @@
 //! - [`evictions`]: eviction tiers and eviction answer classification.
 //! - [`naming`]: Backup names, EC2 client tokens, label values.
 //! - [`phase`]: the phase machine.
+//! - [`replacement`]: join settings, subnets, Auto Scaling decrement and join timeout of replacements.
 
 pub mod backups;
 pub mod drain;
@@ -16,6 +17,7 @@ pub mod inventory;
 pub mod naming;
 pub mod node;
 pub mod phase;
+pub mod replacement;
 
 pub use backups::{
     BackupNeed, BackupProgress, Clock, RetryDecision, ReusableBackup, backup_retry,
