@@ -345,3 +345,32 @@ async fn node_recreated_under_the_same_name_is_left_alone() {
     assert!(still.metadata.deletion_timestamp.is_none());
     controller.shutdown().await;
 }
+
+/// #18: a node label kubelet refuses in `--node-labels` (kubernetes cmd/kubelet/app/options/options.go)
+/// makes the replacement's kubelet exit, so it would never join; the plan fails before launching,
+/// naming the label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replacement_with_a_node_label_kubelet_refuses_fails_before_launching() {
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan(
+        "bad-label",
+        json!({"nodes": [node], "replacement": {
+            "when": "before-drain", "instanceTypes": ["m6i.xlarge"], "imageId": AMI,
+            "bottlerocket": {"nodeLabels": {"node-role.kubernetes.io/worker": ""}}
+        }}),
+    )
+    .await;
+    let plan = h.wait_plan("bad-label", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.unwrap();
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.contains("node-role.kubernetes.io/worker") && message.contains("kubelet refuses"),
+        "{message}"
+    );
+    assert!(h.instances_of("bad-label").is_empty(), "nothing launched");
+    assert!(h.node(&node).await.is_some(), "the node stays");
+    controller.shutdown().await;
+}

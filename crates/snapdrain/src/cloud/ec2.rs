@@ -1116,6 +1116,13 @@ mod tests {
         );
     }
 
+    /// #16: the `--region` setting wins (AWS_REGION and the profile only apply without it).
+    #[tokio::test]
+    async fn the_region_setting_is_used() {
+        let cloud = Ec2Cloud::from_env(Some("eu-west-3")).await;
+        assert_eq!(cloud.region().as_deref(), Some("eu-west-3"));
+    }
+
     #[test]
     fn launch_template_ids_are_lt_and_17_hex() {
         assert!(is_launch_template_id("lt-0abcd290751193123"));

@@ -512,3 +512,78 @@ pub async fn run(
         .all(|n| n.replacement.as_ref().is_some_and(|r| r.ready));
     Ok(None)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pv_zones_come_from_the_required_node_affinity() {
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pv-1"},
+            "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [
+                    {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["us-east-1b"]},
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}
+                ]}
+            ]}}}
+        }))
+        .expect("a PV");
+        assert_eq!(
+            pv_zones(&pv).into_iter().collect::<Vec<_>>(),
+            ["us-east-1b"]
+        );
+        assert!(pv_zones(&PersistentVolume::default()).is_empty());
+    }
+
+    #[test]
+    fn launch_requests_tag_the_cluster_and_never_send_an_empty_subnet() {
+        let spec = ReplacementSpec {
+            when: crate::api::plan::ReplacementWhen::AfterDrain,
+            instance_types: vec!["m5.large".into()],
+            image_id: Some("ami-1".into()),
+            capacity_type: Some(SpecCapacity::Spot),
+            ..Default::default()
+        };
+        let req = |subnets: Vec<String>| {
+            launch_request(
+                &spec,
+                String::new(),
+                "t".into(),
+                "p",
+                "n1",
+                "prod",
+                JoinSettings::default(),
+                subnets,
+            )
+        };
+        let e = req(vec![]).unwrap_err();
+        assert!(e.contains("spec.replacement.subnets"), "{e}");
+        let r = req(vec!["subnet-a".into()]).unwrap();
+        assert_eq!(r.tags["kubernetes.io/cluster/prod"], "owned");
+        let mut with_template = spec.clone();
+        with_template.launch_template = Some(crate::api::plan::LaunchTemplateRef {
+            name: Some("nodes".into()),
+            ..Default::default()
+        });
+        let r = launch_request(
+            &with_template,
+            String::new(),
+            "t".into(),
+            "p",
+            "n1",
+            "prod",
+            JoinSettings::default(),
+            vec![],
+        )
+        .unwrap();
+        assert!(matches!(
+            r.strategy,
+            LaunchStrategy::LaunchTemplate {
+                subnet_id: None,
+                capacity_type: Some(CapacityType::Spot),
+                ..
+            }
+        ));
+    }
+}
