@@ -875,3 +875,35 @@ async fn auto_scaling_group_replaces_what_is_terminated_outside_it() {
     assert_eq!(err.code(), Some("ValidationError"), "{err}");
     assert!(err.to_string().contains("No managed instance"), "{err}");
 }
+
+/// RunInstances answers InsufficientInstanceCapacity as an API error (HTTP 500, research note
+/// bottlerocket-ec2-s3.md §2 [ICE-500]), not as a fleet override error: Ec2Cloud reports it as a capacity
+/// error that is retried (the replacement fails after `CAPACITY_ATTEMPTS`), not as a permanent one.
+#[tokio::test]
+async fn run_instances_capacity_errors_are_capacity_not_permanent() {
+    let (sim, cloud) = start().await;
+    make_template(cloud.client(), "workers", USER_DATA).await;
+    sim.inject_capacity_error("m5.large", None, "InsufficientInstanceCapacity");
+    let err = cloud
+        .launch(LaunchRequest {
+            strategy: LaunchStrategy::LaunchTemplate {
+                template: LaunchTemplateRef {
+                    id_or_name: "workers".into(),
+                    version: "$Latest".into(),
+                },
+                instance_type: None,
+                subnet_id: Some(subnet(&sim, 0)),
+                capacity_type: None,
+            },
+            image_id: None,
+            user_data: None,
+            tags: BTreeMap::new(),
+            join: JoinSettings::default(),
+            client_token: "ice-1".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InsufficientInstanceCapacity"), "{err}");
+    assert!(err.is_capacity() && !err.is_permanent(), "{err}");
+    assert_eq!(snapdrain::cloud::ec2::CAPACITY_ATTEMPTS, 3);
+}
