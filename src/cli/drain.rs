@@ -324,7 +324,7 @@ pub fn plan_spec(args: &DrainArgs, now: jiff::Timestamp) -> anyhow::Result<Disru
                 ReplaceArg::AfterDrain => ReplacementWhen::AfterDrain,
             },
             launch_template: args.launch_template.as_ref().map(|lt| {
-                if lt.starts_with("lt-") {
+                if snapdrain::cloud::ec2::is_launch_template_id(lt) {
                     LaunchTemplateRef {
                         id: Some(lt.clone()),
                         ..Default::default()
@@ -344,6 +344,7 @@ pub fn plan_spec(args: &DrainArgs, now: jiff::Timestamp) -> anyhow::Result<Disru
             subnets: args.subnet.clone(),
             image_id: args.image_id.clone(),
             bottlerocket,
+            ..Default::default()
         });
     } else if !args.instance_type.is_empty()
         || args.image_id.is_some()

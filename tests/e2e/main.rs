@@ -6,6 +6,7 @@ mod crds;
 mod demo;
 mod deploy;
 mod drain_cli;
+mod real_cloud;
 mod real_drain;
 mod resilience;
 mod sim_serve;

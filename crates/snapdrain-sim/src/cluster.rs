@@ -12,7 +12,10 @@ use super::apiserver::faults::Faults;
 use super::apiserver::resources::ResKey;
 use super::apiserver::store::{Store, WriteOptions};
 use super::apiserver::{ApiServer, Settings, kubeconfig};
-use super::ec2::{Ec2Sim, Ec2SimConfig, InstanceInfo};
+use super::ec2::{
+    CLUSTER_SECURITY_GROUP, Ec2Sim, Ec2SimConfig, InstanceInfo, MetadataOptions,
+    NODE_INSTANCE_PROFILE,
+};
 use super::error::SimError;
 use super::s3::{S3Sim, S3SimConfig};
 use super::scenario::{self, LoadedScenario, S3_URL_FALLBACK, Scenario, crds, timeline};
@@ -200,6 +203,17 @@ impl SimCluster {
                         kubelet_error: None,
                         launch_time: jiff::Timestamp::now(),
                         spot: false,
+                        // As Karpenter or a node group launched them: with the node role's instance
+                        // profile, the cluster security group and IMDSv2 (karpenter-provider-aws
+                        // pkg/providers/launchtemplate/types.go).
+                        iam_instance_profile: Some(
+                            ec2_sim.config().instance_profile_arn(NODE_INSTANCE_PROFILE),
+                        ),
+                        security_group_ids: vec![CLUSTER_SECURITY_GROUP.into()],
+                        metadata_options: MetadataOptions {
+                            http_tokens: "required".into(),
+                            hop_limit: 1,
+                        },
                     })
                     .map_err(|e| SimError::Load {
                         what: format!("instance {} of node {}", i.instance_id, i.node_name),

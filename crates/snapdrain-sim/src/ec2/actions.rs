@@ -8,10 +8,14 @@ use base64::Engine as _;
 use super::bottlerocket::MAX_USER_DATA_BYTES;
 use super::params::Params;
 use super::state::{
-    self, FleetError, FleetLaunch, Instance, LaunchTemplate, TemplateData, TokenRecord, World,
+    self, FleetError, FleetLaunch, Instance, LaunchSecurity, LaunchTemplate, TemplateData,
+    TokenRecord, World,
 };
 use super::xml::Xml;
-use super::{InstanceInfo, InstanceState, Shared, SubnetConfig};
+use super::{
+    DEFAULT_SECURITY_GROUP, FleetOverrideRecord, FleetRequest, InstanceInfo, InstanceState,
+    MetadataOptions, Shared, SubnetConfig,
+};
 
 /// An EC2 error as the API returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,11 +85,13 @@ pub(super) fn dispatch(shared: &Arc<Shared>, p: &Params, request_id: &str) -> Ac
         "CreateTags" => create_tags(shared, p, &mut x)?,
         "CreateLaunchTemplate" => create_launch_template(shared, p, &mut x)?,
         "DescribeLaunchTemplates" => describe_launch_templates(shared, p, &mut x)?,
+        "DeleteLaunchTemplate" => delete_launch_template(shared, p, &mut x)?,
+        "DescribeSubnets" => describe_subnets(shared, p, &mut x)?,
         other => {
             return Err(ApiError::bad(
                 "InvalidAction",
                 format!(
-                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates)."
+                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates, DeleteLaunchTemplate, DescribeSubnets)."
                 ),
             ));
         }
@@ -104,6 +110,101 @@ struct Resolved {
     user_data: Option<Vec<u8>>,
     tags: BTreeMap<String, String>,
     spot: bool,
+    security: LaunchSecurity,
+}
+
+/// `IamInstanceProfile.{Arn|Name}`, `SecurityGroupId.N` and `MetadataOptions.*` under `p`, checked
+/// against what exists (EC2 API reference, RunInstances; errors-overview: `InvalidGroup.NotFound`,
+/// `InvalidParameterValue`).
+fn launch_security(shared: &Shared, p: &Params) -> Result<LaunchSecurity, ApiError> {
+    let config = &shared.config;
+    let profile = match (
+        p.get("IamInstanceProfile.Arn"),
+        p.get("IamInstanceProfile.Name"),
+    ) {
+        (Some(arn), _) => {
+            let known = config
+                .instance_profiles
+                .iter()
+                .any(|n| config.instance_profile_arn(n) == arn);
+            if !known {
+                return Err(ApiError::bad(
+                    "InvalidParameterValue",
+                    format!(
+                        "Value ({arn}) for parameter iamInstanceProfile.arn is invalid. Invalid IAM Instance Profile ARN"
+                    ),
+                ));
+            }
+            Some(arn.to_string())
+        }
+        (None, Some(name)) => {
+            if !config.instance_profiles.iter().any(|n| n == name) {
+                return Err(ApiError::bad(
+                    "InvalidParameterValue",
+                    format!(
+                        "Value ({name}) for parameter iamInstanceProfile.name is invalid. Invalid IAM Instance Profile name"
+                    ),
+                ));
+            }
+            Some(config.instance_profile_arn(name))
+        }
+        (None, None) => None,
+    };
+    let groups = p.list("SecurityGroupId");
+    for g in &groups {
+        if !g.starts_with("sg-") {
+            return Err(ApiError::bad(
+                "InvalidSecurityGroupId.Malformed",
+                format!("Invalid id: \"{g}\" (expecting \"sg-...\")"),
+            ));
+        }
+        if !config.security_groups.iter().any(|s| &s.id == g) {
+            return Err(ApiError::bad(
+                "InvalidGroup.NotFound",
+                format!("The security group '{g}' does not exist in VPC 'vpc-0sim0000000000000'"),
+            ));
+        }
+    }
+    let http_tokens = match p.get("MetadataOptions.HttpTokens") {
+        None => None,
+        Some(t @ ("optional" | "required")) => Some(t.to_string()),
+        Some(other) => {
+            return Err(ApiError::bad(
+                "InvalidParameterValue",
+                format!("Invalid value '{other}' for HttpTokens (use optional or required)"),
+            ));
+        }
+    };
+    let hop_limit = match p.get("MetadataOptions.HttpPutResponseHopLimit") {
+        None => None,
+        Some(v) => match v.parse::<u32>() {
+            Ok(n @ 1..=64) => Some(n),
+            _ => {
+                return Err(ApiError::bad(
+                    "InvalidParameterValue",
+                    format!("Invalid value '{v}' for HttpPutResponseHopLimit (1-64)"),
+                ));
+            }
+        },
+    };
+    Ok(LaunchSecurity {
+        instance_profile: profile,
+        security_group_ids: groups,
+        http_tokens,
+        hop_limit,
+    })
+}
+
+/// EC2 refuses an empty subnet id instead of picking one (errors-overview: `InvalidSubnetID.Malformed`,
+/// "Ensure that you specify the ID in the form subnet-xxxxxxxx").
+fn refuse_blank_subnet(p: &Params, name: &str) -> Result<(), ApiError> {
+    if p.is_blank(name) {
+        return Err(ApiError::bad(
+            "InvalidSubnetID.Malformed",
+            "Invalid id: \"\" (expecting \"subnet-...\")",
+        ));
+    }
+    Ok(())
 }
 
 fn decode_user_data(b64: &str) -> Result<Vec<u8>, ApiError> {
@@ -295,6 +396,24 @@ fn launch(
                     kubelet_error: None,
                     launch_time: now,
                     spot: r.spot,
+                    iam_instance_profile: r.security.instance_profile.clone(),
+                    // Without SecurityGroupIds, EC2 uses the VPC's default security group.
+                    security_group_ids: if r.security.security_group_ids.is_empty() {
+                        vec![DEFAULT_SECURITY_GROUP.to_string()]
+                    } else {
+                        r.security.security_group_ids.clone()
+                    },
+                    metadata_options: MetadataOptions {
+                        http_tokens: r
+                            .security
+                            .http_tokens
+                            .clone()
+                            .unwrap_or_else(|| MetadataOptions::default().http_tokens),
+                        hop_limit: r
+                            .security
+                            .hop_limit
+                            .unwrap_or(MetadataOptions::default().hop_limit),
+                    },
                 },
                 state: InstanceState::Pending,
                 state_reason: None,
@@ -370,6 +489,7 @@ fn run_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Ap
             .or(tdata.instance_type.clone())
             .unwrap_or_else(|| "m1.small".into());
         check_instance_type(&instance_type)?;
+        refuse_blank_subnet(p, "SubnetId")?;
         let subnet_id = p
             .get("SubnetId")
             .map(str::to_string)
@@ -379,6 +499,7 @@ fn run_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Ap
             subnet_id.as_deref(),
             p.get("Placement.AvailabilityZone"),
         )?;
+        let security = launch_security(shared, p)?.over(&tdata.launch);
         let user_data = p
             .get("UserData")
             .map(str::to_string)
@@ -414,6 +535,7 @@ fn run_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Ap
             user_data,
             tags,
             spot,
+            security,
         };
         let reservation_id = state::random_id("r-");
         let ids = launch(shared, &mut world, &resolved, max, &reservation_id, token);
@@ -483,15 +605,40 @@ fn write_instance(inst: &Instance, x: &mut Xml) {
         .open("monitoring")
         .leaf("state", "disabled")
         .close("monitoring")
-        .leaf("subnetId", &i.subnet_id)
-        .leaf("vpcId", "vpc-0sim0000000000000")
-        .leaf("privateIpAddress", &i.private_ip)
         .leaf("architecture", "x86_64")
         .leaf("rootDeviceType", "ebs")
         .leaf("rootDeviceName", "/dev/xvda")
         .leaf("virtualizationType", "hvm")
         .leaf("hypervisor", "xen")
         .opt("clientToken", inst.client_token.as_deref());
+    // A terminated instance has lost its network interface (subnet, address, security groups) and its
+    // instance profile association; DescribeInstances shows it without them for a while.
+    let terminated = inst.state == InstanceState::Terminated;
+    if !terminated {
+        x.leaf("subnetId", &i.subnet_id)
+            .leaf("vpcId", "vpc-0sim0000000000000")
+            .leaf("privateIpAddress", &i.private_ip);
+    }
+    if let Some(arn) = i.iam_instance_profile.as_ref().filter(|_| !terminated) {
+        x.open("iamInstanceProfile")
+            .leaf("arn", arn)
+            .leaf("id", "AIPAS1MSNAPDRAIN0000")
+            .close("iamInstanceProfile");
+    }
+    x.open("groupSet");
+    for g in i.security_group_ids.iter().filter(|_| !terminated) {
+        x.open("item").leaf("groupId", g).close("item");
+    }
+    x.close("groupSet")
+        .open("metadataOptions")
+        .leaf("state", "applied")
+        .leaf("httpTokens", &i.metadata_options.http_tokens)
+        .leaf(
+            "httpPutResponseHopLimit",
+            i.metadata_options.hop_limit.to_string(),
+        )
+        .leaf("httpEndpoint", "enabled")
+        .close("metadataOptions");
     if i.spot {
         x.leaf("instanceLifecycle", "spot");
     }
@@ -567,14 +714,51 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
         if configs.is_empty() {
             return Err(ApiError::missing("LaunchTemplateConfigs"));
         }
+        let on_demand_strategy = p
+            .get("OnDemandOptions.AllocationStrategy")
+            .map(str::to_string);
+        let spot_strategy = p.get("SpotOptions.AllocationStrategy").map(str::to_string);
+        // EC2 API reference, OnDemandOptionsRequest / SpotOptionsRequest `AllocationStrategy`.
+        if let Some(s) = &on_demand_strategy
+            && !matches!(s.as_str(), "lowest-price" | "prioritized")
+        {
+            return Err(ApiError::bad(
+                "InvalidParameterValue",
+                format!(
+                    "Invalid OnDemandOptions.AllocationStrategy '{s}' (lowest-price or prioritized)"
+                ),
+            ));
+        }
+        if let Some(s) = &spot_strategy
+            && !matches!(
+                s.as_str(),
+                "lowest-price"
+                    | "diversified"
+                    | "capacity-optimized"
+                    | "capacity-optimized-prioritized"
+                    | "price-capacity-optimized"
+            )
+        {
+            return Err(ApiError::bad(
+                "InvalidParameterValue",
+                format!("Invalid SpotOptions.AllocationStrategy '{s}'"),
+            ));
+        }
+        let strategy = if spot {
+            spot_strategy.clone()
+        } else {
+            on_demand_strategy.clone()
+        }
+        .unwrap_or_else(|| "lowest-price".into());
         let mut instance_tags = tag_specs(p, "TagSpecification", "instance")?;
         let fleet_id = format!("fleet-{}", uuid::Uuid::new_v4());
         let mut errors = Vec::new();
         let mut launches = Vec::new();
         let mut new_ids = Vec::new();
 
-        // Candidates in request order; the first that has capacity takes the whole target.
-        'configs: for cfg in &configs {
+        // Every (template, override) candidate in request order.
+        let mut candidates: Vec<(String, String, TemplateData, Params)> = Vec::new();
+        for cfg in &configs {
             let spec = cfg.nested("LaunchTemplateSpecification");
             let (template, version) = find_template(&world, &spec)?
                 .ok_or_else(|| ApiError::missing("LaunchTemplateSpecification.LaunchTemplateId"))?;
@@ -583,7 +767,53 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
             if overrides.is_empty() {
                 overrides.push(Params::default());
             }
-            for o in &overrides {
+            for o in overrides {
+                refuse_blank_subnet(&o, "SubnetId")?;
+                candidates.push((tid.clone(), version.clone(), tdata.clone(), o));
+            }
+        }
+        world.fleet_requests.push(FleetRequest {
+            default_capacity_type: if spot { "spot" } else { "on-demand" }.into(),
+            on_demand_allocation_strategy: on_demand_strategy,
+            spot_allocation_strategy: spot_strategy,
+            overrides: candidates
+                .iter()
+                .map(|(_, _, t, o)| FleetOverrideRecord {
+                    instance_type: o
+                        .get("InstanceType")
+                        .map(str::to_string)
+                        .or(t.instance_type.clone())
+                        .unwrap_or_default(),
+                    subnet_id: o.get("SubnetId").map(str::to_string),
+                    priority: o.get("Priority").and_then(|v| v.parse().ok()),
+                })
+                .collect(),
+        });
+        // EC2 Fleet user guide, "Allocation strategies": `prioritized` and
+        // `capacity-optimized-prioritized` honour Priority (lowest number first, unset last); the default
+        // `lowest-price` takes the cheapest pool first whatever the request order.
+        let priority = |o: &Params| {
+            o.get("Priority")
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(f64::MAX)
+        };
+        match strategy.as_str() {
+            "prioritized" | "capacity-optimized-prioritized" => {
+                candidates.sort_by(|a, b| priority(&a.3).total_cmp(&priority(&b.3)))
+            }
+            _ => candidates.sort_by_key(|(_, _, t, o)| {
+                price_rank(
+                    o.get("InstanceType")
+                        .or(t.instance_type.as_deref())
+                        .unwrap_or_default(),
+                )
+            }),
+        }
+
+        // The first candidate that has capacity takes the whole target.
+        for (tid, version, tdata, o) in &candidates {
+            let (tid, version) = (tid.clone(), version.clone());
+            {
                 let instance_type = o
                     .get("InstanceType")
                     .map(str::to_string)
@@ -635,6 +865,8 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
                     user_data,
                     tags,
                     spot,
+                    // Fleet overrides cannot set these: they come from the launch template.
+                    security: tdata.launch.clone(),
                 };
                 let reservation_id = state::random_id("r-");
                 let ids = launch(shared, &mut world, &resolved, total, &reservation_id, token);
@@ -649,7 +881,7 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
                     spot,
                     instance_ids: ids,
                 });
-                break 'configs;
+                break;
             }
         }
         write_fleet(&fleet_id, &errors, &launches, x);
@@ -670,6 +902,27 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
         shared.schedule_boot(id);
     }
     Ok(())
+}
+
+/// A stand-in for the on-demand price: bigger sizes cost more (`large` < `xlarge` < `2xlarge` ...).
+fn price_rank(instance_type: &str) -> u32 {
+    let size = instance_type
+        .split_once('.')
+        .map(|(_, s)| s)
+        .unwrap_or_default();
+    match size {
+        "nano" => 1,
+        "micro" => 2,
+        "small" => 3,
+        "medium" => 4,
+        "large" => 5,
+        "xlarge" => 6,
+        other => other
+            .strip_suffix("xlarge")
+            .and_then(|n| n.parse::<u32>().ok())
+            .map(|n| 6 + n)
+            .unwrap_or(100),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -970,6 +1223,7 @@ fn create_launch_template(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Resu
         user_data: d.get("UserData").map(str::to_string),
         instance_tags: tag_specs(&d, "TagSpecification", "instance")?,
         spot: d.get("InstanceMarketOptions.MarketType") == Some("spot"),
+        launch: launch_security(shared, &d)?,
     };
     let tags = tag_specs(p, "TagSpecification", "launch-template")?;
     let mut world = shared.world();
@@ -1051,5 +1305,62 @@ fn describe_launch_templates(
         write_template("item", shared, t, x);
     }
     x.close("launchTemplates");
+    Ok(())
+}
+
+/// DeleteLaunchTemplate by `LaunchTemplateId` or `LaunchTemplateName`.
+fn delete_launch_template(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), ApiError> {
+    let mut world = shared.world();
+    // Not find_template: a top-level `Version` is the API version here, not a template version.
+    let id = match (p.get("LaunchTemplateId"), p.get("LaunchTemplateName")) {
+        (Some(id), _) => id.to_string(),
+        (None, Some(name)) => match world.template_by_name(name) {
+            Some(t) => t.id.clone(),
+            None => {
+                return Err(ApiError::bad(
+                    "InvalidLaunchTemplateName.NotFoundException",
+                    format!(
+                        "The specified launch template, with template name {name}, does not exist."
+                    ),
+                ));
+            }
+        },
+        (None, None) => return Err(ApiError::missing("LaunchTemplateId or LaunchTemplateName")),
+    };
+    let Some(t) = world.templates.remove(&id) else {
+        return Err(ApiError::bad(
+            "InvalidLaunchTemplateId.NotFound",
+            format!("The specified launch template, with template ID {id}, does not exist."),
+        ));
+    };
+    write_template("launchTemplate", shared, &t, x);
+    Ok(())
+}
+
+/// DescribeSubnets by `SubnetId.N` (all when none): id, zone, VPC.
+fn describe_subnets(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), ApiError> {
+    let ids = p.list("SubnetId");
+    let subnets = &shared.config.subnets;
+    for id in &ids {
+        if !subnets.iter().any(|s| &s.id == id) {
+            return Err(ApiError::bad(
+                "InvalidSubnetID.NotFound",
+                format!("The subnet ID '{id}' does not exist"),
+            ));
+        }
+    }
+    x.open("subnetSet");
+    for s in subnets
+        .iter()
+        .filter(|s| ids.is_empty() || ids.contains(&s.id))
+    {
+        x.open("item")
+            .leaf("subnetId", &s.id)
+            .leaf("state", "available")
+            .leaf("vpcId", "vpc-0sim0000000000000")
+            .leaf("availabilityZone", &s.zone)
+            .close("item");
+    }
+    x.close("subnetSet");
     Ok(())
 }

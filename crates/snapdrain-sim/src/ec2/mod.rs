@@ -4,6 +4,7 @@
 //! the outcome is broadcast as [`InstanceEvent`]s so the rest of the simulator can make Nodes join.
 
 mod actions;
+mod autoscaling;
 pub mod bottlerocket;
 mod params;
 mod server;
@@ -43,12 +44,51 @@ pub struct SubnetConfig {
     pub zone: String,
 }
 
+/// The security group EKS creates for the cluster (control plane ↔ nodes): the one security group of
+/// the simulator that reaches the control plane by default.
+pub const CLUSTER_SECURITY_GROUP: &str = "sg-0c0ffee0000000001";
+/// The VPC's default security group: an instance launched without SecurityGroupIds gets it, and it does
+/// not reach the EKS control plane.
+pub const DEFAULT_SECURITY_GROUP: &str = "sg-0defa000000000002";
+/// The node IAM role's instance profile, as the cluster's node groups and Karpenter use it.
+pub const NODE_INSTANCE_PROFILE: &str = "snapdrain-sim-node";
+
+/// A security group and whether its rules let a node reach the cluster's control plane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecurityGroupConfig {
+    pub id: String,
+    pub name: String,
+    pub reaches_control_plane: bool,
+}
+
+/// IMDS settings of an instance (`MetadataOptions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataOptions {
+    /// `optional` (IMDSv1 allowed) or `required` (IMDSv2 only).
+    pub http_tokens: String,
+    pub hop_limit: u32,
+}
+
+impl Default for MetadataOptions {
+    /// EC2's defaults when RunInstances names none (an account without IMDS defaults set).
+    fn default() -> Self {
+        Self {
+            http_tokens: "optional".into(),
+            hop_limit: 1,
+        }
+    }
+}
+
 /// How to start the EC2 simulator.
 #[derive(Debug, Clone)]
 pub struct Ec2SimConfig {
     pub region: String,
     pub account_id: String,
     pub subnets: Vec<SubnetConfig>,
+    /// Security groups of the VPC; an unknown id is refused (`InvalidGroup.NotFound`).
+    pub security_groups: Vec<SecurityGroupConfig>,
+    /// Instance profile names that exist (IAM); an unknown one is refused.
+    pub instance_profiles: Vec<String>,
     /// pending → running (or → stopped when the user data is invalid).
     pub boot_delay: Duration,
     /// shutting-down → terminated.
@@ -69,6 +109,19 @@ impl Default for Ec2SimConfig {
             region: "us-west-2".into(),
             account_id: "123456789012".into(),
             subnets,
+            security_groups: vec![
+                SecurityGroupConfig {
+                    id: CLUSTER_SECURITY_GROUP.into(),
+                    name: "eks-cluster-sg-snapdrain-sim".into(),
+                    reaches_control_plane: true,
+                },
+                SecurityGroupConfig {
+                    id: DEFAULT_SECURITY_GROUP.into(),
+                    name: "default".into(),
+                    reaches_control_plane: false,
+                },
+            ],
+            instance_profiles: vec![NODE_INSTANCE_PROFILE.into()],
             boot_delay: Duration::from_millis(50),
             shutdown_delay: Duration::from_millis(50),
         }
@@ -110,8 +163,15 @@ impl InstanceState {
     }
 }
 
+impl Ec2SimConfig {
+    /// `arn:aws:iam::<account>:instance-profile/<name>`.
+    pub fn instance_profile_arn(&self, name: &str) -> String {
+        format!("arn:aws:iam::{}:instance-profile/{name}", self.account_id)
+    }
+}
+
 /// What the rest of the simulator needs to know about an instance to turn it into a Node.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct InstanceInfo {
     pub id: String,
     pub instance_type: String,
@@ -124,10 +184,16 @@ pub struct InstanceInfo {
     /// Valid Bottlerocket user data, once booted. `None` when the instance was launched without
     /// user data: it runs, but a Bottlerocket host without cluster settings never joins.
     pub user_data: Option<HostSettings>,
-    /// Set when the host is up but kubelet refused its settings and exited: no Node will join.
+    /// Set when the host is up but kubelet refused its settings and exited, or cannot authenticate to
+    /// or reach the API server (no instance profile, no security group to the control plane): no Node
+    /// will join.
     pub kubelet_error: Option<String>,
     pub launch_time: jiff::Timestamp,
     pub spot: bool,
+    /// The instance profile's ARN, if launched with one.
+    pub iam_instance_profile: Option<String>,
+    pub security_group_ids: Vec<String>,
+    pub metadata_options: MetadataOptions,
 }
 
 impl InstanceInfo {
@@ -146,6 +212,34 @@ pub struct InstanceSnapshot {
     pub state_reason: Option<(String, String)>,
     pub client_token: Option<String>,
 }
+
+/// A CreateFleet request as the simulator received it: how EC2 was asked to choose among the overrides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetRequest {
+    pub default_capacity_type: String,
+    pub on_demand_allocation_strategy: Option<String>,
+    pub spot_allocation_strategy: Option<String>,
+    pub overrides: Vec<FleetOverrideRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetOverrideRecord {
+    pub instance_type: String,
+    pub subnet_id: Option<String>,
+    pub priority: Option<f64>,
+}
+
+/// An Auto Scaling group as tests see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoScalingGroupSnapshot {
+    pub name: String,
+    pub desired: u32,
+    /// Members that are not terminated (or terminating).
+    pub members: Vec<String>,
+}
+
+/// The tag EC2 Auto Scaling puts on every instance of a group (and EKS managed node groups use).
+pub const ASG_NAME_TAG: &str = "aws:autoscaling:groupName";
 
 /// Lifecycle changes, broadcast to subscribers.
 #[derive(Debug, Clone, PartialEq)]
@@ -235,7 +329,10 @@ impl Shared {
                 }
                 booted => {
                     match booted {
-                        Some(Ok(host)) => inst.info.user_data = Some(host),
+                        Some(Ok(host)) => {
+                            inst.info.kubelet_error = join_problem(&self.config, &inst.info);
+                            inst.info.user_data = Some(host);
+                        }
                         Some(Err(refused)) => inst.info.kubelet_error = Some(refused.to_string()),
                         None => {}
                     }
@@ -274,6 +371,9 @@ impl Shared {
             ));
             prev
         };
+        for launched in self.keep_group_capacity(id) {
+            self.schedule_boot(launched);
+        }
         let shared = self.clone();
         let id = id.to_string();
         tokio::spawn(async move {
@@ -296,7 +396,163 @@ impl Shared {
     }
 }
 
+/// Why a booted Bottlerocket host with valid cluster settings still cannot register its Node, if it
+/// cannot. The aws-k8s variants authenticate kubelet to EKS with the node role through IMDS
+/// (aws-iam-authenticator; Bottlerocket QUICKSTART-EKS launches with a node instance profile), so without
+/// an instance profile IMDS serves no credentials; and kubelet must reach the API server, which the VPC's
+/// default security group does not allow (EKS user guide, "Amazon EKS security group requirements").
+fn join_problem(config: &Ec2SimConfig, info: &InstanceInfo) -> Option<String> {
+    if info.iam_instance_profile.is_none() {
+        return Some(
+            "kubelet could not authenticate to the EKS API server: the instance has no IAM instance profile, so IMDS serves no node-role credentials".into(),
+        );
+    }
+    let reaches = info.security_group_ids.iter().any(|id| {
+        config
+            .security_groups
+            .iter()
+            .any(|g| &g.id == id && g.reaches_control_plane)
+    });
+    if !reaches {
+        return Some(format!(
+            "kubelet could not reach the EKS API server: security groups {:?} do not allow traffic to the control plane",
+            info.security_group_ids
+        ));
+    }
+    None
+}
+
+impl Shared {
+    /// After `gone` left service: its Auto Scaling group (if any) launches copies of it until the group
+    /// is back at its desired capacity. Returns the launched ids (their boot timers still to start).
+    fn keep_group_capacity(&self, gone: &str) -> Vec<String> {
+        let mut world = self.world();
+        let Some(name) = world
+            .groups
+            .iter()
+            .find(|(_, g)| g.members.iter().any(|m| m == gone))
+            .map(|(n, _)| n.clone())
+        else {
+            return Vec::new();
+        };
+        let Some(template) = world.instances.get(gone).map(|i| {
+            (
+                i.info.clone(),
+                i.raw_user_data.clone(),
+                self.config
+                    .subnets
+                    .iter()
+                    .position(|s| s.id == i.info.subnet_id)
+                    .unwrap_or(0),
+            )
+        }) else {
+            return Vec::new();
+        };
+        let live: Vec<String> = world.groups[&name]
+            .members
+            .iter()
+            .filter(|m| {
+                world.instances.get(*m).is_some_and(|i| {
+                    !matches!(
+                        i.state,
+                        InstanceState::ShuttingDown | InstanceState::Terminated
+                    )
+                })
+            })
+            .cloned()
+            .collect();
+        let desired = world.groups[&name].desired as usize;
+        let mut launched = Vec::new();
+        let mut members = live.clone();
+        while members.len() < desired {
+            let (info, user_data, subnet_index) = &template;
+            let ip = world.allocate_ip(*subnet_index);
+            let id = random_instance_id();
+            let mut info = info.clone();
+            info.id = id.clone();
+            info.private_dns_name = state::private_dns_name(&ip, &self.config.region);
+            info.private_ip = ip;
+            info.user_data = None;
+            info.kubelet_error = None;
+            info.launch_time = jiff::Timestamp::now();
+            world.insert(Instance {
+                info,
+                state: InstanceState::Pending,
+                state_reason: None,
+                reservation_id: state::random_id("r-"),
+                client_token: None,
+                raw_user_data: user_data.clone(),
+            });
+            members.push(id.clone());
+            launched.push(id);
+        }
+        if let Some(g) = world.groups.get_mut(&name) {
+            g.members = members;
+        }
+        launched
+    }
+}
+
 impl Ec2Sim {
+    /// Puts running instances into a new Auto Scaling group whose desired capacity is their number, and
+    /// tags them `aws:autoscaling:groupName` as EC2 Auto Scaling does.
+    pub fn create_auto_scaling_group(&self, name: &str, ids: &[String]) -> Result<(), Ec2SimError> {
+        let mut world = self.handle.shared.world();
+        for id in ids {
+            let inst = world
+                .instances
+                .get_mut(id)
+                .ok_or_else(|| Ec2SimError::NotFound(id.clone()))?;
+            inst.info.tags.insert(ASG_NAME_TAG.into(), name.into());
+        }
+        world.groups.insert(
+            name.to_string(),
+            state::AutoScalingGroup {
+                desired: ids.len() as u32,
+                members: ids.to_vec(),
+            },
+        );
+        Ok(())
+    }
+
+    pub fn auto_scaling_group(&self, name: &str) -> Option<AutoScalingGroupSnapshot> {
+        let world = self.handle.shared.world();
+        let g = world.groups.get(name)?;
+        Some(AutoScalingGroupSnapshot {
+            name: name.to_string(),
+            desired: g.desired,
+            members: g
+                .members
+                .iter()
+                .filter(|m| {
+                    world.instances.get(*m).is_some_and(|i| {
+                        !matches!(
+                            i.state,
+                            InstanceState::ShuttingDown | InstanceState::Terminated
+                        )
+                    })
+                })
+                .cloned()
+                .collect(),
+        })
+    }
+
+    /// Names of the launch templates that exist.
+    pub fn launch_template_names(&self) -> Vec<String> {
+        self.handle
+            .shared
+            .world()
+            .templates
+            .values()
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
+    /// Every CreateFleet request received, oldest first.
+    pub fn fleet_requests(&self) -> Vec<FleetRequest> {
+        self.handle.shared.world().fleet_requests.clone()
+    }
+
     /// Binds 127.0.0.1:0 and starts serving the EC2 API.
     pub async fn start(config: Ec2SimConfig) -> Result<Ec2Sim, Ec2SimError> {
         let (events, _) = broadcast::channel(4096);

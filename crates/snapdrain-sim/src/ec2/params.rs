@@ -18,6 +18,11 @@ impl Params {
             .filter(|v| !v.is_empty())
     }
 
+    /// Sent, but as an empty string (which [`Params::get`] treats as absent).
+    pub(super) fn is_blank(&self, name: &str) -> bool {
+        self.0.get(name).is_some_and(|v| v.is_empty())
+    }
+
     pub(super) fn flag(&self, name: &str) -> bool {
         self.get(name)
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::Shared;
 use super::actions::{self, ApiError};
+use super::autoscaling;
 use super::params::Params;
 use super::xml;
 
@@ -41,6 +42,17 @@ async fn handle(State(shared): State<Arc<Shared>>, uri: Uri, body: Bytes) -> Res
         raw.extend_from_slice(q.as_bytes());
     }
     let params = Params::parse(&raw);
+    if params.get("Action").is_some_and(autoscaling::handles) {
+        return match autoscaling::dispatch(&shared, &params, &request_id) {
+            Ok(doc) => (StatusCode::OK, [(header::CONTENT_TYPE, "text/xml")], doc).into_response(),
+            Err(e) => (
+                StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST),
+                [(header::CONTENT_TYPE, "text/xml")],
+                autoscaling::error_document(&e.code, &e.message, &request_id),
+            )
+                .into_response(),
+        };
+    }
     match actions::dispatch(&shared, &params, &request_id) {
         Ok(doc) => (
             StatusCode::OK,

@@ -42,6 +42,35 @@ pub(super) struct TemplateData {
     pub(super) user_data: Option<String>,
     pub(super) instance_tags: BTreeMap<String, String>,
     pub(super) spot: bool,
+    pub(super) launch: LaunchSecurity,
+}
+
+/// What an instance gets to authenticate and talk to the cluster: instance profile (ARN), security
+/// groups and IMDS options. `None`/empty: not given (the template or EC2's defaults apply).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct LaunchSecurity {
+    pub(super) instance_profile: Option<String>,
+    pub(super) security_group_ids: Vec<String>,
+    pub(super) http_tokens: Option<String>,
+    pub(super) hop_limit: Option<u32>,
+}
+
+impl LaunchSecurity {
+    /// Request parameters over template values.
+    pub(super) fn over(self, template: &LaunchSecurity) -> LaunchSecurity {
+        LaunchSecurity {
+            instance_profile: self
+                .instance_profile
+                .or_else(|| template.instance_profile.clone()),
+            security_group_ids: if self.security_group_ids.is_empty() {
+                template.security_group_ids.clone()
+            } else {
+                self.security_group_ids
+            },
+            http_tokens: self.http_tokens.or_else(|| template.http_tokens.clone()),
+            hop_limit: self.hop_limit.or(template.hop_limit),
+        }
+    }
 }
 
 pub(super) struct LaunchTemplate {
@@ -108,8 +137,20 @@ pub(super) struct Fault {
     pub(super) code: String,
 }
 
+/// An Auto Scaling group: it keeps `desired` instances in service, launching a copy of a member that
+/// goes away (Amazon EC2 Auto Scaling user guide, "Health checks for instances in an Auto Scaling group":
+/// an instance terminated outside the group is marked unhealthy and replaced).
+pub(super) struct AutoScalingGroup {
+    pub(super) desired: u32,
+    /// Members, terminated ones removed.
+    pub(super) members: Vec<String>,
+}
+
 #[derive(Default)]
 pub(super) struct World {
+    pub(super) groups: BTreeMap<String, AutoScalingGroup>,
+    /// Every CreateFleet request, as EC2 received it (for tests).
+    pub(super) fleet_requests: Vec<super::FleetRequest>,
     pub(super) instances: HashMap<String, Instance>,
     order: Vec<String>,
     pub(super) templates: BTreeMap<String, LaunchTemplate>,

@@ -11,8 +11,8 @@ use aws_sdk_ec2::types::{
 };
 use snapdrain::cloud::bottlerocket::encode_base64;
 use snapdrain::cloud::ec2::{
-    CapacityType, CloudError, Ec2Cloud, FleetOverride, InstanceLifecycleState, LaunchRequest,
-    LaunchStrategy, LaunchTemplateRef, TerminateOutcome,
+    CapacityType, CloudError, Ec2Cloud, FleetOverride, InstanceLifecycleState, JoinSettings,
+    LaunchRequest, LaunchStrategy, LaunchTemplateRef, MetadataSettings, TerminateOutcome,
 };
 use snapdrain_sim::ec2::{Ec2Sim, Ec2SimConfig, InstanceEvent, InstanceState};
 use tokio::sync::broadcast;
@@ -254,10 +254,12 @@ async fn launch_template_request_params_override_template() {
                 },
                 instance_type: Some("r5.xlarge".into()),
                 subnet_id: Some(subnet(&sim, 2)),
+                capacity_type: None,
             },
             image_id: None,
             user_data: None,
             tags: BTreeMap::from([("snapdrain.io/plan".into(), "p1".into())]),
+            join: JoinSettings::default(),
             client_token: "lt-launch-1".into(),
         })
         .await
@@ -316,6 +318,7 @@ fn fleet_request(sim: &Ec2Sim, token: &str) -> LaunchRequest {
         image_id: Some(AMI.into()),
         user_data: Some(USER_DATA.into()),
         tags: BTreeMap::from([("snapdrain.io/replaces".into(), "node-7".into())]),
+        join: JoinSettings::default(),
         client_token: token.into(),
     }
 }
@@ -584,6 +587,7 @@ async fn outage_and_in_process_hooks() {
         kubelet_error: None,
         launch_time: jiff::Timestamp::now(),
         spot: false,
+        ..Default::default()
     };
     sim.insert_running(info.clone()).unwrap();
     assert!(sim.insert_running(info).is_err());
@@ -600,4 +604,306 @@ async fn outage_and_in_process_hooks() {
         cloud.instance_state("i-0aaaaaaaaaaaaaaaa").await.unwrap(),
         Some(InstanceLifecycleState::Terminated)
     );
+}
+
+/// The Booted event of `id`.
+async fn booted(
+    rx: &mut broadcast::Receiver<InstanceEvent>,
+    id: &str,
+) -> snapdrain_sim::ec2::InstanceInfo {
+    wait_for(rx, |ev| match ev {
+        InstanceEvent::Booted { instance } if instance.id == id => Some((**instance).clone()),
+        _ => None,
+    })
+    .await
+}
+
+/// A Bottlerocket host joins EKS only with the node role's instance profile (aws-iam-authenticator reads
+/// its credentials from IMDS; Bottlerocket QUICKSTART-EKS) and a security group that reaches the control
+/// plane; EC2 refuses unknown groups and profiles, and an empty SubnetId (errors-overview:
+/// InvalidSubnetID.Malformed).
+#[tokio::test]
+async fn instances_join_only_with_an_instance_profile_and_a_control_plane_security_group() {
+    use snapdrain_sim::ec2::{
+        CLUSTER_SECURITY_GROUP, DEFAULT_SECURITY_GROUP, NODE_INSTANCE_PROFILE,
+    };
+    let (sim, cloud) = start().await;
+    let mut rx = sim.subscribe();
+    let launch = |profile: Option<&str>, sg: Option<&str>| {
+        let mut r = run(cloud.client(), &sim).user_data(encode_base64(USER_DATA));
+        if let Some(p) = profile {
+            r = r.iam_instance_profile(
+                aws_sdk_ec2::types::IamInstanceProfileSpecification::builder()
+                    .name(p)
+                    .build(),
+            );
+        }
+        if let Some(sg) = sg {
+            r = r.security_group_ids(sg);
+        }
+        r
+    };
+    let id_of = |out: &aws_sdk_ec2::operation::run_instances::RunInstancesOutput| {
+        out.instances()[0].instance_id().unwrap().to_string()
+    };
+    let bare = id_of(&launch(None, None).send().await.unwrap());
+    let no_profile = booted(&mut rx, &bare).await;
+    assert!(
+        no_profile
+            .kubelet_error
+            .as_deref()
+            .is_some_and(|e| e.contains("instance profile")),
+        "{no_profile:?}"
+    );
+    assert_eq!(no_profile.security_group_ids, [DEFAULT_SECURITY_GROUP]);
+    let default_sg = id_of(
+        &launch(Some(NODE_INSTANCE_PROFILE), None)
+            .send()
+            .await
+            .unwrap(),
+    );
+    let e = booted(&mut rx, &default_sg).await.kubelet_error.unwrap();
+    assert!(e.contains("control plane"), "{e}");
+    let good = id_of(
+        &launch(Some(NODE_INSTANCE_PROFILE), Some(CLUSTER_SECURITY_GROUP))
+            .metadata_options(
+                aws_sdk_ec2::types::InstanceMetadataOptionsRequest::builder()
+                    .http_tokens(aws_sdk_ec2::types::HttpTokensState::Required)
+                    .http_put_response_hop_limit(2)
+                    .build(),
+            )
+            .send()
+            .await
+            .unwrap(),
+    );
+    assert_eq!(booted(&mut rx, &good).await.kubelet_error, None);
+    let d = cloud.describe_instance(&good).await.unwrap().unwrap();
+    assert_eq!(
+        d.instance_profile,
+        Some(sim.config().instance_profile_arn(NODE_INSTANCE_PROFILE))
+    );
+    assert_eq!(d.security_group_ids, [CLUSTER_SECURITY_GROUP]);
+    assert_eq!(
+        d.metadata,
+        Some(MetadataSettings {
+            tokens_required: true,
+            hop_limit: 2
+        })
+    );
+    assert_eq!(d.subnet_id, Some(subnet(&sim, 1)));
+
+    let err = launch(Some("nope"), None).send().await.unwrap_err();
+    assert_eq!(err.code(), Some("InvalidParameterValue"), "{err:?}");
+    let err = launch(Some(NODE_INSTANCE_PROFILE), Some("sg-0123456789abcdef0"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InvalidGroup.NotFound"));
+    let err = run(cloud.client(), &sim)
+        .subnet_id("")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InvalidSubnetID.Malformed"));
+    let err = cloud
+        .launch(LaunchRequest {
+            strategy: LaunchStrategy::Fleet {
+                overrides: vec![FleetOverride {
+                    instance_type: "m5.large".into(),
+                    subnet_id: String::new(),
+                }],
+                capacity_type: CapacityType::OnDemand,
+                launch_template: None,
+            },
+            ..fleet_request(&sim, "blank-subnet")
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InvalidSubnetID.Malformed"), "{err}");
+    // A terminated instance no longer shows its network interface or profile.
+    cloud.terminate(&good).await.unwrap();
+    wait_for(&mut rx, |ev| {
+        matches!(ev, InstanceEvent::Terminated { id } if *id == good).then_some(())
+    })
+    .await;
+    let d = cloud.describe_instance(&good).await.unwrap().unwrap();
+    assert!(
+        d.subnet_id.is_none() && d.security_group_ids.is_empty() && d.instance_profile.is_none()
+    );
+}
+
+/// Spot on RunInstances is `InstanceMarketOptions` (EC2 API reference); CreateFleet honours the
+/// overrides' priorities only with the `prioritized` / `capacity-optimized-prioritized` strategies, and
+/// takes the cheapest otherwise (EC2 user guide, "Allocation strategies for EC2 Fleet").
+#[tokio::test]
+async fn spot_run_instances_and_fleet_priorities_follow_the_request() {
+    use snapdrain_sim::ec2::{CLUSTER_SECURITY_GROUP, NODE_INSTANCE_PROFILE};
+    let (sim, cloud) = start().await;
+    make_template(cloud.client(), "workers", USER_DATA).await;
+    let join = JoinSettings {
+        instance_profile: Some(NODE_INSTANCE_PROFILE.into()),
+        security_group_ids: vec![CLUSTER_SECURITY_GROUP.into()],
+        metadata: Some(MetadataSettings {
+            tokens_required: true,
+            hop_limit: 1,
+        }),
+    };
+    let spot = cloud
+        .launch(LaunchRequest {
+            strategy: LaunchStrategy::LaunchTemplate {
+                template: LaunchTemplateRef {
+                    id_or_name: "workers".into(),
+                    version: "$Latest".into(),
+                },
+                instance_type: None,
+                subnet_id: Some(subnet(&sim, 0)),
+                capacity_type: Some(CapacityType::Spot),
+            },
+            image_id: None,
+            user_data: None,
+            tags: BTreeMap::new(),
+            join: join.clone(),
+            client_token: "spot-1".into(),
+        })
+        .await
+        .unwrap();
+    let inst = sim.instance(&spot[0].instance_id).unwrap();
+    assert!(inst.info.spot, "RunInstances asked for spot");
+    assert_eq!(inst.info.security_group_ids, [CLUSTER_SECURITY_GROUP]);
+    assert_eq!(inst.info.metadata_options.http_tokens, "required");
+
+    // The plan prefers the bigger type; lowest-price would take m5.large.
+    let outcome = cloud
+        .launch_with_report(LaunchRequest {
+            strategy: LaunchStrategy::Fleet {
+                overrides: vec![
+                    FleetOverride {
+                        instance_type: "m5.2xlarge".into(),
+                        subnet_id: subnet(&sim, 0),
+                    },
+                    FleetOverride {
+                        instance_type: "m5.large".into(),
+                        subnet_id: subnet(&sim, 0),
+                    },
+                ],
+                capacity_type: CapacityType::OnDemand,
+                launch_template: None,
+            },
+            join: join.clone(),
+            ..fleet_request(&sim, "prio-1")
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.instances[0].instance_type.as_deref(),
+        Some("m5.2xlarge")
+    );
+    let req = sim.fleet_requests().pop().unwrap();
+    assert_eq!(
+        req.on_demand_allocation_strategy.as_deref(),
+        Some("prioritized")
+    );
+    assert_eq!(
+        req.spot_allocation_strategy.as_deref(),
+        Some("capacity-optimized-prioritized")
+    );
+    let priorities: Vec<Option<f64>> = req.overrides.iter().map(|o| o.priority).collect();
+    assert_eq!(priorities, [Some(0.0), Some(1.0)]);
+    // The template made for the fleet carried the join settings; it can go once the fleet launched.
+    let inst = sim.instance(&outcome.instances[0].instance_id).unwrap();
+    assert_eq!(
+        inst.info.iam_instance_profile,
+        Some(NODE_INSTANCE_PROFILE).map(|n| sim.config().instance_profile_arn(n))
+    );
+    let made = outcome.created_template.expect("a template was made");
+    assert!(sim.launch_template_names().contains(&made));
+    cloud.delete_launch_template(&made).await.unwrap();
+    cloud.delete_launch_template(&made).await.unwrap();
+    assert!(!sim.launch_template_names().contains(&made));
+}
+
+/// An Auto Scaling group keeps its desired capacity: an instance terminated outside it is replaced;
+/// TerminateInstanceInAutoScalingGroup with ShouldDecrementDesiredCapacity shrinks the group instead
+/// (Auto Scaling API reference, TerminateInstanceInAutoScalingGroup), through the real
+/// aws-sdk-autoscaling.
+#[tokio::test]
+async fn auto_scaling_group_replaces_what_is_terminated_outside_it() {
+    let (sim, cloud) = start().await;
+    let ids: Vec<String> = (0..3).map(|i| format!("i-0aaaaaaaaaaaaaa{i:02}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        sim.insert_running(snapdrain_sim::ec2::InstanceInfo {
+            id: id.clone(),
+            instance_type: "m5.large".into(),
+            image_id: AMI.into(),
+            zone: "us-west-2a".into(),
+            subnet_id: subnet(&sim, 0),
+            private_ip: format!("10.0.0.{}", 10 + i),
+            private_dns_name: format!("ip-10-0-0-{}.us-west-2.compute.internal", 10 + i),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    sim.create_auto_scaling_group("eks-ng-1", &ids).unwrap();
+    let d = cloud.describe_instance(&ids[0]).await.unwrap().unwrap();
+    assert_eq!(d.auto_scaling_group(), Some("eks-ng-1"));
+
+    cloud.terminate(&ids[0]).await.unwrap();
+    let g = sim.auto_scaling_group("eks-ng-1").unwrap();
+    assert_eq!(g.desired, 3);
+    assert_eq!(g.members.len(), 3, "{g:?}");
+    assert!(!g.members.contains(&ids[0]));
+
+    cloud
+        .terminate_in_auto_scaling_group(&ids[1], true)
+        .await
+        .unwrap();
+    let g = sim.auto_scaling_group("eks-ng-1").unwrap();
+    assert_eq!((g.desired, g.members.len()), (2, 2), "{g:?}");
+
+    cloud
+        .terminate_in_auto_scaling_group(&ids[2], false)
+        .await
+        .unwrap();
+    let g = sim.auto_scaling_group("eks-ng-1").unwrap();
+    assert_eq!((g.desired, g.members.len()), (2, 2), "{g:?}");
+    assert!(!g.members.contains(&ids[2]));
+
+    let err = cloud
+        .terminate_in_auto_scaling_group(&ids[2], true)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("ValidationError"), "{err}");
+    assert!(err.to_string().contains("No managed instance"), "{err}");
+}
+
+/// RunInstances answers InsufficientInstanceCapacity as an API error (HTTP 500, research note
+/// bottlerocket-ec2-s3.md §2 [ICE-500]), not as a fleet override error: Ec2Cloud reports it as a capacity
+/// error that is retried (the replacement fails after `CAPACITY_ATTEMPTS`), not as a permanent one.
+#[tokio::test]
+async fn run_instances_capacity_errors_are_capacity_not_permanent() {
+    let (sim, cloud) = start().await;
+    make_template(cloud.client(), "workers", USER_DATA).await;
+    sim.inject_capacity_error("m5.large", None, "InsufficientInstanceCapacity");
+    let err = cloud
+        .launch(LaunchRequest {
+            strategy: LaunchStrategy::LaunchTemplate {
+                template: LaunchTemplateRef {
+                    id_or_name: "workers".into(),
+                    version: "$Latest".into(),
+                },
+                instance_type: None,
+                subnet_id: Some(subnet(&sim, 0)),
+                capacity_type: None,
+            },
+            image_id: None,
+            user_data: None,
+            tags: BTreeMap::new(),
+            join: JoinSettings::default(),
+            client_token: "ice-1".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InsufficientInstanceCapacity"), "{err}");
+    assert!(err.is_capacity() && !err.is_permanent(), "{err}");
+    assert_eq!(snapdrain::cloud::ec2::CAPACITY_ATTEMPTS, 3);
 }

@@ -177,6 +177,13 @@ async fn run_instances_joins_as_a_ready_node_once_per_token_and_bad_user_data_fa
             .min_count(1)
             .max_count(1)
             .subnet_id(&subnet)
+            // What a node needs to join besides its user data (see ec2::instances_join_only_with_...).
+            .iam_instance_profile(
+                aws_sdk_ec2::types::IamInstanceProfileSpecification::builder()
+                    .name(snapdrain_sim::ec2::NODE_INSTANCE_PROFILE)
+                    .build(),
+            )
+            .security_group_ids(snapdrain_sim::ec2::CLUSTER_SECURITY_GROUP)
             .user_data(user_data)
             .client_token(token)
             .send()

@@ -290,6 +290,11 @@ pub struct TerminationSpec {
     /// Delete the Node object once drained.
     #[serde(default = "default_true")]
     pub delete_node: bool,
+    /// For an instance in an Auto Scaling group (or EKS managed node group): lower the group's desired
+    /// capacity when terminating it, so the group does not launch a replacement. Absent: true when
+    /// snapdrain launches the replacement itself, false otherwise (the group replaces the node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decrement_desired_capacity: Option<bool>,
 }
 
 impl Default for TerminationSpec {
@@ -297,6 +302,7 @@ impl Default for TerminationSpec {
         Self {
             terminate_instance: true,
             delete_node: true,
+            decrement_desired_capacity: None,
         }
     }
 }
@@ -325,10 +331,39 @@ pub struct ReplacementSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_type: Option<CapacityType>,
 
-    /// Subnet ids to launch into. Absent: those of the launch template, or of the replaced node.
+    /// Subnet ids to launch into, those in the zone of the evicted pods' volumes first. Absent: the
+    /// launch template's, or the replaced node's subnet.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub subnets: Vec<String>,
+
+    /// IAM instance profile (name or ARN) of the node role; the kubelet authenticates to EKS with it.
+    /// Absent: the replaced instance's (or the launch template's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub iam_instance_profile: Option<String>,
+
+    /// Security groups that let the node reach the control plane. Absent: the replaced instance's (or
+    /// the launch template's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), inner(regex(pattern = r"^sg-[0-9a-f]+$")))]
+    pub security_group_ids: Vec<String>,
+
+    /// IMDS settings. Absent: the replaced instance's, else IMDSv2 required with hop limit 1 (as
+    /// Karpenter's EC2NodeClass defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata_options: Option<MetadataOptionsSpec>,
+
+    /// How long a launched replacement may take to join as a Ready node before it is terminated and the
+    /// launch is retried (or the plan fails). Default 10m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub join_timeout: Option<String>,
+
+    /// Launches per node (each with its own ClientToken) before the plan fails (1-5).
+    #[serde(default = "default_launch_attempts")]
+    #[schemars(range(min = 1, max = 5))]
+    pub max_attempts: u32,
 
     /// AMI id (a Bottlerocket image). Absent: the launch template's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -337,6 +372,51 @@ pub struct ReplacementSpec {
     /// Bottlerocket user-data settings for the new node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bottlerocket: Option<BottlerocketSpec>,
+}
+
+impl Default for ReplacementSpec {
+    fn default() -> Self {
+        Self {
+            when: ReplacementWhen::default(),
+            launch_template: None,
+            instance_types: Vec::new(),
+            capacity_type: None,
+            subnets: Vec::new(),
+            iam_instance_profile: None,
+            security_group_ids: Vec::new(),
+            metadata_options: None,
+            join_timeout: None,
+            max_attempts: default_launch_attempts(),
+            image_id: None,
+            bottlerocket: None,
+        }
+    }
+}
+
+/// IMDS options of the replacement instance.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetadataOptionsSpec {
+    /// `required` (IMDSv2 only) or `optional`.
+    #[serde(default = "default_http_tokens")]
+    #[schemars(regex(pattern = r"^(required|optional)$"))]
+    pub http_tokens: String,
+    /// IMDS response hop limit (2 lets pods without host networking reach IMDS).
+    #[serde(default = "default_hop_limit")]
+    #[schemars(range(min = 1, max = 64))]
+    pub http_put_response_hop_limit: i32,
+}
+
+fn default_http_tokens() -> String {
+    "required".into()
+}
+
+fn default_hop_limit() -> i32 {
+    1
+}
+
+fn default_launch_attempts() -> u32 {
+    2
 }
 
 /// When replacement capacity is launched.
@@ -363,8 +443,9 @@ pub enum CapacityType {
 #[x_kube(validation = Rule::new("has(self.id) != has(self.name)")
     .message("launchTemplate needs exactly one of id or name"))]
 pub struct LaunchTemplateRef {
+    /// `lt-` and 17 hex characters, as EC2 writes launch template ids.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^lt-[0-9a-f]+$"))]
+    #[schemars(regex(pattern = r"^lt-[0-9a-f]{17}$"))]
     pub id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 3, max = 128))]

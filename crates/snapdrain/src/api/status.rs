@@ -221,6 +221,32 @@ pub struct NodeProgress {
     pub replacement: Option<ReplacementProgress>,
     #[serde(default)]
     pub phase: NodePhase,
+    /// How the node's instance was launched, read from EC2 while it ran (a terminated instance loses
+    /// its subnet and security groups): a replacement is launched the same way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<InstanceRecord>,
+}
+
+/// What EC2 said about a node's instance while it ran.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subnet_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// Instance profile ARN.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub security_group_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_tokens_required: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hop_limit: Option<i32>,
+    /// `aws:autoscaling:groupName`: the instance is in this Auto Scaling group (or EKS node group).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_scaling_group: Option<String>,
 }
 
 /// One pod the drain evicts, with the backoff of refused (`Failed`) evictions.
@@ -275,6 +301,16 @@ pub struct ReplacementProgress {
     pub node_name: Option<String>,
     #[serde(default)]
     pub ready: bool,
+    /// 1-based launch attempt (part of the ClientToken); a replacement that never joined is terminated
+    /// and the next attempt gets a new token.
+    #[serde(default)]
+    pub attempt: u32,
+    /// When this attempt's instance was launched (the join timeout counts from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launched_at: Option<Time>,
+    /// Consecutive capacity errors (InsufficientInstanceCapacity) of this attempt's launch.
+    #[serde(default)]
+    pub capacity_errors: u32,
 }
 
 /// One Velero Backup attempt for one workload namespace (or a reused backup).

@@ -236,11 +236,11 @@ impl Validator {
                 );
             }
             if let Some(id) = &lt.id
-                && !anchored(r"^lt-[0-9a-f]+$").is_match(id)
+                && !anchored(r"^lt-[0-9a-f]{17}$").is_match(id)
             {
                 self.problem(
                     "spec.replacement.launchTemplate.id",
-                    format!("{id:?} is not a launch template id (lt-...)"),
+                    format!("{id:?} is not a launch template id (lt- and 17 hex characters); put a template name in launchTemplate.name"),
                 );
             }
             if let Some(name) = &lt.name
@@ -276,6 +276,30 @@ impl Validator {
         }
         if r.subnets.len() > 50 {
             self.problem("spec.replacement.subnets", "at most 50 subnets");
+        }
+        if r.subnets.iter().any(|s| s.is_empty()) {
+            self.problem(
+                "spec.replacement.subnets",
+                "a subnet id is empty; list subnet ids (subnet-...) or leave subnets out to use the replaced node's",
+            );
+        }
+        self.duration("spec.replacement.joinTimeout", r.join_timeout.as_deref());
+        if !(1..=5).contains(&r.max_attempts) {
+            self.problem("spec.replacement.maxAttempts", "must be 1-5");
+        }
+        if let Some(m) = &r.metadata_options {
+            if !matches!(m.http_tokens.as_str(), "required" | "optional") {
+                self.problem(
+                    "spec.replacement.metadataOptions.httpTokens",
+                    "must be required or optional",
+                );
+            }
+            if !(1..=64).contains(&m.http_put_response_hop_limit) {
+                self.problem(
+                    "spec.replacement.metadataOptions.httpPutResponseHopLimit",
+                    "must be 1-64",
+                );
+            }
         }
         if let Some(br) = &r.bottlerocket {
             let re = anchored(TAINT_VALUE_PATTERN);
@@ -431,12 +455,8 @@ mod tests {
         );
         s.replacement = Some(ReplacementSpec {
             when: ReplacementWhen::None,
-            launch_template: None,
-            instance_types: vec![],
-            capacity_type: None,
-            subnets: vec![],
-            image_id: None,
-            bottlerocket: None,
+            max_attempts: 1,
+            ..Default::default()
         });
         assert!(validate(&s).is_ok(), "when: none needs nothing");
         let s = spec(
@@ -456,7 +476,7 @@ mod tests {
     fn launch_template_needs_id_xor_name() {
         let mut s = spec(
             serde_json::json!({"nodes": ["n1"], "replacement": {"when": "after-drain",
-            "launchTemplate": {"id": "lt-0abc", "name": "workers"}}}),
+            "launchTemplate": {"id": "lt-0abcd290751193123", "name": "workers"}}}),
         );
         assert_eq!(
             fields(&validate(&s).unwrap_err()),
@@ -464,7 +484,7 @@ mod tests {
         );
         if let Some(r) = s.replacement.as_mut() {
             r.launch_template = Some(LaunchTemplateRef {
-                id: Some("lt-0abc".into()),
+                id: Some("lt-0abcd290751193123".into()),
                 name: None,
                 version: Some("latest".into()),
             });
@@ -473,6 +493,16 @@ mod tests {
             fields(&validate(&s).unwrap_err()),
             ["spec.replacement.launchTemplate.version"]
         );
+        // EC2 ids are lt- and 17 hex characters; anything else is a name.
+        if let Some(r) = s.replacement.as_mut() {
+            r.launch_template = Some(LaunchTemplateRef {
+                id: Some("lt-web".into()),
+                ..Default::default()
+            });
+        }
+        let problems = validate(&s).unwrap_err();
+        assert_eq!(fields(&problems), ["spec.replacement.launchTemplate.id"]);
+        assert!(problems_message(&problems).contains("launchTemplate.name"));
     }
 
     #[test]

@@ -6,9 +6,13 @@ use aws_sdk_ec2::Client;
 use aws_sdk_ec2::error::ProvideErrorMetadata;
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
-    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest, FleetType,
-    InstanceType, LaunchTemplateSpecification, RequestLaunchTemplateData, ResourceType, Tag,
-    TagSpecification, TargetCapacitySpecificationRequest,
+    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
+    FleetOnDemandAllocationStrategy, FleetType, HttpTokensState, IamInstanceProfileSpecification,
+    InstanceMarketOptionsRequest, InstanceMetadataOptionsRequest, InstanceType,
+    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateSpecification, MarketType,
+    OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy,
+    SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest,
 };
 use sha2::Digest as _;
 use thiserror::Error;
@@ -81,26 +85,65 @@ fn describe_failures(failures: &[OverrideFailure]) -> String {
         .join("; ")
 }
 
-/// EC2 error codes that retrying the same request cannot fix (EC2 API reference, "Error codes":
-/// client errors; `IdempotentParameterMismatch` means the ClientToken was used with other parameters).
+/// EC2 error codes that retrying the same request cannot fix, checked against the EC2 API reference
+/// "Error codes for the Amazon EC2 API" (errors-overview.html): the common client errors about
+/// credentials, permissions and malformed parameters, and the action-specific ones naming an id that is
+/// malformed or does not exist. `IdempotentParameterMismatch`: the ClientToken was used with other
+/// parameters; `IdempotentInstanceTerminated`: the token's instance is terminated, so the same token can
+/// never launch again. Not here: throttling, `InsufficientInstanceCapacity` (HTTP 500, see
+/// [`CloudError::is_capacity`]), quota codes such as `InstanceLimitExceeded`/`VcpuLimitExceeded`
+/// (they clear when capacity frees up) and server errors.
 const PERMANENT_CODES: &[&str] = &[
     "UnauthorizedOperation",
     "AuthFailure",
+    "Blocked",
+    "OptInRequired",
+    "PendingVerification",
+    "InvalidClientTokenId",
     "InvalidParameterValue",
     "InvalidParameterCombination",
     "InvalidParameter",
     "MissingParameter",
+    "UnknownParameter",
+    "UnsupportedOperation",
+    "Unsupported",
     "IdempotentParameterMismatch",
+    "IdempotentInstanceTerminated",
     "InvalidAMIID.NotFound",
     "InvalidAMIID.Malformed",
+    "InvalidAMIID.Unavailable",
     "InvalidSubnetID.NotFound",
+    "InvalidSubnetID.Malformed",
     "InvalidGroup.NotFound",
+    "InvalidGroupId.Malformed",
+    "InvalidSecurityGroupID.NotFound",
+    "InvalidSecurityGroupId.Malformed",
+    "InvalidInstanceID.Malformed",
+    "InvalidKeyPair.NotFound",
     "InvalidLaunchTemplateId.NotFound",
+    "InvalidLaunchTemplateId.Malformed",
+    "InvalidLaunchTemplateId.VersionNotFound",
     "InvalidLaunchTemplateName.NotFoundException",
+    "InvalidLaunchTemplateName.MalformedException",
     "InvalidUserData.Malformed",
-    "OptInRequired",
-    "Blocked",
+    "InvalidZone.NotFound",
+    "InvalidTagKey.Malformed",
+    // Auto Scaling (Query API): the instance is not in a group, or the request is malformed.
+    "ValidationError",
 ];
+
+/// Codes that mean EC2 has no capacity for this type in this zone right now.
+const CAPACITY_CODES: &[&str] = &[
+    "InsufficientInstanceCapacity",
+    "InsufficientCapacityOnHost",
+    "InsufficientFreeAddressesInSubnet",
+    "UnfulfillableCapacity",
+];
+
+/// How many consecutive capacity errors from RunInstances (one type, one subnet: nothing else to fall
+/// back to) a replacement takes before the plan fails. The SDK already retried each call (EC2 sends
+/// InsufficientInstanceCapacity as HTTP 500), so this is minutes of trying, not seconds.
+pub const CAPACITY_ATTEMPTS: u32 = 3;
 
 impl CloudError {
     /// True when retrying cannot help: the plan fails with this message instead.
@@ -112,6 +155,16 @@ impl CloudError {
             | Self::NoCapacity { .. } => true,
             Self::Api { code, .. } => PERMANENT_CODES.contains(&code.as_str()),
             Self::Transport { .. } | Self::UnexpectedResponse { .. } => false,
+        }
+    }
+
+    /// EC2 had no capacity for the request (RunInstances answers InsufficientInstanceCapacity as an API
+    /// error, HTTP 500; CreateFleet reports it per override).
+    pub fn is_capacity(&self) -> bool {
+        match self {
+            Self::Api { code, .. } => CAPACITY_CODES.contains(&code.as_str()),
+            Self::NoCapacity { .. } => true,
+            _ => false,
         }
     }
 
@@ -222,9 +275,65 @@ pub enum CapacityType {
 /// A launch template and its version (`$Latest`, `$Default` or a number).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaunchTemplateRef {
-    /// `lt-…` ids are sent as LaunchTemplateId, anything else as LaunchTemplateName.
+    /// Sent as LaunchTemplateId when it is one (see [`is_launch_template_id`]), else as LaunchTemplateName.
     pub id_or_name: String,
     pub version: String,
+}
+
+/// EC2 resource ids are the type prefix and 17 lowercase hex characters (EC2 user guide, "Resource IDs":
+/// the longer id format, the only one launch templates ever had). `lt-web` or `lt-prod-v2` are names.
+pub fn is_launch_template_id(s: &str) -> bool {
+    s.strip_prefix("lt-").is_some_and(|hex| {
+        hex.len() == 17
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// IMDS options for the replacement (`MetadataOptions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataSettings {
+    /// IMDSv2 only (`HttpTokens=required`).
+    pub tokens_required: bool,
+    pub hop_limit: i32,
+}
+
+/// What a self-launched instance needs to join the cluster besides its user data: the node role's
+/// instance profile, security groups that reach the control plane, IMDS options (the same things
+/// Karpenter's launch templates always carry: karpenter-provider-aws
+/// pkg/providers/launchtemplate/types.go).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JoinSettings {
+    /// An instance profile ARN (`arn:…`) or name.
+    pub instance_profile: Option<String>,
+    pub security_group_ids: Vec<String>,
+    pub metadata: Option<MetadataSettings>,
+}
+
+/// What DescribeInstances says about an instance (while it is not terminated: a terminated instance
+/// loses its network interfaces and profile association).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceDetails {
+    pub state: InstanceLifecycleState,
+    pub instance_type: Option<String>,
+    pub subnet_id: Option<String>,
+    pub zone: Option<String>,
+    /// ARN.
+    pub instance_profile: Option<String>,
+    pub security_group_ids: Vec<String>,
+    pub metadata: Option<MetadataSettings>,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// The tag EC2 Auto Scaling (and so EKS managed node groups) puts on its instances.
+pub const ASG_NAME_TAG: &str = "aws:autoscaling:groupName";
+
+impl InstanceDetails {
+    /// The Auto Scaling group the instance belongs to.
+    pub fn auto_scaling_group(&self) -> Option<&str> {
+        self.tags.get(ASG_NAME_TAG).map(String::as_str)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,6 +356,8 @@ pub enum LaunchStrategy {
         template: LaunchTemplateRef,
         instance_type: Option<String>,
         subnet_id: Option<String>,
+        /// `None`: what the template says. Spot is requested with `InstanceMarketOptions`.
+        capacity_type: Option<CapacityType>,
     },
 }
 
@@ -257,6 +368,9 @@ pub struct LaunchRequest {
     /// Rendered Bottlerocket TOML (not base64; this client encodes it).
     pub user_data: Option<String>,
     pub tags: BTreeMap<String, String>,
+    /// Instance profile, security groups, IMDS: on the request (RunInstances) or in the launch template
+    /// made for the fleet.
+    pub join: JoinSettings,
     /// Derived by the caller from the node UID and attempt, so retries never double-launch. ≤ 64 ASCII.
     pub client_token: String,
 }
@@ -274,23 +388,43 @@ pub struct LaunchedInstance {
 pub struct LaunchOutcome {
     pub instances: Vec<LaunchedInstance>,
     pub override_failures: Vec<OverrideFailure>,
+    /// The launch template made for this fleet launch (no longer needed once it launched).
+    pub created_template: Option<String>,
 }
 
-/// Controller-side EC2 client.
+/// Controller-side EC2 client (with Auto Scaling beside it, for instances in a group).
 #[derive(Debug, Clone)]
 pub struct Ec2Cloud {
     client: Client,
+    autoscaling: aws_sdk_autoscaling::Client,
 }
 
 impl Ec2Cloud {
-    /// From the standard AWS environment (`AWS_REGION`, credentials chain, `AWS_ENDPOINT_URL_EC2`).
-    pub async fn from_env() -> Ec2Cloud {
-        let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
-        Ec2Cloud::from_client(Client::new(&config))
+    /// From the standard AWS environment (credentials chain, `AWS_ENDPOINT_URL_EC2`); `region` (the
+    /// `--region` setting) wins over `AWS_REGION` and the profile's region when given.
+    pub async fn from_env(region: Option<&str>) -> Ec2Cloud {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(r) = region {
+            loader = loader.region(aws_config::Region::new(r.to_string()));
+        }
+        Ec2Cloud::from_config(&loader.load().await)
     }
 
-    /// Against an explicit endpoint (a private EC2 endpoint, LocalStack, a test double). Static
-    /// credentials when given, otherwise the default chain.
+    pub fn from_config(config: &aws_config::SdkConfig) -> Ec2Cloud {
+        Ec2Cloud {
+            client: Client::new(config),
+            autoscaling: aws_sdk_autoscaling::Client::new(config),
+        }
+    }
+
+    /// The region the clients sign for.
+    pub fn region(&self) -> Option<String> {
+        self.client.config().region().map(|r| r.to_string())
+    }
+
+    /// Against an explicit endpoint (a private EC2 endpoint, LocalStack, a test double), which then also
+    /// serves Auto Scaling (both are AWS query protocol services). Static credentials when given,
+    /// otherwise the default chain.
     pub async fn with_endpoint(
         endpoint: &str,
         region: &str,
@@ -308,11 +442,7 @@ impl Ec2Cloud {
                 "snapdrain-static",
             ));
         }
-        Ec2Cloud::from_client(Client::new(&loader.load().await))
-    }
-
-    pub fn from_client(client: Client) -> Ec2Cloud {
-        Ec2Cloud { client }
+        Ec2Cloud::from_config(&loader.load().await)
     }
 
     pub fn client(&self) -> &Client {
@@ -347,6 +477,139 @@ impl Ec2Cloud {
                 Some(instance_id),
                 e,
             )),
+        }
+    }
+
+    /// Terminates an Auto Scaling group member through the group, so that the group does not launch
+    /// a replacement behind snapdrain's back when `decrement` (Auto Scaling API reference,
+    /// TerminateInstanceInAutoScalingGroup: without the decrement "Amazon EC2 Auto Scaling launches
+    /// instances to replace the ones that are terminated").
+    pub async fn terminate_in_auto_scaling_group(
+        &self,
+        instance_id: &str,
+        decrement: bool,
+    ) -> Result<(), CloudError> {
+        match self
+            .autoscaling
+            .terminate_instance_in_auto_scaling_group()
+            .instance_id(instance_id)
+            .should_decrement_desired_capacity(decrement)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => Err(CloudError::from_sdk(
+                "TerminateInstanceInAutoScalingGroup",
+                Some(instance_id),
+                e,
+            )),
+        }
+    }
+
+    /// What EC2 knows about the instance, or `None` when it does not know it.
+    pub async fn describe_instance(
+        &self,
+        instance_id: &str,
+    ) -> Result<Option<InstanceDetails>, CloudError> {
+        let out = match self
+            .client
+            .describe_instances()
+            .instance_ids(instance_id)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) if e.code() == Some("InvalidInstanceID.NotFound") => return Ok(None),
+            Err(e) => {
+                return Err(CloudError::from_sdk(
+                    "DescribeInstances",
+                    Some(instance_id),
+                    e,
+                ));
+            }
+        };
+        let Some(i) = out
+            .reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .find(|i| i.instance_id() == Some(instance_id))
+        else {
+            return Ok(None);
+        };
+        Ok(Some(InstanceDetails {
+            state: i
+                .state()
+                .and_then(|s| s.name())
+                .map(state_of)
+                .unwrap_or(InstanceLifecycleState::Other("unknown".into())),
+            instance_type: i.instance_type().map(|t| t.as_str().to_string()),
+            subnet_id: i.subnet_id().filter(|s| !s.is_empty()).map(str::to_string),
+            zone: i
+                .placement()
+                .and_then(|p| p.availability_zone())
+                .map(str::to_string),
+            instance_profile: i
+                .iam_instance_profile()
+                .and_then(|p| p.arn())
+                .map(str::to_string),
+            security_group_ids: i
+                .security_groups()
+                .iter()
+                .filter_map(|g| g.group_id().map(str::to_string))
+                .collect(),
+            metadata: i.metadata_options().map(|m| MetadataSettings {
+                tokens_required: m.http_tokens() == Some(&HttpTokensState::Required),
+                hop_limit: m.http_put_response_hop_limit().unwrap_or(1),
+            }),
+            tags: i
+                .tags()
+                .iter()
+                .filter_map(|t| {
+                    Some((
+                        t.key()?.to_string(),
+                        t.value().unwrap_or_default().to_string(),
+                    ))
+                })
+                .collect(),
+        }))
+    }
+
+    /// The availability zone of each subnet (DescribeSubnets).
+    pub async fn subnet_zones(
+        &self,
+        subnet_ids: &[String],
+    ) -> Result<BTreeMap<String, String>, CloudError> {
+        let out = self
+            .client
+            .describe_subnets()
+            .set_subnet_ids(Some(subnet_ids.to_vec()))
+            .send()
+            .await
+            .map_err(|e| CloudError::from_sdk("DescribeSubnets", None, e))?;
+        Ok(out
+            .subnets()
+            .iter()
+            .filter_map(|s| {
+                Some((
+                    s.subnet_id()?.to_string(),
+                    s.availability_zone()?.to_string(),
+                ))
+            })
+            .collect())
+    }
+
+    /// Deletes a launch template by name; one already gone is fine.
+    pub async fn delete_launch_template(&self, name: &str) -> Result<(), CloudError> {
+        match self
+            .client
+            .delete_launch_template()
+            .launch_template_name(name)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some("InvalidLaunchTemplateName.NotFoundException") => Ok(()),
+            Err(e) => Err(CloudError::from_sdk("DeleteLaunchTemplate", None, e)),
         }
     }
 
@@ -405,7 +668,9 @@ impl Ec2Cloud {
                 template,
                 instance_type,
                 subnet_id,
+                capacity_type,
             } => {
+                let join = &req.join;
                 let out = self
                     .client
                     .run_instances()
@@ -413,6 +678,38 @@ impl Ec2Cloud {
                     .set_image_id(req.image_id.clone())
                     .set_instance_type(instance_type.as_deref().map(InstanceType::from))
                     .set_subnet_id(subnet_id.clone())
+                    .set_iam_instance_profile(join.instance_profile.as_deref().map(|p| {
+                        let b = IamInstanceProfileSpecification::builder();
+                        if p.starts_with("arn:") {
+                            b.arn(p)
+                        } else {
+                            b.name(p)
+                        }
+                        .build()
+                    }))
+                    .set_security_group_ids(
+                        (!join.security_group_ids.is_empty())
+                            .then(|| join.security_group_ids.clone()),
+                    )
+                    .set_metadata_options(join.metadata.as_ref().map(|m| {
+                        InstanceMetadataOptionsRequest::builder()
+                            .http_tokens(if m.tokens_required {
+                                HttpTokensState::Required
+                            } else {
+                                HttpTokensState::Optional
+                            })
+                            .http_put_response_hop_limit(m.hop_limit)
+                            .build()
+                    }))
+                    // RunInstances launches on-demand unless asked for spot (EC2 API reference,
+                    // RunInstances `InstanceMarketOptions`).
+                    .set_instance_market_options((*capacity_type == Some(CapacityType::Spot)).then(
+                        || {
+                            InstanceMarketOptionsRequest::builder()
+                                .market_type(MarketType::Spot)
+                                .build()
+                        },
+                    ))
                     .set_user_data(req.user_data.as_deref().map(bottlerocket::encode_base64))
                     .min_count(1)
                     .max_count(1)
@@ -445,6 +742,7 @@ impl Ec2Cloud {
                 Ok(LaunchOutcome {
                     instances,
                     override_failures: Vec::new(),
+                    created_template: None,
                 })
             }
             LaunchStrategy::Fleet {
@@ -452,12 +750,19 @@ impl Ec2Cloud {
                 capacity_type,
                 launch_template,
             } => {
-                let template = match launch_template {
-                    Some(t) => t.clone(),
-                    None => self.ensure_template(&req).await?,
+                let (template, created) = match launch_template {
+                    Some(t) => (t.clone(), None),
+                    None => {
+                        let t = self.ensure_template(&req).await?;
+                        let name = t.id_or_name.clone();
+                        (t, Some(name))
+                    }
                 };
-                self.create_fleet(&req, overrides, *capacity_type, &template, tags)
-                    .await
+                let mut outcome = self
+                    .create_fleet(&req, overrides, *capacity_type, &template, tags)
+                    .await?;
+                outcome.created_template = created;
+                Ok(outcome)
             }
         }
     }
@@ -474,6 +779,8 @@ impl Ec2Cloud {
         h.update(image.as_bytes());
         h.update([0]);
         h.update(req.user_data.as_deref().unwrap_or_default().as_bytes());
+        h.update([0]);
+        h.update(format!("{:?}", req.join).as_bytes());
         let digest = h.finalize();
         let name = format!(
             "snapdrain-{}",
@@ -483,9 +790,32 @@ impl Ec2Cloud {
                 .map(|b| format!("{b:02x}"))
                 .collect::<String>()
         );
+        let join = &req.join;
         let data = RequestLaunchTemplateData::builder()
             .image_id(image)
             .set_user_data(req.user_data.as_deref().map(bottlerocket::encode_base64))
+            .set_iam_instance_profile(join.instance_profile.as_deref().map(|p| {
+                let b = LaunchTemplateIamInstanceProfileSpecificationRequest::builder();
+                if p.starts_with("arn:") {
+                    b.arn(p)
+                } else {
+                    b.name(p)
+                }
+                .build()
+            }))
+            .set_security_group_ids(
+                (!join.security_group_ids.is_empty()).then(|| join.security_group_ids.clone()),
+            )
+            .set_metadata_options(join.metadata.as_ref().map(|m| {
+                LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                    .http_tokens(if m.tokens_required {
+                        LaunchTemplateHttpTokensState::Required
+                    } else {
+                        LaunchTemplateHttpTokensState::Optional
+                    })
+                    .http_put_response_hop_limit(m.hop_limit)
+                    .build()
+            }))
             .build();
         match self
             .client
@@ -515,7 +845,7 @@ impl Ec2Cloud {
     ) -> Result<LaunchOutcome, CloudError> {
         let spec = {
             let b = FleetLaunchTemplateSpecificationRequest::builder().version(&template.version);
-            if template.id_or_name.starts_with("lt-") {
+            if is_launch_template_id(&template.id_or_name) {
                 b.launch_template_id(&template.id_or_name).build()
             } else {
                 b.launch_template_name(&template.id_or_name).build()
@@ -523,13 +853,15 @@ impl Ec2Cloud {
         };
         let overrides: Vec<_> = overrides
             .iter()
-            .map(|o| {
+            .enumerate()
+            .map(|(i, o)| {
                 FleetLaunchTemplateOverridesRequest::builder()
                     .instance_type(InstanceType::from(o.instance_type.as_str()))
                     .subnet_id(&o.subnet_id)
                     // A fleet template made by us carries the image; one given by the caller may not.
                     .set_image_id(req.image_id.clone())
-                    .priority(0.0)
+                    // Lower is preferred: the order the plan lists them in.
+                    .priority(i as f64)
                     .build()
             })
             .collect();
@@ -544,10 +876,23 @@ impl Ec2Cloud {
                 CapacityType::Spot => DefaultTargetCapacityType::Spot,
             })
             .build();
+        // Without an allocation strategy EC2 Fleet takes the lowest price, whatever the priorities. These
+        // two honour Priority (EC2 user guide, "Allocation strategies for EC2 Fleet"); Karpenter uses
+        // them the same way (karpenter-provider-aws pkg/providers/instance/types.go).
         let out = self
             .client
             .create_fleet()
             .r#type(FleetType::Instant)
+            .on_demand_options(
+                OnDemandOptionsRequest::builder()
+                    .allocation_strategy(FleetOnDemandAllocationStrategy::Prioritized)
+                    .build(),
+            )
+            .spot_options(
+                SpotOptionsRequest::builder()
+                    .allocation_strategy(SpotAllocationStrategy::CapacityOptimizedPrioritized)
+                    .build(),
+            )
             .launch_template_configs(config)
             .target_capacity_specification(capacity)
             .set_tag_specifications(tags.map(|t| vec![t]))
@@ -596,6 +941,7 @@ impl Ec2Cloud {
         Ok(LaunchOutcome {
             instances,
             override_failures,
+            created_template: None,
         })
     }
 }
@@ -615,7 +961,7 @@ fn state_of(name: &aws_sdk_ec2::types::InstanceStateName) -> InstanceLifecycleSt
 
 fn launch_template_spec(t: &LaunchTemplateRef) -> LaunchTemplateSpecification {
     let b = LaunchTemplateSpecification::builder().version(&t.version);
-    if t.id_or_name.starts_with("lt-") {
+    if is_launch_template_id(&t.id_or_name) {
         b.launch_template_id(&t.id_or_name).build()
     } else {
         b.launch_template_name(&t.id_or_name).build()
@@ -723,6 +1069,7 @@ mod tests {
             image_id: Some("ami-1".into()),
             user_data: None,
             tags: BTreeMap::new(),
+            join: JoinSettings::default(),
             client_token: "node-uid-attempt-1".into(),
         }
     }
@@ -767,6 +1114,58 @@ mod tests {
                 .to_string()
                 .contains("would not boot")
         );
+    }
+
+    /// #16: the `--region` setting wins (AWS_REGION and the profile only apply without it).
+    #[tokio::test]
+    async fn the_region_setting_is_used() {
+        let cloud = Ec2Cloud::from_env(Some("eu-west-3")).await;
+        assert_eq!(cloud.region().as_deref(), Some("eu-west-3"));
+    }
+
+    #[test]
+    fn launch_template_ids_are_lt_and_17_hex() {
+        assert!(is_launch_template_id("lt-0abcd290751193123"));
+        for name in [
+            "lt-web",
+            "lt-prod-v2",
+            "lt-0ABCD290751193123",
+            "lt-0abcd29075119312",
+            "lt-0abcd2907511931234",
+            "lt-0abcd29075119312g",
+            "snapdrain-0a1b",
+        ] {
+            assert!(!is_launch_template_id(name), "{name} is a name");
+        }
+        let by_name = launch_template_spec(&LaunchTemplateRef {
+            id_or_name: "lt-web".into(),
+            version: "$Default".into(),
+        });
+        assert_eq!(by_name.launch_template_name(), Some("lt-web"));
+        assert_eq!(by_name.launch_template_id(), None);
+    }
+
+    #[test]
+    fn capacity_errors_are_retried_and_client_errors_are_permanent() {
+        let api = |code: &str| CloudError::Api {
+            operation: "RunInstances",
+            instance: None,
+            code: code.into(),
+            message: String::new(),
+        };
+        let ice = api("InsufficientInstanceCapacity");
+        assert!(ice.is_capacity() && !ice.is_permanent());
+        for code in [
+            "InvalidSubnetID.Malformed",
+            "InvalidGroup.NotFound",
+            "IdempotentInstanceTerminated",
+            "InvalidLaunchTemplateId.VersionNotFound",
+        ] {
+            assert!(api(code).is_permanent(), "{code}");
+        }
+        for code in ["RequestLimitExceeded", "VcpuLimitExceeded", "InternalError"] {
+            assert!(!api(code).is_permanent(), "{code}");
+        }
     }
 
     #[test]

@@ -108,7 +108,8 @@ impl Context {
                             Ec2Cloud::with_endpoint(endpoint, &region, creds).await,
                         )
                     }
-                    None => Ok(Ec2Cloud::from_env().await),
+                    // `--region` wins over AWS_REGION and the profile (review #16).
+                    None => Ok(Ec2Cloud::from_env(self.settings.region.as_deref()).await),
                 }
             })
             .await

@@ -8,6 +8,7 @@
 //! - [`evictions`]: eviction tiers and eviction answer classification.
 //! - [`naming`]: Backup names, EC2 client tokens, label values.
 //! - [`phase`]: the phase machine.
+//! - [`replacement`]: join settings, subnets, Auto Scaling decrement and join timeout of replacements.
 //! - [`taint`]: snapdrain's drain taint and toleration matching.
 
 pub mod backups;
@@ -17,6 +18,7 @@ pub mod inventory;
 pub mod naming;
 pub mod node;
 pub mod phase;
+pub mod replacement;
 pub mod taint;
 
 pub use backups::{

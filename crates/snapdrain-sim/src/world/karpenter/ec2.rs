@@ -4,12 +4,15 @@
 
 use std::sync::Arc;
 
-use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
+use aws_sdk_ec2::types::{
+    HttpTokensState, IamInstanceProfileSpecification, InstanceMetadataOptionsRequest, InstanceType,
+    ResourceType, Tag, TagSpecification,
+};
 use base64::Engine;
 
 use super::{Cloud, CloudFuture, LaunchRequest, Launched};
-use crate::ec2::SubnetConfig;
 use crate::ec2::bottlerocket::{ClusterJoin, karpenter_user_data};
+use crate::ec2::{CLUSTER_SECURITY_GROUP, NODE_INSTANCE_PROFILE, SubnetConfig};
 
 pub struct SimEc2Cloud {
     client: aws_sdk_ec2::Client,
@@ -56,6 +59,21 @@ impl Cloud for SimEc2Cloud {
                 .min_count(1)
                 .max_count(1)
                 .set_subnet_id(subnet.map(|s| s.id.clone()))
+                // Karpenter's launch templates always carry the node role's instance profile, the
+                // EC2NodeClass's security groups and IMDSv2 metadata options
+                // (karpenter-provider-aws pkg/providers/launchtemplate/types.go).
+                .iam_instance_profile(
+                    IamInstanceProfileSpecification::builder()
+                        .name(NODE_INSTANCE_PROFILE)
+                        .build(),
+                )
+                .security_group_ids(CLUSTER_SECURITY_GROUP)
+                .metadata_options(
+                    InstanceMetadataOptionsRequest::builder()
+                        .http_tokens(HttpTokensState::Required)
+                        .http_put_response_hop_limit(1)
+                        .build(),
+                )
                 .user_data(base64::engine::general_purpose::STANDARD.encode(user_data))
                 .client_token(format!("karpenter-{}", req.nodeclaim))
                 .tag_specifications(

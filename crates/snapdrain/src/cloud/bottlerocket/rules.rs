@@ -102,6 +102,46 @@ pub(crate) fn label_key(k: &str) -> RuleResult {
     Ok(())
 }
 
+/// Whether kubelet accepts `k` in `--node-labels` (Bottlerocket passes node-labels there). Kubelet exits
+/// at start-up on a key in the `kubernetes.io` or `k8s.io` namespaces (or a subdomain of them) unless it
+/// is in kubelet's own set or under `kubelet.kubernetes.io` / `node.kubernetes.io` (kubernetes
+/// cmd/kubelet/app/options/options.go `ValidateKubeletFlags`, staging/src/k8s.io/kubelet/pkg/apis/
+/// well_known_labels.go `IsKubeletLabel`).
+pub(crate) fn kubelet_node_label(k: &str) -> RuleResult {
+    const KUBELET_LABELS: [&str; 11] = [
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "kubernetes.io/arch",
+        "beta.kubernetes.io/os",
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/zone",
+        "topology.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "failure-domain.beta.kubernetes.io/region",
+    ];
+    const ALLOWED_NAMESPACES: [&str; 2] = ["kubelet.kubernetes.io", "node.kubernetes.io"];
+    let Some((namespace, _)) = k.split_once('/') else {
+        return Ok(());
+    };
+    let within = |ns: &str, domain: &str| ns == domain || ns.ends_with(&format!(".{domain}"));
+    let restricted = within(namespace, "kubernetes.io") || within(namespace, "k8s.io");
+    let allowed = KUBELET_LABELS.contains(&k)
+        || ALLOWED_NAMESPACES
+            .iter()
+            .any(|allowed| within(namespace, allowed));
+    if restricted && !allowed {
+        return fail(
+            format!(
+                "kubelet refuses {k:?} in --node-labels (unknown 'kubernetes.io' or 'k8s.io' label) and exits, so the node never joins"
+            ),
+            "use your own prefix (e.g. example.com/role), a node.kubernetes.io/ key, or set node-role labels after the node joins",
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn label_value(v: &str) -> RuleResult {
     if v.is_empty() || (v.len() <= 63 && LABEL_NAME.is_match(v)) {
         Ok(())

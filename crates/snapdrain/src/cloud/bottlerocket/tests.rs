@@ -218,3 +218,39 @@ fn bad_core_kubernetes_values() {
     let e = err_of("cluster-dns-ip = \"ten\"\n");
     assert_eq!(e.path(), Some("settings.kubernetes.cluster-dns-ip"));
 }
+
+#[test]
+fn node_labels_kubelet_refuses_are_rejected() {
+    for key in [
+        "node-role.kubernetes.io/worker",
+        "app.kubernetes.io/name",
+        "kubernetes.io/role",
+        "example.k8s.io/x",
+        "k8s.io/y",
+    ] {
+        let e = err_of(&format!(
+            "[settings.kubernetes.node-labels]\n\"{key}\" = \"x\"\n"
+        ));
+        assert!(e.to_string().contains("kubelet refuses"), "{key}: {e}");
+        assert_eq!(
+            e.path(),
+            Some(format!("settings.kubernetes.node-labels.\"{key}\"").as_str()),
+            "{key}"
+        );
+    }
+    for key in [
+        "node.kubernetes.io/pool",
+        "kubelet.kubernetes.io/x",
+        "team.node.kubernetes.io/y",
+        "topology.kubernetes.io/zone",
+        "kubernetes.io/arch",
+        "example.com/pool",
+        "notkubernetes.io/z",
+    ] {
+        let ud = format!(
+            "{}[settings.kubernetes.node-labels]\n\"{key}\" = \"x\"\n",
+            base()
+        );
+        assert!(validate(&ud).is_ok(), "{key} is allowed");
+    }
+}

@@ -243,6 +243,7 @@ impl Validator {
                 for (k, v) in table(value, &path)? {
                     let p = key_path(&path, k);
                     at(&p, rules::label_key(k))?;
+                    at(&p, rules::kubelet_node_label(k))?;
                     let v = string(v, &p)?;
                     at(&p, rules::label_value(v))?;
                     parsed.node_labels.insert(k.clone(), v.to_string());

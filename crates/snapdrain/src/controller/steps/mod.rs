@@ -5,6 +5,7 @@
 pub mod backups;
 pub mod cordon;
 pub mod drain;
+pub mod instance;
 pub mod inventory;
 pub mod plan;
 pub mod replace;

@@ -1,6 +1,8 @@
 //! Terminating: hand a Karpenter-owned node back to Karpenter by deleting its NodeClaim (Karpenter then
-//! terminates the instance), otherwise terminate the EC2 instance named by the providerID and delete the
-//! Node. Every call is idempotent (TerminateInstances and 404s are fine twice).
+//! terminates the instance), otherwise terminate the EC2 instance named by the providerID (through its
+//! Auto Scaling group when it has one) and delete the Node. Every call is idempotent (TerminateInstances
+//! and 404s are fine twice). A Node recreated under the same name (a new uid) is a different node: the
+//! one the plan drained is gone, and the new one is left alone.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -11,12 +13,15 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind}
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 
+use super::instance::record_instance;
 use super::inventory::get_node;
 use crate::api::status::NodePhase;
+use crate::cloud::ec2::CloudError;
 use crate::controller::error::ControllerError;
 use crate::controller::reconcile::PlanRun;
 use crate::drain::wait::wait_for;
 use crate::planning::PhaseFacts;
+use crate::planning::replacement::decrement_desired_capacity;
 
 /// The NodeClaim that owns a node, when Karpenter manages it.
 fn owning_nodeclaim(node: &Node) -> Option<String> {
@@ -24,6 +29,22 @@ fn owning_nodeclaim(node: &Node) -> Option<String> {
         .iter()
         .find(|o| o.kind == "NodeClaim" && o.api_version.starts_with("karpenter.sh/"))
         .map(|o| o.name.clone())
+}
+
+/// True when `node` is not the Node the plan was decided for (same name, another uid).
+pub fn is_other_node(recorded_uid: Option<&str>, node: &Node) -> bool {
+    match (recorded_uid, node.metadata.uid.as_deref()) {
+        (Some(want), Some(have)) => want != have,
+        _ => false,
+    }
+}
+
+fn nodeclaims(client: &kube::Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"),
+    )
 }
 
 async fn delete_ignoring_missing<K>(
@@ -47,6 +68,9 @@ pub async fn run(
 ) -> Result<Option<Duration>, ControllerError> {
     let client = run.ctx.client.clone();
     let termination = run.plan.spec.termination.clone();
+    let replacement = run.plan.spec.replacement.clone();
+    // Nodes expected to disappear, with what the plan waits for (for status.message).
+    let mut waiting: Vec<(String, String)> = Vec::new();
     for i in 0..run.status.nodes.len() {
         if run.status.nodes[i].phase == NodePhase::Gone {
             continue;
@@ -56,63 +80,127 @@ pub async fn run(
             run.status.nodes[i].phase = NodePhase::Gone;
             continue;
         };
-        if run.status.nodes[i].phase == NodePhase::Terminating {
+        if is_other_node(run.status.nodes[i].uid.as_deref(), &node) {
+            // The drained node is gone; this one only has its name (IP-based hostnames are reused).
+            run.status.nodes[i].phase = NodePhase::Gone;
+            run.event(
+                EventType::Normal,
+                "NodeRecreated",
+                "Terminate",
+                format!(
+                    "node {name} now has uid {} (the plan drained uid {}): the drained node is gone, the new one is left alone",
+                    node.metadata.uid.as_deref().unwrap_or("?"),
+                    run.status.nodes[i].uid.as_deref().unwrap_or("?"),
+                ),
+            )
+            .await;
             continue;
         }
-        if let Some(claim) = owning_nodeclaim(&node) {
-            let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
-            let api: Api<DynamicObject> = Api::all_with(
-                client.clone(),
-                &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"),
-            );
-            delete_ignoring_missing(&api, &claim, format!("NodeClaim {claim}")).await?;
-            run.event(EventType::Normal, "NodeClaimDeleted", "Terminate", format!(
-                "node {name} is Karpenter's: deleted NodeClaim {claim}; Karpenter terminates the instance"
-            ))
-            .await;
-        } else {
-            if termination.terminate_instance
-                && let Some(id) = run.status.nodes[i].instance_id.clone()
-            {
-                let outcome = run.ctx.ec2().await?.terminate(&id).await?;
-                tracing::info!(plan = %run.name(), node = %name, instance = %id, ?outcome, "instance terminated");
-                run.event(
-                    EventType::Normal,
-                    "InstanceTerminated",
-                    "Terminate",
-                    format!("EC2 instance {id} of node {name} terminated"),
-                )
-                .await;
+        let claim = owning_nodeclaim(&node);
+        // Karpenter terminates its own instances; with terminateInstance false it keeps them, and
+        // deleting the Node would start Karpenter's termination (its finalizer deletes the NodeClaim).
+        let expect_gone = match &claim {
+            Some(_) => termination.terminate_instance,
+            None => termination.delete_node,
+        };
+        if run.status.nodes[i].phase != NodePhase::Terminating {
+            // Read before terminating: the replacement is launched like this instance, and an
+            // instance in an Auto Scaling group is terminated through it.
+            let record =
+                if replacement.is_some() || (claim.is_none() && termination.terminate_instance) {
+                    record_instance(run, i).await?
+                } else {
+                    None
+                };
+            match &claim {
+                Some(claim) if termination.terminate_instance => {
+                    delete_ignoring_missing(
+                        &nodeclaims(&client),
+                        claim,
+                        format!("NodeClaim {claim}"),
+                    )
+                    .await?;
+                    run.event(EventType::Normal, "NodeClaimDeleted", "Terminate", format!(
+                        "node {name} is Karpenter's: deleted NodeClaim {claim}; Karpenter terminates the instance"
+                    ))
+                    .await;
+                }
+                Some(claim) => {
+                    run.event(EventType::Normal, "InstanceKept", "Terminate", format!(
+                        "node {name} is Karpenter's and termination.terminateInstance is false: NodeClaim {claim}, its instance and the Node are kept (deleting either would make Karpenter terminate the instance)"
+                    ))
+                    .await;
+                }
+                None => {
+                    if termination.terminate_instance
+                        && let Some(id) = run.status.nodes[i].instance_id.clone()
+                    {
+                        let group = record.as_ref().and_then(|r| r.auto_scaling_group.clone());
+                        let note = match group {
+                            Some(group) => {
+                                let decrement =
+                                    decrement_desired_capacity(&termination, replacement.as_ref());
+                                terminate_in_group(run, &id, decrement).await?;
+                                format!(
+                                    "EC2 instance {id} of node {name} terminated through Auto Scaling group {group} ({})",
+                                    if decrement {
+                                        "desired capacity decremented"
+                                    } else {
+                                        "desired capacity kept: the group launches a replacement"
+                                    }
+                                )
+                            }
+                            None => {
+                                let outcome = run.ctx.ec2().await?.terminate(&id).await?;
+                                tracing::info!(plan = %run.name(), node = %name, instance = %id, ?outcome, "instance terminated");
+                                format!("EC2 instance {id} of node {name} terminated")
+                            }
+                        };
+                        run.event(EventType::Normal, "InstanceTerminated", "Terminate", note)
+                            .await;
+                    }
+                    if termination.delete_node {
+                        let nodes: Api<Node> = Api::all(client.clone());
+                        delete_ignoring_missing(&nodes, &name, format!("node {name}")).await?;
+                    }
+                }
             }
-            if termination.delete_node {
-                let nodes: Api<Node> = Api::all(client.clone());
-                delete_ignoring_missing(&nodes, &name, format!("node {name}")).await?;
-            }
+            run.status.nodes[i].phase = NodePhase::Terminating;
         }
-        run.status.nodes[i].phase = NodePhase::Terminating;
+        if expect_gone {
+            let what = match &claim {
+                Some(claim) => nodeclaim_wait(&client, claim, &name).await,
+                None => format!("node {name} to be deleted"),
+            };
+            waiting.push((name, what));
+        }
     }
-    // A node we were told to keep (deleteNode false, not Karpenter's) counts as gone once its instance is.
-    let keep_nodes = !termination.delete_node;
-    let waiting: BTreeSet<String> = run
-        .status
-        .nodes
-        .iter()
-        .filter(|n| {
-            n.phase != NodePhase::Gone && !(keep_nodes && n.phase == NodePhase::Terminating)
-        })
-        .map(|n| n.name.clone())
-        .collect();
     if waiting.is_empty() {
         facts.nodes_gone = true;
         return Ok(None);
     }
+    let names: BTreeSet<String> = waiting.iter().map(|(n, _)| n.clone()).collect();
+    let uids: Vec<(String, Option<String>)> = run
+        .status
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.uid.clone()))
+        .collect();
     let api: Api<Node> = Api::all(client);
     let gone = wait_for(
         api,
         watcher::Config::default(),
         "terminated nodes to go",
         run.ctx.settings.wait_slice,
-        |nodes| !nodes.iter().any(|n| waiting.contains(&n.name_any())),
+        |nodes| {
+            // A Node of that name with another uid does not count: it is not the one being terminated.
+            !nodes.iter().any(|n| {
+                names.contains(&n.name_any())
+                    && !uids.iter().any(|(name, uid)| {
+                        *name == n.name_any() && is_other_node(uid.as_deref(), n)
+                    })
+            })
+        },
     )
     .await?;
     if gone {
@@ -120,11 +208,58 @@ pub async fn run(
             .status
             .nodes
             .iter_mut()
-            .filter(|n| waiting.contains(&n.name))
+            .filter(|n| names.contains(&n.name))
         {
             n.phase = NodePhase::Gone;
         }
+    } else {
+        run.status.message = Some(format!(
+            "waiting for {}",
+            waiting
+                .iter()
+                .map(|(_, w)| w.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
     }
     facts.nodes_gone = gone;
     Ok((!gone).then_some(Duration::from_secs(1)))
+}
+
+/// What the plan waits for while Karpenter terminates a NodeClaim, e.g. "Karpenter to terminate
+/// NodeClaim default-x7k2p of node n1, deleting since 2026-12-01T14:02:03Z".
+async fn nodeclaim_wait(client: &kube::Client, claim: &str, node: &str) -> String {
+    let since = match nodeclaims(client).get_opt(claim).await {
+        Ok(Some(c)) => c
+            .metadata
+            .deletion_timestamp
+            .map(|t| format!(", deleting since {}", t.0))
+            .unwrap_or_else(|| ", not deleting yet".into()),
+        Ok(None) => ", NodeClaim gone".into(),
+        Err(_) => String::new(),
+    };
+    format!("Karpenter to terminate NodeClaim {claim} of node {node}{since}")
+}
+
+/// TerminateInstanceInAutoScalingGroup, idempotent: a member already gone (a retried pass) is done.
+async fn terminate_in_group(
+    run: &PlanRun,
+    id: &str,
+    decrement: bool,
+) -> Result<(), ControllerError> {
+    let ec2 = run.ctx.ec2().await?;
+    match ec2.terminate_in_auto_scaling_group(id, decrement).await {
+        Ok(()) => Ok(()),
+        // "Instance Id not found - No managed instance found": already terminated (or left the group).
+        Err(CloudError::Api { code, .. }) if code == "ValidationError" => {
+            match ec2.instance_state(id).await? {
+                Some(s) if !s.is_gone() => Err(CloudError::InvalidRequest(format!(
+                    "instance {id} is tagged with an Auto Scaling group that does not manage it; terminate it by hand or remove the aws:autoscaling:groupName tag"
+                ))
+                .into()),
+                _ => Ok(()),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
 }

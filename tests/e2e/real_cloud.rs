@@ -1,0 +1,376 @@
+//! Terminating and replacing nodes the way real EC2, Auto Scaling and Karpenter need it (review #6, #10,
+//! #16, #17, #23, items 1-3, 6, 9 of issue 9): replacements that carry what a node needs to join, a join
+//! timeout with a new ClientToken per attempt, Auto Scaling groups that must not double the capacity,
+//! Karpenter nodes kept when asked, and Nodes recreated under the same name left alone.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde_json::json;
+use snapdrain::api::DisruptionPlan;
+use snapdrain::api::status::PlanPhase;
+use snapdrain_sim::ec2::{
+    CLUSTER_SECURITY_GROUP, DEFAULT_SECURITY_GROUP, InstanceState, NODE_INSTANCE_PROFILE,
+};
+use snapdrain_sim::{ScenarioSource, SimCluster, SimConfig};
+use snapdrain_testkit::eventually_within;
+use snapdrain_testkit::harness::{Harness, TIMEOUT, fast_timings, install_plan_crd};
+
+const AMI: &str = "ami-0bottlerocket1350";
+
+fn nodeclaims(h: &Harness) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    Api::all_with(
+        h.client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"),
+    )
+}
+
+fn owning_claim(node: &Node) -> String {
+    node.owner_references()
+        .iter()
+        .find(|o| o.kind == "NodeClaim")
+        .map(|o| o.name.clone())
+        .expect("quickstart nodes are Karpenter's")
+}
+
+fn instance_of(node: &Node) -> String {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .and_then(|p| p.rsplit('/').next())
+        .expect("a providerID")
+        .to_string()
+}
+
+/// A world from an inline scenario (no Karpenter, no workloads unless the YAML has them).
+async fn start_scenario(yaml: &str) -> Harness {
+    snapdrain_testkit::capture_logs();
+    let scenario =
+        snapdrain_sim::scenario::parse(yaml, "real_cloud test").expect("scenario parses");
+    let cluster = SimCluster::start(SimConfig {
+        scenario: Some(ScenarioSource::Inline {
+            scenario: Box::new(scenario),
+            label: "real_cloud test".into(),
+        }),
+        timings: Some(fast_timings()),
+        ..Default::default()
+    })
+    .await
+    .expect("the scenario starts");
+    let client = snapdrain_testkit::client(&cluster);
+    install_plan_crd(&client).await.expect("install the CRD");
+    Harness { cluster, client }
+}
+
+/// #6: without a launch template the replacement gets the replaced instance's subnet (never an empty
+/// SubnetId, which EC2 refuses), instance profile, security groups and IMDSv2 settings, plus the
+/// `kubernetes.io/cluster/<name>=owned` tag; the simulated EC2 lets an instance join only with a
+/// profile and a control-plane security group (Bottlerocket QUICKSTART-EKS; karpenter-provider-aws
+/// pkg/providers/launchtemplate/types.go carries the same). The launch template made for the fleet is
+/// deleted once it launched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replacement_without_a_template_joins_with_the_replaced_instances_settings() {
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let old = instance_of(&h.node(&node).await.unwrap());
+    let ec2 = h.cluster.ec2.as_ref().unwrap();
+    let old_subnet = ec2.instance(&old).unwrap().info.subnet_id;
+    h.create_plan(
+        "join-settings",
+        json!({"nodes": [node], "replacement": {"when": "after-drain", "instanceTypes": ["m6i.xlarge"], "imageId": AMI}}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("join-settings", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.unwrap();
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let launched = h.instances_of("join-settings");
+    assert_eq!(launched.len(), 1);
+    let new = ec2.instance(&launched[0]).unwrap().info;
+    assert_eq!(new.subnet_id, old_subnet, "the replaced instance's subnet");
+    assert_eq!(
+        new.iam_instance_profile,
+        Some(ec2.config().instance_profile_arn(NODE_INSTANCE_PROFILE))
+    );
+    assert_eq!(new.security_group_ids, [CLUSTER_SECURITY_GROUP]);
+    assert_eq!(new.metadata_options.http_tokens, "required");
+    assert_eq!(
+        new.tags
+            .get("kubernetes.io/cluster/snapdrain-sim")
+            .map(String::as_str),
+        Some("owned")
+    );
+    assert!(
+        !ec2.launch_template_names()
+            .iter()
+            .any(|n| n.starts_with("snapdrain-")),
+        "the template made for the launch is gone: {:?}",
+        ec2.launch_template_names()
+    );
+    controller.shutdown().await;
+}
+
+/// Item 2: a replacement that does not join within `joinTimeout` is terminated and launched again with
+/// a new ClientToken (`snapdrain-<uid>-2`); when the last attempt does not join either, the plan fails
+/// saying so. Here the plan's security group cannot reach the control plane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replacement_that_never_joins_is_terminated_retried_and_fails_the_plan() {
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let uid = h.node(&node).await.unwrap().uid().unwrap();
+    h.create_plan(
+        "never-joins",
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "instanceTypes": ["m6i.xlarge"], "imageId": AMI,
+            "securityGroupIds": [DEFAULT_SECURITY_GROUP], "joinTimeout": "1s", "maxAttempts": 2
+        }}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("never-joins", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.unwrap();
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    let message = status.message.unwrap_or_default();
+    assert!(message.contains("did not join"), "{message}");
+    let ec2 = h.cluster.ec2.as_ref().unwrap();
+    let launched = h.instances_of("never-joins");
+    assert_eq!(launched.len(), 2, "one instance per attempt");
+    let mut tokens: Vec<String> = launched
+        .iter()
+        .map(|id| ec2.instance(id).unwrap().client_token.unwrap())
+        .collect();
+    tokens.sort();
+    assert_eq!(
+        tokens,
+        [format!("snapdrain-{uid}-1"), format!("snapdrain-{uid}-2")]
+    );
+    for id in &launched {
+        let state = ec2.instance(id).unwrap().state;
+        assert!(
+            matches!(
+                state,
+                InstanceState::ShuttingDown | InstanceState::Terminated
+            ),
+            "stray instance {id} is {state:?}"
+        );
+    }
+    controller.shutdown().await;
+}
+
+const NODE_GROUP: &str = r#"
+name: node-group
+description: Three nodes of an EKS managed node group (an Auto Scaling group), no Karpenter.
+nodes:
+  - count: 3
+    instanceType: m6i.xlarge
+    zones: [us-east-1a]
+"#;
+
+/// #10: a node in an Auto Scaling group is removed with TerminateInstanceInAutoScalingGroup and, as
+/// snapdrain launches the replacement, ShouldDecrementDesiredCapacity: with TerminateInstances the
+/// group would launch its own replacement too (Auto Scaling API reference) and the capacity doubles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn node_group_member_is_terminated_through_its_group_without_doubling_capacity() {
+    let h = start_scenario(NODE_GROUP).await;
+    let ec2 = h.cluster.ec2.as_ref().unwrap();
+    let instances = h.cluster.scenario.as_ref().unwrap().instances.clone();
+    let ids: Vec<String> = instances.iter().map(|i| i.instance_id.clone()).collect();
+    ec2.create_auto_scaling_group("eks-ng-1", &ids).unwrap();
+    let controller = h.controller().await;
+    let node = instances[0].node_name.clone();
+    h.create_plan(
+        "node-group",
+        json!({"nodes": [node], "backup": {"policy": "skip"},
+               "replacement": {"when": "after-drain", "instanceTypes": ["m6i.xlarge"], "imageId": AMI}}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("node-group", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.unwrap();
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let group = ec2.auto_scaling_group("eks-ng-1").unwrap();
+    assert_eq!(
+        group.desired, 2,
+        "the group shrank by the node snapdrain replaced"
+    );
+    assert_eq!(
+        group.members.len(),
+        2,
+        "the group launched no instance of its own: {group:?}"
+    );
+    let running = ec2
+        .instances()
+        .into_iter()
+        .filter(|i| matches!(i.state, InstanceState::Pending | InstanceState::Running))
+        .count();
+    assert_eq!(running, 3, "two group members and snapdrain's replacement");
+    controller.shutdown().await;
+}
+
+/// Item 3: `terminateInstance: false` on a Karpenter node keeps the instance: the NodeClaim (whose
+/// deletion makes Karpenter terminate the instance) and the Node (whose deletion starts Karpenter's
+/// termination through its finalizer) are both left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn terminate_instance_false_keeps_a_karpenter_nodes_nodeclaim_and_instance() {
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let n = h.node(&node).await.unwrap();
+    let (claim, instance) = (owning_claim(&n), instance_of(&n));
+    h.create_plan(
+        "keep-instance",
+        json!({"nodes": [node], "termination": {"terminateInstance": false}}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("keep-instance", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.unwrap();
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    assert!(
+        nodeclaims(&h).get_opt(&claim).await.unwrap().is_some(),
+        "NodeClaim {claim} kept"
+    );
+    assert!(h.node(&node).await.is_some(), "node kept");
+    let state = h
+        .cluster
+        .ec2
+        .as_ref()
+        .unwrap()
+        .instance(&instance)
+        .unwrap()
+        .state;
+    assert_eq!(state, InstanceState::Running);
+    controller.shutdown().await;
+}
+
+/// Item 9: while Karpenter terminates a node, status.message says what the plan waits for (here the
+/// Node is held by a finalizer of the test's own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn terminating_says_which_nodeclaim_it_waits_for() {
+    const HOLD: &str = "test.snapdrain.io/hold";
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let claim = owning_claim(&h.node(&node).await.unwrap());
+    let nodes: Api<Node> = Api::all(h.client.clone());
+    let mut finalizers = h.node(&node).await.unwrap().finalizers().to_vec();
+    finalizers.push(HOLD.into());
+    nodes
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": finalizers}})),
+        )
+        .await
+        .unwrap();
+    h.create_plan("says-why", json!({"nodes": [node]})).await;
+    let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
+    let message = eventually_within("the plan to say what it waits for", TIMEOUT, || {
+        let plans = plans.clone();
+        async move {
+            let s = plans.get("says-why").await.ok()?.status?;
+            let m = s.message?;
+            (s.phase == PlanPhase::Terminating && m.contains("Karpenter to terminate NodeClaim"))
+                .then_some(m)
+        }
+    })
+    .await;
+    assert!(
+        message.contains(&claim) && message.contains("deleting since"),
+        "{message}"
+    );
+    let kept: Vec<String> = h
+        .node(&node)
+        .await
+        .unwrap()
+        .finalizers()
+        .iter()
+        .filter(|f| *f != HOLD)
+        .cloned()
+        .collect();
+    nodes
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": kept}})),
+        )
+        .await
+        .unwrap();
+    let plan = h.wait_plan("says-why", TIMEOUT, |p| p.is_terminal()).await;
+    assert_eq!(plan.status.unwrap().phase, PlanPhase::Completed);
+    controller.shutdown().await;
+}
+
+/// #23: a Node recreated under the same name (IP-based hostnames are reused) has another uid; a plan
+/// resuming in Terminating must not take it for the drained node and delete its NodeClaim. The plan's
+/// status is written as a controller that stopped mid-way left it, with the old node's uid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn node_recreated_under_the_same_name_is_left_alone() {
+    let h = Harness::start().await;
+    let node = h.node_with_statefulset_pods().await;
+    let n = h.node(&node).await.unwrap();
+    let (claim, instance, uid) = (owning_claim(&n), instance_of(&n), n.uid().unwrap());
+    h.create_plan("recreated", json!({"nodes": [node]})).await;
+    let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
+    plans
+        .patch_status(
+            "recreated",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "phase": "Terminating",
+                "decidedAt": "2026-01-01T00:00:00Z",
+                "nodes": [{"name": node, "uid": "0b6c3d4e-0000-0000-0000-000000000000",
+                           "instanceId": instance, "phase": "Drained"}],
+            }})),
+        )
+        .await
+        .unwrap();
+    let controller = h.controller().await;
+    let plan = h.wait_plan("recreated", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.unwrap();
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    assert!(
+        nodeclaims(&h).get_opt(&claim).await.unwrap().is_some(),
+        "the new node's NodeClaim {claim} is kept"
+    );
+    let still = h.node(&node).await.expect("the node is still there");
+    assert_eq!(still.uid().as_deref(), Some(uid.as_str()));
+    assert!(still.metadata.deletion_timestamp.is_none());
+    controller.shutdown().await;
+}
+
+/// #18: a node label kubelet refuses in `--node-labels` (kubernetes cmd/kubelet/app/options/options.go)
+/// makes the replacement's kubelet exit, so it would never join; the plan fails before launching,
+/// naming the label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replacement_with_a_node_label_kubelet_refuses_fails_before_launching() {
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan(
+        "bad-label",
+        json!({"nodes": [node], "replacement": {
+            "when": "before-drain", "instanceTypes": ["m6i.xlarge"], "imageId": AMI,
+            "bottlerocket": {"nodeLabels": {"node-role.kubernetes.io/worker": ""}}
+        }}),
+    )
+    .await;
+    let plan = h.wait_plan("bad-label", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.unwrap();
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.contains("node-role.kubernetes.io/worker") && message.contains("kubelet refuses"),
+        "{message}"
+    );
+    assert!(h.instances_of("bad-label").is_empty(), "nothing launched");
+    assert!(h.node(&node).await.is_some(), "the node stays");
+    controller.shutdown().await;
+}
