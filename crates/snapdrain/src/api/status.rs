@@ -308,6 +308,8 @@ pub enum AbandonedBackup {
     DeletePending,
     /// A DeleteBackupRequest was created.
     DeleteRequested,
+    /// It never started (nothing in the bucket), so the Backup object itself was deleted.
+    Deleted,
     /// The Backup was already gone.
     Gone,
 }

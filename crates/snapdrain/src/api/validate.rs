@@ -57,8 +57,7 @@ pub fn validate(spec: &DisruptionPlanSpec) -> Result<ValidSpec, Vec<SpecProblem>
     }
 
     let b = &spec.backup;
-    if b
-        .storage_location
+    if b.storage_location
         .as_ref()
         .is_some_and(|l| l.is_empty() || l.len() > 253)
     {

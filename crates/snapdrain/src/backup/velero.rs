@@ -42,6 +42,14 @@ pub enum VeleroError {
         name: String,
         source: KubeError,
     },
+    #[error(
+        "cannot delete Velero Backup {namespace}/{name}, an abandoned attempt that never started: {source}; snapdrain needs delete on velero.io backups (the Helm chart's ClusterRole grants it)"
+    )]
+    Delete {
+        namespace: String,
+        name: String,
+        source: KubeError,
+    },
     #[error(transparent)]
     Location(#[from] LocationError),
 }
@@ -54,6 +62,7 @@ impl VeleroError {
             | Self::Read { source, .. }
             | Self::ReadLocation { source, .. } => crate::api_errors::is_permanent(source),
             Self::NoLocation { .. } => true,
+            Self::Delete { source, .. } => crate::api_errors::is_permanent(source),
             // 404: the CRD is not installed, which waiting does not change.
             Self::RequestDeletion { source, .. } => {
                 matches!(source, KubeError::Api(e) if e.code == 404)
@@ -179,5 +188,23 @@ pub async fn request_deletion(
         Ok(_) => Ok(()),
         Err(KubeError::Api(e)) if e.code == 409 => Ok(()),
         Err(source) => Err(err(source)),
+    }
+}
+
+/// Deletes Backup `name` (an attempt Velero never started); already gone counts as done.
+pub async fn delete_backup_object(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(), VeleroError> {
+    let api: Api<Backup> = Api::namespaced(client.clone(), namespace);
+    match api.delete(name, &kube::api::DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(KubeError::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(VeleroError::Delete {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            source,
+        }),
     }
 }

@@ -209,6 +209,8 @@ pub fn classify_backup_phase(phase: Option<&str>) -> BackupProgress {
             BackupProgress::Failed("Velero refused the backup spec (FailedValidation)".to_owned())
         }
         "Deleting" => BackupProgress::Failed("the backup is being deleted".to_owned()),
+        // Not a Velero phase: snapdrain's record of a Backup that was created and has since gone.
+        "Deleted" => BackupProgress::Failed("the Velero Backup no longer exists".to_owned()),
         // These can only end PartiallyFailed (velero pkg/controller/backup_finalizer_controller.go:
         // FinalizingPartiallyFailed -> PartiallyFailed; backup_operations_controller.go ends
         // WaitingForPluginOperationsPartiallyFailed in FinalizingPartiallyFailed or PartiallyFailed), and plugin
@@ -289,9 +291,7 @@ pub fn check_reused_backup(
     let status = b.status.as_ref();
     let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("New");
     if phase != "Completed" {
-        return ReuseCheck::Unusable(format!(
-            "Velero Backup {name} is {phase}, not Completed"
-        ));
+        return ReuseCheck::Unusable(format!("Velero Backup {name} is {phase}, not Completed"));
     }
     if let Some(expiration) = status.and_then(|s| s.expiration.as_ref()).map(|t| t.0) {
         let margin = jiff::SignedDuration::try_from(margin).unwrap_or(jiff::SignedDuration::MAX);
@@ -305,19 +305,45 @@ pub fn check_reused_backup(
     ReuseCheck::Usable
 }
 
-/// Whether Velero deletes a Backup in `phase` when asked: it refuses while the backup runs or
-/// post-processes ("backup is still in progress": velero pkg/controller/backup_deletion_controller.go asks
-/// the backupTracker, which holds InProgress, WaitingForPluginOperations* and Finalizing* backups), and
-/// deletes New, Queued, ReadyToStart and finished ones.
-pub fn velero_deletes_in_phase(phase: Option<&str>) -> bool {
-    !matches!(
-        phase.unwrap_or_default(),
+/// How to get rid of an attempt snapdrain gave up on, given the Backup's phase and `spec.storageLocation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbandonAction {
+    /// Velero refuses or cannot take a deletion now: look again later.
+    Wait,
+    /// A DeleteBackupRequest, as `velero backup delete` makes (bucket data, snapshots, then the object).
+    RequestDeletion,
+    /// Delete the Backup object itself: it never started, so nothing of it is in the bucket.
+    DeleteObject,
+}
+
+/// What to do with an abandoned attempt (velero pkg/controller/backup_deletion_controller.go Reconcile):
+/// - InProgress, WaitingForPluginOperations*, Finalizing*: Velero refuses ("backup is still in
+///   progress": the backupTracker holds them), so wait for the end.
+/// - ReadyToStart: the queue controller counted it in the backupTracker and only the backup controller
+///   releases that slot; removing it now could leak the slot, and it leaves the phase within moments.
+/// - New/Queued without `spec.storageLocation` (the default BSL is resolved only when it starts): the
+///   deletion controller looks up the BSL by that empty name and records "backup storage location  not
+///   found" without deleting; nothing is in the bucket yet, so the object itself is deleted.
+/// - Anything else has its location: a DeleteBackupRequest.
+pub fn abandon_action(phase: Option<&str>, storage_location: Option<&str>) -> AbandonAction {
+    let phase = phase.unwrap_or_default();
+    match phase {
         "InProgress"
-            | "WaitingForPluginOperations"
-            | "WaitingForPluginOperationsPartiallyFailed"
-            | "Finalizing"
-            | "FinalizingPartiallyFailed"
-    )
+        | "WaitingForPluginOperations"
+        | "WaitingForPluginOperationsPartiallyFailed"
+        | "Finalizing"
+        | "FinalizingPartiallyFailed"
+        | "ReadyToStart" => AbandonAction::Wait,
+        "" | "New" | "Queued" if storage_location.is_none_or(str::is_empty) => {
+            AbandonAction::DeleteObject
+        }
+        _ => AbandonAction::RequestDeletion,
+    }
+}
+
+/// Whether Velero would delete a Backup in `phase` when asked (see [`abandon_action`]).
+pub fn velero_deletes_in_phase(phase: Option<&str>) -> bool {
+    abandon_action(phase, Some("location")) != AbandonAction::Wait
 }
 
 /// Label Velero puts on (and GC looks up) DeleteBackupRequests: the backup name (velero
@@ -408,10 +434,40 @@ pub fn backup_timed_out(created_at: Timestamp, now: Timestamp, timeout: Option<D
     timeout.is_some_and(|t| now > created_at && now.duration_since(created_at).unsigned_abs() > t)
 }
 
+/// How long until an attempt created at `created_at` times out (None: no timeout). A Queued backup sees no
+/// phase change to wake the plan, so the plan must look again when its timeout comes.
+pub fn backup_timeout_left(
+    created_at: Timestamp,
+    now: Timestamp,
+    timeout: Option<Duration>,
+) -> Option<Duration> {
+    let elapsed = if now > created_at {
+        now.duration_since(created_at).unsigned_abs()
+    } else {
+        Duration::ZERO
+    };
+    timeout.map(|t| t.saturating_sub(elapsed))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_waiting_attempt_is_looked_at_again_when_its_timeout_comes() {
+        let t0 = ts("2026-05-20T10:00:00Z");
+        let t = Some(Duration::from_secs(10));
+        assert_eq!(
+            backup_timeout_left(t0, ts("2026-05-20T10:00:04Z"), t),
+            Some(Duration::from_secs(6))
+        );
+        assert_eq!(
+            backup_timeout_left(t0, ts("2026-05-20T10:00:40Z"), t),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(backup_timeout_left(t0, t0, None), None);
+    }
 
     fn ts(s: &str) -> Timestamp {
         s.parse().expect("timestamp")
@@ -518,6 +574,7 @@ mod tests {
             "Failed",
             "FailedValidation",
             "Deleting",
+            "Deleted",
             "WaitingForPluginOperationsPartiallyFailed",
             "FinalizingPartiallyFailed",
         ] {
@@ -734,10 +791,11 @@ mod tests {
             check(Some(&live("Completed", None)), Some("u1")),
             ReuseCheck::Usable
         );
-        let unusable = |b: Option<&velero::Backup>, uid: Option<&str>, what: &str| match check(b, uid) {
-            ReuseCheck::Unusable(m) => assert!(m.contains(what), "{m}"),
-            ReuseCheck::Usable => panic!("usable: {b:?}"),
-        };
+        let unusable =
+            |b: Option<&velero::Backup>, uid: Option<&str>, what: &str| match check(b, uid) {
+                ReuseCheck::Unusable(m) => assert!(m.contains(what), "{m}"),
+                ReuseCheck::Usable => panic!("usable: {b:?}"),
+            };
         unusable(None, Some("u1"), "no longer exists");
         unusable(Some(&far), Some("u0"), "re-created");
         unusable(
@@ -762,25 +820,51 @@ mod tests {
             "expires",
         );
         let mut deleting = far.clone();
-        deleting.metadata.deletion_timestamp = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
-        );
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
         unusable(Some(&deleting), None, "being deleted");
     }
 
     #[test]
-    fn velero_refuses_to_delete_running_backups() {
+    fn abandoned_attempts_are_removed_the_way_velero_allows() {
         for p in [
             "InProgress",
             "WaitingForPluginOperations",
             "WaitingForPluginOperationsPartiallyFailed",
             "Finalizing",
             "FinalizingPartiallyFailed",
+            "ReadyToStart",
         ] {
-            assert!(!velero_deletes_in_phase(Some(p)), "{p}");
+            assert_eq!(
+                abandon_action(Some(p), Some("aws")),
+                AbandonAction::Wait,
+                "{p}"
+            );
+            assert_eq!(abandon_action(Some(p), None), AbandonAction::Wait, "{p}");
         }
-        for p in [None, Some("New"), Some("Queued"), Some("ReadyToStart"), Some("Failed"), Some("PartiallyFailed"), Some("Completed")] {
-            assert!(velero_deletes_in_phase(p), "{p:?}");
+        for p in [None, Some("New"), Some("Queued")] {
+            assert_eq!(
+                abandon_action(p, None),
+                AbandonAction::DeleteObject,
+                "{p:?}"
+            );
+            assert_eq!(
+                abandon_action(p, Some("")),
+                AbandonAction::DeleteObject,
+                "{p:?}"
+            );
+            assert_eq!(
+                abandon_action(p, Some("aws")),
+                AbandonAction::RequestDeletion,
+                "{p:?}"
+            );
+        }
+        for p in ["Failed", "PartiallyFailed", "Completed", "FailedValidation"] {
+            assert_eq!(
+                abandon_action(Some(p), Some("aws")),
+                AbandonAction::RequestDeletion,
+                "{p}"
+            );
         }
     }
 

@@ -303,7 +303,7 @@ impl NeedBuilder {
             valid.reuse_if_newer_than,
             clock,
         )
-            .map(|b| b.name.clone());
+        .map(|b| b.name.clone());
         BackupNeed {
             namespace: ns.to_owned(),
             stateful_sets: self.selectors.into_keys().collect(),

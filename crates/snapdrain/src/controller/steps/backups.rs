@@ -11,12 +11,12 @@ use kube::api::Api;
 use kube::runtime::events::EventType;
 
 use crate::api::status::{AbandonedBackup, BackupRecord};
-use crate::backup::velero::{ensure_backup, get_backup, request_deletion};
+use crate::backup::velero::{delete_backup_object, ensure_backup, get_backup, request_deletion};
 use crate::controller::error::ControllerError;
 use crate::controller::reconcile::PlanRun;
 use crate::planning::backups::{
-    REUSE_EXPIRY_MARGIN, ReuseCheck, build_delete_request, check_reused_backup,
-    velero_deletes_in_phase,
+    AbandonAction, REUSE_EXPIRY_MARGIN, ReuseCheck, abandon_action, backup_timeout_left,
+    build_delete_request, check_reused_backup, velero_deletes_in_phase,
 };
 use crate::planning::{
     BackupNeed, BackupProgress, PhaseFacts, PlanRef, RetryDecision, backup_name, backup_retry,
@@ -196,6 +196,19 @@ pub async fn run(
         // Create (or find, after a restart) this attempt's Backup, then read its phase.
         let backup = match get_backup(&run.ctx.client, &velero_ns, &record.name).await? {
             Some(b) => b,
+            // Created before (its uid is recorded) and gone now: deleted (by Velero's GC, a person, or
+            // snapdrain abandoning it on a newer copy of this status). Never re-create it: that would
+            // put an abandoned attempt back into Velero's queue.
+            None if record.uid.is_some() => {
+                let entry = &mut run.status.backups[i];
+                entry.phase = Some("Deleted".into());
+                entry.completed_at.get_or_insert(MicroTime(PlanRun::now()));
+                entry.message = Some(format!(
+                    "Velero Backup {velero_ns}/{} no longer exists",
+                    record.name
+                ));
+                continue;
+            }
             None => {
                 let need = need_for(run, &record).await?;
                 let plan_name = run.name();
@@ -229,7 +242,12 @@ pub async fn run(
         let entry = &mut run.status.backups[i];
         entry.uid = backup.metadata.uid.clone();
         // Velero writes the resolved location (the default BSL when the plan names none) into the spec.
-        if let Some(location) = backup.spec.storage_location.clone().filter(|l| !l.is_empty()) {
+        if let Some(location) = backup
+            .spec
+            .storage_location
+            .clone()
+            .filter(|l| !l.is_empty())
+        {
             entry.storage_location = Some(location);
         }
         if entry.started_at.is_none() {
@@ -277,8 +295,12 @@ pub async fn run(
                     // would wait behind it.
                     entry.abandoned = Some(AbandonedBackup::DeletePending);
                 } else {
-                    // The watch on Backups wakes the plan on the next phase change.
-                    min_wait(&mut wait, RECHECK);
+                    // The watch on Backups wakes the plan on the next phase change; a Queued backup
+                    // may not change before its timeout, so look again then.
+                    let left =
+                        backup_timeout_left(created, PlanRun::now(), run.valid.backup_timeout)
+                            .map_or(RECHECK, |l| l.max(Duration::from_millis(100)));
+                    min_wait(&mut wait, left.min(RECHECK));
                 }
             }
         }
@@ -368,9 +390,28 @@ async fn delete_abandoned(
             continue;
         };
         let phase = backup.status.as_ref().and_then(|s| s.phase.as_deref());
-        if !velero_deletes_in_phase(phase) {
-            min_wait(&mut wait, RECHECK);
-            continue;
+        match abandon_action(phase, backup.spec.storage_location.as_deref()) {
+            AbandonAction::Wait => {
+                min_wait(&mut wait, RECHECK);
+                continue;
+            }
+            AbandonAction::DeleteObject => {
+                delete_backup_object(&run.ctx.client, velero_ns, &name).await?;
+                run.status.backups[i].abandoned = Some(AbandonedBackup::Deleted);
+                tracing::info!(plan = %run.name(), backup = %name, "deleted an abandoned backup attempt that never started");
+                run.event(
+                    EventType::Normal,
+                    "BackupDeleted",
+                    "Backup",
+                    format!(
+                        "deleted abandoned attempt {velero_ns}/{name}, still {}, so it stops holding Velero's backup queue (it never started: nothing is in the bucket)",
+                        phase.unwrap_or("New")
+                    ),
+                )
+                .await;
+                continue;
+            }
+            AbandonAction::RequestDeletion => {}
         }
         let request = build_delete_request(&name, backup.metadata.uid.as_deref(), velero_ns);
         request_deletion(&run.ctx.client, &request).await?;

@@ -9,9 +9,9 @@ use kube::runtime::events::EventType;
 
 use super::inventory;
 use crate::api::status::{BackupRecord, NodePhase, NodeProgress};
+use crate::api::velero::BackupStorageLocation;
 use crate::controller::error::ControllerError;
 use crate::controller::reconcile::PlanRun;
-use crate::api::velero::BackupStorageLocation;
 use crate::planning::{
     BackupNeed, Clock, NodeInputs, PhaseFacts, PlanRef, ReusableBackup, backup_name, find_reusable,
     plan_node, summarize_backups,
