@@ -103,14 +103,9 @@ pub struct DrainArgs {
         help_heading = "Backup"
     )]
     pub backup_method: BackupMethodArg,
-    /// Velero BackupStorageLocation.
-    #[arg(
-        long,
-        default_value = "default",
-        value_name = "NAME",
-        help_heading = "Backup"
-    )]
-    pub backup_location: String,
+    /// Velero BackupStorageLocation (default: the one Velero marks `default: true`).
+    #[arg(long, value_name = "NAME", help_heading = "Backup")]
+    pub backup_location: Option<String>,
     /// Namespace where Velero runs.
     #[arg(
         long,

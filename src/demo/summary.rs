@@ -276,9 +276,17 @@ pub async fn gather(i: Inputs<'_>) -> Report {
     let velero_ns = i.plan.map_or("velero".to_string(), |p| {
         p.spec.backup.velero_namespace.clone()
     });
-    let bsl_name = i.plan.map_or("default".to_string(), |p| {
-        p.spec.backup.storage_location.clone()
-    });
+    // The location Velero resolved into the Backups, else the plan's, else the name `velero install` uses.
+    let bsl_name = i
+        .plan
+        .and_then(|p| {
+            let resolved = p
+                .status
+                .as_ref()
+                .and_then(|s| s.backups.iter().find_map(|b| b.storage_location.clone()));
+            resolved.or_else(|| p.spec.backup.storage_location.clone())
+        })
+        .unwrap_or_else(|| "default".to_string());
     let bucket = Api::<BackupStorageLocation>::namespaced(i.client.clone(), &velero_ns)
         .get_opt(&bsl_name)
         .await

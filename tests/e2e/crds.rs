@@ -108,7 +108,10 @@ fn minimal_plan_deserializes_with_defaults() {
     assert_eq!(spec.nodes, ["n1"]);
     assert_eq!(spec.mode, snapdrain::api::PlanMode::Execute);
     assert_eq!(spec.backup.policy, snapdrain::api::BackupPolicy::Required);
-    assert_eq!(spec.backup.storage_location, "default");
+    assert_eq!(
+        spec.backup.storage_location, None,
+        "Velero picks the BSL marked default"
+    );
     assert_eq!(spec.backup.velero_namespace, "velero");
     assert_eq!(spec.backup.method, snapdrain::api::BackupMethod::FileSystem);
     assert_eq!(spec.backup.max_attempts, 3);

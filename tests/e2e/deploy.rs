@@ -221,12 +221,17 @@ fn rbac_grants_exactly_what_the_controller_uses() {
             &["get", "list", "watch", "patch"],
         ),
         ("snapdrain.io", "disruptionplans/status", &["get", "patch"]),
-        ("velero.io", "backups", &["create", "get", "list", "watch"]),
+        (
+            "velero.io",
+            "backups",
+            &["create", "get", "list", "watch", "delete"],
+        ),
         (
             "velero.io",
             "backupstoragelocations",
             &["get", "list", "watch"],
         ),
+        ("velero.io", "deletebackuprequests", &["create"]),
         ("", "nodes", &["get", "list", "watch", "patch", "delete"]),
         ("", "pods", &["get", "list", "watch"]),
         ("", "pods/eviction", &["create"]),

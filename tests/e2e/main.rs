@@ -8,5 +8,6 @@ mod deploy;
 mod drain_cli;
 mod real_cloud;
 mod real_drain;
+mod real_velero;
 mod resilience;
 mod sim_serve;

@@ -240,6 +240,7 @@ pub fn scale_5k() -> Scenario {
             access_key: "minio".into(),
             secret_key: "minio123".into(),
             node_agent: true,
+            location_name: "default".into(),
         }),
         ..Default::default()
     }

@@ -1,5 +1,5 @@
 //! The third-party CRDs the simulated world serves, copied unmodified (below their source header) from
-//! Velero v1.18.2 and Karpenter v1.14.1 (see the header of each file).
+//! Velero v1.18.2 (DeleteBackupRequest: main at d30d389) and Karpenter v1.14.1 (see the header of each file).
 
 use serde_json::Value;
 
@@ -22,6 +22,11 @@ const CRDS: &[(&str, &str)] = &[
     (
         "velero.io_datauploads.yaml",
         include_str!("crds/velero.io_datauploads.yaml"),
+    ),
+    (
+        // velero config/crd/v1/bases (commit d30d389): snapdrain deletes abandoned attempts through it.
+        "velero.io_deletebackuprequests.yaml",
+        include_str!("crds/velero.io_deletebackuprequests.yaml"),
     ),
     (
         "velero.io_schedules.yaml",

@@ -359,6 +359,14 @@ pub struct VeleroSpec {
     /// The node-agent DaemonSet (file-system backups).
     #[serde(default = "yes")]
     pub node_agent: bool,
+    /// Name of the BackupStorageLocation (marked `default: true`). `velero install` names it `default`;
+    /// the Helm chart and many installs name it after the provider (`aws`, `minio`).
+    #[serde(default = "default_location_name")]
+    pub location_name: String,
+}
+
+fn default_location_name() -> String {
+    "default".into()
 }
 
 fn default_bucket() -> String {

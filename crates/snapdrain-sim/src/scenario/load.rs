@@ -625,7 +625,7 @@ fn velero_objects(v: &VeleroSpec, s3_url: &str) -> Vec<Value> {
                "type": "Opaque",
                "data": {"cloud": base64::engine::general_purpose::STANDARD.encode(ini)}}),
         json!({"apiVersion": "velero.io/v1", "kind": "BackupStorageLocation",
-               "metadata": {"name": "default", "namespace": "velero", "labels": {"component": "velero"}},
+               "metadata": {"name": v.location_name, "namespace": "velero", "labels": {"component": "velero"}},
                "spec": {"provider": "aws", "default": true, "accessMode": "ReadWrite", "objectStorage": storage,
                         "config": {"region": v.region, "s3ForcePathStyle": "true", "s3Url": v.s3_url.replace(super::S3_URL_PLACEHOLDER, s3_url)}},
                "status": {"phase": "Available", "lastValidationTime": now()}}),

@@ -146,6 +146,16 @@ fn crd_objects() -> Vec<Value> {
         let text = std::fs::read_to_string(format!("{dir}/{f}")).unwrap();
         out.extend(manifests::parse_objects(&text, f).unwrap());
     }
+    // Not among the shared fixtures: the copy the sim embeds (velero config/crd/v1/bases).
+    out.extend(
+        manifests::parse_objects(
+            include_str!(
+                "../../../snapdrain-sim/src/scenario/crds/velero.io_deletebackuprequests.yaml"
+            ),
+            "velero.io_deletebackuprequests.yaml",
+        )
+        .unwrap(),
+    );
     out
 }
 
@@ -265,6 +275,61 @@ impl Env {
             json!([{"name": "data", "persistentVolumeClaim": {"claimName": pvc}}]),
             json!({}),
         );
+    }
+
+    /// A DeleteBackupRequest as `velero backup delete` creates it, through the API.
+    async fn request_delete(&self, name: &str, backup: &str) {
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            "velero",
+            &kube::api::ApiResource::from_gvk_with_plural(
+                &kube::api::GroupVersionKind::gvk("velero.io", "v1", "DeleteBackupRequest"),
+                "deletebackuprequests",
+            ),
+        );
+        let obj: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "velero.io/v1", "kind": "DeleteBackupRequest",
+            "metadata": {"name": name, "namespace": "velero", "labels": {"velero.io/backup-name": backup}},
+            "spec": {"backupName": backup}
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &obj).await.unwrap();
+    }
+
+    fn exists(&self, name: &str) -> bool {
+        self.ctx
+            .store
+            .get(&ResKey::new("velero.io", "backups"), Some("velero"), name)
+            .is_some()
+    }
+
+    /// The `status.errors` the deletion controller recorded when it processed request `dbr`.
+    fn processed(&self, dbr: &str) -> Option<Vec<String>> {
+        self.ctx.audit.since(0).into_iter().find_map(|e| {
+            (e.resource == "deletebackuprequests.velero.io"
+                && e.name.as_deref() == Some(dbr)
+                && e.detail["phase"] == "Processed")
+                .then(|| {
+                    e.detail["errors"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|v| v.as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                })
+        })
+    }
+
+    fn phases_of(&self, name: &str) -> Vec<String> {
+        self.ctx
+            .audit
+            .since(0)
+            .into_iter()
+            .filter(|e| e.resource == "backups.velero.io" && e.name.as_deref() == Some(name))
+            .filter_map(|e| e.detail["phase"].as_str().map(str::to_string))
+            .collect()
     }
 
     async fn create_backup(&self, name: &str, spec: Value) -> Value {
@@ -741,4 +806,188 @@ async fn s3_outage_fails_the_backup_with_the_upload_error() {
     })
     .await;
     let _ = &env.cluster;
+}
+
+/// velero pkg/controller/backup_controller.go prepareBackupRequest: without spec.storageLocation the
+/// BSL marked `spec.default: true` is used, whatever its name, and written into the stored spec; a named
+/// BSL that does not exist fails validation with Velero's message.
+#[tokio::test]
+async fn backup_without_location_goes_to_the_bsl_marked_default() {
+    let env = Env::start(Timings::default(), 1).await;
+    env.replica(0, "node-a", "1Gi");
+    let bsls = ResKey::new("velero.io", "backupstoragelocations");
+    env.ctx
+        .store
+        .modify(&bsls, Some("velero"), "default", None, INTERNAL, |cur| {
+            let mut v = cur.clone();
+            v["spec"]["default"] = json!(false);
+            Ok(v)
+        })
+        .unwrap();
+    let mut aws = (*env.ctx.store.get(&bsls, Some("velero"), "default").unwrap()).clone();
+    aws["metadata"] = json!({"name": "aws", "namespace": "velero"});
+    aws["spec"]["default"] = json!(true);
+    aws["spec"]["objectStorage"]["prefix"] = json!("cluster-aws");
+    env.create(aws);
+    let mut spec = fs_spec();
+    spec.as_object_mut().unwrap().remove("storageLocation");
+    env.create_backup("unnamed", spec).await;
+    let b = env
+        .wait_phase("unnamed", &["Completed", "Failed", "FailedValidation"])
+        .await;
+    assert_eq!(b["status"]["phase"], "Completed", "{b:#}");
+    assert_eq!(b["spec"]["storageLocation"], "aws");
+    assert_eq!(b["metadata"]["labels"]["velero.io/storage-location"], "aws");
+    assert!(
+        env.s3
+            .get("cluster-aws/backups/unnamed/velero-backup.json")
+            .await
+            .is_some()
+    );
+
+    let mut named = fs_spec();
+    named["storageLocation"] = json!("minio");
+    env.create_backup("named", named).await;
+    let n = env
+        .wait_phase("named", &["Completed", "FailedValidation"])
+        .await;
+    assert_eq!(n["status"]["phase"], "FailedValidation");
+    let msg = n["status"]["validationErrors"][0].as_str().unwrap();
+    assert!(
+        msg.contains("the default minio was not found")
+            && msg.contains("backupstoragelocations.velero.io \"minio\" not found"),
+        "{msg}"
+    );
+}
+
+/// velero pkg/controller/backup_deletion_controller.go: a DeleteBackupRequest removes the bucket
+/// directory and the Backup, ends Processed, and is refused ("backup is still in progress") while the
+/// backup runs.
+#[tokio::test]
+async fn delete_backup_requests_remove_the_backup_and_its_bucket_data() {
+    let env = Env::start(Timings::default(), 1).await;
+    env.replica(0, "node-a", "1Gi");
+    env.create_backup("done", fs_spec()).await;
+    env.wait_phase("done", &["Completed"]).await;
+    assert!(!env.s3.keys("cluster-a/backups/done/").await.is_empty());
+    env.request_delete("done-1", "done").await;
+    env.wait_for("the request processed", |e| e.processed("done-1").is_some())
+        .await;
+    assert_eq!(env.processed("done-1"), Some(vec![]));
+    assert!(!env.exists("done"));
+    assert!(env.s3.keys("cluster-a/backups/done/").await.is_empty());
+    assert!(env.phases_of("done").contains(&"Deleting".to_string()));
+
+    env.velero.inject(VeleroFault::HoldInProgress {
+        backup: "running".into(),
+    });
+    env.create_backup("running", fs_spec()).await;
+    env.wait_phase("running", &["InProgress"]).await;
+    env.request_delete("running-1", "running").await;
+    env.wait_for("the request processed", |e| {
+        e.processed("running-1").is_some()
+    })
+    .await;
+    assert_eq!(
+        env.processed("running-1"),
+        Some(vec!["backup is still in progress".to_string()])
+    );
+    env.velero.clear_faults();
+    env.wait_phase("running", &["Completed"]).await;
+}
+
+/// velero pkg/controller/gc_controller.go: an expired Backup gets a DeleteBackupRequest and goes, with
+/// its bucket data.
+#[tokio::test]
+async fn expired_backups_are_garbage_collected_with_their_bucket_data() {
+    let env = Env::start(Timings::default(), 1).await;
+    env.replica(0, "node-a", "1Gi");
+    let mut spec = fs_spec();
+    spec["ttl"] = json!("1s");
+    env.create_backup("short", spec).await;
+    env.create_backup("long", fs_spec()).await;
+    env.wait_phase("long", &["Completed"]).await;
+    env.wait_for("the expired backup collected", |e| !e.exists("short"))
+        .await;
+    assert!(env.s3.keys("cluster-a/backups/short/").await.is_empty());
+    assert!(env.exists("long"));
+    assert!(!env.s3.keys("cluster-a/backups/long/").await.is_empty());
+}
+
+/// velero pkg/controller/backup_queue_controller.go with --concurrent-backups 1: backups wait Queued
+/// behind a running one. backup_deletion_controller.go deletes a Queued backup that names its location
+/// (the backupTracker holds only running ones), but one without `spec.storageLocation` (resolved only when
+/// it starts) is refused: it looks the BSL up by the empty name. Deleting that Backup object takes it out
+/// of the queue; a deleted backup never runs and the next one does.
+#[tokio::test]
+async fn queued_backups_are_deleted_the_way_velero_allows_and_never_run() {
+    let env = Env::start(Timings::default(), 1).await;
+    env.replica(0, "node-a", "1Gi");
+    env.velero.inject(VeleroFault::HoldInProgress {
+        backup: "blocker".into(),
+    });
+    env.create_backup("blocker", fs_spec()).await;
+    env.wait_phase("blocker", &["InProgress"]).await;
+
+    let mut named = fs_spec();
+    named["storageLocation"] = json!("default");
+    env.create_backup("named", named).await;
+    env.create_backup("unnamed", fs_spec()).await;
+    env.wait_phase("named", &["Queued"]).await;
+    env.wait_phase("unnamed", &["Queued"]).await;
+    env.request_delete("named-1", "named").await;
+    env.request_delete("unnamed-1", "unnamed").await;
+    env.wait_for("both requests processed", |e| {
+        e.processed("named-1").is_some() && e.processed("unnamed-1").is_some()
+    })
+    .await;
+    assert_eq!(env.processed("named-1"), Some(vec![]));
+    assert!(!env.exists("named"));
+    assert_eq!(
+        env.processed("unnamed-1"),
+        Some(vec!["backup storage location  not found".to_string()])
+    );
+    assert_eq!(env.backup("unnamed")["status"]["phase"], "Queued");
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        "velero",
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("velero.io", "v1", "Backup"),
+            "backups",
+        ),
+    );
+    api.delete("unnamed", &Default::default()).await.unwrap();
+    env.wait_for("the queued backup deleted", |e| !e.exists("unnamed"))
+        .await;
+
+    env.create_backup("retry", fs_spec()).await;
+    env.wait_phase("retry", &["Queued"]).await;
+    env.velero.clear_faults();
+    env.wait_phase("retry", &["Completed"]).await;
+    for gone in ["named", "unnamed"] {
+        assert!(
+            !env.phases_of(gone).contains(&"InProgress".to_string()),
+            "{gone}: {:?}",
+            env.phases_of(gone)
+        );
+    }
+}
+
+/// velero backup_finalizer_controller.go: FinalizingPartiallyFailed only ever ends PartiallyFailed.
+#[tokio::test]
+async fn a_held_finalizer_keeps_the_partially_failed_bound_phase() {
+    let env = Env::start(Timings::default(), 1).await;
+    env.replica(0, "node-a", "1Gi");
+    env.velero.inject(VeleroFault::FailVolume {
+        namespace: "db".into(),
+        pvc: "data-pg-0".into(),
+    });
+    env.velero.inject(VeleroFault::HoldFinalizing);
+    env.create_backup("pf", fs_spec()).await;
+    env.wait_phase("pf", &["FinalizingPartiallyFailed"]).await;
+    env.velero.clear_faults();
+    let b = env
+        .wait_phase("pf", &["PartiallyFailed", "Completed"])
+        .await;
+    assert_eq!(b["status"]["phase"], "PartiallyFailed");
 }

@@ -151,10 +151,11 @@ pub struct BackupSpec {
     #[serde(default)]
     pub policy: BackupPolicy,
 
-    /// Velero BackupStorageLocation name.
-    #[serde(default = "default_storage_location")]
+    /// Velero BackupStorageLocation name. Absent: Velero's default location, the BSL with
+    /// `spec.default: true` (Velero writes its name into the Backup's `spec.storageLocation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
-    pub storage_location: String,
+    pub storage_location: Option<String>,
 
     /// Namespace where Velero runs (Backups, BSLs and their credential Secrets live there).
     #[serde(default = "default_velero_namespace")]
@@ -194,7 +195,7 @@ impl Default for BackupSpec {
     fn default() -> Self {
         Self {
             policy: BackupPolicy::default(),
-            storage_location: default_storage_location(),
+            storage_location: None,
             velero_namespace: default_velero_namespace(),
             method: BackupMethod::default(),
             ttl: None,
@@ -498,10 +499,6 @@ fn node_taints_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
             "items": {"type": "string", "pattern": TAINT_VALUE_PATTERN}
         }
     })
-}
-
-fn default_storage_location() -> String {
-    "default".to_owned()
 }
 
 fn default_velero_namespace() -> String {

@@ -333,9 +333,18 @@ pub struct BackupRecord {
     /// 1-based attempt number (part of the Backup name).
     #[serde(default)]
     pub attempt: u32,
-    /// True when this record points at an earlier backup instead of one this plan created.
+    /// True when this record points at an earlier backup instead of one this plan created. It is checked
+    /// again in the cluster (Completed, not about to expire) and in the bucket before it counts.
     #[serde(default)]
     pub reused: bool,
+    /// The Backup's `spec.storageLocation` as Velero resolved it (the default BSL when the plan names none);
+    /// verification reads this location's bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_location: Option<String>,
+    /// Set when snapdrain gave up on this attempt (timeout, or a phase that can only end PartiallyFailed):
+    /// the Backup is deleted through a Velero DeleteBackupRequest so it stops holding Velero's queue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandoned: Option<AbandonedBackup>,
     /// Velero Backup `status.phase` as last seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
@@ -356,6 +365,19 @@ pub struct BackupRecord {
     pub verified_at: Option<MicroTime>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// Where the deletion of an abandoned attempt stands.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbandonedBackup {
+    /// Velero refuses to delete a backup while it runs or post-processes: asked again later.
+    DeletePending,
+    /// A DeleteBackupRequest was created.
+    DeleteRequested,
+    /// It never started (nothing in the bucket), so the Backup object itself was deleted.
+    Deleted,
+    /// The Backup was already gone.
+    Gone,
 }
 
 /// An object checked in the bucket.

@@ -57,7 +57,10 @@ pub fn validate(spec: &DisruptionPlanSpec) -> Result<ValidSpec, Vec<SpecProblem>
     }
 
     let b = &spec.backup;
-    if b.storage_location.is_empty() || b.storage_location.len() > 253 {
+    if b.storage_location
+        .as_ref()
+        .is_some_and(|l| l.is_empty() || l.len() > 253)
+    {
         v.problem(
             "spec.backup.storageLocation",
             "must name a Velero BackupStorageLocation (1-253 characters)",

@@ -113,6 +113,9 @@ pub struct BackupStatus {
     pub start_timestamp: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_timestamp: Option<Time>,
+    /// When Velero's GC deletes the backup (start + ttl); absent when it never does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expiration: Option<Time>,
     /// Can stay set on a backup that later Completed (velero#7230): trust `phase`, not this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,

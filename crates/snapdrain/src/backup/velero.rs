@@ -34,6 +34,22 @@ pub enum VeleroError {
         name: String,
         source: KubeError,
     },
+    #[error(
+        "cannot create Velero DeleteBackupRequest {namespace}/{name} for an abandoned backup attempt: {source}; snapdrain needs create and get on velero.io deletebackuprequests (the Helm chart's ClusterRole grants them), and Velero's DeleteBackupRequest CRD must be installed"
+    )]
+    RequestDeletion {
+        namespace: String,
+        name: String,
+        source: KubeError,
+    },
+    #[error(
+        "cannot delete Velero Backup {namespace}/{name}, an abandoned attempt that never started: {source}; snapdrain needs delete on velero.io backups (the Helm chart's ClusterRole grants it)"
+    )]
+    Delete {
+        namespace: String,
+        name: String,
+        source: KubeError,
+    },
     #[error(transparent)]
     Location(#[from] LocationError),
 }
@@ -46,6 +62,12 @@ impl VeleroError {
             | Self::Read { source, .. }
             | Self::ReadLocation { source, .. } => crate::api_errors::is_permanent(source),
             Self::NoLocation { .. } => true,
+            Self::Delete { source, .. } => crate::api_errors::is_permanent(source),
+            // 404: the CRD is not installed, which waiting does not change.
+            Self::RequestDeletion { source, .. } => {
+                matches!(source, KubeError::Api(e) if e.code == 404)
+                    || crate::api_errors::is_permanent(source)
+            }
             Self::Location(e) => e.is_permanent(),
         }
     }
@@ -129,4 +151,60 @@ pub async fn resolve_location(
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret = secrets.get_opt(&secret_ref.name).await.map_err(read_err)?;
     Ok(location::resolve_target(&bsl, secret.as_ref())?)
+}
+
+/// Creates the DeleteBackupRequest `request` (a `velero.io/v1` object) unless it exists already.
+pub async fn request_deletion(
+    client: &Client,
+    request: &serde_json::Value,
+) -> Result<(), VeleroError> {
+    let namespace = request
+        .pointer("/metadata/namespace")
+        .and_then(|v| v.as_str())
+        .unwrap_or("velero")
+        .to_string();
+    let name = request
+        .pointer("/metadata/name")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    let err = |source| VeleroError::RequestDeletion {
+        namespace: namespace.clone(),
+        name: name.clone(),
+        source,
+    };
+    let resource = kube::api::ApiResource {
+        group: "velero.io".into(),
+        version: "v1".into(),
+        api_version: crate::api::velero::API_VERSION.into(),
+        kind: "DeleteBackupRequest".into(),
+        plural: "deletebackuprequests".into(),
+    };
+    let api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), &namespace, &resource);
+    let object: kube::api::DynamicObject =
+        serde_json::from_value(request.clone()).map_err(|e| err(KubeError::SerdeError(e)))?;
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => Ok(()),
+        Err(KubeError::Api(e)) if e.code == 409 => Ok(()),
+        Err(source) => Err(err(source)),
+    }
+}
+
+/// Deletes Backup `name` (an attempt Velero never started); already gone counts as done.
+pub async fn delete_backup_object(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(), VeleroError> {
+    let api: Api<Backup> = Api::namespaced(client.clone(), namespace);
+    match api.delete(name, &kube::api::DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(KubeError::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(VeleroError::Delete {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            source,
+        }),
+    }
 }

@@ -52,7 +52,12 @@ pub async fn describe(
     let _ = writeln!(
         out,
         "Backups first (Velero, location {} in namespace {}, method {:?}):",
-        spec.backup.storage_location, spec.backup.velero_namespace, spec.backup.method
+        spec.backup
+            .storage_location
+            .as_deref()
+            .unwrap_or("(Velero's default)"),
+        spec.backup.velero_namespace,
+        spec.backup.method
     );
     if plan.backups.is_empty() {
         let _ = writeln!(

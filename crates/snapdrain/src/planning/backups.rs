@@ -57,6 +57,7 @@ pub struct BackupNeed {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReusableBackup {
     pub name: String,
+    /// The BackupStorageLocation the Backup went to, as Velero resolved it.
     pub storage_location: String,
     /// Workload namespace covered.
     pub namespace: String,
@@ -68,11 +69,17 @@ pub struct ReusableBackup {
 }
 
 impl ReusableBackup {
-    /// From a plan's status record; `storage_location` is that plan's `spec.backup.storageLocation`.
-    pub fn from_record(record: &BackupRecord, storage_location: &str) -> Self {
+    /// From a plan's status record: its location is the one Velero wrote into the Backup
+    /// (`record.storageLocation`), else `plan_location`, that plan's `spec.backup.storageLocation`.
+    pub fn from_record(record: &BackupRecord, plan_location: Option<&str>) -> Self {
         Self {
             name: record.name.clone(),
-            storage_location: storage_location.to_owned(),
+            storage_location: record
+                .storage_location
+                .as_deref()
+                .or(plan_location)
+                .unwrap_or_default()
+                .to_owned(),
             namespace: record.namespace.clone(),
             pvcs: record.pvcs.clone(),
             phase: record.phase.clone(),
@@ -89,24 +96,26 @@ pub struct Clock {
     pub now: Timestamp,
 }
 
-/// The newest backup that may stand in for a new one: Completed and verified, in the plan's storage
-/// location, same namespace, covering every PVC, and started after the decision or within
-/// `reuse_if_newer_than` of now.
+/// The newest backup that may stand in for a new one: Completed and verified, in `location` (the BSL a new
+/// Backup would go to: the plan's, or Velero's default; `None` when unknown, and then nothing matches), same
+/// namespace, covering every PVC, and started after the decision or within `reuse_if_newer_than` of now.
+/// A match is only a candidate: [`check_reused_backup`] and a new bucket verification decide.
 pub fn find_reusable<'a>(
     namespace: &str,
     pvcs: &[String],
     candidates: &'a [ReusableBackup],
-    spec: &DisruptionPlanSpec,
+    location: Option<&str>,
     reuse_if_newer_than: Option<Duration>,
     clock: Clock,
 ) -> Option<&'a ReusableBackup> {
+    let location = location?;
     candidates
         .iter()
         .filter(|c| {
             c.verified
                 && c.phase.as_deref() == Some("Completed")
                 && c.namespace == namespace
-                && c.storage_location == spec.backup.storage_location
+                && c.storage_location == location
                 && pvcs.iter().all(|p| c.pvcs.contains(p))
         })
         .filter_map(|c| c.started_at.map(|t| (t, c)))
@@ -162,7 +171,9 @@ pub fn build_velero_backup(
         spec: velero::BackupSpec {
             included_namespaces: vec![need.namespace.clone()],
             or_label_selectors: need.or_label_selectors.clone(),
-            storage_location: Some(b.storage_location.clone()),
+            // Unset unless the plan names one: Velero then uses the BSL marked `spec.default: true` and
+            // writes its name here (velero pkg/controller/backup_controller.go prepareBackupRequest).
+            storage_location: b.storage_location.clone(),
             ttl: b.ttl.clone(),
             default_volumes_to_fs_backup: Some(fs),
             snapshot_volumes: Some(snapshot),
@@ -202,8 +213,19 @@ pub fn classify_backup_phase(phase: Option<&str>) -> BackupProgress {
             BackupProgress::Failed("Velero refused the backup spec (FailedValidation)".to_owned())
         }
         "Deleting" => BackupProgress::Failed("the backup is being deleted".to_owned()),
-        // New, Queued, ReadyToStart, InProgress, WaitingForPluginOperations(PartiallyFailed),
-        // Finalizing(PartiallyFailed), "" and future phases: the backup timeout bounds the wait.
+        // Not a Velero phase: snapdrain's record of a Backup that was created and has since gone.
+        "Deleted" => BackupProgress::Failed("the Velero Backup no longer exists".to_owned()),
+        // These can only end PartiallyFailed (velero pkg/controller/backup_finalizer_controller.go:
+        // FinalizingPartiallyFailed -> PartiallyFailed; backup_operations_controller.go ends
+        // WaitingForPluginOperationsPartiallyFailed in FinalizingPartiallyFailed or PartiallyFailed), and plugin
+        // operations may run for itemOperationTimeout (4h): fail the attempt now and start the next.
+        p @ ("WaitingForPluginOperationsPartiallyFailed" | "FinalizingPartiallyFailed") => {
+            BackupProgress::Failed(format!(
+                "Velero reported {p}: the backup can only end PartiallyFailed"
+            ))
+        }
+        // New, Queued, ReadyToStart, InProgress, WaitingForPluginOperations, Finalizing, "" and
+        // future phases: the backup timeout bounds the wait.
         _ => BackupProgress::Waiting,
     }
 }
@@ -226,6 +248,148 @@ pub fn classify_backup(name: &str, status: Option<&BackupStatus>) -> BackupProgr
         }
         other => other,
     }
+}
+
+/// How long a reused Backup must still live: its `status.expiration` must be at least this far away.
+///
+/// Velero's GC deletes an expired Backup together with its bucket data (velero
+/// pkg/controller/gc_controller.go creates a DeleteBackupRequest once `status.expiration` has passed; it runs
+/// every hour by default). The backup is the way back if the drain goes wrong, so it must outlive the rest
+/// of the plan and the time a person takes to notice and restore: a day covers a drain found broken the next
+/// morning. A backup closer to its expiration than that is not reused; a fresh one (with the plan's ttl) is
+/// made instead, which costs one backup, never data.
+pub const REUSE_EXPIRY_MARGIN: Duration = Duration::from_secs(24 * 3600);
+
+/// Whether the live Velero Backup behind a reused record can still stand in for a fresh one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReuseCheck {
+    /// Completed, the same object, and not expiring within the margin: verify it in the bucket again.
+    Usable,
+    /// Make a fresh backup instead, for this reason.
+    Unusable(String),
+}
+
+/// Checks the Backup (as read now) that a reused record points at: it must exist and not be deleting, be
+/// the object that was verified (`expected_uid`), be `Completed`, and expire no sooner than `now + margin`
+/// (no `status.expiration` means Velero never collects it: gc_controller.go skips it).
+pub fn check_reused_backup(
+    name: &str,
+    expected_uid: Option<&str>,
+    backup: Option<&velero::Backup>,
+    now: Timestamp,
+    margin: Duration,
+) -> ReuseCheck {
+    let Some(b) = backup else {
+        return ReuseCheck::Unusable(format!("Velero Backup {name} no longer exists"));
+    };
+    if b.metadata.deletion_timestamp.is_some() {
+        return ReuseCheck::Unusable(format!("Velero Backup {name} is being deleted"));
+    }
+    if let (Some(want), Some(got)) = (expected_uid, b.metadata.uid.as_deref())
+        && want != got
+    {
+        return ReuseCheck::Unusable(format!(
+            "Velero Backup {name} was re-created (uid {got}, verified uid {want})"
+        ));
+    }
+    let status = b.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("New");
+    if phase != "Completed" {
+        return ReuseCheck::Unusable(format!("Velero Backup {name} is {phase}, not Completed"));
+    }
+    if let Some(expiration) = status.and_then(|s| s.expiration.as_ref()).map(|t| t.0) {
+        let margin = jiff::SignedDuration::try_from(margin).unwrap_or(jiff::SignedDuration::MAX);
+        if expiration <= now.saturating_add(margin).unwrap_or(Timestamp::MAX) {
+            return ReuseCheck::Unusable(format!(
+                "Velero Backup {name} expires at {expiration} (Velero's GC then deletes it with its bucket data), sooner than the {}h a reused backup must still live",
+                REUSE_EXPIRY_MARGIN.as_secs() / 3600
+            ));
+        }
+    }
+    ReuseCheck::Usable
+}
+
+/// How to get rid of an attempt snapdrain gave up on, given the Backup's phase and `spec.storageLocation`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbandonAction {
+    /// Velero refuses or cannot take a deletion now: look again later.
+    Wait,
+    /// A DeleteBackupRequest, as `velero backup delete` makes (bucket data, snapshots, then the object).
+    RequestDeletion,
+    /// Delete the Backup object itself: it never started, so nothing of it is in the bucket.
+    DeleteObject,
+}
+
+/// What to do with an abandoned attempt (velero pkg/controller/backup_deletion_controller.go Reconcile):
+/// - InProgress, WaitingForPluginOperations*, Finalizing*: Velero refuses ("backup is still in
+///   progress": the backupTracker holds them), so wait for the end.
+/// - ReadyToStart: the queue controller counted it in the backupTracker and only the backup controller
+///   releases that slot; removing it now could leak the slot, and it leaves the phase within moments.
+/// - New/Queued without `spec.storageLocation` (the default BSL is resolved only when it starts): the
+///   deletion controller looks up the BSL by that empty name and records "backup storage location  not
+///   found" without deleting; nothing is in the bucket yet, so the object itself is deleted.
+/// - Anything else has its location: a DeleteBackupRequest.
+pub fn abandon_action(phase: Option<&str>, storage_location: Option<&str>) -> AbandonAction {
+    let phase = phase.unwrap_or_default();
+    match phase {
+        "InProgress"
+        | "WaitingForPluginOperations"
+        | "WaitingForPluginOperationsPartiallyFailed"
+        | "Finalizing"
+        | "FinalizingPartiallyFailed"
+        | "ReadyToStart" => AbandonAction::Wait,
+        "" | "New" | "Queued" if storage_location.is_none_or(str::is_empty) => {
+            AbandonAction::DeleteObject
+        }
+        _ => AbandonAction::RequestDeletion,
+    }
+}
+
+/// Whether Velero would delete a Backup in `phase` when asked (see [`abandon_action`]).
+pub fn velero_deletes_in_phase(phase: Option<&str>) -> bool {
+    abandon_action(phase, Some("location")) != AbandonAction::Wait
+}
+
+/// Label Velero puts on (and GC looks up) DeleteBackupRequests: the backup name (velero
+/// pkg/apis/velero/v1/labels.go `BackupNameLabel`).
+pub const VELERO_BACKUP_NAME_LABEL: &str = "velero.io/backup-name";
+/// Label: the backup uid (`BackupUIDLabel`).
+pub const VELERO_BACKUP_UID_LABEL: &str = "velero.io/backup-uid";
+
+/// The `velero.io/v1` DeleteBackupRequest for Backup `backup` (uid `uid`) in `velero_namespace`, labelled as
+/// `velero backup delete` makes it (velero pkg/backup/delete_helpers.go NewDeleteBackupRequest). The name is
+/// deterministic (`<backup>-delete`) so a restarted controller does not ask twice.
+pub fn build_delete_request(
+    backup: &str,
+    uid: Option<&str>,
+    velero_namespace: &str,
+) -> serde_json::Value {
+    let mut labels = serde_json::Map::new();
+    labels.insert(
+        VELERO_BACKUP_NAME_LABEL.into(),
+        serde_json::Value::String(label_value(backup)),
+    );
+    if let Some(uid) = uid {
+        labels.insert(
+            VELERO_BACKUP_UID_LABEL.into(),
+            serde_json::Value::String(uid.to_owned()),
+        );
+    }
+    serde_json::json!({
+        "apiVersion": velero::API_VERSION,
+        "kind": "DeleteBackupRequest",
+        "metadata": {
+            "name": delete_request_name(backup),
+            "namespace": velero_namespace,
+            "labels": labels,
+        },
+        "spec": {"backupName": backup},
+    })
+}
+
+/// `<backup>-delete` (Backup names are DNS labels of at most 63 characters, so this is a valid name).
+pub fn delete_request_name(backup: &str) -> String {
+    format!("{backup}-delete")
 }
 
 /// What to do after a backup attempt failed.
@@ -274,10 +438,40 @@ pub fn backup_timed_out(created_at: Timestamp, now: Timestamp, timeout: Option<D
     timeout.is_some_and(|t| now > created_at && now.duration_since(created_at).unsigned_abs() > t)
 }
 
+/// How long until an attempt created at `created_at` times out (None: no timeout). A Queued backup sees no
+/// phase change to wake the plan, so the plan must look again when its timeout comes.
+pub fn backup_timeout_left(
+    created_at: Timestamp,
+    now: Timestamp,
+    timeout: Option<Duration>,
+) -> Option<Duration> {
+    let elapsed = if now > created_at {
+        now.duration_since(created_at).unsigned_abs()
+    } else {
+        Duration::ZERO
+    };
+    timeout.map(|t| t.saturating_sub(elapsed))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_waiting_attempt_is_looked_at_again_when_its_timeout_comes() {
+        let t0 = ts("2026-05-20T10:00:00Z");
+        let t = Some(Duration::from_secs(10));
+        assert_eq!(
+            backup_timeout_left(t0, ts("2026-05-20T10:00:04Z"), t),
+            Some(Duration::from_secs(6))
+        );
+        assert_eq!(
+            backup_timeout_left(t0, ts("2026-05-20T10:00:40Z"), t),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(backup_timeout_left(t0, t0, None), None);
+    }
 
     fn ts(s: &str) -> Timestamp {
         s.parse().expect("timestamp")
@@ -331,7 +525,10 @@ mod tests {
             s.get("labelSelector").is_none(),
             "Velero refuses labelSelector together with orLabelSelectors"
         );
-        assert_eq!(s["storageLocation"], "default");
+        assert!(
+            s.get("storageLocation").is_none(),
+            "unset: Velero uses the BSL marked default"
+        );
         assert_eq!(s["ttl"], "168h");
         assert_eq!(s["defaultVolumesToFsBackup"], true);
         assert_eq!(s["snapshotVolumes"], false);
@@ -371,9 +568,7 @@ mod tests {
             Some("ReadyToStart"),
             Some("InProgress"),
             Some("WaitingForPluginOperations"),
-            Some("WaitingForPluginOperationsPartiallyFailed"),
             Some("Finalizing"),
-            Some("FinalizingPartiallyFailed"),
         ] {
             assert_eq!(classify_backup_phase(p), BackupProgress::Waiting, "{p:?}");
         }
@@ -381,7 +576,16 @@ mod tests {
             classify_backup_phase(Some("Completed")),
             BackupProgress::Completed
         );
-        for p in ["PartiallyFailed", "Failed", "FailedValidation", "Deleting"] {
+        // The two *PartiallyFailed phases can only end PartiallyFailed: failed at once.
+        for p in [
+            "PartiallyFailed",
+            "Failed",
+            "FailedValidation",
+            "Deleting",
+            "Deleted",
+            "WaitingForPluginOperationsPartiallyFailed",
+            "FinalizingPartiallyFailed",
+        ] {
             assert!(
                 matches!(classify_backup_phase(Some(p)), BackupProgress::Failed(_)),
                 "{p}"
@@ -481,8 +685,7 @@ mod tests {
 
     #[test]
     fn reuse_rule() {
-        let spec: DisruptionPlanSpec =
-            serde_json::from_value(json!({"nodes": ["n1"]})).expect("spec");
+        let spec = Some("default");
         let clock = Clock {
             decided_at: ts("2026-05-20T10:00:00Z"),
             now: ts("2026-05-20T10:30:00Z"),
@@ -494,18 +697,18 @@ mod tests {
         // Started after the decision: counts without a window.
         let both = [old.clone(), after.clone()];
         assert_eq!(
-            find_reusable("db", &pvcs, &both, &spec, None, clock).map(|c| c.name.as_str()),
+            find_reusable("db", &pvcs, &both, spec, None, clock).map(|c| c.name.as_str()),
             Some("after")
         );
         // Before the decision: only within the window.
         let only_old = [old.clone()];
-        assert!(find_reusable("db", &pvcs, &only_old, &spec, None, clock).is_none());
+        assert!(find_reusable("db", &pvcs, &only_old, spec, None, clock).is_none());
         assert!(
             find_reusable(
                 "db",
                 &pvcs,
                 &only_old,
-                &spec,
+                spec,
                 Some(Duration::from_secs(3600)),
                 clock
             )
@@ -516,7 +719,7 @@ mod tests {
                 "db",
                 &pvcs,
                 &only_old,
-                &spec,
+                spec,
                 Some(Duration::from_secs(1200)),
                 clock
             )
@@ -540,7 +743,7 @@ mod tests {
                     "db",
                     &pvcs,
                     std::slice::from_ref(&c),
-                    &spec,
+                    spec,
                     Some(Duration::from_secs(86400)),
                     clock
                 )
@@ -548,6 +751,144 @@ mod tests {
                 "{c:?}"
             );
         }
+    }
+
+    #[test]
+    fn reuse_needs_a_known_location() {
+        let clock = Clock {
+            decided_at: ts("2026-05-20T10:00:00Z"),
+            now: ts("2026-05-20T10:30:00Z"),
+        };
+        let c = [candidate("after", "2026-05-20T10:05:00Z")];
+        let pvcs = vec!["data-pg-0".to_owned()];
+        // No BSL marked default and none named: nothing can match.
+        assert!(find_reusable("db", &pvcs, &c, None, None, clock).is_none());
+        assert!(find_reusable("db", &pvcs, &c, Some("aws"), None, clock).is_none());
+        // The merged PVC set of two nodes is not covered by one node's backup.
+        let merged = vec!["data-pg-0".to_owned(), "data-pg-2".to_owned()];
+        assert!(find_reusable("db", &merged, &c, Some("default"), None, clock).is_none());
+    }
+
+    fn live(phase: &str, expiration: Option<&str>) -> velero::Backup {
+        velero::Backup {
+            metadata: ObjectMeta {
+                name: Some("b".into()),
+                uid: Some("u1".into()),
+                ..ObjectMeta::default()
+            },
+            status: Some(BackupStatus {
+                phase: Some(phase.into()),
+                expiration: expiration
+                    .map(|e| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(ts(e))),
+                ..Default::default()
+            }),
+            ..velero::Backup::default()
+        }
+    }
+
+    #[test]
+    fn reused_backup_is_checked_in_the_cluster() {
+        let now = ts("2026-05-20T10:00:00Z");
+        let check = |b: Option<&velero::Backup>, uid: Option<&str>| {
+            check_reused_backup("b", uid, b, now, REUSE_EXPIRY_MARGIN)
+        };
+        let far = live("Completed", Some("2026-05-27T10:00:00Z"));
+        assert_eq!(check(Some(&far), Some("u1")), ReuseCheck::Usable);
+        // Never expires (no status.expiration): Velero's GC skips it.
+        assert_eq!(
+            check(Some(&live("Completed", None)), Some("u1")),
+            ReuseCheck::Usable
+        );
+        let unusable =
+            |b: Option<&velero::Backup>, uid: Option<&str>, what: &str| match check(b, uid) {
+                ReuseCheck::Unusable(m) => assert!(m.contains(what), "{m}"),
+                ReuseCheck::Usable => panic!("usable: {b:?}"),
+            };
+        unusable(None, Some("u1"), "no longer exists");
+        unusable(Some(&far), Some("u0"), "re-created");
+        unusable(
+            Some(&live("Deleting", Some("2026-05-27T10:00:00Z"))),
+            None,
+            "Deleting",
+        );
+        // Expired, expiring within the margin, and exactly at the margin: a fresh backup instead.
+        unusable(
+            Some(&live("Completed", Some("2026-05-20T09:00:00Z"))),
+            None,
+            "expires",
+        );
+        unusable(
+            Some(&live("Completed", Some("2026-05-20T20:00:00Z"))),
+            None,
+            "expires",
+        );
+        unusable(
+            Some(&live("Completed", Some("2026-05-21T10:00:00Z"))),
+            None,
+            "expires",
+        );
+        let mut deleting = far.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+        unusable(Some(&deleting), None, "being deleted");
+    }
+
+    #[test]
+    fn abandoned_attempts_are_removed_the_way_velero_allows() {
+        for p in [
+            "InProgress",
+            "WaitingForPluginOperations",
+            "WaitingForPluginOperationsPartiallyFailed",
+            "Finalizing",
+            "FinalizingPartiallyFailed",
+            "ReadyToStart",
+        ] {
+            assert_eq!(
+                abandon_action(Some(p), Some("aws")),
+                AbandonAction::Wait,
+                "{p}"
+            );
+            assert_eq!(abandon_action(Some(p), None), AbandonAction::Wait, "{p}");
+        }
+        for p in [None, Some("New"), Some("Queued")] {
+            assert_eq!(
+                abandon_action(p, None),
+                AbandonAction::DeleteObject,
+                "{p:?}"
+            );
+            assert_eq!(
+                abandon_action(p, Some("")),
+                AbandonAction::DeleteObject,
+                "{p:?}"
+            );
+            assert_eq!(
+                abandon_action(p, Some("aws")),
+                AbandonAction::RequestDeletion,
+                "{p:?}"
+            );
+        }
+        for p in ["Failed", "PartiallyFailed", "Completed", "FailedValidation"] {
+            assert_eq!(
+                abandon_action(Some(p), Some("aws")),
+                AbandonAction::RequestDeletion,
+                "{p}"
+            );
+        }
+    }
+
+    #[test]
+    fn delete_request_object() {
+        let v = build_delete_request("drain-n1-db-1-abcd1234", Some("u1"), "velero");
+        assert_eq!(v["apiVersion"], "velero.io/v1");
+        assert_eq!(v["kind"], "DeleteBackupRequest");
+        assert_eq!(v["metadata"]["name"], "drain-n1-db-1-abcd1234-delete");
+        assert_eq!(v["metadata"]["namespace"], "velero");
+        assert_eq!(
+            v["metadata"]["labels"]["velero.io/backup-name"],
+            "drain-n1-db-1-abcd1234"
+        );
+        assert_eq!(v["metadata"]["labels"]["velero.io/backup-uid"], "u1");
+        assert_eq!(v["spec"]["backupName"], "drain-n1-db-1-abcd1234");
     }
 
     #[test]
@@ -563,10 +904,19 @@ mod tests {
             ))),
             ..Default::default()
         };
-        let r = ReusableBackup::from_record(&record, "default");
+        let r = ReusableBackup::from_record(&record, Some("default"));
         assert_eq!(r.started_at, Some(ts("2026-05-20T10:05:00Z")));
         assert_eq!(r.storage_location, "default");
         assert!(r.verified);
+        // The location Velero wrote into the Backup wins over the plan's spec.
+        let resolved = BackupRecord {
+            storage_location: Some("aws".into()),
+            ..record
+        };
+        assert_eq!(
+            ReusableBackup::from_record(&resolved, None).storage_location,
+            "aws"
+        );
     }
 
     #[test]

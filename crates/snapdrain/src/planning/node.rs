@@ -340,8 +340,15 @@ impl NeedBuilder {
             match_labels: Some(BTreeMap::from([(POD_NAME_LABEL.to_owned(), pod.clone())])),
             match_expressions: None,
         }));
-        let reuse = find_reusable(ns, &pvcs, existing, spec, valid.reuse_if_newer_than, clock)
-            .map(|b| b.name.clone());
+        let reuse = find_reusable(
+            ns,
+            &pvcs,
+            existing,
+            spec.backup.storage_location.as_deref(),
+            valid.reuse_if_newer_than,
+            clock,
+        )
+        .map(|b| b.name.clone());
         BackupNeed {
             namespace: ns.to_owned(),
             stateful_sets: self.selectors.into_keys().collect(),
@@ -726,7 +733,9 @@ mod tests {
             None,
             "before the decision, no window"
         );
-        let plan = w.plan(&spec(json!({"backup": {"reuseIfNewerThan": "1h"}})));
+        let plan = w.plan(&spec(
+            json!({"backup": {"reuseIfNewerThan": "1h", "storageLocation": "default"}}),
+        ));
         assert_eq!(plan.backups[0].reuse.as_deref(), Some("nightly-db"));
         assert_eq!(plan.backups[1].reuse, None);
     }

@@ -200,6 +200,36 @@ impl Bucket {
         }
     }
 
+    /// Removes every object under `backups/<name>/`, as the object store's DeleteBackup does
+    /// (velero pkg/persistence/object_store.go DeleteBackup: list the backup's directory, delete each).
+    pub async fn delete_backup(&self, name: &str) -> Result<(), String> {
+        let prefix = self.backup_key(name, "");
+        let mut token: Option<String> = None;
+        loop {
+            let out = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&prefix)
+                .set_continuation_token(token.clone())
+                .send()
+                .await
+                .map_err(|e| {
+                    format!(
+                        "error listing objects under {prefix}: {}",
+                        aws_smithy_types::error::display::DisplayErrorContext(e)
+                    )
+                })?;
+            for key in out.contents().iter().filter_map(|o| o.key()) {
+                self.delete(key).await;
+            }
+            match out.next_continuation_token() {
+                Some(t) if out.is_truncated() == Some(true) => token = Some(t.to_string()),
+                _ => return Ok(()),
+            }
+        }
+    }
+
     pub async fn exists(&self, key: &str) -> Result<bool, VeleroError> {
         match self
             .client

@@ -7,6 +7,8 @@
 
 pub mod archive;
 pub mod bucket;
+mod deletion;
+mod gc;
 mod queue;
 mod run;
 pub mod scope;
@@ -63,6 +65,12 @@ pub struct VeleroConfig {
     pub node_agent_labels: BTreeMap<String, String>,
     /// How often BSLs are validated (Velero's default is 1m; the sim is faster).
     pub bsl_validation_period: Duration,
+    /// `--default-backup-storage-location`: the location of a Backup without `spec.storageLocation`
+    /// when no BSL is marked `spec.default: true` (Velero's flag default is `default`).
+    pub default_backup_location: String,
+    /// `--garbage-collection-frequency`: how often expired Backups are collected (Velero's default is
+    /// 1h, velero pkg/controller/gc_controller.go `defaultGCFrequency`; the sim is faster).
+    pub gc_frequency: Duration,
 }
 
 impl Default for VeleroConfig {
@@ -72,6 +80,8 @@ impl Default for VeleroConfig {
             concurrent_backups: 1,
             node_agent_labels: BTreeMap::from([("name".into(), "node-agent".into())]),
             bsl_validation_period: Duration::from_secs(1),
+            default_backup_location: "default".into(),
+            gc_frequency: Duration::from_secs(1),
         }
     }
 }
@@ -85,12 +95,29 @@ pub enum VeleroFault {
     FailAllBackups { reason: String },
     /// The file-system backup of this PVC fails (the backup ends PartiallyFailed).
     FailVolume { namespace: String, pvc: String },
+    /// Backup `backup` stays InProgress (its data still moving) until the faults are cleared: a long
+    /// backup holding Velero's queue.
+    HoldInProgress { backup: String },
+    /// Every backup stays in Finalizing / FinalizingPartiallyFailed (slow plugin operations) until the
+    /// faults are cleared.
+    HoldFinalizing,
 }
 
-#[derive(Default)]
 struct Shared {
     faults: Mutex<Vec<VeleroFault>>,
     restarts: Mutex<Option<tokio::sync::watch::Sender<u64>>>,
+    /// Bumped on every fault change, so held backups notice a release.
+    fault_changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Self {
+            faults: Mutex::default(),
+            restarts: Mutex::default(),
+            fault_changes: tokio::sync::watch::channel(0).0,
+        }
+    }
 }
 
 /// Controls of a running simulated Velero: faults and server restarts.
@@ -106,10 +133,22 @@ impl VeleroHandle {
 
     pub fn inject(&self, fault: VeleroFault) {
         self.faults().push(fault);
+        self.shared.fault_changes.send_modify(|n| *n += 1);
     }
 
     pub fn clear_faults(&self) {
         self.faults().clear();
+        self.shared.fault_changes.send_modify(|n| *n += 1);
+    }
+
+    /// Waits while `held` says a fault holds the backup.
+    async fn wait_released(&self, held: impl Fn(&[VeleroFault]) -> bool) {
+        let mut changes = self.shared.fault_changes.subscribe();
+        while held(&self.faults()) {
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     /// Simulates the Velero pod restarting: running backups stop, and the new server marks every
@@ -170,6 +209,10 @@ pub(crate) fn backups_key() -> ResKey {
 
 pub(crate) fn bsl_key() -> ResKey {
     ResKey::new("velero.io", "backupstoragelocations")
+}
+
+pub(crate) fn dbr_key() -> ResKey {
+    ResKey::new("velero.io", "deletebackuprequests")
 }
 
 pub(crate) fn pvb_key() -> ResKey {

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use super::bucket::Bucket;
 use super::{
     INTERNAL, RESTART_FAILURE, VeleroConfig, VeleroHandle, audit_phase, backups_key, bsl_key,
-    rfc3339, run as runner, scope, write_backup,
+    dbr_key, deletion, gc, rfc3339, run as runner, write_backup,
 };
 use crate::apiserver::store::meta_str;
 use crate::world::WorldContext;
@@ -22,6 +22,9 @@ pub async fn run(ctx: Arc<WorldContext>, config: VeleroConfig, handle: VeleroHan
     let config = Arc::new(config);
     let mut restarts = handle.restart_signal();
     let (_, mut events) = ctx.store.subscribe(&backups_key());
+    let (_, mut dbr_events) = ctx.store.subscribe(&dbr_key());
+    let mut deletions: Option<JoinHandle<()>> = None;
+    let mut last_gc: Option<Instant> = None;
     let mut running: HashMap<String, JoinHandle<()>> = HashMap::new();
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
     let mut last_validation: Option<Instant> = None;
@@ -41,10 +44,21 @@ pub async fn run(ctx: Arc<WorldContext>, config: VeleroConfig, handle: VeleroHan
                 Ok(_) | Err(RecvError::Lagged(_)) => {}
                 Err(RecvError::Closed) => return,
             },
+            ev = dbr_events.recv() => match ev {
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            },
             _ = tick.tick() => {}
         }
         running.retain(|_, t| !t.is_finished());
         reconcile_queue(&ctx, &config, &handle, &mut running);
+        if last_gc.is_none_or(|t| t.elapsed() >= config.gc_frequency) {
+            last_gc = Some(Instant::now());
+            gc::collect_expired(&ctx, &config);
+        }
+        if deletions.as_ref().is_none_or(JoinHandle::is_finished) {
+            deletions = Some(tokio::spawn(deletion::process(ctx.clone(), config.clone())));
+        }
         let due = last_validation.is_none_or(|t| t.elapsed() >= config.bsl_validation_period);
         if due && validation.as_ref().is_none_or(JoinHandle::is_finished) {
             last_validation = Some(Instant::now());
@@ -62,18 +76,27 @@ fn phase(b: &Value) -> &str {
         .unwrap_or("")
 }
 
-/// The storage location a backup uses: its own, or the default BSL.
-pub(super) fn location_of(
-    ctx: &WorldContext,
-    ns: &str,
-    backup: &Value,
-) -> (String, Option<Arc<Value>>) {
+/// Where a backup goes, as prepareBackupRequest decides (velero pkg/controller/backup_controller.go): its
+/// own `spec.storageLocation`, else the BSL marked `spec.default: true`, else the server's
+/// `--default-backup-storage-location` (`server_specified`), with that BSL when it exists.
+pub(super) struct Location {
+    pub name: String,
+    pub bsl: Option<Arc<Value>>,
+    pub server_specified: bool,
+}
+
+pub(super) fn location_of(ctx: &WorldContext, config: &VeleroConfig, backup: &Value) -> Location {
+    let ns = config.namespace.as_str();
     if let Some(name) = backup
         .pointer("/spec/storageLocation")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
     {
-        return (name.to_string(), ctx.store.get(&bsl_key(), Some(ns), name));
+        return Location {
+            name: name.to_string(),
+            bsl: ctx.store.get(&bsl_key(), Some(ns), name),
+            server_specified: false,
+        };
     }
     let (all, _) = ctx.store.snapshot(&bsl_key());
     let default = all.into_iter().find(|b| {
@@ -81,8 +104,18 @@ pub(super) fn location_of(
             && b.pointer("/spec/default").and_then(Value::as_bool) == Some(true)
     });
     match default {
-        Some(b) => (meta_str(&b, "name").unwrap_or("").to_string(), Some(b)),
-        None => ("default".to_string(), None),
+        Some(b) => Location {
+            name: meta_str(&b, "name").unwrap_or("").to_string(),
+            bsl: Some(b),
+            server_specified: true,
+        },
+        None => Location {
+            name: config.default_backup_location.clone(),
+            bsl: ctx
+                .store
+                .get(&bsl_key(), Some(ns), &config.default_backup_location),
+            server_specified: true,
+        },
     }
 }
 
@@ -97,42 +130,28 @@ fn reconcile_queue(
         .store
         .list(&backups_key(), Some(ns), &|_| true, None, None);
     let mut queued: Vec<Arc<Value>> = Vec::new();
+    // The backupTracker's RunningCount: ReadyToStart and InProgress only. Backups in
+    // WaitingForPluginOperations* / Finalizing* no longer take a slot (velero pkg/controller/
+    // backup_tracker.go RunningCount, backup_queue_controller.go newQueuedBackupsLister).
+    let mut active = page
+        .items
+        .iter()
+        .filter(|b| matches!(phase(b), "ReadyToStart" | "InProgress"))
+        .filter(|b| running.contains_key(meta_str(b, "name").unwrap_or("")))
+        .count();
     for b in page.items {
         let name = meta_str(&b, "name").unwrap_or("").to_string();
         if b.pointer("/metadata/deletionTimestamp").is_some() {
             continue;
         }
         match phase(&b) {
+            // The 1.18 queue controller queues every new backup; validation happens when it starts
+            // (velero pkg/controller/backup_queue_controller.go, backup_controller.go Reconcile).
             "" | "New" => {
-                let (location, bsl) = location_of(ctx, ns, &b);
-                let spec = b.get("spec").cloned().unwrap_or(json!({}));
-                let errors = scope::validate(&spec, &location, bsl.as_deref());
-                let result = if errors.is_empty() {
-                    write_backup(ctx, ns, &name, |v| v["status"]["phase"] = json!("Queued"))
-                        .map(|b| queued.push(b))
-                } else {
-                    write_backup(ctx, ns, &name, |v| {
-                        v["status"]["phase"] = json!("FailedValidation");
-                        v["status"]["validationErrors"] = json!(errors);
-                    })
-                    .map(|_| ())
-                };
-                match result {
-                    Ok(()) => {
-                        let p = if errors.is_empty() {
-                            "Queued"
-                        } else {
-                            "FailedValidation"
-                        };
-                        audit_phase(
-                            ctx,
-                            ns,
-                            &name,
-                            p,
-                            &[],
-                            &[],
-                            json!({"validationErrors": errors}),
-                        );
+                match write_backup(ctx, ns, &name, |v| v["status"]["phase"] = json!("Queued")) {
+                    Ok(b) => {
+                        audit_phase(ctx, ns, &name, "Queued", &[], &[], Value::Null);
+                        queued.push(b);
                     }
                     Err(e) => {
                         tracing::warn!(backup = %name, error = %e, "velero sim: cannot queue backup")
@@ -142,6 +161,7 @@ fn reconcile_queue(
             "Queued" => queued.push(b),
             "ReadyToStart" | "InProgress" if !running.contains_key(&name) => {
                 // Picked up again after a restart (ReadyToStart) or left behind by an aborted task.
+                active += 1;
                 start(ctx, config, handle, running, name);
             }
             _ => {}
@@ -154,7 +174,8 @@ fn reconcile_queue(
     let mut position = 0;
     for b in queued {
         let name = meta_str(&b, "name").unwrap_or("").to_string();
-        if running.len() < config.concurrent_backups.max(1) {
+        if active < config.concurrent_backups.max(1) {
+            active += 1;
             let ok = write_backup(ctx, ns, &name, |v| {
                 v["status"]["phase"] = json!("ReadyToStart");
                 if let Some(s) = v["status"].as_object_mut() {

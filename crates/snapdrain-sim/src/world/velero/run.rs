@@ -10,10 +10,10 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::archive::{gzip, tar_gz};
 use super::bucket::Bucket;
-use super::queue::location_of;
+use super::queue::{Location, location_of};
 use super::{
-    INTERNAL, VeleroConfig, VeleroError, VeleroHandle, audit_phase, backups_key, parse_go_duration,
-    pvb_key, rfc3339, scope, write_backup,
+    INTERNAL, VeleroConfig, VeleroError, VeleroFault, VeleroHandle, audit_phase, backups_key,
+    parse_go_duration, pvb_key, rfc3339, scope, write_backup,
 };
 use crate::apiserver::resources::ResKey;
 use crate::apiserver::store::meta_str;
@@ -230,8 +230,37 @@ async fn execute_inner(
     let Some(backup) = ctx.store.get(&backups_key(), Some(ns), name) else {
         return Ok(());
     };
-    let (location, bsl) = location_of(ctx, ns, &backup);
+    let Location {
+        name: location,
+        bsl,
+        server_specified,
+    } = location_of(ctx, config, &backup);
     let spec = backup.get("spec").cloned().unwrap_or(json!({}));
+    // ReadyToStart: prepareBackupRequest resolves and validates, and the patch stores the resolved
+    // spec.storageLocation and its label whether the backup runs or fails validation
+    // (velero pkg/controller/backup_controller.go Reconcile).
+    let errors = scope::validate(&spec, &location, bsl.as_deref(), server_specified);
+    if !errors.is_empty() {
+        write_backup(ctx, ns, name, |v| {
+            v["spec"]["storageLocation"] = json!(location);
+            if !v["metadata"]["labels"].is_object() {
+                v["metadata"]["labels"] = json!({});
+            }
+            v["metadata"]["labels"]["velero.io/storage-location"] = json!(location);
+            v["status"]["phase"] = json!("FailedValidation");
+            v["status"]["validationErrors"] = json!(errors);
+        })?;
+        audit_phase(
+            ctx,
+            ns,
+            name,
+            "FailedValidation",
+            &[],
+            &[],
+            json!({"validationErrors": errors}),
+        );
+        return Ok(());
+    }
     let covered = collect(ctx, &spec);
     let start = jiff::Timestamp::now();
     let ttl = spec
@@ -321,6 +350,13 @@ async fn execute_inner(
         w.pvb_name = create_pvb(ctx, config, name, &uid, &location, w);
     }
     transfer(ctx, config, &mut volumes).await;
+    handle
+        .wait_released(|faults| {
+            faults
+                .iter()
+                .any(|f| matches!(f, VeleroFault::HoldInProgress { backup } if backup == name))
+        })
+        .await;
     kopia_upload(&bucket, &mut volumes).await;
     let now = rfc3339(jiff::Timestamp::now());
     for w in &mut volumes {
@@ -376,6 +412,9 @@ async fn execute_inner(
         &covered.pods,
         json!({"errors": errors}),
     );
+    handle
+        .wait_released(|faults| faults.contains(&VeleroFault::HoldFinalizing))
+        .await;
     finalize(ctx, ns, name, &bucket, &covered.pvcs, &covered.pods).await
 }
 
@@ -796,7 +835,7 @@ pub(super) async fn finalize_after_restart(
     let Some(backup) = ctx.store.get(&backups_key(), Some(ns), &name) else {
         return;
     };
-    let (_, bsl) = location_of(&ctx, ns, &backup);
+    let bsl = location_of(&ctx, &config, &backup).bsl;
     let Some(bsl) = bsl else { return };
     match Bucket::from_bsl(&ctx.store, ctx.audit.clone(), &bsl, ns) {
         Ok(bucket) => {

@@ -81,9 +81,16 @@ pub fn selected(spec: &Value, obj: &Value) -> bool {
     }
 }
 
-/// Validation errors Velero reports before a backup starts (phase FailedValidation).
-/// `bsl` is the storage location the backup names (or the default), when it exists.
-pub fn validate(spec: &Value, location_name: &str, bsl: Option<&Value>) -> Vec<String> {
+/// Validation errors Velero reports before a backup starts (phase FailedValidation), as
+/// prepareBackupRequest words them (velero pkg/controller/backup_controller.go). `bsl` is the resolved
+/// storage location when it exists; `server_specified` when the backup named none and the server's default
+/// was used.
+pub fn validate(
+    spec: &Value,
+    location_name: &str,
+    bsl: Option<&Value>,
+    server_specified: bool,
+) -> Vec<String> {
     let mut errors = Vec::new();
     let has_label = spec.get("labelSelector").is_some_and(Value::is_object);
     let has_or = spec
@@ -94,9 +101,19 @@ pub fn validate(spec: &Value, location_name: &str, bsl: Option<&Value>) -> Vec<S
         errors.push(BOTH_SELECTORS.to_string());
     }
     match bsl {
-        None => errors.push(format!(
-            "a BackupStorageLocation CRD with the name specified in the backup spec needs to be created before this backup can be executed. Error: backupstoragelocations.velero.io \"{location_name}\" not found"
-        )),
+        None => {
+            let not_found =
+                format!("backupstoragelocations.velero.io \"{location_name}\" not found");
+            errors.push(if server_specified {
+                format!(
+                    "an existing backup storage location was not specified at backup creation time and the server default {location_name} does not exist. Please address this issue (see `velero backup-location -h` for options) and create a new backup. Error: {not_found}"
+                )
+            } else {
+                format!(
+                    "an existing backup storage location was not specified at backup creation time and the default {location_name} was not found. Please address this issue (see `velero backup-location -h` for options) and create a new backup. Error: {not_found}"
+                )
+            });
+        }
         Some(bsl) => {
             if bsl.pointer("/spec/accessMode").and_then(Value::as_str) == Some("ReadOnly") {
                 errors.push(format!(
@@ -224,9 +241,16 @@ mod tests {
         let or = json!({"orLabelSelectors": [{"matchLabels": {"app": "x"}}, {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["db"]}]}]});
         assert!(selected(&or, &pod));
         let both = json!({"labelSelector": {}, "orLabelSelectors": [{}]});
-        let errs = validate(&both, "default", Some(&json!({"spec": {}})));
+        let errs = validate(&both, "default", Some(&json!({"spec": {}})), false);
         assert_eq!(errs, vec![BOTH_SELECTORS.to_string()]);
-        assert!(validate(&json!({}), "nope", None)[0].contains("\"nope\" not found"));
+        let named = &validate(&json!({}), "nope", None, false)[0];
+        assert!(named.contains("the default nope was not found"), "{named}");
+        assert!(named.contains("\"nope\" not found"), "{named}");
+        let server = &validate(&json!({}), "default", None, true)[0];
+        assert!(
+            server.contains("the server default default does not exist"),
+            "{server}"
+        );
     }
 
     #[test]

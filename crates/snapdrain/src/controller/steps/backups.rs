@@ -10,15 +10,27 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, MicroTime, T
 use kube::api::Api;
 use kube::runtime::events::EventType;
 
-use crate::api::status::BackupRecord;
-use crate::backup::velero::{ensure_backup, get_backup};
+use crate::api::status::{AbandonedBackup, BackupRecord};
+use crate::backup::velero::{delete_backup_object, ensure_backup, get_backup, request_deletion};
 use crate::controller::error::ControllerError;
 use crate::controller::reconcile::PlanRun;
+use crate::planning::backups::{
+    AbandonAction, REUSE_EXPIRY_MARGIN, ReuseCheck, abandon_action, backup_timeout_left,
+    build_delete_request, check_reused_backup, velero_deletes_in_phase,
+};
 use crate::planning::{
     BackupNeed, BackupProgress, PhaseFacts, PlanRef, RetryDecision, backup_name, backup_retry,
     backup_timed_out, build_velero_backup, classify_backup, classify_backup_phase, retry_wait,
     summarize_backups,
 };
+
+/// How long to wait before looking at a Backup again when no watch event came (the watch on Backups
+/// normally wakes the plan first).
+const RECHECK: Duration = Duration::from_secs(30);
+
+fn min_wait(wait: &mut Option<Duration>, d: Duration) {
+    *wait = Some(wait.map_or(d, |w| w.min(d)));
+}
 
 /// Namespaces this plan backs up (one record per attempt each).
 pub fn namespaces(records: &[BackupRecord]) -> Vec<String> {
@@ -97,6 +109,15 @@ pub async fn run(
             continue;
         };
         let record = run.status.backups[i].clone();
+        if record.reused && !record.verified {
+            if let Some(reason) = reused_unusable(run, &velero_ns, &record).await? {
+                replace_reused(run, i, &ns, &reason).await;
+            } else {
+                // Verification in the bucket (the Verifying step) decides.
+                continue;
+            }
+        }
+        let record = run.status.backups[i].clone();
         if record.reused || record.verified {
             continue;
         }
@@ -147,6 +168,8 @@ pub async fn run(
                         verified_at: None,
                         message: None,
                         reused: false,
+                        storage_location: None,
+                        abandoned: None,
                         ..record.clone()
                     };
                     run.event(EventType::Warning, "BackupRetry", "Backup", format!(
@@ -173,6 +196,19 @@ pub async fn run(
         // Create (or find, after a restart) this attempt's Backup, then read its phase.
         let backup = match get_backup(&run.ctx.client, &velero_ns, &record.name).await? {
             Some(b) => b,
+            // Created before (its uid is recorded) and gone now: deleted (by Velero's GC, a person, or
+            // snapdrain abandoning it on a newer copy of this status). Never re-create it: that would
+            // put an abandoned attempt back into Velero's queue.
+            None if record.uid.is_some() => {
+                let entry = &mut run.status.backups[i];
+                entry.phase = Some("Deleted".into());
+                entry.completed_at.get_or_insert(MicroTime(PlanRun::now()));
+                entry.message = Some(format!(
+                    "Velero Backup {velero_ns}/{} no longer exists",
+                    record.name
+                ));
+                continue;
+            }
             None => {
                 let need = need_for(run, &record).await?;
                 let plan_name = run.name();
@@ -205,6 +241,15 @@ pub async fn run(
         };
         let entry = &mut run.status.backups[i];
         entry.uid = backup.metadata.uid.clone();
+        // Velero writes the resolved location (the default BSL when the plan names none) into the spec.
+        if let Some(location) = backup
+            .spec
+            .storage_location
+            .clone()
+            .filter(|l| !l.is_empty())
+        {
+            entry.storage_location = Some(location);
+        }
         if entry.started_at.is_none() {
             entry.started_at = Some(Time(PlanRun::now()));
         }
@@ -226,6 +271,11 @@ pub async fn run(
             BackupProgress::Failed(reason) => {
                 entry.completed_at.get_or_insert(MicroTime(PlanRun::now()));
                 entry.message = Some(reason);
+                // Still running in Velero (a phase that can only end PartiallyFailed): delete it once
+                // Velero allows, so it does not linger as a usable-looking backup.
+                if !velero_deletes_in_phase(entry.phase.as_deref()) {
+                    entry.abandoned = Some(AbandonedBackup::DeletePending);
+                }
             }
             BackupProgress::Waiting => {
                 let created = backup
@@ -241,16 +291,142 @@ pub async fn run(
                         "Velero Backup {} did not complete within backup.timeout",
                         record.name
                     ));
+                    // Queued or running, it holds Velero's queue (--concurrent-backups 1): the retry
+                    // would wait behind it.
+                    entry.abandoned = Some(AbandonedBackup::DeletePending);
                 } else {
-                    // The watch on Backups wakes the plan on the next phase change.
-                    wait = Some(
-                        wait.map_or(Duration::from_secs(30), |w| w.min(Duration::from_secs(30))),
-                    );
+                    // The watch on Backups wakes the plan on the next phase change; a Queued backup
+                    // may not change before its timeout, so look again then.
+                    let left =
+                        backup_timeout_left(created, PlanRun::now(), run.valid.backup_timeout)
+                            .map_or(RECHECK, |l| l.max(Duration::from_millis(100)));
+                    min_wait(&mut wait, left.min(RECHECK));
                 }
             }
         }
     }
+    if let Some(w) = delete_abandoned(run, &velero_ns).await? {
+        min_wait(&mut wait, w);
+    }
     let nss = namespaces(&run.status.backups);
     facts.backups = summarize_backups(&nss, &run.status.backups, max_attempts);
+    Ok(wait)
+}
+
+/// Why the live Backup behind reused record `record` cannot stand in for a fresh one (None: it can, once
+/// the bucket verification passes again).
+async fn reused_unusable(
+    run: &PlanRun,
+    velero_ns: &str,
+    record: &BackupRecord,
+) -> Result<Option<String>, ControllerError> {
+    if let Some(e) = &record.verification_error {
+        return Ok(Some(format!("it failed verification in the bucket: {e}")));
+    }
+    let live = get_backup(&run.ctx.client, velero_ns, &record.name).await?;
+    Ok(
+        match check_reused_backup(
+            &record.name,
+            record.uid.as_deref(),
+            live.as_ref(),
+            PlanRun::now(),
+            REUSE_EXPIRY_MARGIN,
+        ) {
+            ReuseCheck::Usable => None,
+            ReuseCheck::Unusable(reason) => Some(reason),
+        },
+    )
+}
+
+/// Replaces reused record `i` of namespace `ns` by this plan's own first attempt.
+async fn replace_reused(run: &mut PlanRun, i: usize, ns: &str, reason: &str) {
+    let plan_name = run.name();
+    let plan_uid = run.uid();
+    let old = run.status.backups[i].clone();
+    let fresh = BackupRecord {
+        name: backup_name(
+            &PlanRef {
+                name: &plan_name,
+                uid: &plan_uid,
+            },
+            ns,
+            1,
+        ),
+        namespace: ns.to_owned(),
+        stateful_sets: old.stateful_sets.clone(),
+        pvcs: old.pvcs.clone(),
+        pods: old.pods.clone(),
+        attempt: 1,
+        ..BackupRecord::default()
+    };
+    tracing::info!(plan = %plan_name, backup = %old.name, reason, "reused backup is not usable; making a fresh one");
+    run.event(
+        EventType::Warning,
+        "ReusedBackupUnusable",
+        "Backup",
+        format!(
+            "not reusing Velero Backup {} for namespace {ns}: {reason}; creating {}",
+            old.name, fresh.name
+        ),
+    )
+    .await;
+    run.status.backups[i] = fresh;
+}
+
+/// Asks Velero (through a DeleteBackupRequest) to delete each abandoned attempt it is willing to delete
+/// now; returns when to look again for those it still refuses.
+async fn delete_abandoned(
+    run: &mut PlanRun,
+    velero_ns: &str,
+) -> Result<Option<Duration>, ControllerError> {
+    let mut wait = None;
+    for i in 0..run.status.backups.len() {
+        if run.status.backups[i].abandoned != Some(AbandonedBackup::DeletePending) {
+            continue;
+        }
+        let name = run.status.backups[i].name.clone();
+        let Some(backup) = get_backup(&run.ctx.client, velero_ns, &name).await? else {
+            run.status.backups[i].abandoned = Some(AbandonedBackup::Gone);
+            continue;
+        };
+        let phase = backup.status.as_ref().and_then(|s| s.phase.as_deref());
+        match abandon_action(phase, backup.spec.storage_location.as_deref()) {
+            AbandonAction::Wait => {
+                min_wait(&mut wait, RECHECK);
+                continue;
+            }
+            AbandonAction::DeleteObject => {
+                delete_backup_object(&run.ctx.client, velero_ns, &name).await?;
+                run.status.backups[i].abandoned = Some(AbandonedBackup::Deleted);
+                tracing::info!(plan = %run.name(), backup = %name, "deleted an abandoned backup attempt that never started");
+                run.event(
+                    EventType::Normal,
+                    "BackupDeleted",
+                    "Backup",
+                    format!(
+                        "deleted abandoned attempt {velero_ns}/{name}, still {}, so it stops holding Velero's backup queue (it never started: nothing is in the bucket)",
+                        phase.unwrap_or("New")
+                    ),
+                )
+                .await;
+                continue;
+            }
+            AbandonAction::RequestDeletion => {}
+        }
+        let request = build_delete_request(&name, backup.metadata.uid.as_deref(), velero_ns);
+        request_deletion(&run.ctx.client, &request).await?;
+        run.status.backups[i].abandoned = Some(AbandonedBackup::DeleteRequested);
+        tracing::info!(plan = %run.name(), backup = %name, "requested deletion of an abandoned backup attempt");
+        run.event(
+            EventType::Normal,
+            "BackupDeleteRequested",
+            "Backup",
+            format!(
+                "asked Velero to delete abandoned attempt {velero_ns}/{name} (DeleteBackupRequest {}) so it stops holding Velero's backup queue",
+                crate::planning::backups::delete_request_name(&name)
+            ),
+        )
+        .await;
+    }
     Ok(wait)
 }

@@ -9,11 +9,12 @@ use kube::runtime::events::EventType;
 
 use super::inventory;
 use crate::api::status::{BackupRecord, NodePhase, NodeProgress};
+use crate::api::velero::BackupStorageLocation;
 use crate::controller::error::ControllerError;
 use crate::controller::reconcile::PlanRun;
 use crate::planning::{
-    BackupNeed, Clock, NodeInputs, PhaseFacts, PlanRef, ReusableBackup, backup_name, plan_node,
-    summarize_backups,
+    BackupNeed, Clock, NodeInputs, PhaseFacts, PlanRef, ReusableBackup, backup_name, find_reusable,
+    plan_node, summarize_backups,
 };
 
 pub async fn run(
@@ -38,10 +39,9 @@ pub async fn run(
         now: PlanRun::now(),
     };
     let reusable_records = verified_records(run).await?;
-    let location = run.plan.spec.backup.storage_location.clone();
     let reusable: Vec<ReusableBackup> = reusable_records
         .iter()
-        .map(|r| ReusableBackup::from_record(r, &location))
+        .map(|r| ReusableBackup::from_record(r, None))
         .collect();
     let mut needs: BTreeMap<String, BackupNeed> = BTreeMap::new();
     let mut nodes = Vec::new();
@@ -82,7 +82,8 @@ pub async fn run(
                     pvcs: Vec::new(),
                     pods: Vec::new(),
                     or_label_selectors: Vec::new(),
-                    reuse: need.reuse.clone(),
+                    // Decided below on the merged PVC set of every node.
+                    reuse: None,
                 });
             {
                 for s in need.stateful_sets {
@@ -127,6 +128,22 @@ pub async fn run(
         run.status.message = Some(refusals.join("; "));
         return Ok(Some(Duration::from_secs(30)));
     }
+    // Reuse is decided on what the whole plan needs per namespace: one node's backup does not cover
+    // another node's PVCs. Candidates must be in the location a new Backup would go to.
+    if !reusable.is_empty() {
+        let location = effective_location(run).await?;
+        for need in needs.values_mut() {
+            need.reuse = find_reusable(
+                &need.namespace,
+                &need.pvcs,
+                &reusable,
+                location.as_deref(),
+                run.valid.reuse_if_newer_than,
+                clock,
+            )
+            .map(|c| c.name.clone());
+        }
+    }
     let plan_ref = PlanRef {
         name: &run.name(),
         uid: &run.uid(),
@@ -139,9 +156,14 @@ pub async fn run(
                 .as_ref()
                 .and_then(|r| reusable_record(&reusable_records, r))
             {
-                // A fresh verified backup from another plan covers these PVCs: reuse it, verified as it is.
+                // A fresh verified backup from another plan covers these PVCs: a candidate only. The
+                // BackingUp step reads the Backup again (Completed, not about to expire) and Verifying
+                // checks the bucket again before it counts.
                 Some(existing) => BackupRecord {
                     reused: true,
+                    verified: false,
+                    verified_objects: Vec::new(),
+                    verified_at: None,
                     ..existing
                 },
                 None => BackupRecord {
@@ -174,7 +196,31 @@ pub async fn run(
     Ok(None)
 }
 
-/// Verified backup records of every other plan (the candidates for reuse).
+/// The BackupStorageLocation a new Backup of this plan goes to: the plan's, else the one Velero picks, the
+/// BSL with `spec.default: true` (velero pkg/controller/backup_controller.go prepareBackupRequest). None
+/// when no BSL is marked default.
+async fn effective_location(run: &PlanRun) -> Result<Option<String>, ControllerError> {
+    if let Some(l) = &run.plan.spec.backup.storage_location {
+        return Ok(Some(l.clone()));
+    }
+    let ns = &run.plan.spec.backup.velero_namespace;
+    let bsls: kube::Api<BackupStorageLocation> = kube::Api::namespaced(run.ctx.client.clone(), ns);
+    let list = bsls
+        .list(&kube::api::ListParams::default())
+        .await
+        .map_err(|source| ControllerError::Read {
+            what: format!("BackupStorageLocations in namespace {ns}"),
+            source,
+        })?;
+    Ok(list
+        .items
+        .into_iter()
+        .find(|b| b.spec.default == Some(true))
+        .map(|b| b.name_any()))
+}
+
+/// Verified backup records of every other plan (the candidates for reuse), each with the location its
+/// Backup went to.
 async fn verified_records(run: &PlanRun) -> Result<Vec<BackupRecord>, ControllerError> {
     let plans: kube::Api<crate::api::DisruptionPlan> = kube::Api::all(run.ctx.client.clone());
     let list = plans
@@ -187,13 +233,21 @@ async fn verified_records(run: &PlanRun) -> Result<Vec<BackupRecord>, Controller
     Ok(list
         .items
         .into_iter()
-        .filter(|p| {
-            p.uid() != run.plan.uid()
-                && p.spec.backup.storage_location == run.plan.spec.backup.storage_location
+        .filter(|p| p.uid() != run.plan.uid())
+        .flat_map(|p| {
+            let location = p.spec.backup.storage_location.clone();
+            p.status
+                .map(|s| s.backups)
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |mut b| {
+                    if b.storage_location.is_none() {
+                        b.storage_location = location.clone();
+                    }
+                    b
+                })
         })
-        .filter_map(|p| p.status)
-        .flat_map(|s| s.backups)
-        .filter(|b| b.verified)
+        .filter(|b| b.verified && b.storage_location.is_some())
         .collect())
 }
 

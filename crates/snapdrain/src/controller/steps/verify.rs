@@ -20,7 +20,8 @@ pub async fn run(
     facts: &mut PhaseFacts,
 ) -> Result<Option<Duration>, ControllerError> {
     let spec = run.plan.spec.backup.clone();
-    let mut target = None;
+    // One target per location: a reused Backup may sit in another BSL than this plan's own.
+    let mut targets: std::collections::BTreeMap<String, _> = std::collections::BTreeMap::new();
     for i in 0..run.status.backups.len() {
         let record = run.status.backups[i].clone();
         if latest_index(&run.status.backups, &record.namespace) != Some(i)
@@ -33,17 +34,21 @@ pub async fn run(
         let Some(uid) = record.uid.clone() else {
             continue;
         };
-        if target.is_none() {
-            target = Some(
-                resolve_location(
-                    &run.ctx.client,
-                    &spec.velero_namespace,
-                    &spec.storage_location,
-                )
-                .await?,
-            );
+        // The location Velero wrote into the Backup (the default BSL when the plan names none).
+        let Some(location) = record
+            .storage_location
+            .clone()
+            .or_else(|| spec.storage_location.clone())
+        else {
+            continue;
+        };
+        if !targets.contains_key(&location) {
+            let t = resolve_location(&run.ctx.client, &spec.velero_namespace, &location).await?;
+            targets.insert(location.clone(), t);
         }
-        let Some(t) = target.as_ref() else { continue };
+        let Some(t) = targets.get(&location) else {
+            continue;
+        };
         let request = VerifyRequest {
             target: t,
             checks: verification_plan(

@@ -1,0 +1,390 @@
+//! The Velero Backup lifecycle as real Velero 1.18 runs it (review defects #2, #14, #19, #20, #21): the
+//! default BSL is whichever has `spec.default: true`; backups expire and are deleted; phases that can
+//! only end PartiallyFailed; one backup at a time in Velero's queue, and DeleteBackupRequests.
+
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+use snapdrain::api::status::{AbandonedBackup, BackupRecord, PlanPhase};
+use snapdrain::api::velero::{Backup, BackupStorageLocation};
+use snapdrain_sim::world::velero::VeleroFault;
+use snapdrain_testkit::eventually;
+use snapdrain_testkit::harness::{Harness, TIMEOUT};
+
+fn records(plan: &snapdrain::api::DisruptionPlan) -> Vec<BackupRecord> {
+    plan.status
+        .as_ref()
+        .map(|s| s.backups.clone())
+        .unwrap_or_default()
+}
+
+async fn create_object(h: &Harness, plural: &str, kind: &str, body: serde_json::Value) {
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        h.client.clone(),
+        "velero",
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("velero.io", "v1", kind),
+            plural,
+        ),
+    );
+    let obj: kube::api::DynamicObject = serde_json::from_value(body).expect("object");
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect("create Velero object");
+}
+
+async fn backup_exists(h: &Harness, name: &str) -> bool {
+    Api::<Backup>::namespaced(h.client.clone(), "velero")
+        .get_opt(name)
+        .await
+        .expect("read backup")
+        .is_some()
+}
+
+/// Phases the simulated Velero recorded for Backup `name` (its audit log).
+fn velero_phases(h: &Harness, name: &str) -> Vec<String> {
+    h.audit()
+        .into_iter()
+        .filter(|e| e.resource == "backups.velero.io" && e.name.as_deref() == Some(name))
+        .filter_map(|e| e.detail["phase"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The `status.errors` Velero's deletion controller recorded for requests about Backup `backup`.
+fn deletion_results(h: &Harness, backup: &str) -> Vec<serde_json::Value> {
+    h.audit()
+        .into_iter()
+        .filter(|e| {
+            e.resource == "deletebackuprequests.velero.io"
+                && e.detail["phase"] == "Processed"
+                && e.detail["backupName"] == backup
+        })
+        .map(|e| e.detail["errors"].clone())
+        .collect()
+}
+
+/// A node other than `not`, running protected pods of namespace shop.
+async fn other_node_with_shop_pods(h: &Harness, not: &str) -> String {
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(h.client.clone());
+    for n in nodes.list(&Default::default()).await.expect("nodes").items {
+        let name = n.name_any();
+        let protected = h.protected_pods_on(&name).await;
+        if name != not && protected.keys().any(|k| k.starts_with("shop/")) {
+            return name;
+        }
+    }
+    panic!("no second node with shop StatefulSet pods");
+}
+
+/// Waits until the plan's records of namespace shop are all verified (Release plans then wait for the
+/// autoscaler in Draining).
+async fn wait_verified(h: &Harness, plan: &str) -> Vec<BackupRecord> {
+    let p = h
+        .wait_plan(plan, TIMEOUT, |p| {
+            p == PlanPhase::Draining || p == PlanPhase::Completed || p.is_terminal()
+        })
+        .await;
+    let rs = records(&p);
+    assert!(
+        p.status.as_ref().map(|s| s.phase) != Some(PlanPhase::Failed),
+        "{:#?}",
+        p.status
+    );
+    assert!(rs.iter().any(|r| r.verified), "{rs:#?}");
+    rs
+}
+
+/// #14, velero pkg/controller/backup_controller.go prepareBackupRequest: with no storageLocation in the
+/// plan, the Backup leaves it unset, Velero uses the BSL marked `default: true` (here `aws`) and writes
+/// its name into the Backup; verification reads that BSL's bucket. Before the fix the Backup named
+/// `default`, which does not exist here: FailedValidation on every attempt, a failed plan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plan_completes_when_the_default_bsl_is_not_named_default() {
+    let h = Harness::start().await;
+    let bsls: Api<BackupStorageLocation> = Api::namespaced(h.client.clone(), "velero");
+    let mut aws = bsls.get("default").await.expect("the install's BSL");
+    aws.metadata = kube::api::ObjectMeta {
+        name: Some("aws".into()),
+        namespace: Some("velero".into()),
+        ..Default::default()
+    };
+    aws.spec.default = Some(true);
+    bsls.create(&PostParams::default(), &aws)
+        .await
+        .expect("create BSL aws");
+    bsls.delete("default", &DeleteParams::default())
+        .await
+        .expect("delete BSL default");
+
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan(
+        "aws-default",
+        json!({"nodes": [node], "backup": {"maxAttempts": 1}}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("aws-default", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let backups = h.backups_of("aws-default").await;
+    assert_eq!(backups.len(), 1, "{backups:?}");
+    let b = Api::<Backup>::namespaced(h.client.clone(), "velero")
+        .get(&backups[0])
+        .await
+        .expect("backup");
+    assert_eq!(b.spec.storage_location.as_deref(), Some("aws"));
+    assert!(
+        status
+            .backups
+            .iter()
+            .all(|r| r.verified && r.storage_location.as_deref() == Some("aws")),
+        "{:#?}",
+        status.backups
+    );
+    controller.shutdown().await;
+}
+
+/// #2, velero pkg/controller/gc_controller.go: an expired Backup is deleted with its bucket data, and
+/// `velero backup delete` (a DeleteBackupRequest) does the same. A reused backup is read again first:
+/// one that expires within a day, or is gone, is not trusted and the plan makes its own. Before the fix
+/// the other plan's verified record was copied as it was and no Backup of this plan was made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_expiring_or_deleted_reused_backup_is_not_trusted() {
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+
+    // A verified backup that Velero deletes within the hour (ttl 1h < the 24h reuse margin).
+    h.create_plan(
+        "short-lived",
+        json!({"nodes": [node], "mode": "Release", "backup": {"ttl": "1h"}}),
+    )
+    .await;
+    let short = wait_verified(&h, "short-lived").await;
+    // Its own backup expires soon too, so that only the next one can stand in later.
+    h.create_plan(
+        "reuse-short",
+        json!({"nodes": [node], "mode": "Release", "backup": {"reuseIfNewerThan": "1h", "ttl": "1h"}}),
+    )
+    .await;
+    let rs = wait_verified(&h, "reuse-short").await;
+    assert!(
+        rs.iter().all(|r| !r.reused),
+        "the expiring backup was reused: {rs:#?}"
+    );
+    assert_eq!(h.backups_of("reuse-short").await.len(), 1);
+
+    // A verified backup (ttl 720h) deleted through Velero before it is reused.
+    h.create_plan("deleted-later", json!({"nodes": [node], "mode": "Release"}))
+        .await;
+    let deleted = wait_verified(&h, "deleted-later").await;
+    let name = deleted[0].name.clone();
+    assert_ne!(name, short[0].name);
+    create_object(
+        &h,
+        "deletebackuprequests",
+        "DeleteBackupRequest",
+        json!({"apiVersion": "velero.io/v1", "kind": "DeleteBackupRequest",
+               "metadata": {"name": format!("{name}-by-hand"), "namespace": "velero",
+                            "labels": {"velero.io/backup-name": name}},
+               "spec": {"backupName": name}}),
+    )
+    .await;
+    eventually("the deleted backup to be gone", || async {
+        (!backup_exists(&h, &name).await).then_some(())
+    })
+    .await;
+    // Also the plan whose backup this was still lists it as verified: only the Backup itself tells.
+    h.create_plan(
+        "reuse-deleted",
+        json!({"nodes": [node], "mode": "Release", "backup": {"reuseIfNewerThan": "1h"}}),
+    )
+    .await;
+    let rs = wait_verified(&h, "reuse-deleted").await;
+    assert!(
+        rs.iter().all(|r| !r.reused && r.name != name),
+        "the deleted backup was reused: {rs:#?}"
+    );
+    assert_eq!(h.backups_of("reuse-deleted").await.len(), 1);
+    controller.shutdown().await;
+}
+
+/// #19: reuse is decided on the PVCs of every node of the plan. A backup of one node's PVCs is reused by
+/// a plan of that node alone (after reading the Backup and verifying the bucket again), but not by a plan
+/// of two nodes. Before the fix the two-node plan kept the first node's reuse and its record lacked the
+/// second node's PVCs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_multi_node_plan_reuses_only_a_backup_covering_every_node() {
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let first = h.node_with_statefulset_pods().await;
+    let second = other_node_with_shop_pods(&h, &first).await;
+    h.create_plan("one-node", json!({"nodes": [first], "mode": "Release"}))
+        .await;
+    let base = wait_verified(&h, "one-node").await;
+
+    h.create_plan(
+        "same-node",
+        json!({"nodes": [first], "mode": "Release", "backup": {"reuseIfNewerThan": "1h"}}),
+    )
+    .await;
+    let same = wait_verified(&h, "same-node").await;
+    assert!(
+        same.iter()
+            .all(|r| r.reused && r.verified && r.name == base[0].name),
+        "a covering backup is reused, verified again: {same:#?}"
+    );
+    assert!(h.backups_of("same-node").await.is_empty());
+
+    h.create_plan(
+        "two-nodes",
+        json!({"nodes": [first, second], "mode": "Release", "backup": {"reuseIfNewerThan": "1h"}}),
+    )
+    .await;
+    let both = wait_verified(&h, "two-nodes").await;
+    let shop = both
+        .iter()
+        .find(|r| r.namespace == "shop")
+        .expect("shop record");
+    assert!(!shop.reused, "{shop:#?}");
+    assert!(
+        base[0].pvcs.iter().all(|p| shop.pvcs.contains(p)) && shop.pvcs.len() > base[0].pvcs.len(),
+        "the own backup covers both nodes' PVCs: {shop:#?} vs {:?}",
+        base[0].pvcs
+    );
+    assert_eq!(h.backups_of("two-nodes").await.len(), 1);
+    controller.shutdown().await;
+}
+
+/// #20, velero backup_finalizer_controller.go: FinalizingPartiallyFailed only ever ends PartiallyFailed,
+/// so the attempt fails at once and the next starts while Velero still finalizes (slow plugin
+/// operations are held here). Before the fix the plan waited for the first attempt to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partially_failed_bound_phase_fails_the_attempt_at_once() {
+    let h = Harness::start().await;
+    let velero = h.cluster.velero.clone().expect("velero");
+    let node = h.node_with_statefulset_pods().await;
+    // Every volume of the node's protected pods fails its file-system backup (keys are namespace/pod).
+    for (pod, claims) in h.protected_pods_on(&node).await {
+        let namespace = pod.split('/').next().unwrap_or_default().to_string();
+        for pvc in claims {
+            velero.inject(VeleroFault::FailVolume {
+                namespace: namespace.clone(),
+                pvc,
+            });
+        }
+    }
+    velero.inject(VeleroFault::HoldFinalizing);
+    let controller = h.controller().await;
+    h.create_plan(
+        "partial",
+        json!({"nodes": [node], "backup": {"maxAttempts": 3}}),
+    )
+    .await;
+    let first = h
+        .wait_backup_phase("partial", "FinalizingPartiallyFailed")
+        .await;
+    eventually(
+        "a second attempt while the first still finalizes",
+        || async { (h.backups_of("partial").await.len() >= 2).then_some(()) },
+    )
+    .await;
+    assert!(
+        !velero_phases(&h, &first).contains(&"PartiallyFailed".to_string()),
+        "the first attempt was still held"
+    );
+    velero.clear_faults();
+    let plan = h.wait_plan("partial", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    // The abandoned attempt is deleted once Velero lets it go.
+    let r = status
+        .backups
+        .iter()
+        .find(|r| r.name == first)
+        .expect("first record");
+    assert_eq!(
+        r.abandoned,
+        Some(AbandonedBackup::DeleteRequested),
+        "{r:#?}"
+    );
+    controller.shutdown().await;
+}
+
+/// #21, velero backup_queue_controller.go (--concurrent-backups 1) and backup_deletion_controller.go: an
+/// attempt that times out while Queued behind another backup is removed, so it never runs and the retry
+/// is next in the queue. With a named location that is a DeleteBackupRequest; without one (Velero resolves
+/// the default only when the backup starts) the deletion controller cannot find its BSL, so snapdrain
+/// deletes the never-started Backup object itself. Before the fix it stayed Queued and ran first.
+async fn abandoned_attempt(location: Option<&str>) {
+    let h = Harness::start().await;
+    let velero = h.cluster.velero.clone().expect("velero");
+    velero.inject(VeleroFault::HoldInProgress {
+        backup: "nightly".into(),
+    });
+    create_object(
+        &h,
+        "backups",
+        "Backup",
+        json!({"apiVersion": "velero.io/v1", "kind": "Backup",
+               "metadata": {"name": "nightly", "namespace": "velero"},
+               "spec": {"includedNamespaces": ["kube-system"]}}),
+    )
+    .await;
+    eventually("the nightly backup to hold Velero's queue", || async {
+        velero_phases(&h, "nightly")
+            .contains(&"InProgress".to_string())
+            .then_some(())
+    })
+    .await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let mut backup = json!({"timeout": "2s", "maxAttempts": 3});
+    if let Some(l) = location {
+        backup["storageLocation"] = json!(l);
+    }
+    h.create_plan("queued", json!({"nodes": [node], "backup": backup}))
+        .await;
+    let first = h.wait_backup_phase("queued", "Queued").await;
+    eventually("the timed-out attempt removed", || async {
+        (!backup_exists(&h, &first).await).then_some(())
+    })
+    .await;
+    eventually("a retry", || async {
+        (!h.backups_of("queued").await.is_empty()).then_some(())
+    })
+    .await;
+    velero.clear_faults();
+    let plan = h.wait_plan("queued", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    assert!(
+        !velero_phases(&h, &first).contains(&"InProgress".to_string()),
+        "the abandoned attempt never ran: {:?}",
+        velero_phases(&h, &first)
+    );
+    let r = status
+        .backups
+        .iter()
+        .find(|r| r.name == first)
+        .expect("first record");
+    if location.is_some() {
+        assert_eq!(r.abandoned, Some(AbandonedBackup::DeleteRequested));
+        assert_eq!(deletion_results(&h, &first), vec![json!([])]);
+    } else {
+        assert_eq!(r.abandoned, Some(AbandonedBackup::Deleted));
+    }
+    controller.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_abandoned_attempt_is_deleted_via_delete_backup_request_and_the_retry_completes() {
+    abandoned_attempt(Some("default")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_abandoned_attempt_that_never_started_is_deleted_and_the_retry_completes() {
+    abandoned_attempt(None).await;
+}
