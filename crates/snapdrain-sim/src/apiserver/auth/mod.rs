@@ -200,13 +200,23 @@ mod tests {
     #[test]
     fn tokens_name_their_users_and_unknown_tokens_are_401() {
         let auth = Auth::default();
-        assert!(auth.authenticate(&HeaderMap::new()).expect("no token").is_admin());
-        assert!(auth.authenticate(&bearer(ADMIN_TOKEN)).expect("admin").is_admin());
+        assert!(
+            auth.authenticate(&HeaderMap::new())
+                .expect("no token")
+                .is_admin()
+        );
+        assert!(
+            auth.authenticate(&bearer(ADMIN_TOKEN))
+                .expect("admin")
+                .is_admin()
+        );
         let token = auth.issue("snapdrain", "snapdrain");
         let sa = auth.authenticate(&bearer(&token)).expect("issued token");
         assert_eq!(sa.name, "system:serviceaccount:snapdrain:snapdrain");
         assert!(!sa.is_admin());
-        let e = auth.authenticate(&bearer("forged")).expect_err("unknown token");
+        let e = auth
+            .authenticate(&bearer("forged"))
+            .expect_err("unknown token");
         assert_eq!((e.code, e.reason.as_str()), (401, "Unauthorized"));
     }
 
