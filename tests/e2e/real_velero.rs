@@ -305,9 +305,13 @@ async fn a_partially_failed_bound_phase_fails_the_attempt_at_once() {
         .iter()
         .find(|r| r.name == first)
         .expect("first record");
-    assert_eq!(
-        r.abandoned,
-        Some(AbandonedBackup::DeleteRequested),
+    // DeleteRequested, or Gone when the status write after the request was lost and a later pass
+    // found the Backup already deleted by Velero.
+    assert!(
+        matches!(
+            r.abandoned,
+            Some(AbandonedBackup::DeleteRequested | AbandonedBackup::Gone)
+        ),
         "{r:#?}"
     );
     controller.shutdown().await;
@@ -371,10 +375,24 @@ async fn abandoned_attempt(location: Option<&str>) {
         .find(|r| r.name == first)
         .expect("first record");
     if location.is_some() {
-        assert_eq!(r.abandoned, Some(AbandonedBackup::DeleteRequested));
+        assert!(
+            matches!(
+                r.abandoned,
+                Some(AbandonedBackup::DeleteRequested | AbandonedBackup::Gone)
+            ),
+            "{r:#?}"
+        );
         assert_eq!(deletion_results(&h, &first), vec![json!([])]);
     } else {
-        assert_eq!(r.abandoned, Some(AbandonedBackup::Deleted));
+        // Deleted, or Gone when the pass that deleted it lost its status write and the next pass found
+        // the object already gone (the decision to abandon is written before acting, so never None).
+        assert!(
+            matches!(
+                r.abandoned,
+                Some(AbandonedBackup::Deleted | AbandonedBackup::Gone)
+            ),
+            "{r:#?}"
+        );
     }
     controller.shutdown().await;
 }

@@ -25,21 +25,36 @@ pub struct AcceptedEviction {
     pub user_agent: Option<String>,
 }
 
-/// Accepted evictions, in audit order.
+/// Evictions that removed a pod, in audit order: an eviction request answered 201 for which the
+/// simulated API server recorded the pod as evicted before answering. A 201 alone is not enough: an
+/// older kube-apiserver answers a refused multi-PDB eviction 201 with a Failure body.
 pub fn accepted_evictions(audit: &[AuditEntry]) -> Vec<AcceptedEviction> {
-    audit
-        .iter()
-        .filter(|e| e.source == "api" && e.resource == "pods/eviction" && e.code == Some(201))
-        .map(|e| AcceptedEviction {
-            pod: format!(
-                "{}/{}",
-                e.namespace.as_deref().unwrap_or_default(),
-                e.name.as_deref().unwrap_or_default()
-            ),
-            time: e.time.clone(),
-            user_agent: e.user_agent.clone(),
-        })
-        .collect()
+    let pod = |e: &AuditEntry| {
+        format!(
+            "{}/{}",
+            e.namespace.as_deref().unwrap_or_default(),
+            e.name.as_deref().unwrap_or_default()
+        )
+    };
+    // Pods evicted by the server and not yet matched to their request's answer.
+    let mut removed: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = Vec::new();
+    for e in audit {
+        if e.source == "world" && e.verb == "evicted" && e.resource == "pods" {
+            *removed.entry(pod(e)).or_default() += 1;
+        } else if e.source == "api" && e.resource == "pods/eviction" && e.code == Some(201) {
+            let p = pod(e);
+            if let Some(n) = removed.get_mut(&p).filter(|n| **n > 0) {
+                *n -= 1;
+                out.push(AcceptedEviction {
+                    pod: p,
+                    time: e.time.clone(),
+                    user_agent: e.user_agent.clone(),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// Protected pods as `namespace/name` → the PVC claim names they mount: pods whose controller is a
@@ -341,7 +356,22 @@ mod tests {
             code: Some(code),
             detail: serde_json::Value::Null,
         };
-        let got = accepted_evictions(&[entry("api", 429), entry("world", 201), entry("api", 201)]);
+        let evicted = AuditEntry {
+            source: "world".into(),
+            verb: "evicted".into(),
+            resource: "pods".into(),
+            code: None,
+            ..entry("world", 0)
+        };
+        // A 201 without the server's own eviction record is a Failure body, not an eviction.
+        assert!(accepted_evictions(&[entry("api", 201)]).is_empty());
+        let got = accepted_evictions(&[
+            entry("api", 429),
+            entry("world", 201),
+            evicted,
+            entry("api", 201),
+            entry("api", 201),
+        ]);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].pod, "db/pg-0");
     }

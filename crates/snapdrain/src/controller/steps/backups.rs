@@ -380,6 +380,17 @@ async fn delete_abandoned(
     velero_ns: &str,
 ) -> Result<Option<Duration>, ControllerError> {
     let mut wait = None;
+    // Persist the decision to abandon before acting on it: if this pass's later status write is lost
+    // (a stale copy, a crash), the next pass still knows the attempt was abandoned, and finds it Gone
+    // rather than mistaking Velero's deletion for an outside one.
+    if run
+        .status
+        .backups
+        .iter()
+        .any(|b| b.abandoned == Some(AbandonedBackup::DeletePending))
+    {
+        run.save().await?;
+    }
     for i in 0..run.status.backups.len() {
         if run.status.backups[i].abandoned != Some(AbandonedBackup::DeletePending) {
             continue;
