@@ -6,3 +6,4 @@ mod crds;
 mod demo;
 mod deploy;
 mod drain_cli;
+mod real_backup;
