@@ -116,8 +116,8 @@ mod tests {
     fn key_is_32_bytes_with_its_md5() {
         let k = customer_key(&[7u8; 32]).expect("32 bytes");
         assert_eq!(k.key.len(), 44);
-        // MD5 of 32 bytes of 0x07, base64 (Python hashlib).
-        assert_eq!(k.key_md5, "Y4HAEFCYWuvAXWFTtA1Qpg==");
+        // MD5 of 32 bytes of 0x07 is cb81c010…50a6 (md5sum), base64 below.
+        assert_eq!(k.key_md5, "y4HAEFCYWuvAXWFTtA1Qpg==");
         assert!(customer_key(&[0u8; 31]).unwrap_err().contains("31 bytes"));
         assert_eq!(format!("{k:?}"), "CustomerKey(<redacted>)");
     }
