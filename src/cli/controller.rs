@@ -38,6 +38,11 @@ pub struct ControllerArgs {
     /// Base64 cluster CA for Bottlerocket replacements when a plan does not set it.
     #[arg(long)]
     pub cluster_certificate: Option<String>,
+    /// The Secret (NAME or NAME/KEY, key `cloud` by default) in the Velero namespace holding Velero's
+    /// credentials file, when it is not the one the Velero Deployment mounts. Without it snapdrain uses
+    /// the BSL's spec.credential, else the Velero Deployment's Secret, else its own AWS identity.
+    #[arg(long)]
+    pub velero_credentials_secret: Option<String>,
 }
 
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
@@ -46,8 +51,15 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         .identity
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| format!("snapdrain-{}", std::process::id()));
+    let velero_credentials_secret = args
+        .velero_credentials_secret
+        .as_deref()
+        .map(snapdrain::backup::credentials::parse_override)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let settings = Settings {
         identity,
+        velero_credentials_secret,
         ec2_endpoint: args.ec2_endpoint,
         region: args.region,
         cluster_name: args.cluster_name,

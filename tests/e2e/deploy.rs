@@ -257,7 +257,10 @@ fn rbac_grants_exactly_what_the_controller_uses() {
     let secrets = role_docs("role-velero-secrets.yaml");
     assert_eq!(
         grants(&secrets[0]["rules"]),
-        expect(&[("", "secrets", &["get"])])
+        expect(&[
+            ("", "secrets", &["get"]),
+            ("apps", "deployments", &["list"])
+        ])
     );
     assert_eq!(secrets[1]["kind"], "RoleBinding");
     let leases = role_docs("role-leader-election.yaml");

@@ -17,7 +17,8 @@ use super::ec2::{
     NODE_INSTANCE_PROFILE,
 };
 use super::error::SimError;
-use super::s3::{S3Sim, S3SimConfig};
+use super::s3::{S3Sim, S3SimConfig, S3Tls};
+use super::scenario::format::VeleroCredentials;
 use super::scenario::{self, LoadedScenario, S3_URL_FALLBACK, Scenario, crds, timeline};
 use super::world::karpenter::{self, KarpenterConfig, KarpenterHandle};
 use super::world::velero::{self, VeleroConfig, VeleroHandle};
@@ -128,11 +129,29 @@ impl SimCluster {
                 s3_config.secret_key = v.secret_key.clone();
                 s3_config.region = v.region.clone();
                 s3_config.buckets = vec![v.bucket.clone()];
+                if v.aws_s3 {
+                    s3_config.bucket_region = Some(v.region.clone());
+                }
+                if v.tls {
+                    s3_config.tls =
+                        Some(S3Tls::private_ca().map_err(|message| SimError::Load {
+                            what: "the S3 endpoint's CA".into(),
+                            message,
+                        })?);
+                }
             }
-            Some(S3Sim::start(s3_config).await.map_err(|e| SimError::Load {
+            let s3 = S3Sim::start(s3_config).await.map_err(|e| SimError::Load {
                 what: "the S3 endpoint".into(),
                 message: e.to_string(),
-            })?)
+            })?;
+            // With IRSA, Velero's role may use the bucket (its IAM policy).
+            if let Some(v) = resolved.as_ref().and_then(|(scn, _)| scn.velero.as_ref())
+                && v.credentials == VeleroCredentials::Irsa
+            {
+                let (ak, sk) = crate::sts::role_credentials(&v.role_arn);
+                s3.grant(&ak, &sk);
+            }
+            Some(s3)
         } else {
             None
         };
@@ -143,7 +162,13 @@ impl SimCluster {
             .unwrap_or_else(|| S3_URL_FALLBACK.to_string());
         let loaded = match &resolved {
             None => None,
-            Some((scn, label)) => Some(scenario::load(&store, scn, label, &s3_url)?),
+            Some((scn, label)) => Some(scenario::load_with_ca(
+                &store,
+                scn,
+                label,
+                &s3_url,
+                s3.as_ref().and_then(S3Sim::ca_pem),
+            )?),
         };
         for (i, obj) in config.objects.into_iter().enumerate() {
             load_object(&store, obj).map_err(|message| SimError::Load {

@@ -8,6 +8,7 @@ pub mod error;
 pub mod manifests;
 pub mod s3;
 pub mod scenario;
+pub mod sts;
 pub mod world;
 
 pub use cluster::{ScenarioSource, SimCluster, SimConfig};

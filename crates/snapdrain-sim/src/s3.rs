@@ -1,6 +1,8 @@
 //! S3 standing in for MinIO: s3s + s3s-fs on a real loopback socket.
 //!
-//! Path-style only, SigV4 auth with the keys given at start, buckets created at start.
+//! Path-style only, SigV4 auth with the keys given at start (more identities can be granted later, as an
+//! IAM policy would), buckets created at start. Optionally the buckets live in an AWS region, and requests
+//! signed for another region are redirected the way AWS S3 does.
 //! Two test hooks: an outage switch (every request gets S3's 503 `ServiceUnavailable`) and a
 //! broadcast of every successful write, which the simulator's audit log records.
 
@@ -29,6 +31,8 @@ pub enum S3SimError {
     BucketName(String),
     #[error("could not bind the S3 simulator to 127.0.0.1: {0}")]
     Bind(std::io::Error),
+    #[error("cannot set up TLS for the S3 simulator: {0}")]
+    Tls(String),
     #[error("s3s-fs could not open {path}: {message}")]
     Backend { path: PathBuf, message: String },
     #[error("S3 request for s3://{bucket}/{key} failed: {message}")]
@@ -48,6 +52,63 @@ pub struct S3SimConfig {
     pub buckets: Vec<String>,
     /// Where objects live; a fresh temporary directory when `None`.
     pub data_dir: Option<PathBuf>,
+    /// The AWS region the buckets live in, when this endpoint stands for AWS S3. Then a request signed
+    /// for another region gets S3's 301 `PermanentRedirect` with `x-amz-bucket-region`, and HeadBucket
+    /// answers carry that header. None behaves like MinIO: any signing region is accepted.
+    pub bucket_region: Option<String>,
+    /// Serve HTTPS with this certificate instead of plain HTTP.
+    pub tls: Option<S3Tls>,
+}
+
+/// A server certificate for the S3 endpoint and the private CA that signed it.
+#[derive(Clone, Debug)]
+pub struct S3Tls {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl S3Tls {
+    /// A fresh private CA and a certificate for `127.0.0.1` and `localhost` signed by it, as a MinIO
+    /// install with its own CA has.
+    pub fn private_ca() -> Result<Self, String> {
+        let err = |e: rcgen::Error| format!("cannot make the test CA: {e}");
+        let ca_key = rcgen::KeyPair::generate().map_err(err)?;
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "snapdrain-sim object store CA");
+        let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).map_err(err)?;
+        let key = rcgen::KeyPair::generate().map_err(err)?;
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()])
+            .map_err(err)?
+            .signed_by(&key, &ca)
+            .map_err(err)?;
+        Ok(Self {
+            ca_pem: ca.pem(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    fn acceptor(&self) -> Result<tokio_rustls::TlsAcceptor, String> {
+        use rustls::pki_types::pem::PemObject as _;
+        let certs = rustls::pki_types::CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("certificate PEM: {e}"))?;
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
+            .map_err(|e| format!("key PEM: {e}"))?;
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| e.to_string())?;
+        Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+    }
 }
 
 impl Default for S3SimConfig {
@@ -58,6 +119,8 @@ impl Default for S3SimConfig {
             region: "us-west-2".into(),
             buckets: vec!["velero".into()],
             data_dir: None,
+            bucket_region: None,
+            tls: None,
         }
     }
 }
@@ -93,6 +156,7 @@ struct Inner {
     config: S3SimConfig,
     outage: Arc<AtomicBool>,
     writes: broadcast::Sender<S3Write>,
+    keys: GrantedKeys,
     server: JoinHandle<()>,
     // Kept so the temporary directory lives as long as the server.
     _tmp: Option<tempfile::TempDir>,
@@ -136,12 +200,12 @@ impl S3Sim {
             root: root.clone(),
             writes: writes.clone(),
             long_keys: Default::default(),
+            sse_c: Default::default(),
         };
         let mut builder = s3s::service::S3ServiceBuilder::new(observed);
-        builder.set_auth(s3s::auth::SimpleAuth::from_single(
-            config.access_key.clone(),
-            config.secret_key.clone(),
-        ));
+        let keys = GrantedKeys::default();
+        keys.grant(&config.access_key, &config.secret_key);
+        builder.set_auth(keys.clone());
         let service = builder.build();
 
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -149,7 +213,21 @@ impl S3Sim {
             .map_err(S3SimError::Bind)?;
         let addr = listener.local_addr().map_err(S3SimError::Bind)?;
         let outage = Arc::new(AtomicBool::new(false));
-        let server = tokio::spawn(serve(listener, service, outage.clone()));
+        let region = RegionCheck {
+            region: config.bucket_region.clone(),
+            buckets: config.buckets.clone(),
+        };
+        let acceptor = match &config.tls {
+            Some(t) => Some(t.acceptor().map_err(S3SimError::Tls)?),
+            None => None,
+        };
+        let server = tokio::spawn(serve(
+            listener,
+            service,
+            outage.clone(),
+            Arc::new(region),
+            acceptor,
+        ));
         Ok(S3Sim {
             inner: Arc::new(Inner {
                 addr,
@@ -157,15 +235,27 @@ impl S3Sim {
                 config,
                 outage,
                 writes,
+                keys,
                 server,
                 _tmp: tmp,
             }),
         })
     }
 
-    /// `http://127.0.0.1:PORT`, for `s3Url` in a BackupStorageLocation or `AWS_ENDPOINT_URL_S3`.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS), for `s3Url` in a BackupStorageLocation or
+    /// `AWS_ENDPOINT_URL_S3`.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.inner.addr)
+        let scheme = if self.inner.config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.inner.addr)
+    }
+
+    /// The PEM of the private CA that signed the endpoint's certificate, when it serves TLS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.inner.config.tls.as_ref().map(|t| t.ca_pem.as_str())
     }
 
     pub fn access_key(&self) -> &str {
@@ -195,6 +285,12 @@ impl S3Sim {
         self.inner.writes.subscribe()
     }
 
+    /// Lets another identity read and write the buckets (an IAM role's keys, as STS would hand them out
+    /// to IRSA or EKS Pod Identity). Every other key is refused with `InvalidAccessKeyId`.
+    pub fn grant(&self, access_key: &str, secret_key: &str) {
+        self.inner.keys.grant(access_key, secret_key);
+    }
+
     /// While on, every request is answered with 503 `ServiceUnavailable`.
     pub fn set_outage(&self, on: bool) {
         self.inner.outage.store(on, Ordering::SeqCst);
@@ -202,12 +298,19 @@ impl S3Sim {
 
     /// A client for this server: static credentials, path-style addressing.
     pub fn client(&self) -> aws_sdk_s3::Client {
-        client_for(
+        let client = client_for(
             &self.endpoint(),
             self.region(),
             self.access_key(),
             self.secret_key(),
-        )
+        );
+        match self.ca_pem().map(trusting) {
+            Some(Ok(http)) => aws_sdk_s3::Client::from_conf(
+                client.config().to_builder().http_client(http).build(),
+            ),
+            // The CA was parsed when the server started, so it parses again.
+            _ => client,
+        }
     }
 
     /// Fault injection: removes an object (through the API, so it is reported as a write).
@@ -267,6 +370,21 @@ pub fn client_for(
     aws_sdk_s3::Client::from_conf(config)
 }
 
+/// An HTTPS client trusting only the CA in `pem`.
+pub fn trusting(pem: &str) -> Result<aws_sdk_s3::config::SharedHttpClient, String> {
+    use aws_smithy_http_client::tls;
+    let context = tls::TlsContext::builder()
+        .with_trust_store(tls::TrustStore::empty().with_pem_certificate(pem.as_bytes().to_vec()))
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::AwsLc,
+        ))
+        .tls_context(context)
+        .build_https())
+}
+
 fn valid_bucket_name(name: &str) -> bool {
     (3..=63).contains(&name.len())
         && name
@@ -280,6 +398,8 @@ async fn serve(
     listener: tokio::net::TcpListener,
     service: s3s::service::S3Service,
     outage: Arc<AtomicBool>,
+    region: Arc<RegionCheck>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     loop {
@@ -292,25 +412,165 @@ async fn serve(
         };
         let service = service.clone();
         let outage = outage.clone();
+        let region = region.clone();
         let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let service = service.clone();
             let down = outage.load(Ordering::SeqCst);
+            let region = region.clone();
             async move {
                 if down {
-                    return Ok(outage_response());
+                    return Ok::<_, s3s::HttpError>(outage_response());
                 }
-                service.call(req.map(s3s::Body::from)).await
+                if let Some(redirect) = region.redirect(&req) {
+                    return Ok(redirect);
+                }
+                let head_bucket = region.head_bucket(&req);
+                let mut resp = service.call(req.map(s3s::Body::from)).await?;
+                if let Some(value) = head_bucket {
+                    resp.headers_mut().insert("x-amz-bucket-region", value);
+                }
+                Ok(resp)
             }
         });
-        let conn = http
-            .serve_connection(TokioIo::new(socket), svc)
-            .into_owned();
+        let http = http.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let result = match tls {
+                None => {
+                    http.serve_connection(TokioIo::new(socket), svc)
+                        .into_owned()
+                        .await
+                }
+                Some(acceptor) => match acceptor.accept(socket).await {
+                    Ok(stream) => {
+                        http.serve_connection(TokioIo::new(stream), svc)
+                            .into_owned()
+                            .await
+                    }
+                    Err(e) => {
+                        // A client that does not trust the CA hangs up here.
+                        tracing::debug!(error = %e, "S3 simulator: TLS handshake failed");
+                        return;
+                    }
+                },
+            };
+            if let Err(e) = result {
                 tracing::debug!(error = %e, "S3 simulator: connection ended with an error");
             }
         });
     }
+}
+
+/// Access keys the endpoint accepts, shared with the running service so identities can be granted later.
+#[derive(Clone, Default)]
+struct GrantedKeys(Arc<std::sync::RwLock<std::collections::HashMap<String, String>>>);
+
+impl GrantedKeys {
+    fn grant(&self, access_key: &str, secret_key: &str) {
+        // A poisoned lock only means a panic elsewhere mid-insert; the map is still usable.
+        self.0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(access_key.to_string(), secret_key.to_string());
+    }
+}
+
+#[async_trait::async_trait]
+impl s3s::auth::S3Auth for GrantedKeys {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<s3s::auth::SecretKey> {
+        let keys = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match keys.get(access_key) {
+            Some(secret) => Ok(secret.clone().into()),
+            // AWS S3's answer to an unknown key (403).
+            None => Err(s3s::s3_error!(
+                InvalidAccessKeyId,
+                "The AWS Access Key Id you provided does not exist in our records."
+            )),
+        }
+    }
+}
+
+/// AWS S3's answer to a request made in the wrong region, for buckets that live in one.
+struct RegionCheck {
+    region: Option<String>,
+    buckets: Vec<String>,
+}
+
+impl RegionCheck {
+    /// The bucket a path-style request addresses, if it is one of ours.
+    fn bucket<'a>(&self, path: &'a str) -> Option<&'a str> {
+        let first = path.trim_start_matches('/').split('/').next()?;
+        self.buckets.iter().any(|b| b == first).then_some(first)
+    }
+
+    /// S3 answers a request signed for another region than the bucket's with 301 `PermanentRedirect`
+    /// and the bucket's region in `x-amz-bucket-region` (no body for HEAD); aws-sdk-s3 does not follow
+    /// it (AWS S3 User Guide "Making requests" / `PermanentRedirect` in the S3 error-code list;
+    /// aws-sdk-go-v2 `feature/s3/manager/bucket_region.go` reads the header from this answer).
+    fn redirect<B>(&self, req: &http::Request<B>) -> Option<s3s::HttpResponse> {
+        let region = self.region.as_deref()?;
+        let bucket = self.bucket(req.uri().path())?;
+        let signed = signing_region(req)?;
+        if signed == region {
+            return None;
+        }
+        let body = if req.method() == http::Method::HEAD {
+            String::new()
+        } else {
+            format!(
+                "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>PermanentRedirect</Code><Message>The bucket you are attempting to access must be addressed using the specified endpoint. Please send all future requests to this endpoint.</Message><Endpoint>{bucket}.s3.{region}.amazonaws.com</Endpoint><Bucket>{bucket}</Bucket><RequestId>{}</RequestId></Error>",
+                uuid::Uuid::new_v4()
+            )
+        };
+        let mut resp = http::Response::new(s3s::Body::from(body));
+        *resp.status_mut() = http::StatusCode::MOVED_PERMANENTLY;
+        let headers = resp.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/xml"),
+        );
+        if let Ok(v) = http::HeaderValue::from_str(region) {
+            headers.insert("x-amz-bucket-region", v);
+        }
+        Some(resp)
+    }
+
+    /// HeadBucket's `x-amz-bucket-region` header, for a HEAD on one of the buckets.
+    fn head_bucket<B>(&self, req: &http::Request<B>) -> Option<http::HeaderValue> {
+        let region = self.region.as_deref()?;
+        let path = req.uri().path().trim_matches('/');
+        if req.method() != http::Method::HEAD || self.bucket(path)? != path {
+            return None;
+        }
+        http::HeaderValue::from_str(region).ok()
+    }
+}
+
+/// The region in a SigV4 credential scope (`Credential=AK/DATE/REGION/s3/aws4_request`), from the
+/// Authorization header or a presigned URL's `X-Amz-Credential`.
+fn signing_region<B>(req: &http::Request<B>) -> Option<String> {
+    let scope = match req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(auth) => auth
+            .split("Credential=")
+            .nth(1)?
+            .split(',')
+            .next()?
+            .to_string(),
+        None => req
+            .uri()
+            .query()?
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("X-Amz-Credential="))?
+            .replace("%2F", "/"),
+    };
+    scope.split('/').nth(2).map(str::to_string)
 }
 
 fn outage_response() -> s3s::HttpResponse {
@@ -334,6 +594,56 @@ struct ObservedFs {
     writes: broadcast::Sender<S3Write>,
     /// (bucket, stored key) → the client's key, for keys too long for s3s-fs (see [`ObservedFs::stored`]).
     long_keys: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
+    /// (bucket, key) → base64 MD5 of the SSE-C customer key the object was written with.
+    sse_c: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
+}
+
+/// SSE-C as AWS S3 applies it (S3 User Guide, "Using server-side encryption with customer-provided keys
+/// (SSE-C)"): a PUT may carry algorithm AES256, the key and its MD5; the object can then be read (GET or
+/// HEAD) only with the same key. Without the headers S3 answers 400 `InvalidRequest`, with another key
+/// 403 `AccessDenied`.
+fn check_customer_key(
+    stored: Option<&String>,
+    algorithm: Option<&str>,
+    key_md5: Option<&str>,
+) -> S3Result<()> {
+    let Some(stored) = stored else { return Ok(()) };
+    match (algorithm, key_md5) {
+        (Some(_), Some(md5)) if md5 == stored => Ok(()),
+        (Some(_), Some(_)) => Err(s3s::s3_error!(AccessDenied, "Access Denied")),
+        _ => Err(s3s::s3_error!(
+            InvalidRequest,
+            "The object was stored using a form of Server Side Encryption. The correct parameters must be provided to retrieve the object."
+        )),
+    }
+}
+
+/// The MD5 of an SSE-C key as sent, refusing a key whose MD5 does not match (400 `InvalidArgument`).
+fn customer_key_md5(
+    algorithm: Option<&str>,
+    key: Option<&str>,
+    key_md5: Option<&str>,
+) -> S3Result<Option<String>> {
+    let (Some(algorithm), Some(key), Some(key_md5)) = (algorithm, key, key_md5) else {
+        return Ok(None);
+    };
+    if algorithm != "AES256" {
+        return Err(s3s::s3_error!(
+            InvalidEncryptionAlgorithmError,
+            "The encryption request you specified is not valid. The valid value is AES256."
+        ));
+    }
+    use base64::Engine as _;
+    use md5::Digest as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let raw = b64.decode(key).unwrap_or_default();
+    if raw.len() != 32 || b64.encode(md5::Md5::digest(&raw)) != key_md5 {
+        return Err(s3s::s3_error!(
+            InvalidArgument,
+            "The calculated MD5 hash of the key did not match the hash that was provided."
+        ));
+    }
+    Ok(Some(key_md5.to_string()))
 }
 
 impl ObservedFs {
@@ -377,6 +687,15 @@ impl ObservedFs {
             .get(&(bucket.to_string(), stored.to_string()))
             .cloned()
             .unwrap_or_else(|| stored.to_string())
+    }
+
+    fn sse_map(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), String>> {
+        // As for long_map: the map stays usable after a panic elsewhere.
+        self.sse_c
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn long_map(
@@ -458,6 +777,7 @@ impl S3 for ObservedFs {
         let mut req = req;
         req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         let out = self.fs.delete_object(req).await?;
+        self.sse_map().remove(&(bucket.clone(), key.clone()));
         self.report(&bucket, &key, S3WriteKind::Delete).await;
         Ok(out)
     }
@@ -493,6 +813,12 @@ impl S3 for ObservedFs {
         &self,
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
+        check_customer_key(
+            self.sse_map()
+                .get(&(req.input.bucket.clone(), req.input.key.clone())),
+            req.input.sse_customer_algorithm.as_deref(),
+            req.input.sse_customer_key_md5.as_deref(),
+        )?;
         let mut req = req;
         req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         self.fs.get_object(req).await
@@ -509,6 +835,12 @@ impl S3 for ObservedFs {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
+        check_customer_key(
+            self.sse_map()
+                .get(&(req.input.bucket.clone(), req.input.key.clone())),
+            req.input.sse_customer_algorithm.as_deref(),
+            req.input.sse_customer_key_md5.as_deref(),
+        )?;
         let mut req = req;
         req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         self.fs.head_object(req).await
@@ -546,9 +878,18 @@ impl S3 for ObservedFs {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let (bucket, key) = (req.input.bucket.clone(), req.input.key.clone());
+        let sse = customer_key_md5(
+            req.input.sse_customer_algorithm.as_deref(),
+            req.input.sse_customer_key.as_deref(),
+            req.input.sse_customer_key_md5.as_deref(),
+        )?;
         let mut req = req;
         req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         let out = self.fs.put_object(req).await?;
+        match sse {
+            Some(md5) => self.sse_map().insert((bucket.clone(), key.clone()), md5),
+            None => self.sse_map().remove(&(bucket.clone(), key.clone())),
+        };
         self.report(&bucket, &key, S3WriteKind::Put).await;
         Ok(out)
     }

@@ -15,6 +15,7 @@ use snapdrain::api::status::PlanPhase;
 use snapdrain::controller::run::RunOptions;
 use snapdrain::controller::{ControllerHandle, Settings, start};
 use snapdrain_sim::apiserver::audit::AuditEntry;
+use snapdrain_sim::scenario::format::VeleroSpec;
 use snapdrain_sim::world::Timings;
 use snapdrain_sim::{ScenarioSource, SimCluster, SimConfig};
 
@@ -47,15 +48,43 @@ impl Harness {
 
     /// The quickstart scenario with the API server's tunables set (e.g. which multi-PDB answer it gives).
     pub async fn start_with_api(timings: Timings, api: snapdrain_sim::apiserver::Settings) -> Self {
+        Self::start_source(ScenarioSource::Named("quickstart".into()), timings, api).await
+    }
+
+    /// The quickstart scenario with its Velero install changed by `velero` (Helm, IRSA, AWS S3, TLS).
+    pub async fn start_with_velero(velero: impl FnOnce(&mut VeleroSpec)) -> Self {
+        let (mut scenario, label) =
+            snapdrain_sim::scenario::resolve("quickstart").expect("the quickstart scenario exists");
+        let spec = scenario
+            .velero
+            .as_mut()
+            .expect("the quickstart scenario installs Velero");
+        velero(spec);
+        Self::start_source(
+            ScenarioSource::Inline {
+                scenario: Box::new(scenario),
+                label,
+            },
+            fast_timings(),
+            snapdrain_sim::apiserver::Settings::default(),
+        )
+        .await
+    }
+
+    async fn start_source(
+        source: ScenarioSource,
+        timings: Timings,
+        api: snapdrain_sim::apiserver::Settings,
+    ) -> Self {
         crate::capture_logs();
         let cluster = SimCluster::start(SimConfig {
-            scenario: Some(ScenarioSource::Named("quickstart".into())),
+            scenario: Some(source),
             timings: Some(timings),
             settings: api,
             ..Default::default()
         })
         .await
-        .expect("the quickstart scenario starts");
+        .expect("the scenario starts");
         let client = Client::try_from(cluster.kube_config()).expect("client");
         install_plan_crd(&client)
             .await
@@ -63,6 +92,17 @@ impl Harness {
         let h = Self { cluster, client };
         h.wait_statefulsets_ready().await;
         h
+    }
+
+    /// Lets snapdrain's own IAM role ([`crate::SNAPDRAIN_ROLE_ARN`]) read the bucket, as an IAM policy
+    /// for its IRSA role would.
+    pub fn grant_snapdrain_role(&self) {
+        let (ak, sk) = snapdrain_sim::sts::role_credentials(crate::SNAPDRAIN_ROLE_ARN);
+        self.cluster
+            .s3
+            .as_ref()
+            .expect("the world runs an S3 endpoint")
+            .grant(&ak, &sk);
     }
 
     pub fn kube_config(&self) -> kube::Config {

@@ -86,7 +86,30 @@ pub fn controller_settings(
         cluster_certificate: Some(join.cluster_certificate),
         wait_slice: Duration::from_secs(5),
         backup_retry_cap: Duration::from_millis(300),
+        aws: Some(own_aws_config(cluster)),
+        velero_credentials_secret: None,
     })
+}
+
+/// snapdrain's own IAM role in the simulated account (what IRSA would give its service account).
+pub const SNAPDRAIN_ROLE_ARN: &str = "arn:aws:iam::111122223333:role/snapdrain";
+
+/// snapdrain's own AWS configuration in the simulated cluster: the keys STS would hand its IAM role
+/// ([`SNAPDRAIN_ROLE_ARN`]), region us-east-1, and the simulated S3 endpoint standing for AWS S3 (as
+/// `AWS_ENDPOINT_URL_S3` would). The role may use the bucket only once a test grants it.
+pub fn own_aws_config(cluster: &SimCluster) -> aws_config::SdkConfig {
+    let (ak, sk) = snapdrain_sim::sts::role_credentials(SNAPDRAIN_ROLE_ARN);
+    let creds = aws_credential_types::Credentials::new(ak, sk, None, None, "snapdrain-irsa");
+    let mut b = aws_config::SdkConfig::builder()
+        .behavior_version(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(
+            aws_credential_types::provider::SharedCredentialsProvider::new(creds),
+        );
+    if let Some(s3) = &cluster.s3 {
+        b = b.endpoint_url(s3.endpoint());
+    }
+    b.build()
 }
 
 /// Polls `check` until it returns Some, failing the test after [`WAIT`].

@@ -232,16 +232,7 @@ pub fn scale_5k() -> Scenario {
             pod: small("public.ecr.aws/eks/kube-proxy:v1.35.0"),
             tolerate_all: true,
         }],
-        velero: Some(VeleroSpec {
-            bucket: "velero".into(),
-            prefix: None,
-            region: "us-east-1".into(),
-            s3_url: default_s3_url(),
-            access_key: "minio".into(),
-            secret_key: "minio123".into(),
-            node_agent: true,
-            location_name: "default".into(),
-        }),
+        velero: Some(VeleroSpec::default()),
         ..Default::default()
     }
 }

@@ -359,6 +359,28 @@ pub struct VeleroSpec {
     /// The node-agent DaemonSet (file-system backups).
     #[serde(default = "yes")]
     pub node_agent: bool,
+    /// How Velero was installed: `cli` (`velero install`: Secret `cloud-credentials`) or `helm` (the
+    /// vmware-tanzu chart, release `velero`: Secret named after the release, `velero`).
+    #[serde(default)]
+    pub install: VeleroInstall,
+    /// Where Velero's AWS credentials come from: a `secret` mounted in its pod, or `irsa` (no Secret;
+    /// the pod's service account has IAM role `roleArn`, as with `velero install --no-secret`).
+    #[serde(default)]
+    pub credentials: VeleroCredentials,
+    #[serde(default = "default_role_arn")]
+    pub role_arn: String,
+    /// The BSL is for AWS S3: no `s3Url` and no `region` (Velero looks the region up), and the
+    /// simulated endpoint stands for AWS S3 with the bucket living in `region`.
+    #[serde(default)]
+    pub aws_s3: bool,
+    /// S3 is served over HTTPS with a certificate from a private CA, which the BSL carries in
+    /// `objectStorage.caCert`.
+    #[serde(default)]
+    pub tls: bool,
+    /// Backups are written with SSE-C: a 32-byte key in Secret `velero-sse-c`, mounted in the Velero
+    /// pod at `/sse-c`, named by the BSL's `config.customerKeyEncryptionFile: /sse-c/key`.
+    #[serde(default)]
+    pub sse_c: bool,
     /// Name of the BackupStorageLocation (marked `default: true`). `velero install` names it `default`;
     /// the Helm chart and many installs name it after the provider (`aws`, `minio`).
     #[serde(default = "default_location_name")]
@@ -367,6 +389,49 @@ pub struct VeleroSpec {
 
 fn default_location_name() -> String {
     "default".into()
+}
+
+impl Default for VeleroSpec {
+    fn default() -> Self {
+        Self {
+            bucket: default_bucket(),
+            prefix: None,
+            region: default_region(),
+            s3_url: default_s3_url(),
+            access_key: default_access_key(),
+            secret_key: default_secret_key(),
+            node_agent: true,
+            install: VeleroInstall::default(),
+            credentials: VeleroCredentials::default(),
+            role_arn: default_role_arn(),
+            aws_s3: false,
+            tls: false,
+            sse_c: false,
+            location_name: default_location_name(),
+        }
+    }
+}
+
+/// How Velero was installed (which decides its objects' names).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum VeleroInstall {
+    #[default]
+    Cli,
+    Helm,
+}
+
+/// Where Velero's AWS credentials come from.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum VeleroCredentials {
+    #[default]
+    Secret,
+    Irsa,
+}
+
+fn default_role_arn() -> String {
+    "arn:aws:iam::111122223333:role/velero".into()
 }
 
 fn default_bucket() -> String {

@@ -350,6 +350,17 @@ pub fn load(
     file: &str,
     s3_url: &str,
 ) -> Result<LoadedScenario, ScenarioError> {
+    load_with_ca(store, s, file, s3_url, None)
+}
+
+/// [`load`] for an S3 endpoint served over TLS: the BSL carries `ca_pem` as its `objectStorage.caCert`.
+pub fn load_with_ca(
+    store: &Store,
+    s: &Scenario,
+    file: &str,
+    s3_url: &str,
+    ca_pem: Option<&str>,
+) -> Result<LoadedScenario, ScenarioError> {
     let c = Ctx { store, file };
     let mut namespaces: BTreeSet<String> = s.namespaces.iter().cloned().collect();
     namespaces.extend(s.stateful_sets.iter().map(|w| w.namespace.clone()));
@@ -420,7 +431,7 @@ pub fn load(
         )?;
     }
     if let Some(v) = &s.velero {
-        for obj in velero_objects(v, s3_url) {
+        for obj in velero_objects(v, s3_url, ca_pem) {
             let what = format!(
                 "velero {}",
                 obj.get("kind").and_then(Value::as_str).unwrap_or("")
@@ -609,8 +620,14 @@ fn pdb_object(name_: &str, ns: &str, labels: &[(&str, &str)], b: &Budget) -> Val
     json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name_, "namespace": ns}, "spec": spec})
 }
 
-/// What `velero install --provider aws --use-node-agent` creates that snapdrain reads.
-fn velero_objects(v: &VeleroSpec, s3_url: &str) -> Vec<Value> {
+/// What `velero install --provider aws --use-node-agent` (pkg/install/deployment.go, secret.go) or the
+/// vmware-tanzu Helm chart (charts/velero/templates/deployment.yaml, secret.yaml, `_helpers.tpl`
+/// `velero.secretName`) creates that snapdrain reads. Both mount the credentials Secret as volume
+/// `cloud-credentials` at `/credentials` and point `AWS_SHARED_CREDENTIALS_FILE` at `/credentials/cloud`;
+/// the CLI names the Secret `cloud-credentials`, the chart after the release (`velero`). With IRSA there
+/// is no Secret, and the EKS pod identity webhook injects `AWS_ROLE_ARN` and
+/// `AWS_WEB_IDENTITY_TOKEN_FILE` instead.
+fn velero_objects(v: &VeleroSpec, s3_url: &str, ca_pem: Option<&str>) -> Vec<Value> {
     let ini = format!(
         "[default]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
         v.access_key, v.secret_key
@@ -619,26 +636,80 @@ fn velero_objects(v: &VeleroSpec, s3_url: &str) -> Vec<Value> {
     if let Some(p) = &v.prefix {
         storage["prefix"] = json!(p);
     }
-    let mut out = vec![
-        json!({"apiVersion": "v1", "kind": "Secret",
-               "metadata": {"name": "cloud-credentials", "namespace": "velero", "labels": {"component": "velero"}},
-               "type": "Opaque",
-               "data": {"cloud": base64::engine::general_purpose::STANDARD.encode(ini)}}),
-        json!({"apiVersion": "velero.io/v1", "kind": "BackupStorageLocation",
-               "metadata": {"name": v.location_name, "namespace": "velero", "labels": {"component": "velero"}},
-               "spec": {"provider": "aws", "default": true, "accessMode": "ReadWrite", "objectStorage": storage,
-                        "config": {"region": v.region, "s3ForcePathStyle": "true", "s3Url": v.s3_url.replace(super::S3_URL_PLACEHOLDER, s3_url)}},
-               "status": {"phase": "Available", "lastValidationTime": now()}}),
-        deployment_object(
+    if let Some(pem) = ca_pem {
+        storage["caCert"] = json!(base64::engine::general_purpose::STANDARD.encode(pem));
+    }
+    let (secret_name, labels) = match v.install {
+        VeleroInstall::Cli => ("cloud-credentials", json!({"component": "velero"})),
+        VeleroInstall::Helm => (
             "velero",
-            "velero",
-            1,
-            &PodShape {
-                image: "velero/velero:v1.18.2".into(),
-                ..Default::default()
-            },
+            json!({"app.kubernetes.io/name": "velero", "app.kubernetes.io/instance": "velero",
+                   "app.kubernetes.io/managed-by": "Helm", "helm.sh/chart": "velero-11.1.1"}),
         ),
-    ];
+    };
+    let mut config = if v.aws_s3 {
+        json!({})
+    } else {
+        json!({"region": v.region, "s3ForcePathStyle": "true",
+               "s3Url": v.s3_url.replace(super::S3_URL_PLACEHOLDER, s3_url)})
+    };
+    if v.sse_c {
+        config["customerKeyEncryptionFile"] = json!("/sse-c/key");
+    }
+    let mut deployment = deployment_object(
+        "velero",
+        "velero",
+        1,
+        &PodShape {
+            image: "velero/velero:v1.18.2".into(),
+            ..Default::default()
+        },
+    );
+    deployment["metadata"]["labels"] = labels.clone();
+    let pod = &mut deployment["spec"]["template"]["spec"];
+    let mut env = vec![json!({"name": "VELERO_NAMESPACE", "value": "velero"})];
+    let mut out = Vec::new();
+    match v.credentials {
+        VeleroCredentials::Secret => {
+            out.push(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": secret_name, "namespace": "velero", "labels": labels},
+                "type": "Opaque",
+                "data": {"cloud": base64::engine::general_purpose::STANDARD.encode(ini)}}));
+            env.push(json!({"name": "AWS_SHARED_CREDENTIALS_FILE", "value": "/credentials/cloud"}));
+            pod["volumes"] =
+                json!([{"name": "cloud-credentials", "secret": {"secretName": secret_name}}]);
+            pod["containers"][0]["volumeMounts"] =
+                json!([{"name": "cloud-credentials", "mountPath": "/credentials"}]);
+        }
+        VeleroCredentials::Irsa => {
+            env.push(json!({"name": crate::sts::ROLE_ARN_ENV, "value": v.role_arn}));
+            env.push(json!({"name": crate::sts::WEB_IDENTITY_TOKEN_FILE_ENV,
+                            "value": "/var/run/secrets/eks.amazonaws.com/serviceaccount/token"}));
+        }
+    }
+    if v.sse_c {
+        // 32 bytes, as the plugin requires; mounted like a chart's `extraVolumes`/`extraVolumeMounts`.
+        out.push(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "velero-sse-c", "namespace": "velero"}, "type": "Opaque",
+            "data": {"key": base64::engine::general_purpose::STANDARD.encode("0123456789abcdef0123456789abcdef")}}));
+        let mut volumes = pod["volumes"].as_array().cloned().unwrap_or_default();
+        volumes.push(json!({"name": "sse-c", "secret": {"secretName": "velero-sse-c"}}));
+        pod["volumes"] = json!(volumes);
+        let mut mounts = pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        mounts.push(json!({"name": "sse-c", "mountPath": "/sse-c"}));
+        pod["containers"][0]["volumeMounts"] = json!(mounts);
+    }
+    pod["containers"][0]["name"] = json!("velero");
+    pod["containers"][0]["env"] = json!(env);
+    out.push(json!({"apiVersion": "velero.io/v1", "kind": "BackupStorageLocation",
+           "metadata": {"name": v.location_name, "namespace": "velero", "labels": {"component": "velero"}},
+           "spec": {"provider": "aws", "default": true, "accessMode": "ReadWrite", "objectStorage": storage,
+                    "config": config},
+           "status": {"phase": "Available", "lastValidationTime": now()}}));
+    out.push(deployment);
     if v.node_agent {
         let mut ds = daemonset_object(&DaemonSetSpec {
             name: "node-agent".into(),

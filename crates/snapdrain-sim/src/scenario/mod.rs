@@ -14,7 +14,7 @@ pub mod nodes;
 pub mod timeline;
 
 pub use format::Scenario;
-pub use load::{LoadedScenario, NodeInstance, load, parse, resolve};
+pub use load::{LoadedScenario, NodeInstance, load, load_with_ca, parse, resolve};
 
 /// Stands for the simulated S3 endpoint in scenario objects; the cluster fills it in at start.
 pub const S3_URL_PLACEHOLDER: &str = "${S3_URL}";

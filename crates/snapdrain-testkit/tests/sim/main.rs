@@ -12,4 +12,5 @@ mod s3;
 mod scenario_runs;
 mod scenarios;
 mod velero;
+mod velero_install;
 mod world;

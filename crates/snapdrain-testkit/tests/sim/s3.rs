@@ -323,3 +323,106 @@ async fn long_keys_up_to_s3s_limit_round_trip_and_list_by_prefix() {
         .expect_err("S3 refuses keys over 1,024 bytes");
     assert!(format!("{err:?}").contains("KeyTooLongError"), "{err:?}");
 }
+
+/// An unknown access key gets AWS S3's 403 `InvalidAccessKeyId` until the identity is granted (an IAM
+/// role's keys, as STS hands them to IRSA).
+#[tokio::test]
+async fn unknown_keys_are_refused_until_granted() {
+    let sim = start().await;
+    let role = client_for(&sim.endpoint(), sim.region(), "ASIAROLE", "role-secret");
+    let err = role
+        .get_object()
+        .bucket("velero")
+        .key("x")
+        .send()
+        .await
+        .expect_err("an unknown key is refused");
+    let code = aws_sdk_s3::error::ProvideErrorMetadata::code(&err).map(str::to_string);
+    assert_eq!(code.as_deref(), Some("InvalidAccessKeyId"), "{err:?}");
+    sim.grant("ASIAROLE", "role-secret");
+    role.list_objects_v2()
+        .bucket("velero")
+        .send()
+        .await
+        .unwrap();
+}
+
+/// A bucket in eu-west-1 asked in us-east-1: AWS S3 answers 301 PermanentRedirect with the bucket's
+/// region in `x-amz-bucket-region` (aws-sdk-go-v2 `feature/s3/manager/bucket_region.go` reads it from
+/// there), and HeadBucket in the right region carries the header too.
+#[tokio::test]
+async fn wrong_region_is_redirected_with_the_bucket_region() {
+    let sim = S3Sim::start(S3SimConfig {
+        region: "eu-west-1".into(),
+        bucket_region: Some("eu-west-1".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let wrong = client_for(
+        &sim.endpoint(),
+        "us-east-1",
+        sim.access_key(),
+        sim.secret_key(),
+    );
+    let err = wrong
+        .head_bucket()
+        .bucket("velero")
+        .send()
+        .await
+        .expect_err("asked in the wrong region");
+    let raw = err.raw_response().expect("an HTTP answer");
+    assert_eq!(raw.status().as_u16(), 301);
+    assert_eq!(raw.headers().get("x-amz-bucket-region"), Some("eu-west-1"));
+    let err = wrong
+        .get_object()
+        .bucket("velero")
+        .key("k")
+        .send()
+        .await
+        .expect_err("GET in the wrong region");
+    assert_eq!(
+        aws_sdk_s3::error::ProvideErrorMetadata::code(&err),
+        Some("PermanentRedirect"),
+        "{err:?}"
+    );
+    let right = sim.client();
+    let out = right.head_bucket().bucket("velero").send().await.unwrap();
+    assert_eq!(out.bucket_region(), Some("eu-west-1"));
+}
+
+/// Over TLS with a private CA: a client trusting only the system roots fails the handshake, one
+/// trusting the CA gets through.
+#[tokio::test]
+async fn tls_with_a_private_ca() {
+    let tls = snapdrain_sim::s3::S3Tls::private_ca().unwrap();
+    let sim = S3Sim::start(S3SimConfig {
+        tls: Some(tls),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert!(sim.endpoint().starts_with("https://"));
+    let untrusting = client_for(
+        &sim.endpoint(),
+        sim.region(),
+        sim.access_key(),
+        sim.secret_key(),
+    );
+    let err = untrusting
+        .list_objects_v2()
+        .bucket("velero")
+        .send()
+        .await
+        .expect_err("the private CA is not trusted by default");
+    assert!(
+        matches!(err, aws_sdk_s3::error::SdkError::DispatchFailure(_)),
+        "{err:?}"
+    );
+    sim.client()
+        .list_objects_v2()
+        .bucket("velero")
+        .send()
+        .await
+        .unwrap();
+}

@@ -159,6 +159,27 @@ fn crd_objects() -> Vec<Value> {
     out
 }
 
+/// The Velero server Deployment as `velero install` writes it (pkg/install/deployment.go): the
+/// credentials Secret mounted at /credentials and `AWS_SHARED_CREDENTIALS_FILE` pointing into it; without
+/// a Secret (`--no-secret`, IRSA) neither.
+fn velero_deployment(secret: Option<&str>) -> Value {
+    let mut container = json!({"name": "velero", "image": "velero/velero:v1.18.2",
+                               "env": [{"name": "VELERO_NAMESPACE", "value": "velero"}]});
+    let mut volumes = json!([]);
+    if let Some(s) = secret {
+        container["env"] = json!([{"name": "VELERO_NAMESPACE", "value": "velero"},
+                                  {"name": "AWS_SHARED_CREDENTIALS_FILE", "value": "/credentials/cloud"}]);
+        container["volumeMounts"] =
+            json!([{"name": "cloud-credentials", "mountPath": "/credentials"}]);
+        volumes = json!([{"name": "cloud-credentials", "secret": {"secretName": s}}]);
+    }
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": "velero", "namespace": "velero"},
+           "spec": {"replicas": 0, "selector": {"matchLabels": {"deploy": "velero"}},
+                    "template": {"metadata": {"labels": {"deploy": "velero"}},
+                                 "spec": {"containers": [container], "volumes": volumes}}}})
+}
+
 struct Env {
     cluster: SimCluster,
     ctx: Arc<WorldContext>,
@@ -188,6 +209,7 @@ impl Env {
                    "spec": {"provider": "aws", "default": true, "accessMode": "ReadWrite",
                             "objectStorage": {"bucket": "velero", "prefix": "cluster-a"},
                             "config": {"region": "minio", "s3ForcePathStyle": "true", "s3Url": s3.endpoint}}}),
+            velero_deployment(Some("cloud-credentials")),
         ]);
         let cluster = SimCluster::start(SimConfig {
             objects,

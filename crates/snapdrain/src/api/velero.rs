@@ -167,7 +167,7 @@ pub struct BackupStorageLocationSpec {
     /// Provider config: `region`, `s3Url`, `s3ForcePathStyle`, `profile`, ...
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub config: BTreeMap<String, String>,
-    /// Per-BSL credentials; absent means the server-wide Secret `cloud-credentials`, key `cloud`.
+    /// Per-BSL credentials; absent means the file the Velero server reads (see `backup::credentials`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credential: Option<SecretKeyRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -184,6 +184,12 @@ pub struct ObjectStorage {
     pub bucket: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefix: Option<String>,
+    /// PEM CA bundle for the endpoint's TLS (base64 in JSON). Deprecated upstream for `caCertRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_cert: Option<k8s_openapi::ByteString>,
+    /// A key of a Secret in the BSL's namespace holding the PEM CA bundle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_cert_ref: Option<SecretKeyRef>,
 }
 
 /// A key in a Secret of the Velero namespace.

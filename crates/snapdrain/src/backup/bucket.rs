@@ -1,14 +1,24 @@
 //! Reads a backup's objects from its bucket with aws-sdk-s3 (GET and HEAD only: snapdrain never writes
 //! under Velero's prefix) and runs the pure checks of [`super::verify`] on them.
 
+use aws_config::SdkConfig;
+use aws_config::profile::ProfileFileCredentialsProvider;
+use aws_credential_types::provider::error::CredentialsError;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
 use aws_sdk_s3::Client;
+use aws_sdk_s3::config::Region;
 use aws_sdk_s3::config::http::HttpResponse;
-use aws_sdk_s3::config::{Credentials, Region};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
 
-use super::location::S3Target;
+use super::location::{S3Target, TargetCredentials};
 use super::verify::{self, ObjectCheck, VerifyError};
 use crate::api::status::VerifiedObject;
+
+/// The region GetBucketRegion asks in when the location names none (velero-plugin-for-aws
+/// `object_store.go` `Init`: `o.Region = "us-east-1"`).
+const REGION_LOOKUP_REGION: &str = "us-east-1";
 
 /// Why a verification did not succeed: the backup is bad, or the bucket could not be asked.
 #[derive(Debug, thiserror::Error)]
@@ -27,34 +37,187 @@ pub enum BucketError {
         key: String,
         message: String,
     },
+    /// The credentials could not be obtained. `permanent` when the file or profile itself is wrong.
+    #[error("cannot get AWS credentials from {source_name}: {message}; {hint}")]
+    Credentials {
+        source_name: String,
+        message: String,
+        hint: &'static str,
+        permanent: bool,
+    },
+    /// The CA bundle could not be used for TLS.
+    #[error(
+        "cannot use the CA bundle of the BackupStorageLocation for s3://{bucket}: {message}; fix objectStorage.caCertRef or caCert"
+    )]
+    Tls { bucket: String, message: String },
+    /// The location names no region and the bucket's region could not be found.
+    #[error(
+        "cannot find the region of bucket {bucket} (the BackupStorageLocation has neither config.region nor config.s3Url): {message}; set config.region on the location"
+    )]
+    Region { bucket: String, message: String },
+    /// `insecureSkipTLSVerify` with an endpoint snapdrain cannot verify.
+    #[error(
+        "BackupStorageLocation for s3://{bucket} sets config.insecureSkipTLSVerify; snapdrain does not skip TLS verification: put the endpoint's CA in objectStorage.caCertRef instead"
+    )]
+    InsecureTls { bucket: String },
 }
 
 impl BucketError {
     /// An invalid backup is a verification verdict, handled by the verify step's retry policy; an
-    /// unreachable bucket may come back. Neither fails the plan on its own.
+    /// unreachable bucket may come back, and so may the credential provider (STS, IMDS). A credentials
+    /// file or profile that does not work, an unusable CA bundle, or a setting snapdrain refuses needs a
+    /// person.
     pub fn is_permanent(&self) -> bool {
-        false
+        match self {
+            Self::Invalid(_) | Self::Unreachable { .. } | Self::Region { .. } => false,
+            Self::Credentials { permanent, .. } => *permanent,
+            Self::Tls { .. } | Self::InsecureTls { .. } => true,
+        }
     }
 }
 
-/// An S3 client for a resolved BackupStorageLocation.
-pub fn client(target: &S3Target) -> Client {
-    let creds = Credentials::new(
-        target.access_key_id.clone(),
-        target.secret_access_key.clone(),
-        target.session_token.clone(),
-        None,
-        "backup-storage-location",
-    );
-    let mut builder = aws_sdk_s3::Config::builder()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(Region::new(target.region.clone()))
-        .credentials_provider(creds)
-        .force_path_style(target.path_style);
+/// An S3 client for a resolved BackupStorageLocation, with the location's region (looked up when it
+/// names none). `own` is snapdrain's own AWS configuration: its identity stands in when Velero has no
+/// credentials file, and its endpoint (if any) stands in for AWS S3.
+pub async fn connect(target: &S3Target, own: &SdkConfig) -> Result<(Client, String), BucketError> {
+    let mut builder = aws_sdk_s3::config::Builder::from(own).force_path_style(target.path_style);
     if let Some(endpoint) = &target.endpoint {
         builder = builder.endpoint_url(endpoint.clone());
     }
-    Client::from_conf(builder.build())
+    if target.insecure_skip_tls_verify && target.ca_cert.is_none() {
+        return Err(BucketError::InsecureTls {
+            bucket: target.bucket.clone(),
+        });
+    }
+    if let Some(pem) = &target.ca_cert {
+        builder = builder.http_client(tls_client(&target.bucket, pem)?);
+    }
+    let credentials = credentials(target, own).await?;
+    builder = builder.credentials_provider(credentials);
+    let region = match &target.region {
+        Some(r) => r.clone(),
+        None => {
+            let lookup = Client::from_conf(
+                builder
+                    .clone()
+                    .region(Region::from_static(REGION_LOOKUP_REGION))
+                    .build(),
+            );
+            bucket_region(&lookup, &target.bucket).await?
+        }
+    };
+    let client = Client::from_conf(builder.region(Region::new(region.clone())).build());
+    Ok((client, region))
+}
+
+/// An HTTPS client trusting only `pem` (Velero's `caCert` replaces the system roots for the plugin's
+/// client: velero-plugin-for-aws `config.go` `WithTLSSettings`).
+fn tls_client(
+    bucket: &str,
+    pem: &str,
+) -> Result<aws_sdk_s3::config::SharedHttpClient, BucketError> {
+    let context = TlsContext::builder()
+        .with_trust_store(TrustStore::empty().with_pem_certificate(pem.as_bytes().to_vec()))
+        .build()
+        .map_err(|e| BucketError::Tls {
+            bucket: bucket.to_owned(),
+            message: e.to_string(),
+        })?;
+    Ok(aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::AwsLc,
+        ))
+        .tls_context(context)
+        .build_https())
+}
+
+/// The credentials of the location, fetched once now so a bad file fails here with its own message.
+/// The file is read both as a shared credentials and a shared config file, as the plugin does
+/// (`config.go` `WithCredentialsFile`), so `role_arn`/`source_profile`, `credential_process` and
+/// `web_identity_token_file` profiles work as well as static keys.
+async fn credentials(
+    target: &S3Target,
+    own: &SdkConfig,
+) -> Result<SharedCredentialsProvider, BucketError> {
+    let (provider, source_name, hint) = match &target.credentials {
+        TargetCredentials::File {
+            secret,
+            origin,
+            profile,
+            contents,
+        } => {
+            let files = EnvConfigFiles::builder()
+                .with_contents(EnvConfigFileKind::Credentials, contents.clone())
+                .with_contents(EnvConfigFileKind::Config, contents.clone())
+                .build();
+            let provider = ProfileFileCredentialsProvider::builder()
+                .profile_files(files)
+                .profile_name(profile)
+                .build();
+            (
+                SharedCredentialsProvider::new(provider),
+                format!(
+                    "profile [{profile}] of Secret {} key {} ({origin})",
+                    secret.name, secret.key
+                ),
+                "fix the credentials file or config.profile of the location",
+            )
+        }
+        TargetCredentials::Ambient => {
+            let Some(provider) = own.credentials_provider() else {
+                return Err(BucketError::Credentials {
+                    source_name: "snapdrain's own AWS identity".into(),
+                    message: "no credentials provider is configured".into(),
+                    hint: "Velero runs without a credentials Secret, so snapdrain needs an IAM identity (IRSA or EKS Pod Identity) allowed s3:GetObject and s3:ListBucket on the bucket",
+                    permanent: true,
+                });
+            };
+            (
+                provider,
+                "snapdrain's own AWS identity (Velero has no credentials Secret)".into(),
+                "give snapdrain's service account an IAM role (IRSA or EKS Pod Identity) allowed s3:GetObject and s3:ListBucket on the bucket, or set --velero-credentials-secret",
+            )
+        }
+    };
+    match provider.provide_credentials().await {
+        Ok(_) => Ok(provider),
+        Err(e) => Err(BucketError::Credentials {
+            source_name,
+            message: aws_smithy_types::error::display::DisplayErrorContext(&e).to_string(),
+            hint,
+            permanent: matches!(
+                e,
+                CredentialsError::InvalidConfiguration(_)
+                    | CredentialsError::CredentialsNotLoaded(_)
+            ),
+        }),
+    }
+}
+
+/// The bucket's region from HeadBucket's `x-amz-bucket-region`, which S3 sends on success and on the
+/// 301/400/403 answers to a request made in the wrong region (velero-plugin-for-aws `object_store.go`
+/// `Init` → aws-sdk-go-v2 `feature/s3/manager` `GetBucketRegion`).
+async fn bucket_region(client: &Client, bucket: &str) -> Result<String, BucketError> {
+    let header = match client.head_bucket().bucket(bucket).send().await {
+        Ok(out) => out.bucket_region().map(str::to_owned),
+        Err(SdkError::ServiceError(se)) => se
+            .raw()
+            .headers()
+            .get("x-amz-bucket-region")
+            .map(str::to_owned),
+        Err(e) => {
+            return Err(BucketError::Region {
+                bucket: bucket.to_owned(),
+                message: aws_smithy_types::error::display::DisplayErrorContext(&e).to_string(),
+            });
+        }
+    };
+    header
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| BucketError::Region {
+            bucket: bucket.to_owned(),
+            message: "HeadBucket's answer has no x-amz-bucket-region header".into(),
+        })
 }
 
 fn unreachable<E: ProvideErrorMetadata + std::error::Error + 'static>(
@@ -92,13 +255,14 @@ fn is_not_found<E: ProvideErrorMetadata>(e: &SdkError<E, HttpResponse>) -> bool 
 }
 
 async fn get(client: &Client, target: &S3Target, key: &str) -> Result<Vec<u8>, BucketError> {
-    match client
-        .get_object()
-        .bucket(&target.bucket)
-        .key(key)
-        .send()
-        .await
-    {
+    let mut request = client.get_object().bucket(&target.bucket).key(key);
+    if let Some(k) = &target.sse_customer_key {
+        request = request
+            .sse_customer_algorithm("AES256")
+            .sse_customer_key(&k.key)
+            .sse_customer_key_md5(&k.key_md5);
+    }
+    match request.send().await {
         Ok(out) => {
             let data = out
                 .body
@@ -118,13 +282,14 @@ async fn get(client: &Client, target: &S3Target, key: &str) -> Result<Vec<u8>, B
 }
 
 async fn head(client: &Client, target: &S3Target, key: &str) -> Result<Option<u64>, BucketError> {
-    match client
-        .head_object()
-        .bucket(&target.bucket)
-        .key(key)
-        .send()
-        .await
-    {
+    let mut request = client.head_object().bucket(&target.bucket).key(key);
+    if let Some(k) = &target.sse_customer_key {
+        request = request
+            .sse_customer_algorithm("AES256")
+            .sse_customer_key(&k.key)
+            .sse_customer_key_md5(&k.key_md5);
+    }
+    match request.send().await {
         Ok(out) => Ok(Some(out.content_length().unwrap_or(0).max(0) as u64)),
         Err(e) if is_not_found(&e) => Ok(None),
         Err(e) => Err(unreachable(target, key, &e)),
@@ -186,4 +351,72 @@ pub async fn verify_backup(
         }
     }
     Ok(verified)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::velero::SecretKeyRef;
+    use crate::backup::credentials::CredentialOrigin;
+
+    fn target(contents: &str, profile: &str) -> S3Target {
+        S3Target {
+            endpoint: Some("http://127.0.0.1:9".into()),
+            bucket: "velero".into(),
+            prefix: String::new(),
+            region: Some("us-east-1".into()),
+            path_style: true,
+            ca_cert: None,
+            insecure_skip_tls_verify: false,
+            credentials: TargetCredentials::File {
+                secret: SecretKeyRef {
+                    name: "velero".into(),
+                    key: "cloud".into(),
+                },
+                origin: CredentialOrigin::Deployment("velero".into()),
+                profile: profile.into(),
+                contents: contents.into(),
+            },
+            sse_customer_key: None,
+        }
+    }
+
+    fn own() -> SdkConfig {
+        SdkConfig::builder().build()
+    }
+
+    #[tokio::test]
+    async fn static_keys_in_credentials_or_config_form() {
+        for file in [
+            "[backup]\naws_access_key_id = AK\naws_secret_access_key = SK\n",
+            "[profile backup]\naws_access_key_id = AK\naws_secret_access_key = SK\n",
+        ] {
+            let provider = credentials(&target(file, "backup"), &own())
+                .await
+                .unwrap_or_else(|e| panic!("{file:?}: {e}"));
+            let c = provider.provide_credentials().await.expect("credentials");
+            assert_eq!(c.access_key_id(), "AK");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_profile_fails_the_plan_with_its_name() {
+        let e = credentials(
+            &target("[other]\naws_access_key_id = a\n", "backup"),
+            &own(),
+        )
+        .await
+        .expect_err("no such profile");
+        assert!(e.is_permanent(), "{e}");
+        assert!(e.to_string().contains("profile [backup]"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn ambient_identity_needs_a_provider() {
+        let mut t = target("", "default");
+        t.credentials = TargetCredentials::Ambient;
+        let e = credentials(&t, &own()).await.expect_err("no provider");
+        assert!(e.is_permanent(), "{e}");
+        assert!(e.to_string().contains("IRSA"), "{e}");
+    }
 }

@@ -1,11 +1,17 @@
 //! Velero Backups and their verification in object storage.
 //!
+//! - [`credentials`]: which Secret holds the credentials Velero uses (pure).
+//! - [`gobool`]: Go's `strconv.ParseBool`, as the AWS plugin reads BSL flags (pure).
+//! - [`sse`]: the SSE-C customer key of a location (pure).
 //! - [`location`]: BackupStorageLocation + credentials Secret → S3 target and object keys (pure).
 //! - [`verify`]: checks of the objects fetched from the bucket (pure).
 //! - [`bucket`]: fetching those objects with aws-sdk-s3.
 //! - [`velero`]: Velero Backups, BackupStorageLocations and their credentials through the Kubernetes API.
 
 pub mod bucket;
+pub mod credentials;
+pub mod gobool;
 pub mod location;
+pub mod sse;
 pub mod velero;
 pub mod verify;

@@ -1,12 +1,14 @@
 //! Velero objects through the Kubernetes API: create a plan's Backups (idempotently, by deterministic
 //! name), read them, and resolve their BackupStorageLocation and credentials into an S3 target.
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, Error as KubeError};
 
 use super::location::{self, LocationError, S3Target};
-use crate::api::velero::{Backup, BackupStorageLocation};
+use super::{credentials, sse};
+use crate::api::velero::{Backup, BackupStorageLocation, SecretKeyRef};
 
 #[derive(Debug, thiserror::Error)]
 pub enum VeleroError {
@@ -126,11 +128,13 @@ pub async fn get_backup(
     })
 }
 
-/// The S3 target of BackupStorageLocation `name` in `namespace`, with its credentials.
+/// The S3 target of BackupStorageLocation `name` in `namespace`, with the credentials Velero uses for it
+/// (see [`credentials`]): `credentials_override` is snapdrain's `--velero-credentials-secret`.
 pub async fn resolve_location(
     client: &Client,
     namespace: &str,
     name: &str,
+    credentials_override: Option<&SecretKeyRef>,
 ) -> Result<S3Target, VeleroError> {
     let read_err = |source| VeleroError::ReadLocation {
         namespace: namespace.to_string(),
@@ -147,10 +151,58 @@ pub async fn resolve_location(
                 name: name.to_string(),
             })?;
     location::check_available(&bsl)?;
-    let secret_ref = location::credential_ref(&bsl);
+    let sse_source =
+        sse::key_source(&bsl.spec.config).map_err(|message| LocationError::CustomerKey {
+            bsl: format!("{namespace}/{name}"),
+            message,
+        })?;
+    // The Velero server's Deployment says which Secrets it mounts; only needed without a BSL credential
+    // or an override, or for a customer key file.
+    let needs_pod = (bsl.spec.credential.is_none() && credentials_override.is_none())
+        || matches!(sse_source, Some(sse::KeySource::File(_)));
+    let deployments = if needs_pod {
+        let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+        api.list(&ListParams::default())
+            .await
+            .map_err(read_err)?
+            .items
+    } else {
+        Vec::new()
+    };
+    let chosen = credentials::credential_secret(&bsl, credentials_override, &deployments);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = secrets.get_opt(&secret_ref.name).await.map_err(read_err)?;
-    Ok(location::resolve_target(&bsl, secret.as_ref())?)
+    let credential_secret = match &chosen {
+        Some(c) => secrets.get_opt(&c.secret.name).await.map_err(read_err)?,
+        None => None,
+    };
+    let ca_secret = match &bsl.spec.object_storage.ca_cert_ref {
+        Some(r) => secrets.get_opt(&r.name).await.map_err(read_err)?,
+        None => None,
+    };
+    let sse_ref = match sse_source {
+        None => None,
+        Some(sse::KeySource::Secret(r)) => Some(r),
+        Some(sse::KeySource::File(path)) => Some(
+            credentials::mounted_file(&deployments, &path).ok_or_else(|| {
+                LocationError::CustomerKey {
+                    bsl: format!("{namespace}/{name}"),
+                    message: format!(
+                        "{path} is not in a Secret volume of the Velero Deployment, so snapdrain cannot read it; use customerKeyEncryptionSecret instead"
+                    ),
+                }
+            })?,
+        ),
+    };
+    let sse_secret = match &sse_ref {
+        Some(r) => secrets.get_opt(&r.name).await.map_err(read_err)?,
+        None => None,
+    };
+    let fetched = location::Fetched {
+        credentials: chosen.as_ref().map(|c| (c, credential_secret.as_ref())),
+        ca_secret: ca_secret.as_ref(),
+        sse_key: sse_ref.as_ref().map(|r| (r, sse_secret.as_ref())),
+    };
+    Ok(location::resolve_target(&bsl, fetched)?)
 }
 
 /// Creates the DeleteBackupRequest `request` (a `velero.io/v1` object) unless it exists already.

@@ -539,11 +539,12 @@ mod tests {
             endpoint: None,
             bucket: "velero".into(),
             prefix: "c".into(),
-            region: "us-east-1".into(),
+            region: Some("us-east-1".into()),
             path_style: false,
-            access_key_id: "a".into(),
-            secret_access_key: "s".into(),
-            session_token: None,
+            ca_cert: None,
+            insecure_skip_tls_verify: false,
+            credentials: crate::backup::location::TargetCredentials::Ambient,
+            sse_customer_key: None,
         };
         let ns = vec!["db".to_owned()];
         let fs = verification_plan(&t, "b1", BackupMethod::FileSystem, &ns);

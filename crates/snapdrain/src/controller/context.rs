@@ -32,6 +32,13 @@ pub struct Settings {
     pub wait_slice: Duration,
     /// Upper bound of the wait between backup attempts (the backoff itself grows from 30 s).
     pub backup_retry_cap: Duration,
+    /// snapdrain's own AWS configuration (identity, region, endpoint) for reading Velero's bucket when
+    /// Velero has no credentials Secret (IRSA, EKS Pod Identity). None loads the AWS default chain on
+    /// first use; tests pass their own so no process-wide environment is involved.
+    pub aws: Option<aws_config::SdkConfig>,
+    /// `--velero-credentials-secret`: the Secret (and key) in the Velero namespace holding Velero's
+    /// credentials file, when it cannot be found from the Velero Deployment.
+    pub velero_credentials_secret: Option<crate::api::velero::SecretKeyRef>,
 }
 
 impl Default for Settings {
@@ -46,6 +53,8 @@ impl Default for Settings {
             cluster_certificate: None,
             wait_slice: Duration::from_secs(20),
             backup_retry_cap: Duration::from_secs(300),
+            aws: None,
+            velero_credentials_secret: None,
         }
     }
 }
@@ -59,6 +68,7 @@ pub struct Context {
     pub recorder: Recorder,
     pub settings: Settings,
     ec2: OnceCell<Ec2Cloud>,
+    aws: OnceCell<aws_config::SdkConfig>,
     /// Consecutive reconcile failures per plan, for the error policy's backoff.
     pub failures: Mutex<HashMap<String, u32>>,
 }
@@ -84,8 +94,26 @@ impl Context {
             recorder,
             settings,
             ec2: OnceCell::new(),
+            aws: OnceCell::new(),
             failures: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// snapdrain's own AWS configuration: [`Settings::aws`], or the default chain (loaded on first use,
+    /// with [`Settings::region`] when set).
+    pub async fn aws_config(&self) -> &aws_config::SdkConfig {
+        self.aws
+            .get_or_init(|| async {
+                if let Some(c) = &self.settings.aws {
+                    return c.clone();
+                }
+                let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+                if let Some(r) = &self.settings.region {
+                    loader = loader.region(aws_config::Region::new(r.clone()));
+                }
+                loader.load().await
+            })
+            .await
     }
 
     /// The EC2 client, built on first use (plans without termination or replacement never need AWS).

@@ -163,7 +163,8 @@ async fn delete_one(ctx: &WorldContext, ns: &str, name: &str, dbr: &Value) -> Re
     })
     .map_err(|e| format!("error setting backup phase to deleting: {e}"))?;
     audit_phase(ctx, ns, backup_name, "Deleting", &[], &[], Value::Null);
-    let bucket = Bucket::from_bsl(&ctx.store, ctx.audit.clone(), &bsl, ns)
+    let bucket = Bucket::from_bsl(ctx, &bsl, ns)
+        .await
         .map_err(|e| format!("error getting the backup store: {e}"))?;
     bucket.delete_backup(backup_name).await?;
     ctx.store

@@ -43,7 +43,7 @@ pub enum VeleroError {
     #[error("backup storage location {name:?} is unusable: {message}")]
     Location { name: String, message: String },
     #[error(
-        "cannot read the object-store credentials ({0}); the BSL's spec.credential or Secret cloud-credentials key cloud must hold an AWS INI file with aws_access_key_id and aws_secret_access_key"
+        "cannot read the object-store credentials ({0}); the BSL's spec.credential, or the Secret the Velero Deployment mounts at AWS_SHARED_CREDENTIALS_FILE, must hold an AWS INI file with aws_access_key_id and aws_secret_access_key, or the Velero pod needs an IAM role (IRSA)"
     )]
     Credentials(String),
     #[error("error uploading {key} to bucket {bucket}: {message}")]

@@ -274,7 +274,7 @@ async fn validate_locations(ctx: Arc<WorldContext>, config: Arc<VeleroConfig>) {
     let page = ctx.store.list(&bsl_key(), Some(ns), &|_| true, None, None);
     for bsl in page.items {
         let name = meta_str(&bsl, "name").unwrap_or("").to_string();
-        let outcome = match Bucket::from_bsl(&ctx.store, ctx.audit.clone(), &bsl, ns) {
+        let outcome = match Bucket::from_bsl(&ctx, &bsl, ns).await {
             Ok(bucket) => bucket.validate().await,
             Err(e) => Err(e.to_string()),
         };

@@ -312,10 +312,11 @@ async fn execute_inner(
         Value::Null,
     );
 
-    let bucket = match bsl
-        .as_deref()
-        .map(|b| Bucket::from_bsl(&ctx.store, ctx.audit.clone(), b, ns))
-    {
+    let resolved = match bsl.as_deref() {
+        Some(b) => Some(Bucket::from_bsl(ctx, b, ns).await),
+        None => None,
+    };
+    let bucket = match resolved {
         Some(Ok(b)) => Some(b),
         Some(Err(e)) => return fail(ctx, ns, name, &covered, None, &e.to_string()).await,
         None => {
@@ -837,7 +838,7 @@ pub(super) async fn finalize_after_restart(
     };
     let bsl = location_of(&ctx, &config, &backup).bsl;
     let Some(bsl) = bsl else { return };
-    match Bucket::from_bsl(&ctx.store, ctx.audit.clone(), &bsl, ns) {
+    match Bucket::from_bsl(&ctx, &bsl, ns).await {
         Ok(bucket) => {
             if let Err(e) = finalize(&ctx, ns, &name, &bucket, &[], &[]).await {
                 tracing::warn!(backup = %name, error = %e, "velero sim: finalizer failed");

@@ -43,7 +43,13 @@ pub async fn run(
             continue;
         };
         if !targets.contains_key(&location) {
-            let t = resolve_location(&run.ctx.client, &spec.velero_namespace, &location).await?;
+            let t = resolve_location(
+                &run.ctx.client,
+                &spec.velero_namespace,
+                &location,
+                run.ctx.settings.velero_credentials_secret.as_ref(),
+            )
+            .await?;
             targets.insert(location.clone(), t);
         }
         let Some(t) = targets.get(&location) else {
@@ -64,8 +70,11 @@ pub async fn run(
                 .map(|p| (record.namespace.clone(), p.clone()))
                 .collect(),
         };
-        let client = bucket::client(t);
-        match bucket::verify_backup(&client, request).await {
+        let outcome = match bucket::connect(t, run.ctx.aws_config().await).await {
+            Ok((client, _region)) => bucket::verify_backup(&client, request).await,
+            Err(e) => Err(e),
+        };
+        match outcome {
             Ok(objects) => {
                 let entry = &mut run.status.backups[i];
                 entry.verified = true;
@@ -122,7 +131,19 @@ pub async fn run(
                 entry.verification_error = Some(e.to_string());
                 entry.message = Some(message);
             }
-            Err(e @ BucketError::Unreachable { .. }) => {
+            Err(e) if e.is_permanent() => {
+                // A credentials file, CA bundle or setting that cannot work: the plan fails with why.
+                tracing::warn!(plan = %run.name(), error = %e, "bucket cannot be read");
+                run.event(
+                    EventType::Warning,
+                    "BucketUnreadable",
+                    "Verify",
+                    e.to_string(),
+                )
+                .await;
+                return Err(e.into());
+            }
+            Err(e) => {
                 // Loud, and nothing moves on: the plan stays here and the reconcile is retried.
                 run.ctx
                     .metrics
