@@ -517,22 +517,7 @@ async fn only_the_lease_holder_acts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deleting_a_plan_mid_drain_uncordons_the_node_before_it_goes() {
     let h = Harness::start().await;
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(h.client.clone(), "shop");
-    let pdb = pdbs
-        .list(&Default::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .find(|p| p.name_any().contains("postgres"))
-        .expect("postgres PDB");
-    pdbs.patch(
-        &pdb.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"maxUnavailable": 0}})),
-    )
-    .await
-    .unwrap();
+    h.block_postgres_evictions().await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     h.create_plan("deleted-mid-drain", json!({"nodes": [node]}))

@@ -144,26 +144,6 @@ async fn plan(h: &Harness, name: &str) -> DisruptionPlan {
         .expect("plan exists")
 }
 
-/// Makes the postgres PDB refuse every eviction, so a plan waits in Draining.
-async fn block_postgres_evictions(h: &Harness) {
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(h.client.clone(), "shop");
-    let pdb = pdbs
-        .list(&Default::default())
-        .await
-        .expect("list PDBs")
-        .items
-        .into_iter()
-        .find(|p| p.name_any().contains("postgres"))
-        .expect("postgres PDB");
-    pdbs.patch(
-        &pdb.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"maxUnavailable": 0}})),
-    )
-    .await
-    .expect("PDB patched");
-}
-
 fn kubeconfig_arg(cli: &Cli) -> String {
     cli.kubeconfig.display().to_string()
 }
@@ -346,7 +326,7 @@ async fn a_failed_backup_exits_3_and_leaves_the_node_in_service() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn abort_from_another_snapdrain_stops_a_blocked_drain_which_exits_4() {
     let h = Harness::start().await;
-    block_postgres_evictions(&h).await;
+    h.block_postgres_evictions().await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     let cli = Cli::new(&h);
@@ -469,7 +449,7 @@ async fn detach_returns_at_once_and_status_shows_the_plan() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ctrl_c_without_a_terminal_leaves_the_plan_running_and_says_how_to_abort() {
     let h = Harness::start().await;
-    block_postgres_evictions(&h).await;
+    h.block_postgres_evictions().await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     let cli = Cli::new(&h);
@@ -590,7 +570,7 @@ async fn in_a_terminal_bars_are_drawn_and_ctrl_c_asks_then_aborts() {
     use expectrl::{Expect, Regex, Session};
 
     let h = Harness::start().await;
-    block_postgres_evictions(&h).await;
+    h.block_postgres_evictions().await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     let cli = Cli::new(&h);
@@ -768,7 +748,7 @@ fn text_of(html: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_report_renders_in_headless_chromium_with_steps_backups_and_pods_in_order() {
     let h = Harness::start().await;
-    block_postgres_evictions(&h).await;
+    h.block_postgres_evictions().await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     let cli = Cli::new(&h);

@@ -5,8 +5,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use snapdrain::api::status::PlanPhase;
@@ -34,26 +32,6 @@ fn in_flight(c: &ControllerHandle) -> Option<i64> {
         .lines()
         .find_map(|l| l.strip_prefix("snapdrain_reconciles_in_flight "))
         .and_then(|v| v.trim().parse().ok())
-}
-
-/// Sets the postgres PDB to `maxUnavailable: 0`, so every postgres eviction is refused with 429.
-async fn block_postgres_evictions(h: &Harness) {
-    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(h.client.clone(), "shop");
-    let pdb = pdbs
-        .list(&Default::default())
-        .await
-        .expect("list PDBs")
-        .items
-        .into_iter()
-        .find(|p| p.name_any().contains("postgres"))
-        .expect("the quickstart scenario has a postgres PDB");
-    pdbs.patch(
-        &pdb.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"maxUnavailable": 0}})),
-    )
-    .await
-    .expect("patch the postgres PDB");
 }
 
 /// A controller whose drain passes wait up to five minutes on a blocked eviction before they return:
@@ -135,7 +113,7 @@ async fn a_passing_error_is_shown_in_the_status_while_it_is_retried_and_the_plan
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shutdown_cancels_a_pass_that_waits_on_a_blocked_eviction() {
     let h = Harness::start().await;
-    block_postgres_evictions(&h).await;
+    h.block_postgres_evictions().await;
     let opts = RunOptions {
         lease_namespace: None,
         ..RunOptions::default()
@@ -160,7 +138,7 @@ async fn shutdown_cancels_a_pass_that_waits_on_a_blocked_eviction() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deposed_leader_cancels_its_pass_at_once() {
     let h = Harness::start().await;
-    block_postgres_evictions(&h).await;
+    h.block_postgres_evictions().await;
     let opts = RunOptions {
         lease_namespace: Some("default".into()),
         lease_seconds: 2,

@@ -213,6 +213,29 @@ impl Harness {
             .expect("a node runs a postgres pod and shares its zone with another open node")
     }
 
+    /// Sets the quickstart postgres PDB to `maxUnavailable: 0`, so every postgres eviction is refused
+    /// with 429 and a plan waits in Draining.
+    pub async fn block_postgres_evictions(&self) {
+        use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+        use kube::api::{Patch, PatchParams};
+        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), "shop");
+        let pdb = pdbs
+            .list(&Default::default())
+            .await
+            .expect("list PDBs")
+            .items
+            .into_iter()
+            .find(|p| p.name_any().contains("postgres"))
+            .expect("the quickstart scenario has a postgres PDB");
+        pdbs.patch(
+            &pdb.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"maxUnavailable": 0}})),
+        )
+        .await
+        .expect("patch the postgres PDB");
+    }
+
     /// The protected pods on `node` (`ns/name`) → their PVC claims, by the oracle's own rule.
     pub async fn protected_pods_on(&self, node: &str) -> BTreeMap<String, BTreeSet<String>> {
         let pods: Api<Pod> = Api::all(self.client.clone());

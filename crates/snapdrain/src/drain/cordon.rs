@@ -24,6 +24,27 @@ pub struct Marked {
     pub tainted: bool,
 }
 
+/// A merge patch of `spec.unschedulable` (when given; null removes it) and the whole taint list (a
+/// merge patch replaces lists), guarded by the node's resourceVersion so a concurrent taint change
+/// is a 409 and is retried on a fresh read rather than overwritten.
+fn node_patch(
+    current: &Node,
+    unschedulable: Option<serde_json::Value>,
+    taints: Option<&[Taint]>,
+) -> serde_json::Value {
+    let mut spec = json!({});
+    if let Some(u) = unschedulable {
+        spec["unschedulable"] = u;
+    }
+    if let Some(t) = taints {
+        spec["taints"] = json!(t);
+    }
+    json!({
+        "metadata": {"resourceVersion": current.metadata.resource_version},
+        "spec": spec,
+    })
+}
+
 fn taints_of(node: &Node) -> &[Taint] {
     node.spec
         .as_ref()
@@ -57,17 +78,7 @@ pub async fn cordon_and_taint(client: &Client, node: &str) -> Result<Marked, Dra
         if !cordon && taints.is_none() {
             return Ok(Marked::default());
         }
-        let mut spec = json!({});
-        if cordon {
-            spec["unschedulable"] = json!(true);
-        }
-        if let Some(t) = &taints {
-            spec["taints"] = json!(t);
-        }
-        let body = json!({
-            "metadata": {"resourceVersion": current.metadata.resource_version},
-            "spec": spec,
-        });
+        let body = node_patch(&current, cordon.then_some(json!(true)), taints.as_deref());
         match nodes
             .patch(node, &PatchParams::default(), &Patch::Merge(body))
             .await
@@ -132,17 +143,7 @@ pub async fn release(
         if !uncordon && taints.is_none() {
             return Ok(());
         }
-        let mut spec = json!({});
-        if uncordon {
-            spec["unschedulable"] = json!(null);
-        }
-        if let Some(t) = &taints {
-            spec["taints"] = json!(t);
-        }
-        let body = json!({
-            "metadata": {"resourceVersion": current.metadata.resource_version},
-            "spec": spec,
-        });
+        let body = node_patch(&current, uncordon.then_some(json!(null)), taints.as_deref());
         match nodes
             .patch(node, &PatchParams::default(), &Patch::Merge(body))
             .await
