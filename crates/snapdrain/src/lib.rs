@@ -6,6 +6,7 @@
 //! - [`backup`]: Velero Backups and their verification in object storage.
 //! - [`drain`]: cordon, eviction and waiting for pods and volumes.
 //! - [`cloud`]: EC2 termination and launch, Bottlerocket user data.
+//! - [`signals`]: disruption signals turned into plans, one plan per node.
 //! - [`controller`]: reconcile wiring, leader election.
 //! - [`telemetry`]: metrics and logs.
 
@@ -16,4 +17,5 @@ pub mod cloud;
 pub mod controller;
 pub mod drain;
 pub mod planning;
+pub mod signals;
 pub mod telemetry;

@@ -129,6 +129,9 @@ pub enum PlanSource {
     Karpenter,
     ClusterAutoscaler,
     NodeTerminationHandler,
+    /// Made by the eviction gate when it first refused the eviction of a protected pod on the node (a person
+    /// running `kubectl drain`, or any other drainer).
+    EvictionGate,
     /// Created directly through the Kubernetes API (the default for hand-written plans).
     #[default]
     Api,

@@ -95,6 +95,25 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Name of the plan a disruption signal makes for a node: `<node>-<hash8>` for the first run, then
+/// `<node>-<hash8>-<run>`. The hash covers the node's uid, the signal's source and reason, so two replicas
+/// (or two webhook calls) deciding on the same signal pick the same name and the second create gets 409
+/// instead of a second plan; a node re-created under the same name gets new plans. A DNS-1123 label.
+pub fn signal_plan_name(node: &str, node_uid: &str, source: &str, reason: &str, run: u32) -> String {
+    let hash = short_hash(&[node_uid, node, source, reason]);
+    let suffix = if run > 1 {
+        format!("-{hash}-{run}")
+    } else {
+        format!("-{hash}")
+    };
+    let readable = truncate_label(&dns_label_chars(node), MAX_LABEL - suffix.len());
+    if readable.is_empty() {
+        format!("n{suffix}")
+    } else {
+        format!("{readable}{suffix}")
+    }
+}
+
 /// Lowercase alphanumerics and dashes; anything else becomes a dash.
 fn dns_label_chars(s: &str) -> String {
     s.chars()
@@ -227,5 +246,20 @@ mod tests {
                 .next()
                 .is_some_and(|c| c.is_ascii_alphanumeric())
         );
+    }
+
+    #[test]
+    fn signal_plans_are_named_for_their_node_and_signal() {
+        let a = signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Drifted", 1);
+        assert!(a.starts_with("ip-10-0-1-7-ec2-internal-"), "{a}");
+        assert_eq!(a, signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Drifted", 1));
+        assert_ne!(a, signal_plan_name("ip-10-0-1-7.ec2.internal", "u2", "karpenter", "Drifted", 1));
+        assert_ne!(a, signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Expired", 1));
+        assert_eq!(
+            signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Drifted", 2),
+            format!("{a}-2")
+        );
+        let long = signal_plan_name(&"n".repeat(300), "u", "api", "r", 12);
+        assert!(long.len() <= MAX_LABEL, "{long}");
     }
 }

@@ -1,0 +1,11 @@
+//! Disruption signals (Karpenter, Cluster Autoscaler, aws-node-termination-handler, the eviction gate)
+//! turned into DisruptionPlans, one plan per node at a time.
+//!
+//! - [`plan`]: which plan a signal joins or creates, and the spec of a new one.
+//! - [`error`]: what can go wrong doing it.
+
+pub mod error;
+pub mod plan;
+
+pub use error::SignalError;
+pub use plan::{NodeSignal, Outcome, join_or_create, spec_for};

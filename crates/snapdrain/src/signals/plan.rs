@@ -1,0 +1,405 @@
+//! One plan per node at a time: a signal joins the plan that is running for its node, or creates one.
+//!
+//! Which plan a signal gets is a pure decision ([`choose`]) over the plans that exist; [`join_or_create`]
+//! is its I/O. Names are deterministic ([`naming::signal_plan_name`]), so two callers deciding at once
+//! (two webhook replicas, the signal watcher and the gate) end with one plan: the second create gets 409
+//! and joins.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde::{Deserialize, Serialize};
+
+use super::error::SignalError;
+use crate::api::{DisruptionPlan, DisruptionPlanSpec, PlanMode, PlanPhase, PlanSource};
+use crate::planning::naming;
+
+/// Label on plans made for a signal: the node (as a label value), for finding a node's plans by selector.
+pub const NODE_LABEL: &str = "snapdrain.io/node";
+/// Annotation listing every signal a plan has taken (JSON array of [`SignalRecord`]), the first one too.
+pub const SIGNALS_ANNOTATION: &str = "snapdrain.io/signals";
+
+/// A reason to take a node away, as a watcher or the eviction gate saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeSignal {
+    pub node: String,
+    /// The Node's uid (empty when unknown): new plans for a re-created node of the same name.
+    pub node_uid: String,
+    pub source: PlanSource,
+    /// What happened, for people reading the plan: "Drifted", "Expired", "SpotInterruption", ...
+    pub reason: String,
+    pub mode: PlanMode,
+    /// When the node goes regardless (forceful signals).
+    pub deadline: Option<jiff::Timestamp>,
+}
+
+/// A signal as written in [`SIGNALS_ANNOTATION`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalRecord {
+    pub source: PlanSource,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<jiff::Timestamp>,
+}
+
+impl From<&NodeSignal> for SignalRecord {
+    fn from(s: &NodeSignal) -> Self {
+        Self {
+            source: s.source,
+            reason: s.reason.clone(),
+            deadline: s.deadline,
+        }
+    }
+}
+
+/// What to do with a signal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// A plan for the node is running: the signal joins it. `record` is false when the plan already lists
+    /// this signal; `earlier_deadline` is set when the signal's deadline is earlier than the plan's.
+    Join {
+        plan: String,
+        record: bool,
+        earlier_deadline: Option<jiff::Timestamp>,
+    },
+    /// No plan runs for the node: create this one.
+    Create { name: String },
+    /// This signal's last plan failed or was aborted: a failure stays loud until a person acts (deletes
+    /// the plan, or runs `snapdrain drain`); the signal does not start another backup by itself.
+    Settled { plan: String, phase: PlanPhase },
+}
+
+/// Whether `plan` is (or, still Pending, will be) about `node`.
+fn plan_covers(plan: &DisruptionPlan, node: &str) -> bool {
+    plan.spec.nodes.iter().any(|n| n == node)
+        || plan
+            .status
+            .as_ref()
+            .is_some_and(|s| s.nodes.iter().any(|n| n.name == node))
+}
+
+fn phase_of(plan: &DisruptionPlan) -> PlanPhase {
+    plan.status.as_ref().map(|s| s.phase).unwrap_or_default()
+}
+
+fn records_of(plan: &DisruptionPlan) -> Vec<SignalRecord> {
+    plan.annotations()
+        .get(SIGNALS_ANNOTATION)
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+/// Decides where `signal` goes among `plans` (all plans, or at least those for its node).
+pub fn choose(plans: &[DisruptionPlan], signal: &NodeSignal) -> Choice {
+    let running = plans.iter().find(|p| {
+        plan_covers(p, &signal.node)
+            && !phase_of(p).is_terminal()
+            && p.metadata.deletion_timestamp.is_none()
+    });
+    if let Some(plan) = running {
+        let record = SignalRecord::from(signal);
+        let known = records_of(plan).iter().any(|r| r == &record);
+        let current = plan.spec.deadline.as_ref().map(|t| t.0);
+        let earlier_deadline = signal
+            .deadline
+            .filter(|d| current.is_none_or(|c| *d < c));
+        return Choice::Join {
+            plan: plan.name_any(),
+            record: !known,
+            earlier_deadline,
+        };
+    }
+    let source = source_name(signal.source);
+    let name_for = |run| {
+        naming::signal_plan_name(&signal.node, &signal.node_uid, source, &signal.reason, run)
+    };
+    let mut run = 1;
+    loop {
+        let name = name_for(run);
+        match plans.iter().find(|p| p.name_any() == name) {
+            None => return Choice::Create { name },
+            Some(p) if matches!(phase_of(p), PlanPhase::Failed | PlanPhase::Aborted) => {
+                return Choice::Settled {
+                    plan: name,
+                    phase: phase_of(p),
+                };
+            }
+            // Completed (the node was not taken in its release window, or came back): the next run.
+            Some(_) => run += 1,
+        }
+    }
+}
+
+/// The kebab-case name of a source, as in the plan's spec.
+pub fn source_name(source: PlanSource) -> &'static str {
+    match source {
+        PlanSource::Manual => "manual",
+        PlanSource::Karpenter => "karpenter",
+        PlanSource::ClusterAutoscaler => "cluster-autoscaler",
+        PlanSource::NodeTerminationHandler => "node-termination-handler",
+        PlanSource::EvictionGate => "eviction-gate",
+        PlanSource::Api => "api",
+    }
+}
+
+/// The spec of a new plan for `signal`, on top of `defaults` (the policy's backup, drain and termination
+/// settings; `nodes`, `source`, `reason`, `mode` and `deadline` come from the signal).
+pub fn spec_for(signal: &NodeSignal, defaults: &DisruptionPlanSpec) -> DisruptionPlanSpec {
+    DisruptionPlanSpec {
+        nodes: vec![signal.node.clone()],
+        node_selector: None,
+        reason: Some(signal.reason.clone()),
+        source: signal.source,
+        mode: signal.mode,
+        deadline: signal.deadline.map(Time),
+        replacement: match signal.mode {
+            PlanMode::Release => None,
+            PlanMode::Execute => defaults.replacement.clone(),
+        },
+        ..defaults.clone()
+    }
+}
+
+/// What [`join_or_create`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Created(String),
+    Joined(String),
+    Settled { plan: String, phase: PlanPhase },
+}
+
+impl Outcome {
+    /// The plan the signal belongs to.
+    pub fn plan(&self) -> &str {
+        match self {
+            Self::Created(p) | Self::Joined(p) | Self::Settled { plan: p, .. } => p,
+        }
+    }
+}
+
+/// Finds the node's running plan and joins it, or creates a plan from `defaults` (see [`spec_for`]).
+pub async fn join_or_create(
+    client: &Client,
+    signal: &NodeSignal,
+    defaults: &DisruptionPlanSpec,
+) -> Result<Outcome, SignalError> {
+    let api: Api<DisruptionPlan> = Api::all(client.clone());
+    // Plans a signal made carry the node label; a person's plan naming the node does not, so all are read.
+    // A list of plans is small (one per disrupted node, kept while they are wanted).
+    let plans = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| SignalError::List {
+            node: signal.node.clone(),
+            source,
+        })?
+        .items;
+    match choose(&plans, signal) {
+        Choice::Join {
+            plan,
+            record,
+            earlier_deadline,
+        } => {
+            if record || earlier_deadline.is_some() {
+                join(&api, &plans, &plan, signal, record, earlier_deadline).await?;
+            }
+            Ok(Outcome::Joined(plan))
+        }
+        Choice::Settled { plan, phase } => Ok(Outcome::Settled { plan, phase }),
+        Choice::Create { name } => {
+            let plan = DisruptionPlan {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    labels: Some(
+                        [(NODE_LABEL.to_owned(), naming::label_value(&signal.node))].into(),
+                    ),
+                    annotations: Some(
+                        [(
+                            SIGNALS_ANNOTATION.to_owned(),
+                            records_json(&[SignalRecord::from(signal)]),
+                        )]
+                        .into(),
+                    ),
+                    ..ObjectMeta::default()
+                },
+                spec: spec_for(signal, defaults),
+                status: None,
+            };
+            match api.create(&PostParams::default(), &plan).await {
+                Ok(_) => Ok(Outcome::Created(name)),
+                // Another caller decided the same at the same moment: that plan is this signal's.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Outcome::Joined(name)),
+                Err(source) => Err(SignalError::Create {
+                    plan: name,
+                    node: signal.node.clone(),
+                    source,
+                }),
+            }
+        }
+    }
+}
+
+async fn join(
+    api: &Api<DisruptionPlan>,
+    plans: &[DisruptionPlan],
+    name: &str,
+    signal: &NodeSignal,
+    record: bool,
+    earlier_deadline: Option<jiff::Timestamp>,
+) -> Result<(), SignalError> {
+    let mut records = plans
+        .iter()
+        .find(|p| p.name_any() == name)
+        .map(records_of)
+        .unwrap_or_default();
+    if record {
+        records.push(SignalRecord::from(signal));
+    }
+    let mut patch = serde_json::json!({
+        "metadata": {"annotations": {SIGNALS_ANNOTATION: records_json(&records)}}
+    });
+    if let Some(d) = earlier_deadline {
+        patch["spec"] = serde_json::json!({"deadline": Time(d)});
+    }
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| SignalError::Join {
+            plan: name.to_owned(),
+            node: signal.node.clone(),
+            source,
+        })?;
+    Ok(())
+}
+
+fn records_json(records: &[SignalRecord]) -> String {
+    // Plain data (enums, strings, timestamps): serializing it cannot fail.
+    serde_json::to_string(records).unwrap_or_else(|_| "[]".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::DisruptionPlanStatus;
+
+    fn signal(reason: &str, deadline: Option<&str>) -> NodeSignal {
+        NodeSignal {
+            node: "n1".into(),
+            node_uid: "u1".into(),
+            source: PlanSource::Karpenter,
+            reason: reason.into(),
+            mode: PlanMode::Release,
+            deadline: deadline.map(|d| d.parse().expect("test timestamps are valid")),
+        }
+    }
+
+    fn plan(name: &str, nodes: &[&str], phase: PlanPhase) -> DisruptionPlan {
+        let mut p = DisruptionPlan::new(
+            name,
+            DisruptionPlanSpec {
+                nodes: nodes.iter().map(|n| n.to_string()).collect(),
+                ..DisruptionPlanSpec::default()
+            },
+        );
+        p.status = Some(DisruptionPlanStatus {
+            phase,
+            ..DisruptionPlanStatus::default()
+        });
+        p
+    }
+
+    #[test]
+    fn a_first_signal_creates_a_plan_named_for_it() {
+        let s = signal("Drifted", None);
+        let name = naming::signal_plan_name("n1", "u1", "karpenter", "Drifted", 1);
+        assert_eq!(choose(&[], &s), Choice::Create { name: name.clone() });
+        let other = plan("other", &["n2"], PlanPhase::BackingUp);
+        assert_eq!(choose(&[other], &s), Choice::Create { name });
+    }
+
+    #[test]
+    fn a_second_signal_joins_the_running_plan_and_moves_its_deadline_earlier_only() {
+        let mut running = plan("manual-n1", &["n1", "n2"], PlanPhase::BackingUp);
+        running.spec.deadline = Some(Time("2026-12-01T10:00:00Z".parse().expect("valid")));
+        let later = signal("Expired", Some("2026-12-01T11:00:00Z"));
+        assert_eq!(
+            choose(std::slice::from_ref(&running), &later),
+            Choice::Join {
+                plan: "manual-n1".into(),
+                record: true,
+                earlier_deadline: None
+            }
+        );
+        let sooner = signal("SpotInterruption", Some("2026-12-01T09:00:00Z"));
+        assert_eq!(
+            choose(&[running], &sooner),
+            Choice::Join {
+                plan: "manual-n1".into(),
+                record: true,
+                earlier_deadline: sooner.deadline
+            }
+        );
+    }
+
+    #[test]
+    fn a_signal_the_plan_already_lists_is_not_recorded_twice() {
+        let s = signal("Drifted", None);
+        let mut running = plan("p", &["n1"], PlanPhase::Verifying);
+        running.annotations_mut().insert(
+            SIGNALS_ANNOTATION.into(),
+            records_json(&[SignalRecord::from(&s)]),
+        );
+        assert_eq!(
+            choose(&[running], &s),
+            Choice::Join {
+                plan: "p".into(),
+                record: false,
+                earlier_deadline: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_completed_run_leads_to_the_next_and_a_failed_one_stays_failed() {
+        let s = signal("Drifted", None);
+        let first = naming::signal_plan_name("n1", "u1", "karpenter", "Drifted", 1);
+        let second = naming::signal_plan_name("n1", "u1", "karpenter", "Drifted", 2);
+        let done = plan(&first, &["n1"], PlanPhase::Completed);
+        assert_eq!(
+            choose(std::slice::from_ref(&done), &s),
+            Choice::Create {
+                name: second.clone()
+            }
+        );
+        let failed = plan(&second, &["n1"], PlanPhase::Failed);
+        assert_eq!(
+            choose(&[done, failed], &s),
+            Choice::Settled {
+                plan: second,
+                phase: PlanPhase::Failed
+            }
+        );
+    }
+
+    #[test]
+    fn a_plan_being_deleted_is_not_joined() {
+        let mut going = plan("p", &["n1"], PlanPhase::Draining);
+        going.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        assert!(matches!(
+            choose(&[going], &signal("Drifted", None)),
+            Choice::Create { .. }
+        ));
+    }
+
+    #[test]
+    fn a_release_plan_never_carries_replacement() {
+        let defaults = DisruptionPlanSpec {
+            replacement: Some(crate::api::ReplacementSpec::default()),
+            ..DisruptionPlanSpec::default()
+        };
+        let spec = spec_for(&signal("Drifted", None), &defaults);
+        assert_eq!(spec.nodes, vec!["n1".to_string()]);
+        assert_eq!(spec.mode, PlanMode::Release);
+        assert!(spec.replacement.is_none());
+        assert_eq!(spec.reason.as_deref(), Some("Drifted"));
+    }
+}
