@@ -33,6 +33,20 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// `snapdrain crds`: which CRD to print (default both, as one multi-document YAML for `kubectl apply -f -`).
+#[derive(Debug, clap::Args)]
+pub struct CrdsArgs {
+    /// Print only this CRD (the form committed as crds/disruptionplan.yaml and crds/disruptionpolicy.yaml).
+    #[arg(long, value_enum)]
+    pub only: Option<CrdKind>,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum CrdKind {
+    Plan,
+    Policy,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Stop a running DisruptionPlan and roll it back (uncordon, restore holds).
@@ -44,8 +58,8 @@ pub enum Command {
     Controller(controller::ControllerArgs),
     /// Print a shell completion script (bash, zsh or fish).
     Completion(completion::CompletionArgs),
-    /// Print the DisruptionPlan CustomResourceDefinition (YAML).
-    Crds,
+    /// Print snapdrain's CustomResourceDefinitions (YAML): DisruptionPlan and DisruptionPolicy.
+    Crds(CrdsArgs),
     /// Show snapdrain end to end on a simulated cluster: back up, verify, drain, terminate, replace.
     #[cfg(feature = "sim")]
     Demo(demo::DemoArgs),
@@ -106,8 +120,16 @@ async fn run_other(command: Command) -> anyhow::Result<()> {
         #[cfg(feature = "sim")]
         Command::Demo(args) => demo::run(args).await,
         Command::Plan(args) => plan::run(args).await,
-        Command::Crds => {
-            print!("{}", snapdrain::api::crd_yaml());
+        Command::Crds(args) => {
+            match args.only {
+                Some(CrdKind::Plan) => print!("{}", snapdrain::api::crd_yaml()),
+                Some(CrdKind::Policy) => print!("{}", snapdrain::api::policy_crd_yaml()),
+                None => print!(
+                    "{}---\n{}",
+                    snapdrain::api::crd_yaml(),
+                    snapdrain::api::policy_crd_yaml()
+                ),
+            }
             Ok(())
         }
         Command::Drain(_)

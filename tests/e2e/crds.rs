@@ -1,28 +1,33 @@
-//! The committed CRD must match the Rust types. Regenerate with
-//! `snapdrain crds > crds/disruptionplan.yaml` (or `SNAPDRAIN_UPDATE_CRDS=1 cargo test --test crds`).
+//! The committed CRDs must match the Rust types. Regenerate with
+//! `snapdrain crds --only plan > crds/disruptionplan.yaml`, `snapdrain crds --only policy >
+//! crds/disruptionpolicy.yaml` (or `SNAPDRAIN_UPDATE_CRDS=1 cargo test --test e2e crds`).
 
 use std::path::PathBuf;
 
-use snapdrain::api::{DisruptionPlan, DisruptionPlanSpec, crd_yaml};
+use snapdrain::api::{DisruptionPlan, DisruptionPlanSpec, crd_yaml, policy_crd_yaml};
 
 fn committed_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/disruptionplan.yaml")
 }
 
 #[test]
-fn committed_crd_is_up_to_date() {
-    let generated = crd_yaml();
-    let path = committed_path();
-    if std::env::var_os("SNAPDRAIN_UPDATE_CRDS").is_some() {
-        std::fs::write(&path, &generated).expect("write crds/disruptionplan.yaml");
+fn committed_crds_are_up_to_date() {
+    for (file, kind, generated) in [
+        ("disruptionplan.yaml", "plan", crd_yaml()),
+        ("disruptionpolicy.yaml", "policy", policy_crd_yaml()),
+    ] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds").join(file);
+        if std::env::var_os("SNAPDRAIN_UPDATE_CRDS").is_some() {
+            std::fs::write(&path, &generated).expect("write the CRD file");
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "crds/{file} is stale: it differs from the CRD generated from src/api. Run \
+             `snapdrain crds --only {kind} > crds/{file}` (or `SNAPDRAIN_UPDATE_CRDS=1 cargo test --test e2e crds`), \
+             copy it to deploy/helm/snapdrain/crds/ and commit the result."
+        );
     }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == generated,
-        "crds/disruptionplan.yaml is stale: it differs from the CRD generated from src/api. \
-         Run `snapdrain crds > crds/disruptionplan.yaml` (or `SNAPDRAIN_UPDATE_CRDS=1 cargo test --test crds`) \
-         and commit the result."
-    );
 }
 
 #[test]

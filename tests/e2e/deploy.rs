@@ -66,14 +66,15 @@ fn every_plain_yaml_file_under_deploy_parses() {
 }
 
 #[test]
-fn the_chart_crd_is_the_committed_crd() {
-    let committed = read(&root().join("crds/disruptionplan.yaml"));
-    let copy = read(&chart().join("crds/disruptionplan.yaml"));
-    assert!(
-        committed == copy,
-        "deploy/helm/snapdrain/crds/disruptionplan.yaml differs from crds/disruptionplan.yaml: \
-         cp crds/disruptionplan.yaml deploy/helm/snapdrain/crds/"
-    );
+fn the_chart_crds_are_the_committed_crds() {
+    for file in ["disruptionplan.yaml", "disruptionpolicy.yaml"] {
+        let committed = read(&root().join("crds").join(file));
+        let copy = read(&chart().join("crds").join(file));
+        assert!(
+            committed == copy,
+            "deploy/helm/snapdrain/crds/{file} differs from crds/{file}: cp crds/{file} deploy/helm/snapdrain/crds/"
+        );
+    }
 }
 
 #[test]

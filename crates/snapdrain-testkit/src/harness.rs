@@ -354,19 +354,22 @@ pub fn assert_no_eviction_before_verified_backup(
     );
 }
 
-/// Installs the DisruptionPlan CRD through the API, as `kubectl apply -f crds/` would. An existing CRD
+/// Installs snapdrain's CRDs (DisruptionPlan, DisruptionPolicy) through the API, as `kubectl apply -f crds/` would. An existing CRD
 /// (a second demo against the same cluster) is fine.
 pub async fn install_plan_crd(client: &Client) -> Result<(), kube::Error> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    match crds
-        .create(&PostParams::default(), &DisruptionPlan::crd())
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e),
+    for crd in [
+        DisruptionPlan::crd(),
+        snapdrain::api::DisruptionPolicy::crd(),
+    ] {
+        match crds.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
     }
+    Ok(())
 }
 
 /// The plan spec used by most tests: one node, replacement after the drain.

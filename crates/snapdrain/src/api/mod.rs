@@ -1,11 +1,13 @@
 //! The DisruptionPlan CRD (`snapdrain.io/v1alpha1`) and the Velero types snapdrain reads and writes.
 //!
 //! - [`plan`]: the spec, with its schema constraints and CEL rules.
+//! - [`policy`]: the cluster-wide DisruptionPolicy for plans made from signals.
 //! - [`status`]: the status, including what a restarted controller needs to resume.
 //! - [`validate()`]: the same checks without an API server, plus the ones CEL cannot do.
 //! - [`velero`]: plain serde structs for Velero Backup and BackupStorageLocation.
 
 pub mod plan;
+pub mod policy;
 pub mod status;
 pub mod validate;
 pub mod velero;
@@ -19,17 +21,29 @@ pub use status::{
     BackupRecord, DisruptionPlanStatus, NodePhase, NodeProgress, PlanPhase, ReplacementProgress,
     StatusSummary, VerifiedObject,
 };
+pub use policy::{DEFAULT_POLICY, DisruptionPolicy, DisruptionPolicySpec};
 pub use validate::{SpecProblem, ValidSpec, parse_duration, problems_message, validate};
 
 use kube::CustomResourceExt;
 
 /// The CustomResourceDefinition of `DisruptionPlan` as YAML, exactly as committed in
-/// `crds/disruptionplan.yaml` (`snapdrain crds` prints it).
+/// `crds/disruptionplan.yaml` (`snapdrain crds --only plan` prints it).
 pub fn crd_yaml() -> String {
-    match serde_saphyr::to_string(&DisruptionPlan::crd()) {
+    to_yaml(&DisruptionPlan::crd())
+}
+
+/// The CustomResourceDefinition of `DisruptionPolicy` as YAML, as committed in `crds/disruptionpolicy.yaml`.
+pub fn policy_crd_yaml() -> String {
+    to_yaml(&DisruptionPolicy::crd())
+}
+
+fn to_yaml(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> String {
+    match serde_saphyr::to_string(crd) {
         Ok(yaml) => yaml,
         // A CRD is plain data (strings, maps, lists, bools, numbers): serializing it cannot fail, and a
         // failure here would be a bug in the YAML serializer, caught by tests/crds.rs.
-        Err(e) => panic!("serializing the DisruptionPlan CRD to YAML failed: {e}"),
+        Err(e) => panic!("serializing a CRD to YAML failed: {e}"),
     }
 }

@@ -100,6 +100,12 @@ pub struct DisruptionPlanSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Time>,
 
+    /// Release mode: how long released holds wait for the disruptor to take the node before they come
+    /// back (the plan then completes; its verified backup stays reusable). Go duration; default 15m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub release_window: Option<String>,
+
     /// How the StatefulSet volumes are backed up before the drain.
     #[serde(default)]
     pub backup: BackupSpec,

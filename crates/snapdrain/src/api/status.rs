@@ -115,6 +115,11 @@ pub struct DisruptionPlanStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backups: Vec<BackupRecord>,
 
+    /// Release mode: the pods whose holds this plan released (their backups verified), and when.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub released_pods: Vec<ReleasedPod>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_at: Option<Time>,
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -311,6 +316,15 @@ pub struct ReplacementProgress {
     /// Consecutive capacity errors (InsufficientInstanceCapacity) of this attempt's launch.
     #[serde(default)]
     pub capacity_errors: u32,
+}
+
+/// A pod whose holds a Release plan removed.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleasedPod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
 }
 
 /// One Velero Backup attempt for one workload namespace (or a reused backup).

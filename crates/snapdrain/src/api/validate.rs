@@ -38,7 +38,12 @@ pub struct ValidSpec {
     pub reuse_if_newer_than: Option<Duration>,
     pub backup_timeout: Option<Duration>,
     pub drain_timeout: Option<Duration>,
+    /// Release mode: how long released holds wait for the node to be taken.
+    pub release_window: Duration,
 }
+
+/// Release window when a plan does not set one (DESIGN.md, the hold's life cycle).
+pub const DEFAULT_RELEASE_WINDOW: Duration = Duration::from_secs(15 * 60);
 
 /// All problems joined into one line, for `status.message` and the `Valid` condition.
 pub fn problems_message(problems: &[SpecProblem]) -> String {
@@ -118,6 +123,9 @@ pub fn validate(spec: &DisruptionPlanSpec) -> Result<ValidSpec, Vec<SpecProblem>
     }
 
     v.replacement(spec);
+    let release_window = v
+        .duration("spec.releaseWindow", spec.release_window.as_deref())
+        .unwrap_or(DEFAULT_RELEASE_WINDOW);
 
     if v.problems.is_empty() {
         Ok(ValidSpec {
@@ -125,6 +133,7 @@ pub fn validate(spec: &DisruptionPlanSpec) -> Result<ValidSpec, Vec<SpecProblem>
             reuse_if_newer_than,
             backup_timeout,
             drain_timeout,
+            release_window,
         })
     } else {
         Err(v.problems)

@@ -2,6 +2,8 @@
 //! order, what eviction and backup answers mean, deterministic names, and the plan's phase machine.
 //!
 //! - [`inventory`]: pod classification (protected, DaemonSet, mirror, terminal, critical, emptyDir) and PDBs.
+//! - [`protection`]: which pods a DisruptionPolicy protects.
+//! - [`holds`]: the hold annotations on protected pods: place, release, restore.
 //! - [`node`]: [`plan_node`], the plan for one node.
 //! - [`backups`]: backup needs, reuse, the Velero Backup object, phase meaning, retries.
 //! - [`drain`]: the eviction gate for protected pods, the pass's batch, drain completion and timeout.
@@ -14,10 +16,12 @@
 pub mod backups;
 pub mod drain;
 pub mod evictions;
+pub mod holds;
 pub mod inventory;
 pub mod naming;
 pub mod node;
 pub mod phase;
+pub mod protection;
 pub mod replacement;
 pub mod taint;
 

@@ -1,10 +1,14 @@
 //! Disruption signals (Karpenter, Cluster Autoscaler, aws-node-termination-handler, the eviction gate)
 //! turned into DisruptionPlans, one plan per node at a time.
 //!
+//! - [`detect`]: which signal a node shows and what the policy makes of it.
+//! - [`limits`]: whether a graceful signal may start a plan now (concurrency).
 //! - [`plan`]: which plan a signal joins or creates, and the spec of a new one.
 //! - [`error`]: what can go wrong doing it.
 
+pub mod detect;
 pub mod error;
+pub mod limits;
 pub mod plan;
 
 pub use error::SignalError;

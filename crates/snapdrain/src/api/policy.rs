@@ -1,0 +1,193 @@
+//! `DisruptionPolicy` (cluster-scoped): the cluster-wide rules for plans snapdrain makes on its own — which
+//! pods it protects (and holds), which disruption signals become plans and in which mode, whether Karpenter
+//! may consolidate protected nodes, how long released holds wait for the autoscaler, how many signal plans
+//! run at once, and the backup/drain/termination settings of those plans.
+//!
+//! The controller reads the object named [`DEFAULT_POLICY`] and creates it with these defaults when it is
+//! absent. Every field has a serde default, so `spec: {}` is the documented default policy.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::plan::{BackupSpec, DURATION_PATTERN, DrainSpec, TerminationSpec};
+
+/// The policy the controller reads (and creates when absent).
+pub const DEFAULT_POLICY: &str = "default";
+
+/// Cluster-wide rules for the plans snapdrain makes from disruption signals.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "snapdrain.io",
+    version = "v1alpha1",
+    kind = "DisruptionPolicy",
+    doc = "Cluster-wide rules for the disruption plans snapdrain makes from autoscaler signals (snapdrain).",
+    plural = "disruptionpolicies",
+    shortname = "dpolicy",
+    category = "snapdrain"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionPolicySpec {
+    /// Which pods snapdrain protects: holds them and backs them up before their node goes.
+    #[serde(default)]
+    pub protection: ProtectionSpec,
+
+    /// What each disruption signal leads to.
+    #[serde(default)]
+    pub signals: SignalsSpec,
+
+    /// How long released holds wait for the autoscaler to take the node. After that the holds come back
+    /// and the verified backup stays reusable for the next plan. Go duration.
+    #[serde(default = "default_release_window")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub release_window: String,
+
+    /// How many signal plans run at once. Forceful signals (a deadline) never wait for a slot.
+    #[serde(default)]
+    pub concurrency: ConcurrencySpec,
+
+    /// Backup settings of signal plans. `reuseIfNewerThan` defaults to one hour here, so a plan after
+    /// an expired release window reuses the backup it verified.
+    #[serde(default = "default_signal_backup")]
+    pub backup: BackupSpec,
+
+    /// Drain settings of signal plans in Execute mode.
+    #[serde(default)]
+    pub drain: DrainSpec,
+
+    /// Termination settings of signal plans in Execute mode.
+    #[serde(default)]
+    pub termination: TerminationSpec,
+}
+
+/// Which pods are protected: StatefulSet pods that mount a PersistentVolumeClaim, narrowed by selectors.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ProtectionSpec {
+    /// Only pods with these labels (absent: every StatefulSet pod with a PVC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_selector: Option<LabelSelector>,
+    /// Only pods in namespaces with these labels (absent: every namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+}
+
+/// What a signal leads to.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SignalAction {
+    /// A Release plan: back up, verify, release the holds; the disruptor drains.
+    #[default]
+    Release,
+    /// No plan: the holds stay, so graceful disruptions wait and forceful ones go on without a backup.
+    Ignore,
+}
+
+/// Whether Karpenter may consolidate nodes that run protected pods.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ConsolidationAction {
+    /// Keep the holds: Karpenter never consolidates a node with protected pods.
+    #[default]
+    Hold,
+    /// A `Consolidatable` NodeClaim gets a Release plan like a drifted one.
+    Release,
+}
+
+/// One entry per signal source (DESIGN.md, the signal table).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SignalsSpec {
+    /// Karpenter NodeClaim `Drifted=True`.
+    #[serde(default)]
+    pub drift: SignalAction,
+    /// Karpenter NodeClaim `Consolidatable=True`.
+    #[serde(default)]
+    pub consolidation: ConsolidationAction,
+    /// Karpenter's forceful termination: NodeClaim deletion (expiry, interruption, a manual delete) or the
+    /// `karpenter.sh/disrupted:NoSchedule` taint. The deadline comes from the NodeClaim's
+    /// `terminationGracePeriod`.
+    #[serde(default)]
+    pub termination: SignalAction,
+    /// Cluster Autoscaler's `ToBeDeletedByClusterAutoscaler` taint (its drain then waits at the gate).
+    #[serde(default)]
+    pub cluster_autoscaler: SignalAction,
+    /// aws-node-termination-handler's `aws-node-termination-handler/*` taints.
+    #[serde(default)]
+    pub node_termination_handler: SignalAction,
+}
+
+/// Limits on signal plans running at once (not Completed, Failed or Aborted). 0 means no limit.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConcurrencySpec {
+    /// Across the cluster.
+    #[serde(default = "default_max_plans")]
+    pub max_plans: u32,
+    /// Per Karpenter NodePool (label `karpenter.sh/nodepool` of the node).
+    #[serde(default)]
+    pub max_plans_per_node_pool: u32,
+}
+
+impl Default for ConcurrencySpec {
+    fn default() -> Self {
+        Self {
+            max_plans: default_max_plans(),
+            max_plans_per_node_pool: 0,
+        }
+    }
+}
+
+fn default_release_window() -> String {
+    "15m".into()
+}
+
+fn default_max_plans() -> u32 {
+    // Velero runs one backup at a time by default: more plans than this only queue behind each other.
+    10
+}
+
+fn default_signal_backup() -> BackupSpec {
+    BackupSpec {
+        reuse_if_newer_than: Some("1h".into()),
+        ..BackupSpec::default()
+    }
+}
+
+impl DisruptionPolicySpec {
+    /// The policy as the controller uses it when none exists yet.
+    pub fn defaults() -> Self {
+        // Every field has a serde default: an empty object is the default policy.
+        serde_json::from_value(serde_json::json!({}))
+            .unwrap_or_else(|e| unreachable!("the empty policy deserializes: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_spec_is_the_documented_default() {
+        let p = DisruptionPolicySpec::defaults();
+        assert_eq!(p.release_window, "15m");
+        assert_eq!(p.signals.drift, SignalAction::Release);
+        assert_eq!(p.signals.consolidation, ConsolidationAction::Hold);
+        assert_eq!(p.concurrency.max_plans, 10);
+        assert_eq!(p.backup.reuse_if_newer_than.as_deref(), Some("1h"));
+        assert!(p.protection.pod_selector.is_none());
+    }
+
+    #[test]
+    fn signal_actions_are_spelled_as_in_the_docs() {
+        let p: DisruptionPolicySpec = serde_json::from_value(serde_json::json!({
+            "signals": {"drift": "Ignore", "consolidation": "Release", "clusterAutoscaler": "Ignore"},
+            "concurrency": {"maxPlans": 2, "maxPlansPerNodePool": 1},
+            "releaseWindow": "5m"
+        }))
+        .expect("a valid policy");
+        assert_eq!(p.signals.drift, SignalAction::Ignore);
+        assert_eq!(p.signals.consolidation, ConsolidationAction::Release);
+        assert_eq!(p.signals.termination, SignalAction::Release);
+        assert_eq!(p.concurrency.max_plans_per_node_pool, 1);
+    }
+}
