@@ -11,7 +11,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::plan::{BackupSpec, DURATION_PATTERN, DrainSpec, TerminationSpec};
+use super::plan::{BackupSpec, DURATION_PATTERN, DisruptionPlanSpec, DrainSpec, TerminationSpec};
 
 /// The policy the controller reads (and creates when absent).
 pub const DEFAULT_POLICY: &str = "default";
@@ -162,6 +162,42 @@ impl DisruptionPolicySpec {
     }
 }
 
+impl DisruptionPolicySpec {
+    /// The spec every signal plan starts from (see [`crate::signals::spec_for`]).
+    pub fn plan_defaults(&self) -> DisruptionPlanSpec {
+        DisruptionPlanSpec {
+            release_window: Some(self.release_window.clone()),
+            backup: self.backup.clone(),
+            drain: self.drain.clone(),
+            termination: self.termination.clone(),
+            ..DisruptionPlanSpec::default()
+        }
+    }
+
+    /// The checks the schema cannot make (selectors; durations and the plan settings, as a plan's are
+    /// validated). Every problem, as `field: what is wrong`.
+    pub fn validate(&self) -> Result<(), Vec<String>> {
+        let mut problems = Vec::new();
+        for (field, sel) in [
+            ("spec.protection.podSelector", &self.protection.pod_selector),
+            ("spec.protection.namespaceSelector", &self.protection.namespace_selector),
+        ] {
+            if let Some(sel) = sel
+                && let Err(e) = kube::core::Selector::try_from(sel.clone())
+            {
+                problems.push(format!("{field}: {e}"));
+            }
+        }
+        let mut sample = self.plan_defaults();
+        sample.nodes = vec!["node".into()];
+        if let Err(ps) = super::validate::validate(&sample) {
+            // The policy's fields sit at the same paths as a plan's (spec.backup, spec.drain, ...).
+            problems.extend(ps.iter().map(ToString::to_string));
+        }
+        if problems.is_empty() { Ok(()) } else { Err(problems) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,5 +225,20 @@ mod tests {
         assert_eq!(p.signals.consolidation, ConsolidationAction::Release);
         assert_eq!(p.signals.termination, SignalAction::Release);
         assert_eq!(p.concurrency.max_plans_per_node_pool, 1);
+    }
+
+    #[test]
+    fn the_controller_names_every_problem_the_schema_cannot_see() {
+        assert_eq!(DisruptionPolicySpec::defaults().validate(), Ok(()));
+        let bad: DisruptionPolicySpec = serde_json::from_value(serde_json::json!({
+            "releaseWindow": "soon",
+            "protection": {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Maybe"}]}},
+            "drain": {"maxConcurrentEvictions": 0}
+        }))
+        .expect("the shape is valid");
+        let problems = bad.validate().expect_err("three problems").join("\n");
+        assert!(problems.contains("spec.releaseWindow"), "{problems}");
+        assert!(problems.contains("spec.protection.podSelector"), "{problems}");
+        assert!(problems.contains("maxConcurrentEvictions"), "{problems}");
     }
 }

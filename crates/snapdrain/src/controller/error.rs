@@ -25,6 +25,10 @@ pub enum ControllerError {
     Cloud(#[from] CloudError),
     #[error("replacement user data is invalid: {0}")]
     UserData(#[from] UserDataError),
+    #[error(
+        "cannot change snapdrain's hold annotations on pod {pod}: {source} (may snapdrain patch pods?)"
+    )]
+    Hold { pod: String, source: kube::Error },
     #[error("{0}")]
     Config(String),
     /// The Lease was lost or the controller is stopping: the pass was cancelled before its next
@@ -39,7 +43,7 @@ impl ControllerError {
     pub fn is_permanent(&self) -> bool {
         match self {
             Self::WriteStatus { .. } => false,
-            Self::Read { source, .. } | Self::Delete { source, .. } => {
+            Self::Read { source, .. } | Self::Delete { source, .. } | Self::Hold { source, .. } => {
                 crate::api_errors::is_permanent(source)
             }
             Self::Velero(e) => e.is_permanent(),
@@ -57,6 +61,7 @@ impl ControllerError {
             Self::WriteStatus { .. } => "write_status",
             Self::Read { .. } => "read",
             Self::Delete { .. } => "delete",
+            Self::Hold { .. } => "hold",
             Self::Velero(_) => "velero",
             Self::Bucket(_) => "bucket",
             Self::Drain(_) => "drain",

@@ -5,16 +5,22 @@
 //! - [`reconcile`]: one pass over a plan (validate, then drive the phase machine).
 //! - [`steps`]: the work of each phase.
 //! - [`leader`]: only the Lease holder acts.
+//! - [`policy`]: the DisruptionPolicy in force.
+//! - [`holds`]: the hold keeper (holds on every protected pod, restored when a release is over).
+//! - [`signals`]: the signal watcher (Karpenter, Cluster Autoscaler, NTH signals become plans).
 //! - [`preview`]: what a plan would do, without doing it (`snapdrain plan NODE`).
 //! - [`server`]: metrics and health.
 
 pub mod context;
 pub mod error;
+pub mod holds;
 pub mod leader;
+pub mod policy;
 pub mod preview;
 pub mod reconcile;
 pub mod run;
 pub mod server;
+pub mod signals;
 pub mod steps;
 
 pub use context::{Context, Settings};

@@ -16,8 +16,9 @@ use tokio::sync::watch;
 use super::context::{Context, Settings};
 use super::error::ControllerError;
 use super::reconcile::{error_policy, reconcile, record_phases};
-use super::{leader, server};
+use super::{holds, leader, policy, server, signals};
 use crate::api::DisruptionPlan;
+use crate::api::policy::DisruptionPolicySpec;
 use crate::api::velero::Backup;
 use crate::planning::backups::{PLAN_ANNOTATION, PLAN_LABEL};
 use crate::telemetry::Metrics;
@@ -226,10 +227,11 @@ async fn run_controller(
         }
     };
     let plans: Api<DisruptionPlan> = Api::all(client.clone());
-    let backups: Api<Backup> = Api::all(client);
+    let backups: Api<Backup> = Api::all(client.clone());
     let controller = Controller::new(plans, watcher::Config::default())
         .with_config(ControllerConfig::default().concurrency(16));
     let store = controller.store();
+    let helpers = start_helpers(&client, &ctx, store.clone(), &acting);
     let gauge_ctx = ctx.clone();
     let gauge = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(2));
@@ -257,7 +259,51 @@ async fn run_controller(
         })
         .await;
     gauge.abort();
+    for h in helpers {
+        h.abort();
+    }
     stop_acting.abort();
+}
+
+/// What runs beside the plan controller while this replica leads: the DisruptionPolicy follower, the
+/// hold keeper and the signal watcher. Each stops by itself when `acting` turns false.
+fn start_helpers(
+    client: &Client,
+    ctx: &Arc<Context>,
+    plans: kube::runtime::reflector::Store<DisruptionPlan>,
+    acting: &watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let stopped = |acting: &watch::Receiver<bool>| {
+        let mut acting = acting.clone();
+        async move {
+            let _ = acting.wait_for(|a| !*a).await;
+        }
+    };
+    let (policy_tx, policy) = watch::channel(DisruptionPolicySpec::defaults());
+    let policy_task = {
+        let client = client.clone();
+        let recorder = ctx.recorder.clone();
+        let until = stopped(acting);
+        tokio::spawn(async move {
+            policy::ensure_default(&client).await;
+            policy::follow(client, recorder, policy_tx, until).await;
+        })
+    };
+    let keeper = tokio::spawn(holds::run(
+        client.clone(),
+        plans.clone(),
+        policy.clone(),
+        ctx.metrics.clone(),
+        stopped(acting),
+    ));
+    let watcher = tokio::spawn(signals::run(
+        client.clone(),
+        plans,
+        policy,
+        ctx.metrics.clone(),
+        stopped(acting),
+    ));
+    vec![policy_task, keeper, watcher]
 }
 
 #[cfg(test)]

@@ -77,6 +77,12 @@ pub fn state(pod: &Pod) -> HoldState {
     }
 }
 
+/// True when the pod's active `do-not-disrupt` is snapdrain's own hold (it stands for "not before the
+/// backup is verified", which a plan's drain checks itself), not a user's.
+pub fn own_do_not_disrupt(pod: &Pod) -> bool {
+    get(pod, DO_NOT_DISRUPT_ANNOTATION) == Some("true") && ours(pod).iter().any(|m| m == "do-not-disrupt")
+}
+
 /// Places the holds snapdrain may place: each hold annotation the pod does not carry yet. A released pod
 /// is left alone (see [`restore`]).
 pub fn place(pod: &Pod) -> Option<AnnotationPatch> {
@@ -202,6 +208,8 @@ mod tests {
         assert_eq!(ann(&p, SAFE_TO_EVICT_ANNOTATION), Some("false"));
         assert_eq!(state(&p), HoldState::Held(vec!["do-not-disrupt".into(), "safe-to-evict".into()]));
         assert_eq!(place(&p), None, "placing twice changes nothing");
+        assert!(own_do_not_disrupt(&p));
+        assert!(!own_do_not_disrupt(&pod(&[(DO_NOT_DISRUPT_ANNOTATION, "true")])));
     }
 
     #[test]

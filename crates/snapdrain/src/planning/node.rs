@@ -267,7 +267,11 @@ pub fn plan_node(
         if refused {
             continue;
         }
-        let do_not_disrupt = !spec.drain.force && do_not_disrupt_active(pod, clock.now);
+        // snapdrain's own hold means "not before the backup is verified", which this drain enforces
+        // itself; only a user's do-not-disrupt makes the drain wait.
+        let do_not_disrupt = !spec.drain.force
+            && do_not_disrupt_active(pod, clock.now)
+            && !super::holds::own_do_not_disrupt(pod);
         if do_not_disrupt {
             plan.warnings.push(format!(
                 "pod {ns}/{name} has an active {DO_NOT_DISRUPT_ANNOTATION} annotation; the drain waits \

@@ -6,8 +6,8 @@
 //!
 //! Execute: Pending → Cordoning → BackingUp → Verifying → [Replacing if before-drain] → Draining →
 //! [Terminating] → [Replacing if after-drain] → Completed.
-//! Release: Pending → BackingUp → Verifying → Draining (the autoscaler drains; wait for the nodes to go) →
-//! Completed.
+//! Release: Pending → BackingUp → Verifying → Draining (holds released; the autoscaler drains; wait for
+//! the nodes or the released pods to go, or the release window to pass) → Completed.
 //!
 //! Execute cordons and taints first, before the backup (as kubectl and Karpenter do before evicting), so
 //! nothing new lands on the node while it is backed up; a failed or aborted plan rolls that back. A
@@ -69,6 +69,8 @@ pub struct PhaseFacts {
     pub nodes_gone: bool,
     /// Every replacement node is Ready.
     pub replacement_ready: bool,
+    /// Release mode: the release window passed with the nodes still there; the holds are back.
+    pub release_expired: bool,
 }
 
 impl Default for PhaseFacts {
@@ -82,6 +84,7 @@ impl Default for PhaseFacts {
             drain: DrainState::InProgress,
             nodes_gone: false,
             replacement_ready: false,
+            release_expired: false,
         }
     }
 }
@@ -204,11 +207,18 @@ pub fn next_phase(
         } else {
             Cordoning
         }),
-        Draining if spec.mode == PlanMode::Release => PhaseDecision::to(if facts.nodes_gone {
-            Completed
-        } else {
-            Draining
-        }),
+        Draining if spec.mode == PlanMode::Release => {
+            if facts.nodes_gone {
+                PhaseDecision::to(Completed)
+            } else if facts.release_expired {
+                PhaseDecision::with(
+                    Completed,
+                    "the release window passed and the nodes are still there: holds restored; the verified backup stays reusable for the next plan",
+                )
+            } else {
+                PhaseDecision::to(Draining)
+            }
+        }
         Draining => match &facts.drain {
             DrainState::InProgress => PhaseDecision::to(Draining),
             DrainState::Done => PhaseDecision::to(after_drain()),

@@ -29,6 +29,19 @@ pub struct ReasonLabel {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HoldLabel {
+    /// placed | released | restored | removed (hold changes); held | released (pods now).
+    pub action: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabel {
+    pub source: String,
+    /// created | joined | waiting | settled | error
+    pub outcome: String,
+}
+
 fn step_histogram() -> Histogram {
     // 10 ms to about 3 hours: steps range from instant evictions to long backups.
     Histogram::new(exponential_buckets(0.01, 2.5, 14))
@@ -54,6 +67,12 @@ pub struct Metrics {
     pub plans_failed: Family<ReasonLabel, Counter>,
     /// Reconciles running now: 0 on a standby or a deposed leader.
     pub reconciles_in_flight: Gauge,
+    /// Hold annotation changes snapdrain made, by action.
+    pub hold_changes: Family<HoldLabel, Counter>,
+    /// Protected pods now held, and released by a running plan.
+    pub pods_held: Family<HoldLabel, Gauge>,
+    /// Disruption signals seen, by source and what became of them.
+    pub signals: Family<SignalLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -111,6 +130,24 @@ impl Metrics {
             "Plan reconciles running now (0 on a standby replica)",
             reconciles_in_flight.clone(),
         );
+        let hold_changes = Family::<HoldLabel, Counter>::default();
+        registry.register(
+            "hold_changes",
+            "Hold annotations snapdrain placed, released, restored or removed on pods",
+            hold_changes.clone(),
+        );
+        let pods_held = Family::<HoldLabel, Gauge>::default();
+        registry.register(
+            "pods_held",
+            "Protected pods held (action=held) or released by a running plan (action=released)",
+            pods_held.clone(),
+        );
+        let signals = Family::<SignalLabel, Counter>::default();
+        registry.register(
+            "signals",
+            "Disruption signals, by source and outcome (created, joined, waiting, settled, error)",
+            signals.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             plans,
@@ -121,6 +158,9 @@ impl Metrics {
             reconcile_errors,
             plans_failed,
             reconciles_in_flight,
+            hold_changes,
+            pods_held,
+            signals,
         }
     }
 
@@ -130,6 +170,23 @@ impl Metrics {
                 step: step.to_string(),
             })
             .observe(seconds);
+    }
+
+    pub fn hold_change(&self, action: &str) {
+        self.hold_changes
+            .get_or_create(&HoldLabel {
+                action: action.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn signal(&self, source: &str, outcome: &str) {
+        self.signals
+            .get_or_create(&SignalLabel {
+                source: source.to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
     }
 
     pub fn eviction(&self, code: u16) {

@@ -365,37 +365,67 @@ async fn wait_volumes(
     })
 }
 
-/// Release mode: holds are released after verification; Karpenter (or whoever disrupts) drains and
-/// terminates. The plan completes when the nodes are gone.
+/// Release mode: the holds of the pods the verified backups cover are released; Karpenter (or whoever
+/// disrupts) drains and terminates. The plan completes when the nodes are gone or every released pod has
+/// left them (a `kubectl drain` leaves the node), or, when the release window passes first, restores
+/// the holds and completes with its backup reusable.
 async fn release(
     run: &mut PlanRun,
     facts: &mut PhaseFacts,
 ) -> Result<Option<Duration>, ControllerError> {
+    super::release::release_holds(run).await?;
     let names: BTreeSet<String> = run.status.nodes.iter().map(|n| n.name.clone()).collect();
     for n in run.status.nodes.iter_mut() {
         if n.phase != NodePhase::Gone {
             n.phase = NodePhase::Released;
         }
     }
+    let released_at = run.status.released_at.as_ref().map_or_else(PlanRun::now, |t| t.0);
+    let window_left = run
+        .valid
+        .release_window
+        .saturating_sub(PlanRun::now().duration_since(released_at).unsigned_abs());
     let api: Api<Node> = Api::all(run.ctx.client.clone());
-    let gone = wait_for(
+    let nodes_gone = wait_for(
         api,
         watcher::Config::default(),
         "released nodes to go",
-        run.ctx.settings.wait_slice,
+        run.ctx.settings.wait_slice.min(window_left.max(Duration::from_millis(100))),
         |nodes| !nodes.iter().any(|n| names.contains(&n.name_any())),
     )
     .await?;
-    if gone {
+    if nodes_gone {
         for n in run.status.nodes.iter_mut() {
             n.phase = NodePhase::Gone;
         }
     }
-    facts.nodes_gone = gone;
-    run.status.message = Some(if gone {
+    let pods_gone = !nodes_gone && super::release::released_pods_gone(run).await?;
+    facts.nodes_gone = nodes_gone || pods_gone;
+    if !facts.nodes_gone && window_left.is_zero() {
+        let restored = super::release::restore_holds(run).await;
+        facts.release_expired = true;
+        run.event(
+            EventType::Warning,
+            "ReleaseWindowPassed",
+            "Release",
+            format!(
+                "the disruptor did not take {} within the release window ({}s): restored the holds of {restored} pod(s)",
+                names.iter().cloned().collect::<Vec<_>>().join(", "),
+                run.valid.release_window.as_secs()
+            ),
+        )
+        .await;
+        return Ok(None);
+    }
+    run.status.message = Some(if nodes_gone {
         "released nodes are gone".into()
+    } else if pods_gone {
+        "every released pod has left its node".into()
     } else {
-        "backups verified; waiting for the autoscaler to remove the nodes".into()
+        format!(
+            "backups verified, holds released; waiting for the disruptor to drain (release window: {}s left)",
+            window_left.as_secs()
+        )
     });
-    Ok((!gone).then_some(Duration::from_secs(1)))
+    Ok((!facts.nodes_gone).then_some(Duration::from_secs(1)))
 }

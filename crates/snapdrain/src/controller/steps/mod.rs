@@ -8,6 +8,7 @@ pub mod drain;
 pub mod instance;
 pub mod inventory;
 pub mod plan;
+pub mod release;
 pub mod replace;
 pub mod rollback;
 pub mod terminate;

@@ -1,5 +1,5 @@
-//! Undo on failure or abort: remove snapdrain's drain taint and uncordon, only where snapdrain set them
-//! (never a cordon or taint someone else set).
+//! Undo on failure or abort: restore released holds; remove snapdrain's drain taint and uncordon, only
+//! where snapdrain set them (never a cordon or taint someone else set).
 
 use kube::runtime::events::EventType;
 
@@ -7,6 +7,17 @@ use crate::controller::reconcile::PlanRun;
 use crate::drain::cordon::release;
 
 pub async fn run(run: &mut PlanRun) {
+    // Released holds come back at once (the hold keeper would too, once it sees the plan is over).
+    let restored = super::release::restore_holds(run).await;
+    if restored > 0 {
+        run.event(
+            EventType::Normal,
+            "HoldsRestored",
+            "Rollback",
+            format!("restored the holds of {restored} released pod(s): the plan did not complete"),
+        )
+        .await;
+    }
     let nodes: Vec<(String, bool, bool)> = run
         .status
         .nodes

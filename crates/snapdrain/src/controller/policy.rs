@@ -1,0 +1,87 @@
+//! The DisruptionPolicy the controller works under: the object named `default`, created with the
+//! documented defaults when absent, followed by watch. An invalid update is refused loudly (a Warning
+//! Event on the policy and an error log naming every problem) and the last valid policy stays in force,
+//! so a typo never turns protection off.
+
+use futures::StreamExt;
+use kube::api::{Api, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use tokio::sync::watch;
+
+use crate::api::policy::{DEFAULT_POLICY, DisruptionPolicy, DisruptionPolicySpec};
+
+/// Creates the default policy when it is missing. A 403 (no create permission) or a missing CRD is not
+/// fatal: snapdrain then works under the built-in defaults and says so.
+pub async fn ensure_default(client: &Client) {
+    let api: Api<DisruptionPolicy> = Api::all(client.clone());
+    let policy = DisruptionPolicy::new(DEFAULT_POLICY, DisruptionPolicySpec::defaults());
+    match api.create(&PostParams::default(), &policy).await {
+        Ok(_) => tracing::info!("created DisruptionPolicy {DEFAULT_POLICY} with the default rules"),
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => tracing::warn!(
+            error = %e,
+            "cannot create DisruptionPolicy {DEFAULT_POLICY}; working under the built-in defaults (is the DisruptionPolicy CRD installed?)"
+        ),
+    }
+}
+
+/// Follows the default policy until `until`; the receiver always holds the last valid spec.
+pub async fn follow(
+    client: Client,
+    recorder: Recorder,
+    tx: watch::Sender<DisruptionPolicySpec>,
+    until: impl std::future::Future<Output = ()>,
+) {
+    let api: Api<DisruptionPolicy> = Api::all(client);
+    let config = watcher::Config::default().fields(&format!("metadata.name={DEFAULT_POLICY}"));
+    let stream = watcher(api, config).default_backoff().applied_objects();
+    let mut stream = std::pin::pin!(stream);
+    let mut until = std::pin::pin!(until);
+    loop {
+        tokio::select! {
+            _ = &mut until => return,
+            event = stream.next() => match event {
+                Some(Ok(policy)) => accept(&recorder, &tx, &policy).await,
+                Some(Err(e)) => tracing::debug!(error = %e, "DisruptionPolicy watch"),
+                None => return,
+            },
+        }
+    }
+}
+
+async fn accept(
+    recorder: &Recorder,
+    tx: &watch::Sender<DisruptionPolicySpec>,
+    policy: &DisruptionPolicy,
+) {
+    match policy.spec.validate() {
+        Ok(()) => {
+            tx.send_if_modified(|current| {
+                let changed = *current != policy.spec;
+                *current = policy.spec.clone();
+                changed
+            });
+        }
+        Err(problems) => {
+            let note = format!(
+                "DisruptionPolicy {DEFAULT_POLICY} is invalid, the previous rules stay in force: {}",
+                problems.join("; ")
+            );
+            tracing::error!("{note}");
+            let _ = recorder
+                .publish(
+                    &Event {
+                        type_: EventType::Warning,
+                        reason: "InvalidPolicy".into(),
+                        note: Some(note),
+                        action: "Validate".into(),
+                        secondary: None,
+                    },
+                    &policy.object_ref(&()),
+                )
+                .await;
+        }
+    }
+}

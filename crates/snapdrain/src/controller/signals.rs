@@ -1,0 +1,214 @@
+//! The signal watcher: Nodes and Karpenter NodeClaims are followed by watch; a node that shows a
+//! disruption signal ([`crate::signals::detect`]) and runs protected pods gets a plan, or its signal
+//! joins the plan running for it. Graceful signals wait for a slot under the policy's concurrency limits;
+//! forceful ones never wait. Runs on the Lease holder only.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tokio::sync::watch;
+
+use crate::api::DisruptionPlan;
+use crate::api::policy::DisruptionPolicySpec;
+use crate::planning::protection;
+use crate::signals::detect::{detect, node_pool_of, nodeclaim_of};
+use crate::signals::limits::{Running, admit};
+use crate::signals::plan::{Choice, NODE_LABEL, NodeSignal, Outcome, choose, source_name};
+use crate::signals::{join_or_create, spec_for};
+use crate::telemetry::Metrics;
+
+/// How often every node is looked at again without an event (a freed concurrency slot, a deadline).
+const TICK: Duration = Duration::from_secs(2);
+/// Longest a Node or NodeClaim change waits before it is looked at.
+const DEBOUNCE: Duration = Duration::from_millis(250);
+
+struct Watcher {
+    client: Client,
+    plans: Store<DisruptionPlan>,
+    nodes: Store<Node>,
+    claims: Store<DynamicObject>,
+    policy: watch::Receiver<DisruptionPolicySpec>,
+    metrics: Metrics,
+    /// Nodes whose signal waits for a slot (logged once, not every tick).
+    waiting: BTreeSet<String>,
+}
+
+fn nodeclaim_resource() -> ApiResource {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    ApiResource::from_gvk_with_plural(&gvk, "nodeclaims")
+}
+
+impl Watcher {
+    fn running(&self, pool: Option<&str>) -> Running {
+        let pools: BTreeMap<String, Option<String>> = self
+            .nodes
+            .state()
+            .iter()
+            .map(|n| (n.name_any(), node_pool_of(n).map(str::to_owned)))
+            .collect();
+        let mut r = Running::default();
+        for p in self.plans.state() {
+            let over = p.status.as_ref().map(|s| s.phase).unwrap_or_default().is_terminal();
+            if over || !p.labels().contains_key(NODE_LABEL) {
+                continue;
+            }
+            r.total += 1;
+            if pool.is_some()
+                && p.spec
+                    .nodes
+                    .iter()
+                    .any(|n| pools.get(n).and_then(|p| p.as_deref()) == pool)
+            {
+                r.in_pool += 1;
+            }
+        }
+        r
+    }
+
+    /// Whether the node runs a pod the policy protects (no plan is needed for a node without one).
+    async fn has_protected_pods(&self, node: &str) -> Result<bool, kube::Error> {
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let list = pods
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await?;
+        let spec = self.policy.borrow().protection.clone();
+        // Namespace labels are not at hand here: a namespace selector is applied by the hold keeper and
+        // the plan; a plan for a node whose pods it then finds unprotected completes at once.
+        let spec = crate::api::policy::ProtectionSpec {
+            namespace_selector: None,
+            ..spec
+        };
+        Ok(list.items.iter().any(|p| protection::protects(&spec, p, None)))
+    }
+
+    async fn look(&mut self) {
+        let policy = self.policy.borrow().clone();
+        let now = jiff::Timestamp::now();
+        let plans: Vec<DisruptionPlan> = self.plans.state().iter().map(|p| (**p).clone()).collect();
+        for node in self.nodes.state() {
+            let claim = nodeclaim_of(&node)
+                .and_then(|c| {
+                    self.claims
+                        .get(&ObjectRef::new_with(c, nodeclaim_resource()))
+                })
+                .and_then(|c| serde_json::to_value(&*c).ok());
+            let Some(signal) = detect(&node, claim.as_ref(), &policy.signals, now) else {
+                self.waiting.remove(&node.name_any());
+                continue;
+            };
+            match choose(&plans, &signal) {
+                Choice::Join {
+                    record: false,
+                    earlier_deadline: None,
+                    ..
+                }
+                | Choice::Settled { .. } => continue,
+                Choice::Join { .. } => {}
+                Choice::Create { .. } => {
+                    match self.has_protected_pods(&signal.node).await {
+                        Ok(true) => {}
+                        Ok(false) => continue,
+                        Err(e) => {
+                            tracing::warn!(node = %signal.node, error = %e, "cannot list the node's pods for a disruption signal; retrying");
+                            continue;
+                        }
+                    }
+                    let running = self.running(node_pool_of(&node));
+                    if let Err(why) = admit(&policy.concurrency, &running, signal.deadline.is_some()) {
+                        if self.waiting.insert(signal.node.clone()) {
+                            self.metrics.signal(source_name(signal.source), "waiting");
+                            tracing::info!(node = %signal.node, reason = %signal.reason, "disruption signal waits: {why}");
+                        }
+                        continue;
+                    }
+                }
+            }
+            self.act(&signal, &policy).await;
+        }
+    }
+
+    async fn act(&mut self, signal: &NodeSignal, policy: &DisruptionPolicySpec) {
+        let source = source_name(signal.source);
+        match join_or_create(&self.client, signal, &spec_for(signal, &policy.plan_defaults())).await {
+            Ok(outcome) => {
+                self.waiting.remove(&signal.node);
+                let what = match &outcome {
+                    Outcome::Created(_) => "created",
+                    Outcome::Joined(_) => "joined",
+                    Outcome::Settled { .. } => "settled",
+                };
+                self.metrics.signal(source, what);
+                tracing::info!(node = %signal.node, source, reason = %signal.reason, plan = %outcome.plan(), "disruption signal {what} a plan");
+            }
+            Err(e) => {
+                self.metrics.signal(source, "error");
+                tracing::warn!(node = %signal.node, error = %e, "cannot turn a disruption signal into a plan");
+            }
+        }
+    }
+}
+
+/// Watches for signals until `until` resolves.
+pub async fn run(
+    client: Client,
+    plans: Store<DisruptionPlan>,
+    policy: watch::Receiver<DisruptionPolicySpec>,
+    metrics: Metrics,
+    until: impl std::future::Future<Output = ()>,
+) {
+    let (nodes, node_writer) = reflector::store();
+    let node_events = reflector::reflector(
+        node_writer,
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+    )
+    .default_backoff()
+    .touched_objects();
+    let claim_writer = reflector::store::Writer::new(nodeclaim_resource());
+    let claims = claim_writer.as_reader();
+    // Without Karpenter the NodeClaim watch fails and backs off; other signals still work.
+    let claim_events = reflector::reflector(
+        claim_writer,
+        watcher(
+            Api::<DynamicObject>::all_with(client.clone(), &nodeclaim_resource()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    let mut w = Watcher {
+        client,
+        plans,
+        nodes,
+        claims,
+        policy,
+        metrics,
+        waiting: BTreeSet::new(),
+    };
+    let mut node_events = std::pin::pin!(node_events);
+    let mut claim_events = std::pin::pin!(claim_events);
+    let mut until = std::pin::pin!(until);
+    // Events only mark the view dirty: a look covers every node, so a burst of Node updates costs one.
+    let mut tick = tokio::time::interval(DEBOUNCE);
+    let mut dirty = true;
+    let mut last = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            _ = &mut until => return,
+            Some(_) = node_events.next() => dirty = true,
+            Some(_) = claim_events.next() => dirty = true,
+            _ = tick.tick() => {
+                if dirty || last.elapsed() >= TICK {
+                    dirty = false;
+                    last = tokio::time::Instant::now();
+                    w.look().await;
+                }
+            }
+        }
+    }
+}
