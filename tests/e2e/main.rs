@@ -11,4 +11,5 @@ mod real_cloud;
 mod real_drain;
 mod real_velero;
 mod resilience;
+mod signals;
 mod sim_serve;

@@ -304,6 +304,55 @@ impl Harness {
         );
     }
 
+    /// Watches every object of `api` (through a reflector) until `want` holds for them all together;
+    /// panics naming `what` after [`TIMEOUT`].
+    pub async fn wait_all<K>(&self, api: Api<K>, what: &str, want: impl Fn(&[K]) -> bool) -> Vec<K>
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + k8s_openapi::serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (store, writer) = kube::runtime::reflector::store();
+        let stream = kube::runtime::reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()),
+        )
+        .default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        let mut listed = false;
+        loop {
+            let now: Vec<K> = store.state().iter().map(|o| (**o).clone()).collect();
+            if listed && want(&now) {
+                return now;
+            }
+            match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(Some(Ok(watcher::Event::InitDone))) => listed = true,
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    panic!("{what}: not reached within {TIMEOUT:?}; last seen: {now:#?}")
+                }
+            }
+        }
+    }
+
+    /// The plans whose spec names `node`.
+    pub async fn plans_for(&self, node: &str) -> Vec<DisruptionPlan> {
+        let plans: Api<DisruptionPlan> = Api::all(self.client.clone());
+        plans
+            .list(&Default::default())
+            .await
+            .expect("list plans")
+            .items
+            .into_iter()
+            .filter(|p| p.spec.nodes.iter().any(|n| n == node))
+            .collect()
+    }
+
     pub async fn wait_phase(&self, name: &str, phase: PlanPhase) -> DisruptionPlan {
         self.wait_plan(name, TIMEOUT, |p| p == phase || p.is_terminal())
             .await

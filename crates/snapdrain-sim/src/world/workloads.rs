@@ -471,7 +471,11 @@ fn reconcile_daemonset(
     let mut ready = 0;
     let mut eligible: HashSet<&str> = HashSet::new();
     for node in node_feed.into_iter().flat_map(Feed::objects) {
-        if is_terminating(node) || !node_affinity_allows(&probe, node) {
+        // A Node being deleted keeps its daemon pods: kube-controller-manager's DaemonSet controller
+        // (pkg/controller/daemon/daemon_controller.go, `manage` over every listed node and
+        // `NodeShouldRunDaemonPod`) never looks at the Node's deletionTimestamp, so Velero's node-agent
+        // keeps running on a node Karpenter is terminating until the Node object is gone.
+        if !node_affinity_allows(&probe, node) {
             continue;
         }
         let existing: Vec<&&Arc<Value>> = by_node
@@ -481,7 +485,9 @@ fn reconcile_daemonset(
             .filter(|p| !is_terminating(p))
             .collect();
         // New pods need every NoSchedule/NoExecute taint tolerated; running ones only NoExecute.
-        let may_place = untolerated_taint(&probe, node).is_none();
+        // The sim places no new daemon pod on a terminating node (the real controller would create one
+        // and it would never start there): only running ones stay.
+        let may_place = !is_terminating(node) && untolerated_taint(&probe, node).is_none();
         let may_stay = node
             .pointer("/spec/taints")
             .and_then(Value::as_array)

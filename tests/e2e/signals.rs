@@ -1,0 +1,404 @@
+//! Alongside the autoscaler: holds on protected pods, Karpenter's signals turned into Release plans, the
+//! release window, and the DisruptionPolicy. The simulated Karpenter disrupts as Karpenter v1 does
+//! (research/karpenter.md: graceful methods skip nodes with an active `karpenter.sh/do-not-disrupt` pod,
+//! kubernetes-sigs/karpenter `pkg/controllers/disruption/types.go` `NewCandidate`; forceful termination
+//! waits for such pods until terminationGracePeriod, `pkg/controllers/node/termination`).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use serde_json::{Value, json};
+use snapdrain::api::status::PlanPhase;
+use snapdrain::api::{DisruptionPlan, DisruptionPolicy};
+use snapdrain_testkit::harness::{Harness, TIMEOUT, assert_no_eviction_before_verified_backup};
+
+const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+const HELD: &str = "snapdrain.io/held";
+
+fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
+    p.annotations().get(key).map(String::as_str)
+}
+
+/// The oracle's own idea of a protected pod: a running StatefulSet pod with a PVC (DESIGN.md, the promise).
+fn protected(p: &Pod) -> bool {
+    let sts = p
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == "StatefulSet" && o.controller == Some(true));
+    let pvc = p
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .is_some_and(|v| v.iter().any(|v| v.persistent_volume_claim.is_some()));
+    let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    sts && pvc && running && p.metadata.deletion_timestamp.is_none()
+}
+
+fn held(p: &Pod) -> bool {
+    annotation(p, DO_NOT_DISRUPT) == Some("true") && annotation(p, SAFE_TO_EVICT) == Some("false")
+}
+
+fn nodeclaims(h: &Harness) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    Api::all_with(
+        h.client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"),
+    )
+}
+
+async fn nodeclaim_of(h: &Harness, node: &str) -> String {
+    let n = h.node(node).await.expect("the node exists");
+    n.owner_references()
+        .iter()
+        .find(|o| o.kind == "NodeClaim")
+        .map(|o| o.name.clone())
+        .expect("the quickstart nodes are Karpenter's: a NodeClaim owns each")
+}
+
+/// Sets `Drifted=True` on the node's NodeClaim, as Karpenter's drift controller does
+/// (kubernetes-sigs/karpenter `pkg/controllers/nodeclaim/disruption/drift.go`).
+async fn drift(h: &Harness, node: &str) {
+    let api = nodeclaims(h);
+    let name = nodeclaim_of(h, node).await;
+    let claim = api.get(&name).await.expect("get the NodeClaim");
+    let mut conditions = claim.data["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions.push(json!({"type": "Drifted", "status": "True", "reason": "AMIDrift",
+        "message": "AMIDrift", "lastTransitionTime": "2026-12-01T00:00:00Z"}));
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"conditions": conditions}})),
+    )
+    .await
+    .expect("mark the NodeClaim drifted");
+}
+
+async fn wait_signal_plan(h: &Harness, node: &str) -> DisruptionPlan {
+    let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
+    let found = h
+        .wait_all(plans, &format!("a signal plan for {node}"), |ps| {
+            ps.iter().any(|p| p.spec.nodes.iter().any(|n| n == node))
+        })
+        .await;
+    found
+        .into_iter()
+        .find(|p| p.spec.nodes.iter().any(|n| n == node))
+        .expect("the wait returned it")
+}
+
+async fn wait_all_protected_held(h: &Harness) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
+    h.wait_all(pods, "every protected pod held", |ps| {
+        let protected: Vec<&Pod> = ps.iter().filter(|p| protected(p)).collect();
+        protected.len() == 5 && protected.iter().all(|p| held(p))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn protected_pods_are_held_and_a_users_own_annotation_is_left_alone() {
+    let h = Harness::start().await;
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
+    // A user lets Cluster Autoscaler evict redis-0 (its own annotation), before snapdrain starts.
+    pods.patch(
+        "redis-0",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {SAFE_TO_EVICT: "true"}}})),
+    )
+    .await
+    .expect("annotate redis-0");
+    let _controller = h.controller().await;
+    let all = h
+        .wait_all(pods.clone(), "protected pods held", |ps| {
+            ps.iter().filter(|p| protected(p)).all(|p| {
+                annotation(p, DO_NOT_DISRUPT) == Some("true") && annotation(p, HELD).is_some()
+            }) && ps.iter().filter(|p| protected(p)).count() == 5
+        })
+        .await;
+    let redis0 = all.iter().find(|p| p.name_any() == "redis-0").expect("redis-0");
+    assert_eq!(annotation(redis0, SAFE_TO_EVICT), Some("true"), "the user's value stays");
+    assert_eq!(annotation(redis0, HELD), Some("do-not-disrupt"), "only what snapdrain set is marked");
+    for p in all.iter().filter(|p| !protected(p)) {
+        assert_eq!(annotation(p, HELD), None, "{} is not protected", p.name_any());
+        assert_eq!(annotation(p, DO_NOT_DISRUPT), None, "{}", p.name_any());
+    }
+    // A new pod (postgres-1 deleted and re-created by its StatefulSet) is held as soon as it appears.
+    let before = pods.get("postgres-1").await.expect("postgres-1").uid();
+    pods.delete("postgres-1", &Default::default()).await.expect("delete postgres-1");
+    h.wait_all(pods.clone(), "the new postgres-1 held", |ps| {
+        ps.iter()
+            .any(|p| p.name_any() == "postgres-1" && p.uid() != before && protected(p) && held(p))
+    })
+    .await;
+    // The default DisruptionPolicy was created.
+    let policies: Api<DisruptionPolicy> = Api::all(h.client.clone());
+    h.wait_all(policies, "the default policy", |ps| {
+        ps.iter().any(|p| p.name_any() == "default")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_drifted_node_is_released_to_karpenter_only_after_its_backup_is_verified() {
+    let h = Harness::start().await;
+    let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected_on_node = h.protected_pods_on(&node).await;
+    drift(&h, &node).await;
+    let plan = wait_signal_plan(&h, &node).await;
+    assert_eq!(plan.spec.mode, snapdrain::api::PlanMode::Release);
+    assert_eq!(plan.spec.source, snapdrain::api::PlanSource::Karpenter);
+    assert_eq!(plan.spec.reason.as_deref(), Some("Drifted"));
+    let done = h
+        .wait_plan(&plan.name_any(), Duration::from_secs(120), PlanPhase::is_terminal)
+        .await;
+    let status = done.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{:?}", status.message);
+    assert!(!status.released_pods.is_empty(), "the plan released holds");
+    let released: Vec<String> = status
+        .released_pods
+        .iter()
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    let mut expected: Vec<String> = protected_on_node.keys().cloned().collect();
+    expected.sort();
+    let mut got = released.clone();
+    got.sort();
+    assert_eq!(got, expected, "exactly the node's protected pods were released");
+    assert!(h.node(&node).await.is_none(), "Karpenter replaced the node");
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected_on_node, &done);
+    // Every pod that is back (on another node) is held again.
+    wait_all_protected_held(&h).await;
+}
+
+#[tokio::test]
+async fn the_release_window_restores_the_holds_and_the_next_run_reuses_the_backup() {
+    let h = Harness::start().await;
+    // Karpenter may disrupt nothing (budget 0), so a released node is never taken.
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
+    let pools: Api<DynamicObject> = Api::all_with(
+        h.client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "nodepools"),
+    );
+    pools
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"disruption": {"budgets": [{"nodes": "0"}]}}})),
+        )
+        .await
+        .expect("set the budget to 0");
+    let policies: Api<DisruptionPolicy> = Api::all(h.client.clone());
+    let policy: DisruptionPolicy = serde_json::from_value(json!({
+        "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPolicy",
+        "metadata": {"name": "default"}, "spec": {"releaseWindow": "2s"}
+    }))
+    .expect("a policy");
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the policy");
+    let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    drift(&h, &node).await;
+    let first = wait_signal_plan(&h, &node).await;
+    let done = h
+        .wait_plan(&first.name_any(), TIMEOUT, PlanPhase::is_terminal)
+        .await;
+    let status = done.status.expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed);
+    assert!(
+        status.message.as_deref().unwrap_or_default().contains("release window"),
+        "{:?}",
+        status.message
+    );
+    assert!(h.node(&node).await.is_some(), "Karpenter could not take the node");
+    // The signal is still there: the next run reuses the verified backup instead of a second one.
+    let second = h
+        .wait_all(
+            Api::<DisruptionPlan>::all(h.client.clone()),
+            "a second run for the drifted node",
+            |ps| {
+                ps.iter().any(|p| {
+                    p.name_any() != first.name_any()
+                        && p.spec.nodes.iter().any(|n| n == &node)
+                        && p.status.as_ref().is_some_and(|s| !s.backups.is_empty())
+                })
+            },
+        )
+        .await
+        .into_iter()
+        .find(|p| p.name_any() != first.name_any() && p.spec.nodes.iter().any(|n| n == &node))
+        .expect("the second run");
+    let backups = second.status.expect("status").backups;
+    assert!(backups.iter().all(|b| b.reused), "{backups:#?}");
+    // Between runs the holds came back; every protected pod on the node is held or released by a run.
+    let pods: Api<Pod> = Api::all(h.client.clone());
+    let on_node: Vec<Pod> = pods
+        .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .filter(protected)
+        .collect();
+    assert!(!on_node.is_empty());
+    for p in on_node {
+        let released_by = annotation(&p, "snapdrain.io/released-by");
+        assert!(
+            held(&p) || released_by.is_some_and(|r| r != first.name_any()),
+            "{} is neither held nor released by the current run: {:?}",
+            p.name_any(),
+            p.annotations()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_deleted_nodeclaim_makes_a_plan_with_karpenters_deadline() {
+    let h = Harness::start().await;
+    let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected_on_node = h.protected_pods_on(&node).await;
+    let api = nodeclaims(&h);
+    let claim = nodeclaim_of(&h, &node).await;
+    // A terminationGracePeriod, so Karpenter writes the termination timestamp on deletion.
+    api.patch(
+        &claim,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"terminationGracePeriod": "10m"}})),
+    )
+    .await
+    .expect("set terminationGracePeriod");
+    api.delete(&claim, &Default::default())
+        .await
+        .expect("delete the NodeClaim");
+    let plan = wait_signal_plan(&h, &node).await;
+    assert_eq!(plan.spec.reason.as_deref(), Some("NodeClaimDeleted"));
+    // Karpenter writes the termination timestamp right after the deletion; the plan may have been made
+    // just before it, and then takes the deadline when the signal comes again.
+    let plan = h
+        .wait_plan_until(&plan.name_any(), TIMEOUT, |p| p.spec.deadline.is_some())
+        .await;
+    let claim_now: Value = serde_json::to_value(api.get(&claim).await.expect("still terminating"))
+        .expect("serializes");
+    let stamp = claim_now["metadata"]["annotations"]["karpenter.sh/nodeclaim-termination-timestamp"]
+        .as_str()
+        .expect("Karpenter wrote the termination timestamp");
+    let deadline = plan.spec.deadline.as_ref().expect("waited for it").0;
+    assert_eq!(deadline, stamp.parse::<jiff::Timestamp>().expect("RFC 3339"));
+    let done = h
+        .wait_plan(&plan.name_any(), Duration::from_secs(120), PlanPhase::is_terminal)
+        .await;
+    assert_eq!(
+        done.status.as_ref().map(|s| s.phase),
+        Some(PlanPhase::Completed),
+        "{:#?}",
+        done.status
+    );
+    assert!(h.node(&node).await.is_none());
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected_on_node, &done);
+}
+
+#[tokio::test]
+async fn an_nth_spot_notice_and_a_cluster_autoscaler_taint_become_plans() {
+    let h = Harness::start().await;
+    let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let nodes: Api<Node> = Api::all(h.client.clone());
+    let node = h.node_with_statefulset_pods().await;
+    let taints = |key: &str, value: &str| {
+        json!({"spec": {"taints": [{"key": key, "value": value, "effect": "NoSchedule"}]}})
+    };
+    nodes
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(taints("aws-node-termination-handler/spot-itn", "ev-1")),
+        )
+        .await
+        .expect("taint the node as NTH does");
+    let plan = wait_signal_plan(&h, &node).await;
+    assert_eq!(plan.spec.source, snapdrain::api::PlanSource::NodeTerminationHandler);
+    assert_eq!(plan.spec.reason.as_deref(), Some("SpotInterruption"));
+    let deadline = plan.spec.deadline.as_ref().expect("a spot notice has a deadline").0;
+    let left = deadline.duration_since(jiff::Timestamp::now());
+    assert!(
+        left.as_secs() > 0 && left.as_secs() <= 120,
+        "two minutes from the notice, got {left:?}"
+    );
+    // The backup is verified and the holds released, for NTH's drain to go ahead.
+    let released = h
+        .wait_plan_until(&plan.name_any(), Duration::from_secs(90), |p| {
+            p.status.as_ref().is_some_and(|s| s.released_at.is_some() || s.phase.is_terminal())
+        })
+        .await;
+    assert!(released.status.as_ref().is_some_and(|s| !s.released_pods.is_empty()));
+
+    // Cluster Autoscaler: another node with protected pods, its scale-down taint.
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
+    let other = pods
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .filter(protected)
+        .filter_map(|p| p.spec.and_then(|s| s.node_name))
+        .find(|n| n != &node)
+        .expect("another node runs a protected pod");
+    nodes
+        .patch(
+            &other,
+            &PatchParams::default(),
+            &Patch::Merge(taints("ToBeDeletedByClusterAutoscaler", "1764590000")),
+        )
+        .await
+        .expect("taint the node as Cluster Autoscaler does");
+    let plan = wait_signal_plan(&h, &other).await;
+    assert_eq!(plan.spec.source, snapdrain::api::PlanSource::ClusterAutoscaler);
+    assert_eq!(plan.spec.deadline, None);
+}
+
+#[tokio::test]
+async fn an_invalid_policy_is_refused_and_protection_stays() {
+    let h = Harness::start().await;
+    let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let policies: Api<DisruptionPolicy> = Api::all(h.client.clone());
+    h.wait_all(policies.clone(), "the default policy", |ps| !ps.is_empty())
+        .await;
+    // A selector no API server would accept in a pod list: the controller names it and keeps the rules.
+    policies
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"protection": {"podSelector": {"matchExpressions": [
+                {"key": "tier", "operator": "Sometimes", "values": ["db"]}]}}}})),
+        )
+        .await
+        .expect("the schema lets the operator through");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(h.client.clone());
+    let found = h
+        .wait_all(events, "an InvalidPolicy event", |es| {
+            es.iter().any(|e| e.reason.as_deref() == Some("InvalidPolicy"))
+        })
+        .await;
+    let note = found
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("InvalidPolicy"))
+        .and_then(|e| e.note.clone())
+        .unwrap_or_default();
+    assert!(note.contains("spec.protection.podSelector"), "{note}");
+    // Still every protected pod held (an invalid selector did not switch protection off).
+    wait_all_protected_held(&h).await;
+}
