@@ -219,9 +219,14 @@ fn rbac_grants_exactly_what_the_controller_uses() {
         (
             "snapdrain.io",
             "disruptionplans",
-            &["get", "list", "watch", "patch"],
+            &["get", "list", "watch", "patch", "create"],
         ),
         ("snapdrain.io", "disruptionplans/status", &["get", "patch"]),
+        (
+            "snapdrain.io",
+            "disruptionpolicies",
+            &["get", "list", "watch", "create"],
+        ),
         (
             "velero.io",
             "backups",
@@ -234,7 +239,8 @@ fn rbac_grants_exactly_what_the_controller_uses() {
         ),
         ("velero.io", "deletebackuprequests", &["create"]),
         ("", "nodes", &["get", "list", "watch", "patch", "delete"]),
-        ("", "pods", &["get", "list", "watch"]),
+        ("", "pods", &["get", "list", "watch", "patch"]),
+        ("", "namespaces", &["get", "list", "watch"]),
         ("", "pods/eviction", &["create"]),
         ("", "persistentvolumeclaims", &["get", "list", "watch"]),
         ("apps", "statefulsets", &["get", "list", "watch"]),
@@ -244,7 +250,7 @@ fn rbac_grants_exactly_what_the_controller_uses() {
             "volumeattachments",
             &["get", "list", "watch"],
         ),
-        ("karpenter.sh", "nodeclaims", &["get", "delete"]),
+        ("karpenter.sh", "nodeclaims", &["get", "list", "watch", "delete"]),
         ("events.k8s.io", "events", &["create", "patch"]),
     ]);
     assert_eq!(grants(&cluster_role["rules"]), want);

@@ -47,6 +47,11 @@ pub struct DisruptionPolicySpec {
     #[serde(default)]
     pub concurrency: ConcurrencySpec,
 
+    /// When graceful signals may start plans (none: any time). Forceful signals never wait.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub maintenance_windows: Vec<MaintenanceWindow>,
+
     /// Backup settings of signal plans. `reuseIfNewerThan` defaults to one hour here, so a plan after
     /// an expired release window reuses the backup it verified.
     #[serde(default = "default_signal_backup")]
@@ -59,6 +64,26 @@ pub struct DisruptionPolicySpec {
     /// Termination settings of signal plans in Execute mode.
     #[serde(default)]
     pub termination: TerminationSpec,
+}
+
+/// A recurring window: opens when `schedule` (five-field cron: minute hour day-of-month month
+/// day-of-week) matches in `timeZone`, stays open for `duration`.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// e.g. `0 2 * * 6,0` (Saturdays and Sundays at 02:00).
+    #[schemars(length(min = 9, max = 100))]
+    pub schedule: String,
+    /// Go duration, at most 168h.
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub duration: String,
+    /// IANA time zone name.
+    #[serde(default = "default_time_zone")]
+    pub time_zone: String,
+}
+
+fn default_time_zone() -> String {
+    "UTC".into()
 }
 
 /// Which pods are protected: StatefulSet pods that mount a PersistentVolumeClaim, narrowed by selectors.
@@ -188,6 +213,11 @@ impl DisruptionPolicySpec {
                 problems.push(format!("{field}: {e}"));
             }
         }
+        for (i, w) in self.maintenance_windows.iter().enumerate() {
+            if let Err(e) = crate::signals::window::Window::new(w) {
+                problems.push(format!("spec.maintenanceWindows[{i}]: {e}"));
+            }
+        }
         let mut sample = self.plan_defaults();
         sample.nodes = vec!["node".into()];
         if let Err(ps) = super::validate::validate(&sample) {
@@ -233,12 +263,14 @@ mod tests {
         let bad: DisruptionPolicySpec = serde_json::from_value(serde_json::json!({
             "releaseWindow": "soon",
             "protection": {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Maybe"}]}},
-            "drain": {"maxConcurrentEvictions": 0}
+            "drain": {"maxConcurrentEvictions": 0},
+            "maintenanceWindows": [{"schedule": "0 2 * *", "duration": "1h"}]
         }))
         .expect("the shape is valid");
         let problems = bad.validate().expect_err("three problems").join("\n");
         assert!(problems.contains("spec.releaseWindow"), "{problems}");
         assert!(problems.contains("spec.protection.podSelector"), "{problems}");
         assert!(problems.contains("maxConcurrentEvictions"), "{problems}");
+        assert!(problems.contains("spec.maintenanceWindows[0]"), "{problems}");
     }
 }

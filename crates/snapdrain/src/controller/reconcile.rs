@@ -402,6 +402,21 @@ async fn drive(run: &mut PlanRun) -> Result<Action, ControllerError> {
             None => next_phase(phase, &run.plan.spec, &facts),
         };
         if decision.phase != phase {
+            let missed = facts.deadline_passed && decision.phase == PlanPhase::Failed;
+            if missed {
+                run.ctx.metrics.deadlines_missed.inc();
+                run.event(
+                    EventType::Warning,
+                    "DeadlineMissed",
+                    "Deadline",
+                    format!(
+                        "spec.deadline passed in {}: {}",
+                        phase.as_str(),
+                        decision.message.clone().unwrap_or_default()
+                    ),
+                )
+                .await;
+            }
             run.transition(decision).await?;
             if run.status.phase.is_terminal() {
                 set_finalizer(&run.plan, &run.ctx, false, run.resource_version.clone()).await?;
@@ -409,11 +424,25 @@ async fn drive(run: &mut PlanRun) -> Result<Action, ControllerError> {
             }
             continue;
         }
+        // A deadline is shown while it runs, and the plan is looked at again no later than it.
+        let left = run
+            .plan
+            .spec
+            .deadline
+            .as_ref()
+            .filter(|_| !run.status.phase.is_terminal())
+            .map(|d| d.0.duration_since(PlanRun::now()).unsigned_abs());
+        if let Some(left) = left {
+            let base = run.status.message.clone().unwrap_or_default();
+            let base = base.split(" (deadline in ").next().unwrap_or_default().to_owned();
+            run.status.message = Some(format!("{base} (deadline in {}s)", left.as_secs()));
+        }
         run.save().await?;
-        return Ok(match wait {
-            Some(d) => Action::requeue(d),
-            None => Action::requeue(Duration::from_secs(30)),
-        });
+        let wait = wait.unwrap_or(Duration::from_secs(30));
+        return Ok(Action::requeue(match left {
+            Some(left) => wait.min(left + Duration::from_millis(100)),
+            None => wait,
+        }));
     }
     run.save().await?;
     Ok(Action::requeue(Duration::from_millis(100)))

@@ -1,7 +1,7 @@
 //! The signal watcher: Nodes and Karpenter NodeClaims are followed by watch; a node that shows a
 //! disruption signal ([`crate::signals::detect`]) and runs protected pods gets a plan, or its signal
-//! joins the plan running for it. Graceful signals wait for a slot under the policy's concurrency limits;
-//! forceful ones never wait. Runs on the Lease holder only.
+//! joins the plan running for it. Graceful signals wait for a maintenance window and for a slot under the
+//! policy's concurrency limits; forceful ones never wait. Runs on the Lease holder only.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -19,6 +19,7 @@ use crate::api::policy::DisruptionPolicySpec;
 use crate::planning::protection;
 use crate::signals::detect::{detect, node_pool_of, nodeclaim_of};
 use crate::signals::limits::{Running, admit};
+use crate::signals::window;
 use crate::signals::plan::{Choice, NODE_LABEL, NodeSignal, Outcome, choose, source_name};
 use crate::signals::{join_or_create, spec_for};
 use crate::telemetry::Metrics;
@@ -91,6 +92,12 @@ impl Watcher {
         let policy = self.policy.borrow().clone();
         let now = jiff::Timestamp::now();
         let plans: Vec<DisruptionPlan> = self.plans.state().iter().map(|p| (**p).clone()).collect();
+        // The policy was validated before it was accepted: every window builds.
+        let windows: Vec<window::Window> = policy
+            .maintenance_windows
+            .iter()
+            .filter_map(|w| window::Window::new(w).ok())
+            .collect();
         for node in self.nodes.state() {
             let claim = nodeclaim_of(&node)
                 .and_then(|c| {
@@ -120,7 +127,13 @@ impl Watcher {
                         }
                     }
                     let running = self.running(node_pool_of(&node));
-                    if let Err(why) = admit(&policy.concurrency, &running, signal.deadline.is_some()) {
+                    let forceful = signal.deadline.is_some();
+                    let admitted = if !forceful && !window::open(&windows, now) {
+                        Err("outside the policy's maintenance windows".to_owned())
+                    } else {
+                        admit(&policy.concurrency, &running, forceful)
+                    };
+                    if let Err(why) = admitted {
                         if self.waiting.insert(signal.node.clone()) {
                             self.metrics.signal(source_name(signal.source), "waiting");
                             tracing::info!(node = %signal.node, reason = %signal.reason, "disruption signal waits: {why}");

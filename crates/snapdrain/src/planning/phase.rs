@@ -703,7 +703,7 @@ mod tests {
             },
         ];
         let mut all_facts = Vec::new();
-        for bits in 0..64u32 {
+        for bits in 0..128u32 {
             for b in &backups {
                 for d in &drains {
                     all_facts.push(PhaseFacts {
@@ -715,6 +715,7 @@ mod tests {
                         drain: d.clone(),
                         nodes_gone: bits & 8 != 0,
                         replacement_ready: bits & 16 != 0,
+                        release_expired: bits & 64 != 0,
                     });
                 }
             }
@@ -769,5 +770,25 @@ mod tests {
             }
         }
         assert_eq!(specs, 72);
+    }
+
+    #[test]
+    fn a_release_plan_completes_when_the_nodes_go_or_its_window_passes() {
+        let release = spec(json!({"mode": "Release"}));
+        let waiting = facts(BackupsState::AllVerified);
+        assert_eq!(next_phase(Draining, &release, &waiting).phase, Draining);
+        let gone = PhaseFacts {
+            nodes_gone: true,
+            ..facts(BackupsState::AllVerified)
+        };
+        assert_eq!(next_phase(Draining, &release, &gone), PhaseDecision::to(Completed));
+        let expired = PhaseFacts {
+            release_expired: true,
+            ..facts(BackupsState::AllVerified)
+        };
+        let d = next_phase(Draining, &release, &expired);
+        assert_eq!(d.phase, Completed);
+        assert!(!d.rollback, "the holds are restored by the step, nothing to roll back");
+        assert!(d.message.unwrap_or_default().contains("release window"));
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! - [`detect`]: which signal a node shows and what the policy makes of it.
 //! - [`limits`]: whether a graceful signal may start a plan now (concurrency).
+//! - [`window`]: maintenance windows (five-field cron in a time zone).
 //! - [`plan`]: which plan a signal joins or creates, and the spec of a new one.
 //! - [`error`]: what can go wrong doing it.
 
@@ -10,6 +11,7 @@ pub mod detect;
 pub mod error;
 pub mod limits;
 pub mod plan;
+pub mod window;
 
 pub use error::SignalError;
 pub use plan::{NodeSignal, Outcome, join_or_create, spec_for};

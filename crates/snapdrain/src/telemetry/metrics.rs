@@ -73,6 +73,8 @@ pub struct Metrics {
     pub pods_held: Family<HoldLabel, Gauge>,
     /// Disruption signals seen, by source and what became of them.
     pub signals: Family<SignalLabel, Counter>,
+    /// Plans that failed because `spec.deadline` passed before the backup was verified.
+    pub deadlines_missed: Counter,
 }
 
 impl Default for Metrics {
@@ -148,6 +150,12 @@ impl Metrics {
             "Disruption signals, by source and outcome (created, joined, waiting, settled, error)",
             signals.clone(),
         );
+        let deadlines_missed = Counter::default();
+        registry.register(
+            "plan_deadlines_missed",
+            "Plans that failed because spec.deadline passed before their backup was verified",
+            deadlines_missed.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             plans,
@@ -161,6 +169,7 @@ impl Metrics {
             hold_changes,
             pods_held,
             signals,
+            deadlines_missed,
         }
     }
 
