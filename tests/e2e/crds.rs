@@ -16,7 +16,9 @@ fn committed_crds_are_up_to_date() {
         ("disruptionplan.yaml", "plan", crd_yaml()),
         ("disruptionpolicy.yaml", "policy", policy_crd_yaml()),
     ] {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds").join(file);
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("crds")
+            .join(file);
         if std::env::var_os("SNAPDRAIN_UPDATE_CRDS").is_some() {
             std::fs::write(&path, &generated).expect("write the CRD file");
         }

@@ -250,7 +250,11 @@ fn rbac_grants_exactly_what_the_controller_uses() {
             "volumeattachments",
             &["get", "list", "watch"],
         ),
-        ("karpenter.sh", "nodeclaims", &["get", "list", "watch", "delete"]),
+        (
+            "karpenter.sh",
+            "nodeclaims",
+            &["get", "list", "watch", "delete"],
+        ),
         ("events.k8s.io", "events", &["create", "patch"]),
     ]);
     assert_eq!(grants(&cluster_role["rules"]), want);

@@ -7,8 +7,10 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
+};
 use serde_json::{Value, json};
 use snapdrain::api::status::PlanPhase;
 use snapdrain::api::{DisruptionPlan, DisruptionPolicy};
@@ -68,8 +70,10 @@ async fn drift(h: &Harness, node: &str) {
         .as_array()
         .cloned()
         .unwrap_or_default();
-    conditions.push(json!({"type": "Drifted", "status": "True", "reason": "AMIDrift",
-        "message": "AMIDrift", "lastTransitionTime": "2026-12-01T00:00:00Z"}));
+    conditions.push(
+        json!({"type": "Drifted", "status": "True", "reason": "AMIDrift",
+        "message": "AMIDrift", "lastTransitionTime": "2026-12-01T00:00:00Z"}),
+    );
     api.patch_status(
         &name,
         &PatchParams::default(),
@@ -121,16 +125,34 @@ async fn protected_pods_are_held_and_a_users_own_annotation_is_left_alone() {
             }) && ps.iter().filter(|p| protected(p)).count() == 5
         })
         .await;
-    let redis0 = all.iter().find(|p| p.name_any() == "redis-0").expect("redis-0");
-    assert_eq!(annotation(redis0, SAFE_TO_EVICT), Some("true"), "the user's value stays");
-    assert_eq!(annotation(redis0, HELD), Some("do-not-disrupt"), "only what snapdrain set is marked");
+    let redis0 = all
+        .iter()
+        .find(|p| p.name_any() == "redis-0")
+        .expect("redis-0");
+    assert_eq!(
+        annotation(redis0, SAFE_TO_EVICT),
+        Some("true"),
+        "the user's value stays"
+    );
+    assert_eq!(
+        annotation(redis0, HELD),
+        Some("do-not-disrupt"),
+        "only what snapdrain set is marked"
+    );
     for p in all.iter().filter(|p| !protected(p)) {
-        assert_eq!(annotation(p, HELD), None, "{} is not protected", p.name_any());
+        assert_eq!(
+            annotation(p, HELD),
+            None,
+            "{} is not protected",
+            p.name_any()
+        );
         assert_eq!(annotation(p, DO_NOT_DISRUPT), None, "{}", p.name_any());
     }
     // A new pod (postgres-1 deleted and re-created by its StatefulSet) is held as soon as it appears.
     let before = pods.get("postgres-1").await.expect("postgres-1").uid();
-    pods.delete("postgres-1", &Default::default()).await.expect("delete postgres-1");
+    pods.delete("postgres-1", &Default::default())
+        .await
+        .expect("delete postgres-1");
     h.wait_all(pods.clone(), "the new postgres-1 held", |ps| {
         ps.iter()
             .any(|p| p.name_any() == "postgres-1" && p.uid() != before && protected(p) && held(p))
@@ -157,7 +179,11 @@ async fn a_drifted_node_is_released_to_karpenter_only_after_its_backup_is_verifi
     assert_eq!(plan.spec.source, snapdrain::api::PlanSource::Karpenter);
     assert_eq!(plan.spec.reason.as_deref(), Some("Drifted"));
     let done = h
-        .wait_plan(&plan.name_any(), Duration::from_secs(120), PlanPhase::is_terminal)
+        .wait_plan(
+            &plan.name_any(),
+            Duration::from_secs(120),
+            PlanPhase::is_terminal,
+        )
         .await;
     let status = done.status.clone().expect("status");
     assert_eq!(status.phase, PlanPhase::Completed, "{:?}", status.message);
@@ -171,7 +197,10 @@ async fn a_drifted_node_is_released_to_karpenter_only_after_its_backup_is_verifi
     expected.sort();
     let mut got = released.clone();
     got.sort();
-    assert_eq!(got, expected, "exactly the node's protected pods were released");
+    assert_eq!(
+        got, expected,
+        "exactly the node's protected pods were released"
+    );
     assert!(h.node(&node).await.is_none(), "Karpenter replaced the node");
     assert_no_eviction_before_verified_backup(&h.audit(), &protected_on_node, &done);
     // Every pod that is back (on another node) is held again.
@@ -216,11 +245,18 @@ async fn the_release_window_restores_the_holds_and_the_next_run_reuses_the_backu
     let status = done.status.expect("status");
     assert_eq!(status.phase, PlanPhase::Completed);
     assert!(
-        status.message.as_deref().unwrap_or_default().contains("release window"),
+        status
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("release window"),
         "{:?}",
         status.message
     );
-    assert!(h.node(&node).await.is_some(), "Karpenter could not take the node");
+    assert!(
+        h.node(&node).await.is_some(),
+        "Karpenter could not take the node"
+    );
     // The signal is still there: the next run reuses the verified backup instead of a second one.
     let second = h
         .wait_all(
@@ -291,13 +327,21 @@ async fn a_deleted_nodeclaim_makes_a_plan_with_karpenters_deadline() {
         .await;
     let claim_now: Value = serde_json::to_value(api.get(&claim).await.expect("still terminating"))
         .expect("serializes");
-    let stamp = claim_now["metadata"]["annotations"]["karpenter.sh/nodeclaim-termination-timestamp"]
-        .as_str()
-        .expect("Karpenter wrote the termination timestamp");
+    let stamp =
+        claim_now["metadata"]["annotations"]["karpenter.sh/nodeclaim-termination-timestamp"]
+            .as_str()
+            .expect("Karpenter wrote the termination timestamp");
     let deadline = plan.spec.deadline.as_ref().expect("waited for it").0;
-    assert_eq!(deadline, stamp.parse::<jiff::Timestamp>().expect("RFC 3339"));
+    assert_eq!(
+        deadline,
+        stamp.parse::<jiff::Timestamp>().expect("RFC 3339")
+    );
     let done = h
-        .wait_plan(&plan.name_any(), Duration::from_secs(120), PlanPhase::is_terminal)
+        .wait_plan(
+            &plan.name_any(),
+            Duration::from_secs(120),
+            PlanPhase::is_terminal,
+        )
         .await;
     assert_eq!(
         done.status.as_ref().map(|s| s.phase),
@@ -316,9 +360,7 @@ async fn an_nth_spot_notice_and_a_cluster_autoscaler_taint_become_plans() {
     wait_all_protected_held(&h).await;
     let nodes: Api<Node> = Api::all(h.client.clone());
     let node = h.node_with_statefulset_pods().await;
-    let taints = |key: &str, value: &str| {
-        json!({"spec": {"taints": [{"key": key, "value": value, "effect": "NoSchedule"}]}})
-    };
+    let taints = |key: &str, value: &str| json!({"spec": {"taints": [{"key": key, "value": value, "effect": "NoSchedule"}]}});
     nodes
         .patch(
             &node,
@@ -328,9 +370,17 @@ async fn an_nth_spot_notice_and_a_cluster_autoscaler_taint_become_plans() {
         .await
         .expect("taint the node as NTH does");
     let plan = wait_signal_plan(&h, &node).await;
-    assert_eq!(plan.spec.source, snapdrain::api::PlanSource::NodeTerminationHandler);
+    assert_eq!(
+        plan.spec.source,
+        snapdrain::api::PlanSource::NodeTerminationHandler
+    );
     assert_eq!(plan.spec.reason.as_deref(), Some("SpotInterruption"));
-    let deadline = plan.spec.deadline.as_ref().expect("a spot notice has a deadline").0;
+    let deadline = plan
+        .spec
+        .deadline
+        .as_ref()
+        .expect("a spot notice has a deadline")
+        .0;
     let left = deadline.duration_since(jiff::Timestamp::now());
     assert!(
         left.as_secs() > 0 && left.as_secs() <= 120,
@@ -339,10 +389,17 @@ async fn an_nth_spot_notice_and_a_cluster_autoscaler_taint_become_plans() {
     // The backup is verified and the holds released, for NTH's drain to go ahead.
     let released = h
         .wait_plan_until(&plan.name_any(), Duration::from_secs(90), |p| {
-            p.status.as_ref().is_some_and(|s| s.released_at.is_some() || s.phase.is_terminal())
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.released_at.is_some() || s.phase.is_terminal())
         })
         .await;
-    assert!(released.status.as_ref().is_some_and(|s| !s.released_pods.is_empty()));
+    assert!(
+        released
+            .status
+            .as_ref()
+            .is_some_and(|s| !s.released_pods.is_empty())
+    );
 
     // Cluster Autoscaler: another node with protected pods, its scale-down taint.
     let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
@@ -365,7 +422,10 @@ async fn an_nth_spot_notice_and_a_cluster_autoscaler_taint_become_plans() {
         .await
         .expect("taint the node as Cluster Autoscaler does");
     let plan = wait_signal_plan(&h, &other).await;
-    assert_eq!(plan.spec.source, snapdrain::api::PlanSource::ClusterAutoscaler);
+    assert_eq!(
+        plan.spec.source,
+        snapdrain::api::PlanSource::ClusterAutoscaler
+    );
     assert_eq!(plan.spec.deadline, None);
 }
 
@@ -382,15 +442,18 @@ async fn an_invalid_policy_is_refused_and_protection_stays() {
         .patch(
             "default",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"protection": {"podSelector": {"matchExpressions": [
-                {"key": "tier", "operator": "Sometimes", "values": ["db"]}]}}}})),
+            &Patch::Merge(
+                json!({"spec": {"protection": {"podSelector": {"matchExpressions": [
+                {"key": "tier", "operator": "Sometimes", "values": ["db"]}]}}}}),
+            ),
         )
         .await
         .expect("the schema lets the operator through");
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(h.client.clone());
     let found = h
         .wait_all(events, "an InvalidPolicy event", |es| {
-            es.iter().any(|e| e.reason.as_deref() == Some("InvalidPolicy"))
+            es.iter()
+                .any(|e| e.reason.as_deref() == Some("InvalidPolicy"))
         })
         .await;
     let note = found
@@ -401,4 +464,105 @@ async fn an_invalid_policy_is_refused_and_protection_stays() {
     assert!(note.contains("spec.protection.podSelector"), "{note}");
     // Still every protected pod held (an invalid selector did not switch protection off).
     wait_all_protected_held(&h).await;
+}
+
+#[tokio::test]
+async fn graceful_signals_wait_for_a_maintenance_window_and_a_free_slot() {
+    let h = Harness::start().await;
+    // A window that opened a minute ago would be open; this one is never open now (it opens at a minute
+    // two hours from now and lasts one minute).
+    let closed = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(2))
+        .to_zoned(jiff::tz::TimeZone::UTC);
+    let schedule = format!("{} {} * * *", closed.minute(), closed.hour());
+    let policies: Api<DisruptionPolicy> = Api::all(h.client.clone());
+    let policy: DisruptionPolicy = serde_json::from_value(json!({
+        "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPolicy",
+        "metadata": {"name": "default"},
+        "spec": {"maintenanceWindows": [{"schedule": schedule, "duration": "1m", "timeZone": "UTC"}],
+                 "concurrency": {"maxPlans": 1}}
+    }))
+    .expect("a policy");
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the policy");
+    let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let first = h.node_with_statefulset_pods().await;
+    drift(&h, &first).await;
+    // The controller saw the signal and says on the Node why it waits; no plan is made.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(h.client.clone());
+    let found = h
+        .wait_all(
+            events,
+            "a DisruptionWaiting event on the drifted node",
+            |es| {
+                es.iter().any(|e| {
+                    e.reason.as_deref() == Some("DisruptionWaiting")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some(first.as_str())
+                })
+            },
+        )
+        .await;
+    let note = found
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("DisruptionWaiting"))
+        .and_then(|e| e.note.clone())
+        .unwrap_or_default();
+    assert!(note.contains("maintenance window"), "{note}");
+    assert!(
+        h.plans_for(&first).await.is_empty(),
+        "no plan outside the window"
+    );
+    // Open every hour's minute: now the drift gets its plan, and a second drifted node waits for the
+    // one slot (maxPlans 1) until the first plan is over.
+    policies
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"maintenanceWindows": [
+                {"schedule": "* * * * *", "duration": "1m", "timeZone": "UTC"}]}})),
+        )
+        .await
+        .expect("open the window");
+    let plan = wait_signal_plan(&h, &first).await;
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
+    let second = pods
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .filter(protected)
+        .filter_map(|p| p.spec.and_then(|s| s.node_name))
+        .find(|n| n != &first)
+        .expect("another node runs a protected pod");
+    drift(&h, &second).await;
+    let done = h
+        .wait_plan(
+            &plan.name_any(),
+            Duration::from_secs(120),
+            PlanPhase::is_terminal,
+        )
+        .await;
+    // The terminal phase's start is when the first plan ended.
+    let finished = done
+        .status
+        .as_ref()
+        .and_then(|s| s.phase_started_at.as_ref())
+        .map(|t| t.0)
+        .expect("a finished plan records when");
+    let next = wait_signal_plan(&h, &second).await;
+    let created = next
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .expect("created")
+        .0;
+    // creationTimestamp has whole seconds.
+    assert!(
+        created >= finished - jiff::SignedDuration::from_secs(1),
+        "the second plan started at {created} while the first ran until {finished}"
+    );
 }

@@ -317,11 +317,9 @@ impl Harness {
             + 'static,
     {
         let (store, writer) = kube::runtime::reflector::store();
-        let stream = kube::runtime::reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default()),
-        )
-        .default_backoff();
+        let stream =
+            kube::runtime::reflector::reflector(writer, watcher(api, watcher::Config::default()))
+                .default_backoff();
         let mut stream = std::pin::pin!(stream);
         let deadline = tokio::time::Instant::now() + TIMEOUT;
         let mut listed = false;

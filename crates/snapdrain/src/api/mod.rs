@@ -17,11 +17,11 @@ pub use plan::{
     DisruptionPlanSpec, DrainSpec, LaunchTemplateRef, PlanMode, PlanSource, ReplacementSpec,
     ReplacementWhen, TerminationSpec,
 };
+pub use policy::{DEFAULT_POLICY, DisruptionPolicy, DisruptionPolicySpec};
 pub use status::{
     BackupRecord, DisruptionPlanStatus, NodePhase, NodeProgress, PlanPhase, ReplacementProgress,
     StatusSummary, VerifiedObject,
 };
-pub use policy::{DEFAULT_POLICY, DisruptionPolicy, DisruptionPolicySpec};
 pub use validate::{SpecProblem, ValidSpec, parse_duration, problems_message, validate};
 
 use kube::CustomResourceExt;

@@ -205,7 +205,10 @@ impl DisruptionPolicySpec {
         let mut problems = Vec::new();
         for (field, sel) in [
             ("spec.protection.podSelector", &self.protection.pod_selector),
-            ("spec.protection.namespaceSelector", &self.protection.namespace_selector),
+            (
+                "spec.protection.namespaceSelector",
+                &self.protection.namespace_selector,
+            ),
         ] {
             if let Some(sel) = sel
                 && let Err(e) = kube::core::Selector::try_from(sel.clone())
@@ -224,7 +227,11 @@ impl DisruptionPolicySpec {
             // The policy's fields sit at the same paths as a plan's (spec.backup, spec.drain, ...).
             problems.extend(ps.iter().map(ToString::to_string));
         }
-        if problems.is_empty() { Ok(()) } else { Err(problems) }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems)
+        }
     }
 }
 
@@ -269,8 +276,14 @@ mod tests {
         .expect("the shape is valid");
         let problems = bad.validate().expect_err("three problems").join("\n");
         assert!(problems.contains("spec.releaseWindow"), "{problems}");
-        assert!(problems.contains("spec.protection.podSelector"), "{problems}");
+        assert!(
+            problems.contains("spec.protection.podSelector"),
+            "{problems}"
+        );
         assert!(problems.contains("maxConcurrentEvictions"), "{problems}");
-        assert!(problems.contains("spec.maintenanceWindows[0]"), "{problems}");
+        assert!(
+            problems.contains("spec.maintenanceWindows[0]"),
+            "{problems}"
+        );
     }
 }

@@ -369,7 +369,13 @@ mod tests {
             serde_json::json!({"nodes": ["ip-10-0-1-5.ec2.internal"]}),
         ))
         .expect("valid");
-        assert_eq!(v, ValidSpec::default());
+        assert_eq!(
+            v,
+            ValidSpec {
+                release_window: DEFAULT_RELEASE_WINDOW,
+                ..ValidSpec::default()
+            }
+        );
     }
 
     #[test]

@@ -19,8 +19,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 
-use crate::api::policy::DisruptionPolicySpec;
 use crate::api::DisruptionPlan;
+use crate::api::policy::DisruptionPolicySpec;
 use crate::planning::holds::{self, AnnotationPatch, HoldState};
 use crate::planning::inventory::{is_terminal, is_terminating};
 use crate::planning::protection;
@@ -39,7 +39,11 @@ pub async fn apply(
     let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
     let body = holds::merge_patch(pod, patch);
     match api
-        .patch(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&body))
+        .patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&body),
+        )
         .await
     {
         Ok(_) => Ok(true),
@@ -53,7 +57,12 @@ pub async fn apply(
 async fn plan_running(client: &Client, plans: &Store<DisruptionPlan>, name: &str) -> bool {
     let running = |p: &DisruptionPlan| {
         p.metadata.deletion_timestamp.is_none()
-            && !p.status.as_ref().map(|s| s.phase).unwrap_or_default().is_terminal()
+            && !p
+                .status
+                .as_ref()
+                .map(|s| s.phase)
+                .unwrap_or_default()
+                .is_terminal()
     };
     if let Some(p) = plans.get(&ObjectRef::new(name)) {
         return running(&p);
@@ -150,7 +159,10 @@ pub async fn run(
     let (namespaces, ns_writer) = reflector::store();
     let ns_stream = reflector::reflector(
         ns_writer,
-        watcher(Api::<Namespace>::all(client.clone()), watcher::Config::default()),
+        watcher(
+            Api::<Namespace>::all(client.clone()),
+            watcher::Config::default(),
+        ),
     )
     .default_backoff()
     .for_each(|_| async {});

@@ -434,7 +434,11 @@ async fn drive(run: &mut PlanRun) -> Result<Action, ControllerError> {
             .map(|d| d.0.duration_since(PlanRun::now()).unsigned_abs());
         if let Some(left) = left {
             let base = run.status.message.clone().unwrap_or_default();
-            let base = base.split(" (deadline in ").next().unwrap_or_default().to_owned();
+            let base = base
+                .split(" (deadline in ")
+                .next()
+                .unwrap_or_default()
+                .to_owned();
             run.status.message = Some(format!("{base} (deadline in {}s)", left.as_secs()));
         }
         run.save().await?;

@@ -301,6 +301,7 @@ fn start_helpers(
         plans,
         policy,
         ctx.metrics.clone(),
+        ctx.recorder.clone(),
         stopped(acting),
     ));
     vec![policy_task, keeper, watcher]

@@ -9,9 +9,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tokio::sync::watch;
 
 use crate::api::DisruptionPlan;
@@ -19,8 +20,8 @@ use crate::api::policy::DisruptionPolicySpec;
 use crate::planning::protection;
 use crate::signals::detect::{detect, node_pool_of, nodeclaim_of};
 use crate::signals::limits::{Running, admit};
-use crate::signals::window;
 use crate::signals::plan::{Choice, NODE_LABEL, NodeSignal, Outcome, choose, source_name};
+use crate::signals::window;
 use crate::signals::{join_or_create, spec_for};
 use crate::telemetry::Metrics;
 
@@ -36,6 +37,7 @@ struct Watcher {
     claims: Store<DynamicObject>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
+    recorder: Recorder,
     /// Nodes whose signal waits for a slot (logged once, not every tick).
     waiting: BTreeSet<String>,
 }
@@ -55,7 +57,12 @@ impl Watcher {
             .collect();
         let mut r = Running::default();
         for p in self.plans.state() {
-            let over = p.status.as_ref().map(|s| s.phase).unwrap_or_default().is_terminal();
+            let over = p
+                .status
+                .as_ref()
+                .map(|s| s.phase)
+                .unwrap_or_default()
+                .is_terminal();
             if over || !p.labels().contains_key(NODE_LABEL) {
                 continue;
             }
@@ -85,7 +92,10 @@ impl Watcher {
             namespace_selector: None,
             ..spec
         };
-        Ok(list.items.iter().any(|p| protection::protects(&spec, p, None)))
+        Ok(list
+            .items
+            .iter()
+            .any(|p| protection::protects(&spec, p, None)))
     }
 
     async fn look(&mut self) {
@@ -137,6 +147,23 @@ impl Watcher {
                         if self.waiting.insert(signal.node.clone()) {
                             self.metrics.signal(source_name(signal.source), "waiting");
                             tracing::info!(node = %signal.node, reason = %signal.reason, "disruption signal waits: {why}");
+                            // On the Node, where `kubectl describe node` shows why nothing happens yet.
+                            let event = Event {
+                                type_: EventType::Normal,
+                                reason: "DisruptionWaiting".into(),
+                                note: Some(format!(
+                                    "{} signal {} waits before snapdrain backs the node up: {why}",
+                                    source_name(signal.source),
+                                    signal.reason
+                                )),
+                                action: "Plan".into(),
+                                secondary: None,
+                            };
+                            if let Err(e) =
+                                self.recorder.publish(&event, &node.object_ref(&())).await
+                            {
+                                tracing::debug!(error = %e, "cannot publish an event");
+                            }
                         }
                         continue;
                     }
@@ -148,7 +175,13 @@ impl Watcher {
 
     async fn act(&mut self, signal: &NodeSignal, policy: &DisruptionPolicySpec) {
         let source = source_name(signal.source);
-        match join_or_create(&self.client, signal, &spec_for(signal, &policy.plan_defaults())).await {
+        match join_or_create(
+            &self.client,
+            signal,
+            &spec_for(signal, &policy.plan_defaults()),
+        )
+        .await
+        {
             Ok(outcome) => {
                 self.waiting.remove(&signal.node);
                 let what = match &outcome {
@@ -173,6 +206,7 @@ pub async fn run(
     plans: Store<DisruptionPlan>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
+    recorder: Recorder,
     until: impl std::future::Future<Output = ()>,
 ) {
     let (nodes, node_writer) = reflector::store();
@@ -201,6 +235,7 @@ pub async fn run(
         claims,
         policy,
         metrics,
+        recorder,
         waiting: BTreeSet::new(),
     };
     let mut node_events = std::pin::pin!(node_events);

@@ -50,7 +50,9 @@ fn annotations(pod: &Pod) -> Option<&BTreeMap<String, String>> {
 }
 
 fn get<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    annotations(pod).and_then(|a| a.get(key)).map(String::as_str)
+    annotations(pod)
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
 }
 
 fn ours(pod: &Pod) -> Vec<String> {
@@ -80,7 +82,8 @@ pub fn state(pod: &Pod) -> HoldState {
 /// True when the pod's active `do-not-disrupt` is snapdrain's own hold (it stands for "not before the
 /// backup is verified", which a plan's drain checks itself), not a user's.
 pub fn own_do_not_disrupt(pod: &Pod) -> bool {
-    get(pod, DO_NOT_DISRUPT_ANNOTATION) == Some("true") && ours(pod).iter().any(|m| m == "do-not-disrupt")
+    get(pod, DO_NOT_DISRUPT_ANNOTATION) == Some("true")
+        && ours(pod).iter().any(|m| m == "do-not-disrupt")
 }
 
 /// Places the holds snapdrain may place: each hold annotation the pod does not carry yet. A released pod
@@ -206,19 +209,32 @@ mod tests {
         let p = apply(&pod(&[]), &place(&pod(&[])).expect("a new pod is held"));
         assert_eq!(ann(&p, DO_NOT_DISRUPT_ANNOTATION), Some("true"));
         assert_eq!(ann(&p, SAFE_TO_EVICT_ANNOTATION), Some("false"));
-        assert_eq!(state(&p), HoldState::Held(vec!["do-not-disrupt".into(), "safe-to-evict".into()]));
+        assert_eq!(
+            state(&p),
+            HoldState::Held(vec!["do-not-disrupt".into(), "safe-to-evict".into()])
+        );
         assert_eq!(place(&p), None, "placing twice changes nothing");
         assert!(own_do_not_disrupt(&p));
-        assert!(!own_do_not_disrupt(&pod(&[(DO_NOT_DISRUPT_ANNOTATION, "true")])));
+        assert!(!own_do_not_disrupt(&pod(&[(
+            DO_NOT_DISRUPT_ANNOTATION,
+            "true"
+        )])));
     }
 
     #[test]
     fn a_users_own_annotation_is_never_touched() {
         let user = pod(&[(DO_NOT_DISRUPT_ANNOTATION, "true")]);
-        let held = apply(&user, &place(&user).expect("safe-to-evict is still missing"));
+        let held = apply(
+            &user,
+            &place(&user).expect("safe-to-evict is still missing"),
+        );
         assert_eq!(state(&held), HoldState::Held(vec!["safe-to-evict".into()]));
         let released = apply(&held, &release(&held, "p1").expect("release"));
-        assert_eq!(ann(&released, DO_NOT_DISRUPT_ANNOTATION), Some("true"), "the user's stays");
+        assert_eq!(
+            ann(&released, DO_NOT_DISRUPT_ANNOTATION),
+            Some("true"),
+            "the user's stays"
+        );
         assert_eq!(ann(&released, SAFE_TO_EVICT_ANNOTATION), None);
         let removed = apply(&released, &remove(&released).expect("marked"));
         assert_eq!(ann(&removed, DO_NOT_DISRUPT_ANNOTATION), Some("true"));
@@ -237,9 +253,16 @@ mod tests {
         assert_eq!(ann(&r, DO_NOT_DISRUPT_ANNOTATION), None);
         assert_eq!(ann(&r, SAFE_TO_EVICT_ANNOTATION), None);
         assert_eq!(place(&r), None, "the keeper leaves a released pod alone");
-        assert_eq!(release(&r, "plan-a"), None, "releasing twice changes nothing");
+        assert_eq!(
+            release(&r, "plan-a"),
+            None,
+            "releasing twice changes nothing"
+        );
         let back = apply(&r, &restore(&r).expect("restored"));
-        assert_eq!(state(&back), HoldState::Held(vec!["do-not-disrupt".into(), "safe-to-evict".into()]));
+        assert_eq!(
+            state(&back),
+            HoldState::Held(vec!["do-not-disrupt".into(), "safe-to-evict".into()])
+        );
         assert_eq!(restore(&back), None);
     }
 
@@ -248,7 +271,11 @@ mod tests {
         let p = apply(&pod(&[]), &place(&pod(&[])).expect("held"));
         let changed = apply(
             &p,
-            &[(DO_NOT_DISRUPT_ANNOTATION.to_string(), Some("30m".to_string()))].into(),
+            &[(
+                DO_NOT_DISRUPT_ANNOTATION.to_string(),
+                Some("30m".to_string()),
+            )]
+            .into(),
         );
         let r = apply(&changed, &release(&changed, "p").expect("released"));
         assert_eq!(ann(&r, DO_NOT_DISRUPT_ANNOTATION), Some("30m"));
@@ -260,7 +287,10 @@ mod tests {
         p.metadata.resource_version = Some("42".into());
         let body = merge_patch(&p, &place(&p).expect("held"));
         assert_eq!(body["metadata"]["resourceVersion"], "42");
-        assert_eq!(body["metadata"]["annotations"][HELD_ANNOTATION], "do-not-disrupt,safe-to-evict");
+        assert_eq!(
+            body["metadata"]["annotations"][HELD_ANNOTATION],
+            "do-not-disrupt,safe-to-evict"
+        );
         let r = release(&p, "x").expect("release writes the mark");
         assert!(merge_patch(&p, &r)["metadata"]["annotations"][HELD_ANNOTATION].is_null());
     }

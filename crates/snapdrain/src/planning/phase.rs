@@ -781,14 +781,20 @@ mod tests {
             nodes_gone: true,
             ..facts(BackupsState::AllVerified)
         };
-        assert_eq!(next_phase(Draining, &release, &gone), PhaseDecision::to(Completed));
+        assert_eq!(
+            next_phase(Draining, &release, &gone),
+            PhaseDecision::to(Completed)
+        );
         let expired = PhaseFacts {
             release_expired: true,
             ..facts(BackupsState::AllVerified)
         };
         let d = next_phase(Draining, &release, &expired);
         assert_eq!(d.phase, Completed);
-        assert!(!d.rollback, "the holds are restored by the step, nothing to roll back");
+        assert!(
+            !d.rollback,
+            "the holds are restored by the step, nothing to roll back"
+        );
         assert!(d.message.unwrap_or_default().contains("release window"));
     }
 }

@@ -22,12 +22,13 @@ pub fn protects(
     let empty = BTreeMap::new();
     let matches = |sel: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
                    labels: &BTreeMap<String, String>| {
-        sel.as_ref().is_none_or(|s| {
-            Selector::try_from(s.clone()).map_or(true, |sel| sel.matches(labels))
-        })
+        sel.as_ref()
+            .is_none_or(|s| Selector::try_from(s.clone()).map_or(true, |sel| sel.matches(labels)))
     };
-    matches(&spec.pod_selector, pod.metadata.labels.as_ref().unwrap_or(&empty))
-        && matches(&spec.namespace_selector, namespace_labels.unwrap_or(&empty))
+    matches(
+        &spec.pod_selector,
+        pod.metadata.labels.as_ref().unwrap_or(&empty),
+    ) && matches(&spec.namespace_selector, namespace_labels.unwrap_or(&empty))
 }
 
 #[cfg(test)]
@@ -58,9 +59,17 @@ mod tests {
         .expect("valid");
         assert!(!protects(&tier, &pod(json!({})), None));
         let labels: BTreeMap<String, String> = [("env".into(), "prod".into())].into();
-        assert!(protects(&tier, &pod(json!({"tier": "data"})), Some(&labels)));
+        assert!(protects(
+            &tier,
+            &pod(json!({"tier": "data"})),
+            Some(&labels)
+        ));
         let scratch: BTreeMap<String, String> = [("env".into(), "scratch".into())].into();
-        assert!(!protects(&tier, &pod(json!({"tier": "data"})), Some(&scratch)));
+        assert!(!protects(
+            &tier,
+            &pod(json!({"tier": "data"})),
+            Some(&scratch)
+        ));
         let mut no_pvc = pod(json!({}));
         no_pvc.spec.as_mut().expect("spec").volumes = None;
         assert!(!protects(&all, &no_pvc, None));

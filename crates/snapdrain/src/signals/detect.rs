@@ -36,9 +36,10 @@ fn taints(node: &Node) -> &[Taint] {
 }
 
 fn condition_true(claim: &Value, kind: &str) -> bool {
-    claim["status"]["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == kind && c["status"] == "True"))
+    claim["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == kind && c["status"] == "True")
+    })
 }
 
 fn timestamp(value: &Value) -> Option<jiff::Timestamp> {
@@ -68,8 +69,14 @@ pub fn detect(
     if let Some(claim) = claim
         && claim["metadata"]["deletionTimestamp"].is_string()
     {
-        let deadline = timestamp(&claim["metadata"]["annotations"][TERMINATION_TIMESTAMP_ANNOTATION]);
-        return signal(PlanSource::Karpenter, "NodeClaimDeleted", policy.termination, deadline);
+        let deadline =
+            timestamp(&claim["metadata"]["annotations"][TERMINATION_TIMESTAMP_ANNOTATION]);
+        return signal(
+            PlanSource::Karpenter,
+            "NodeClaimDeleted",
+            policy.termination,
+            deadline,
+        );
     }
     for t in taints(node) {
         if let Some(kind) = t.key.strip_prefix(NTH_TAINT_PREFIX) {
@@ -88,10 +95,21 @@ pub fn detect(
             );
         }
     }
-    if taints(node).iter().any(|t| t.key == KARPENTER_DISRUPTED_TAINT) {
-        return signal(PlanSource::Karpenter, "Disrupting", policy.termination, None);
+    if taints(node)
+        .iter()
+        .any(|t| t.key == KARPENTER_DISRUPTED_TAINT)
+    {
+        return signal(
+            PlanSource::Karpenter,
+            "Disrupting",
+            policy.termination,
+            None,
+        );
     }
-    if taints(node).iter().any(|t| t.key == CLUSTER_AUTOSCALER_TAINT) {
+    if taints(node)
+        .iter()
+        .any(|t| t.key == CLUSTER_AUTOSCALER_TAINT)
+    {
         return signal(
             PlanSource::ClusterAutoscaler,
             "ScaleDown",
@@ -103,7 +121,8 @@ pub fn detect(
     if condition_true(claim, "Drifted") {
         return signal(PlanSource::Karpenter, "Drifted", policy.drift, None);
     }
-    if condition_true(claim, "Consolidatable") && policy.consolidation == ConsolidationAction::Release
+    if condition_true(claim, "Consolidatable")
+        && policy.consolidation == ConsolidationAction::Release
     {
         return signal(
             PlanSource::Karpenter,
@@ -128,7 +147,9 @@ pub fn nodeclaim_of(node: &Node) -> Option<&str> {
 
 /// The node's Karpenter NodePool (label `karpenter.sh/nodepool`), for per-pool limits.
 pub fn node_pool_of(node: &Node) -> Option<&str> {
-    node.labels().get("karpenter.sh/nodepool").map(String::as_str)
+    node.labels()
+        .get("karpenter.sh/nodepool")
+        .map(String::as_str)
 }
 
 #[cfg(test)]
@@ -159,14 +180,28 @@ mod tests {
 
     #[test]
     fn a_drifted_nodeclaim_is_a_graceful_release() {
-        let c = claim(json!([{"type": "Drifted", "status": "True"}]), false, json!({}));
+        let c = claim(
+            json!([{"type": "Drifted", "status": "True"}]),
+            false,
+            json!({}),
+        );
         let s = detect(&node(json!([])), Some(&c), &SignalsSpec::default(), now())
             .expect("drift is a signal");
-        assert_eq!((s.source, s.reason.as_str(), s.mode), (PlanSource::Karpenter, "Drifted", PlanMode::Release));
+        assert_eq!(
+            (s.source, s.reason.as_str(), s.mode),
+            (PlanSource::Karpenter, "Drifted", PlanMode::Release)
+        );
         assert_eq!(s.deadline, None);
         assert_eq!(s.node_uid, "u1");
-        let c = claim(json!([{"type": "Drifted", "status": "False"}]), false, json!({}));
-        assert_eq!(detect(&node(json!([])), Some(&c), &SignalsSpec::default(), now()), None);
+        let c = claim(
+            json!([{"type": "Drifted", "status": "False"}]),
+            false,
+            json!({}),
+        );
+        assert_eq!(
+            detect(&node(json!([])), Some(&c), &SignalsSpec::default(), now()),
+            None
+        );
     }
 
     #[test]
@@ -178,13 +213,23 @@ mod tests {
         );
         let s = detect(&node(json!([])), Some(&c), &SignalsSpec::default(), now()).expect("signal");
         assert_eq!(s.reason, "NodeClaimDeleted");
-        assert_eq!(s.deadline, Some("2026-12-01T12:30:00Z".parse().expect("valid")));
+        assert_eq!(
+            s.deadline,
+            Some("2026-12-01T12:30:00Z".parse().expect("valid"))
+        );
     }
 
     #[test]
     fn consolidation_is_held_unless_the_policy_releases_it() {
-        let c = claim(json!([{"type": "Consolidatable", "status": "True"}]), false, json!({}));
-        assert_eq!(detect(&node(json!([])), Some(&c), &SignalsSpec::default(), now()), None);
+        let c = claim(
+            json!([{"type": "Consolidatable", "status": "True"}]),
+            false,
+            json!({}),
+        );
+        assert_eq!(
+            detect(&node(json!([])), Some(&c), &SignalsSpec::default(), now()),
+            None
+        );
         let releasing = SignalsSpec {
             consolidation: ConsolidationAction::Release,
             ..SignalsSpec::default()
@@ -195,10 +240,14 @@ mod tests {
 
     #[test]
     fn taints_of_other_disruptors_are_signals() {
-        let ca = node(json!([{"key": CLUSTER_AUTOSCALER_TAINT, "value": "1764590000", "effect": "NoSchedule"}]));
+        let ca = node(
+            json!([{"key": CLUSTER_AUTOSCALER_TAINT, "value": "1764590000", "effect": "NoSchedule"}]),
+        );
         let s = detect(&ca, None, &SignalsSpec::default(), now()).expect("CA");
         assert_eq!(s.source, PlanSource::ClusterAutoscaler);
-        let spot = node(json!([{"key": "aws-node-termination-handler/spot-itn", "value": "ev-1", "effect": "NoSchedule"}]));
+        let spot = node(
+            json!([{"key": "aws-node-termination-handler/spot-itn", "value": "ev-1", "effect": "NoSchedule"}]),
+        );
         let s = detect(&spot, None, &SignalsSpec::default(), now()).expect("NTH");
         assert_eq!(s.source, PlanSource::NodeTerminationHandler);
         assert_eq!(s.deadline, Some(now() + SPOT_NOTICE));
@@ -207,7 +256,10 @@ mod tests {
             detect(&karpenter, None, &SignalsSpec::default(), now()).map(|s| s.reason),
             Some("Disrupting".into())
         );
-        assert_eq!(detect(&node(json!([])), None, &SignalsSpec::default(), now()), None);
+        assert_eq!(
+            detect(&node(json!([])), None, &SignalsSpec::default(), now()),
+            None
+        );
     }
 
     #[test]
@@ -217,7 +269,11 @@ mod tests {
             cluster_autoscaler: SignalAction::Ignore,
             ..SignalsSpec::default()
         };
-        let c = claim(json!([{"type": "Drifted", "status": "True"}]), false, json!({}));
+        let c = claim(
+            json!([{"type": "Drifted", "status": "True"}]),
+            false,
+            json!({}),
+        );
         assert_eq!(detect(&node(json!([])), Some(&c), &ignore, now()), None);
         let ca = node(json!([{"key": CLUSTER_AUTOSCALER_TAINT, "effect": "NoSchedule"}]));
         assert_eq!(detect(&ca, None, &ignore, now()), None);

@@ -43,15 +43,39 @@ mod tests {
         };
         let idle = Running::default();
         assert!(admit(&limits, &idle, false).is_ok());
-        let pool_full = Running { total: 1, in_pool: 1 };
-        assert!(admit(&limits, &pool_full, false).unwrap_err().contains("maxPlansPerNodePool 1"));
-        let full = Running { total: 2, in_pool: 0 };
-        assert!(admit(&limits, &full, false).unwrap_err().contains("maxPlans 2"));
+        let pool_full = Running {
+            total: 1,
+            in_pool: 1,
+        };
+        assert!(
+            admit(&limits, &pool_full, false)
+                .unwrap_err()
+                .contains("maxPlansPerNodePool 1")
+        );
+        let full = Running {
+            total: 2,
+            in_pool: 0,
+        };
+        assert!(
+            admit(&limits, &full, false)
+                .unwrap_err()
+                .contains("maxPlans 2")
+        );
         assert!(admit(&limits, &full, true).is_ok());
         let unlimited = ConcurrencySpec {
             max_plans: 0,
             max_plans_per_node_pool: 0,
         };
-        assert!(admit(&unlimited, &Running { total: 99, in_pool: 99 }, false).is_ok());
+        assert!(
+            admit(
+                &unlimited,
+                &Running {
+                    total: 99,
+                    in_pool: 99
+                },
+                false
+            )
+            .is_ok()
+        );
     }
 }

@@ -217,7 +217,10 @@ mod tests {
         assert!(!w.open_at(at("2026-12-07T06:30:00Z")), "Monday");
         assert!(!w.open_at(at("2026-12-05T07:30:00Z")), "Saturday 07:30");
         let weekdays = window("30 9-17 * * 1-5", "10m", "UTC");
-        assert!(weekdays.open_at(at("2026-12-01T17:35:00Z")), "Tuesday 17:35");
+        assert!(
+            weekdays.open_at(at("2026-12-01T17:35:00Z")),
+            "Tuesday 17:35"
+        );
         assert!(!weekdays.open_at(at("2026-12-01T18:35:00Z")));
     }
 

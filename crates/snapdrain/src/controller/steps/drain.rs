@@ -380,7 +380,11 @@ async fn release(
             n.phase = NodePhase::Released;
         }
     }
-    let released_at = run.status.released_at.as_ref().map_or_else(PlanRun::now, |t| t.0);
+    let released_at = run
+        .status
+        .released_at
+        .as_ref()
+        .map_or_else(PlanRun::now, |t| t.0);
     let window_left = run
         .valid
         .release_window
@@ -390,7 +394,10 @@ async fn release(
         api,
         watcher::Config::default(),
         "released nodes to go",
-        run.ctx.settings.wait_slice.min(window_left.max(Duration::from_millis(100))),
+        run.ctx
+            .settings
+            .wait_slice
+            .min(window_left.max(Duration::from_millis(100))),
         |nodes| !nodes.iter().any(|n| names.contains(&n.name_any())),
     )
     .await?;

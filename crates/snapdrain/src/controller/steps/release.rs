@@ -30,10 +30,12 @@ fn covered(run: &PlanRun) -> BTreeSet<(String, String)> {
 
 async fn get(run: &PlanRun, namespace: &str, name: &str) -> Result<Option<Pod>, ControllerError> {
     let api: Api<Pod> = Api::namespaced(run.ctx.client.clone(), namespace);
-    api.get_opt(name).await.map_err(|source| ControllerError::Read {
-        what: format!("pod {namespace}/{name}"),
-        source,
-    })
+    api.get_opt(name)
+        .await
+        .map_err(|source| ControllerError::Read {
+            what: format!("pod {namespace}/{name}"),
+            source,
+        })
 }
 
 /// Releases the holds of the covered pods still on the plan's nodes, once; records them and the time.
@@ -130,7 +132,9 @@ pub async fn restore_holds(run: &mut PlanRun) -> usize {
                 run.ctx.metrics.hold_change("restored");
             }
             Ok(false) => {}
-            Err(e) => tracing::warn!(plan = %run.name(), pod = %p.name, error = %e, "cannot restore a hold; the hold keeper will"),
+            Err(e) => {
+                tracing::warn!(plan = %run.name(), pod = %p.name, error = %e, "cannot restore a hold; the hold keeper will")
+            }
         }
     }
     restored
