@@ -125,14 +125,14 @@ pub async fn connect(target: &S3Target, own: &SdkConfig) -> Result<(Client, Stri
     Ok((client, region))
 }
 
-/// An HTTPS client trusting only `pem` (Velero's `caCert` replaces the system roots for the plugin's
-/// client: velero-plugin-for-aws `config.go` `WithTLSSettings`).
+/// An HTTPS client trusting the system roots and `pem` (velero-plugin-for-aws `config.go`
+/// `WithTLSSettings` appends `caCert` to `x509.SystemCertPool()`).
 fn tls_client(
     bucket: &str,
     pem: &str,
 ) -> Result<aws_sdk_s3::config::SharedHttpClient, BucketError> {
     let context = TlsContext::builder()
-        .with_trust_store(TrustStore::empty().with_pem_certificate(pem.as_bytes().to_vec()))
+        .with_trust_store(TrustStore::default().with_pem_certificate(pem.as_bytes().to_vec()))
         .build()
         .map_err(|e| BucketError::Tls {
             bucket: bucket.to_owned(),
