@@ -382,7 +382,8 @@ pub struct VeleroSpec {
     pub tls_ca: TlsCa,
     /// The BSL's `config.insecureSkipTLSVerify`, verbatim (Go `strconv.ParseBool` text: `"true"`, `"1"`,
     /// ...): velero-plugin-for-aws `config.go` `WithTLSSettings` then skips certificate verification.
-    #[serde(default)]
+    /// Spelt as in the BSL.
+    #[serde(default, rename = "insecureSkipTLSVerify")]
     pub insecure_skip_tls_verify: Option<String>,
     /// Backups are written with SSE-C: a 32-byte key in Secret `velero-sse-c`, mounted in the Velero
     /// pod at `/sse-c`, named by the BSL's `config.customerKeyEncryptionFile: /sse-c/key`.
