@@ -1,7 +1,8 @@
 //! Terminating and replacing nodes the way real EC2, Auto Scaling and Karpenter need it (review #6, #10,
 //! #16, #17, #23, items 1-3, 6, 9 of issue 9): replacements that carry what a node needs to join, a join
 //! timeout with a new ClientToken per attempt, Auto Scaling groups that must not double the capacity,
-//! Karpenter nodes kept when asked, and Nodes recreated under the same name left alone.
+//! Karpenter nodes kept when asked, Nodes recreated under the same name left alone, and a replacement
+//! type without capacity (InsufficientInstanceCapacity) passed over for the next one.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -372,5 +373,55 @@ async fn replacement_with_a_node_label_kubelet_refuses_fails_before_launching() 
     );
     assert!(h.instances_of("bad-label").is_empty(), "nothing launched");
     assert!(h.node(&node).await.is_some(), "the node stays");
+    controller.shutdown().await;
+}
+
+/// No capacity for the first replacement type: EC2 answers `InsufficientInstanceCapacity` ("We currently
+/// do not have sufficient m6i.xlarge capacity in the Availability Zone you requested (...)", EC2 API
+/// error codes) for it in CreateFleet's errorSet, and the instant fleet made of the plan's instanceTypes
+/// launches the next type instead; the plan completes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replacement_without_capacity_for_one_type_launches_the_next() {
+    let h = Harness::start().await;
+    let ec2 = h
+        .cluster
+        .ec2
+        .as_ref()
+        .expect("the harness runs the EC2 simulator");
+    ec2.inject_capacity_error("m6i.xlarge", None, "InsufficientInstanceCapacity");
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan(
+        "no-capacity",
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "instanceTypes": ["m6i.xlarge", "m5.xlarge"], "imageId": AMI
+        }}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("no-capacity", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.unwrap();
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let asked: Vec<Vec<String>> = ec2
+        .fleet_requests()
+        .iter()
+        .map(|r| {
+            r.overrides
+                .iter()
+                .map(|o| o.instance_type.clone())
+                .collect()
+        })
+        .collect();
+    assert!(
+        asked
+            .iter()
+            .any(|types| types.first().map(String::as_str) == Some("m6i.xlarge")),
+        "the fleet asked for m6i.xlarge first: {asked:?}"
+    );
+    let launched = h.instances_of("no-capacity");
+    assert_eq!(launched.len(), 1, "{launched:?}");
+    let instance = ec2.instance(&launched[0]).unwrap().info;
+    assert_eq!(instance.instance_type, "m5.xlarge");
     controller.shutdown().await;
 }
