@@ -425,3 +425,78 @@ async fn replacement_without_capacity_for_one_type_launches_the_next() {
     assert_eq!(instance.instance_type, "m5.xlarge");
     controller.shutdown().await;
 }
+
+/// A launch template with one type launches with RunInstances, which has nothing to fall back to:
+/// InsufficientInstanceCapacity (an HTTP 500 API error there) is counted in the replacement's status and
+/// the launch retried; once EC2 has capacity again the plan completes with the template's type. The
+/// template carries what the node needs to join (instance profile, cluster security group) but no user
+/// data: `bottlerocket: {}` makes snapdrain send its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replacement_from_a_template_is_retried_until_capacity_comes_back() {
+    let h = Harness::start().await;
+    let ec2 = h
+        .cluster
+        .ec2
+        .as_ref()
+        .expect("the harness runs the EC2 simulator");
+    let cloud = snapdrain::cloud::ec2::Ec2Cloud::with_endpoint(
+        &ec2.endpoint(),
+        &ec2.config().region,
+        Some(("test", "test")),
+    )
+    .await;
+    cloud
+        .client()
+        .create_launch_template()
+        .launch_template_name("workers")
+        .launch_template_data(
+            aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                .image_id(AMI)
+                .instance_type(aws_sdk_ec2::types::InstanceType::M6iXlarge)
+                .iam_instance_profile(
+                    aws_sdk_ec2::types::LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                        .arn(ec2.config().instance_profile_arn(NODE_INSTANCE_PROFILE))
+                        .build(),
+                )
+                .security_group_ids(CLUSTER_SECURITY_GROUP)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("the simulated EC2 makes the template");
+    ec2.inject_capacity_error("m6i.xlarge", None, "InsufficientInstanceCapacity");
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan(
+        "capacity-back",
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "launchTemplate": {"name": "workers"}, "bottlerocket": {}
+        }}),
+    )
+    .await;
+    let capacity_errors = |p: &DisruptionPlan| {
+        p.status
+            .iter()
+            .flat_map(|s| &s.nodes)
+            .filter_map(|n| n.replacement.as_ref())
+            .map(|r| r.capacity_errors)
+            .max()
+            .unwrap_or(0)
+    };
+    h.wait_plan_until("capacity-back", TIMEOUT, |p| capacity_errors(p) >= 1)
+        .await;
+    ec2.clear_faults();
+    let plan = h
+        .wait_plan("capacity-back", TIMEOUT, |p| p.is_terminal())
+        .await;
+    assert_eq!(capacity_errors(&plan), 0, "reset once launched");
+    let status = plan.status.unwrap();
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let launched = h.instances_of("capacity-back");
+    assert_eq!(launched.len(), 1, "{launched:?}");
+    assert_eq!(
+        ec2.instance(&launched[0]).unwrap().info.instance_type,
+        "m6i.xlarge"
+    );
+    controller.shutdown().await;
+}
