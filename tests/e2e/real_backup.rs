@@ -122,6 +122,7 @@ async fn an_untrusted_certificate_fails_verification_with_the_tls_error() {
     })
     .await;
     let (protected, plan) = run_plan(&h, "untrusted-tls").await;
+    // run_plan waited for a terminal phase, which only a status carries.
     let status = plan.status.clone().expect("a terminal plan has a status");
     assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
     let message = status.message.clone().unwrap_or_default();

@@ -383,6 +383,7 @@ async fn replacement_with_a_node_label_kubelet_refuses_fails_before_launching() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replacement_without_capacity_for_one_type_launches_the_next() {
     let h = Harness::start().await;
+    // Harness::start always runs the EC2 simulator.
     let ec2 = h
         .cluster
         .ec2
@@ -401,7 +402,8 @@ async fn replacement_without_capacity_for_one_type_launches_the_next() {
     let plan = h
         .wait_plan("no-capacity", TIMEOUT, |p| p.is_terminal())
         .await;
-    let status = plan.status.unwrap();
+    // wait_plan returned on a terminal phase, which only a status carries.
+    let status = plan.status.expect("a terminal plan has a status");
     assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
     let asked: Vec<Vec<String>> = ec2
         .fleet_requests()
@@ -421,7 +423,8 @@ async fn replacement_without_capacity_for_one_type_launches_the_next() {
     );
     let launched = h.instances_of("no-capacity");
     assert_eq!(launched.len(), 1, "{launched:?}");
-    let instance = ec2.instance(&launched[0]).unwrap().info;
+    // instances_of lists the simulator's own instances, which it never forgets.
+    let instance = ec2.instance(&launched[0]).expect("a listed instance").info;
     assert_eq!(instance.instance_type, "m5.xlarge");
     controller.shutdown().await;
 }
@@ -434,6 +437,7 @@ async fn replacement_without_capacity_for_one_type_launches_the_next() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replacement_from_a_template_is_retried_until_capacity_comes_back() {
     let h = Harness::start().await;
+    // Harness::start always runs the EC2 simulator.
     let ec2 = h
         .cluster
         .ec2
@@ -463,7 +467,12 @@ async fn replacement_from_a_template_is_retried_until_capacity_comes_back() {
         )
         .send()
         .await
-        .expect("the simulated EC2 makes the template");
+        .unwrap_or_else(|e| {
+            panic!(
+                "the simulated EC2 makes the template: {}",
+                aws_sdk_ec2::error::DisplayErrorContext(e)
+            )
+        });
     ec2.inject_capacity_error("m6i.xlarge", None, "InsufficientInstanceCapacity");
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
@@ -490,13 +499,13 @@ async fn replacement_from_a_template_is_retried_until_capacity_comes_back() {
         .wait_plan("capacity-back", TIMEOUT, |p| p.is_terminal())
         .await;
     assert_eq!(capacity_errors(&plan), 0, "reset once launched");
-    let status = plan.status.unwrap();
+    // wait_plan returned on a terminal phase, which only a status carries.
+    let status = plan.status.expect("a terminal plan has a status");
     assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
     let launched = h.instances_of("capacity-back");
     assert_eq!(launched.len(), 1, "{launched:?}");
-    assert_eq!(
-        ec2.instance(&launched[0]).unwrap().info.instance_type,
-        "m6i.xlarge"
-    );
+    // instances_of lists the simulator's own instances, which it never forgets.
+    let instance = ec2.instance(&launched[0]).expect("a listed instance").info;
+    assert_eq!(instance.instance_type, "m6i.xlarge");
     controller.shutdown().await;
 }
