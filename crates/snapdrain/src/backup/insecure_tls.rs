@@ -48,8 +48,8 @@ pub fn http_client() -> Result<SharedHttpClient, rustls::Error> {
         .with_custom_certificate_verifier(Arc::new(verifier))
         .with_no_client_auth();
     Ok(SharedHttpClient::new(InsecureHttpClient {
-        config: Arc::new(config),
-        connector: Arc::new(OnceLock::new()),
+        config,
+        connector: OnceLock::new(),
     }))
 }
 
@@ -96,10 +96,10 @@ impl ServerCertVerifier for AnyCertificate {
 
 #[derive(Debug)]
 struct InsecureHttpClient {
-    config: Arc<rustls::ClientConfig>,
+    config: rustls::ClientConfig,
     /// Built on first use with that request's timeouts (one S3 client has one set), then shared so
     /// connections are pooled.
-    connector: Arc<OnceLock<SharedHttpConnector>>,
+    connector: OnceLock<SharedHttpConnector>,
 }
 
 impl HttpClient for InsecureHttpClient {
@@ -115,7 +115,7 @@ impl HttpClient for InsecureHttpClient {
                 tcp.set_nodelay(true);
                 tcp.set_connect_timeout(settings.connect_timeout());
                 let https = hyper_rustls::HttpsConnectorBuilder::new()
-                    .with_tls_config((*self.config).clone())
+                    .with_tls_config(self.config.clone())
                     .https_or_http()
                     .enable_http1()
                     .wrap_connector(tcp);
