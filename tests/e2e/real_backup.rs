@@ -1,25 +1,35 @@
 //! snapdrain reads Velero's bucket the way Velero does on real installs (review defects #3, #4, #5):
 //! credentials from the Secret the Velero Deployment mounts (Helm names it after the release), or its
 //! own IAM identity when Velero has none (IRSA); the bucket's region looked up with HeadBucket when the
-//! BSL names none; TLS with the BSL's private CA. Each plan must complete with its backups verified.
+//! BSL names none; TLS with the BSL's private CA, or without certificate verification when the BSL says
+//! `insecureSkipTLSVerify`. Each plan must complete with its backups verified, and an endpoint certificate
+//! the location's settings do not accept must fail the plan before anything is evicted.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 use snapdrain::api::DisruptionPlan;
 use snapdrain::api::status::PlanPhase;
-use snapdrain_sim::scenario::format::{VeleroCredentials, VeleroInstall};
+use snapdrain_sim::scenario::format::{TlsCa, VeleroCredentials, VeleroInstall};
 use snapdrain_testkit::harness::{Harness, TIMEOUT, assert_no_eviction_before_verified_backup};
 
 /// Drains one node with a plan, then checks it completed with every backup verified and no protected pod
 /// evicted before.
-async fn drain_one(h: &Harness, name: &str) {
+async fn drain_one(h: &Harness, name: &str) -> DisruptionPlan {
+    let (protected, plan) = run_plan(h, name).await;
+    assert_completed_and_verified(h, &protected, &plan);
+    plan
+}
+
+/// Runs a plan for one node with StatefulSet pods until it ends; returns the node's protected pods and
+/// the plan.
+async fn run_plan(h: &Harness, name: &str) -> (BTreeMap<String, BTreeSet<String>>, DisruptionPlan) {
     let _controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     let protected = h.protected_pods_on(&node).await;
     h.create_plan(name, json!({"nodes": [node]})).await;
     let plan = h.wait_plan(name, TIMEOUT, |p| p.is_terminal()).await;
-    assert_completed_and_verified(h, &protected, &plan);
+    (protected, plan)
 }
 
 fn assert_completed_and_verified(
@@ -71,11 +81,60 @@ async fn bucket_region_is_looked_up_when_the_location_names_none() {
 }
 
 /// MinIO with a private CA: the BSL carries it in `objectStorage.caCert` (velero-plugin-for-aws
-/// `config.go` `WithTLSSettings`); without it the TLS handshake fails.
+/// `config.go` `WithTLSSettings`); without it the TLS handshake fails (next tests).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_over_tls_with_the_locations_private_ca() {
     let h = Harness::start_with_velero(|v| v.tls = true).await;
     drain_one(&h, "private-ca").await;
+}
+
+/// A certificate no one trusts and the BSL's `config.insecureSkipTLSVerify: "true"`:
+/// velero-plugin-for-aws (`velero-plugin-for-aws/object_store.go` `Init` parses it, `config.go`
+/// `WithTLSSettings` sets `InsecureSkipVerify`) writes the backups without checking the certificate, and
+/// snapdrain reads them back the same way, saying so in the backup record. snapdrain used to refuse it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_over_tls_without_verification_when_the_location_skips_it() {
+    let h = Harness::start_with_velero(|v| {
+        v.tls = true;
+        v.tls_ca = TlsCa::Nobody;
+        v.insecure_skip_tls_verify = Some("true".into());
+    })
+    .await;
+    let plan = drain_one(&h, "insecure-tls").await;
+    let backups = plan.status.map(|s| s.backups).unwrap_or_default();
+    assert!(
+        backups.iter().all(|b| b
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("insecureSkipTLSVerify"))),
+        "each verified record says its certificate was not checked: {backups:#?}"
+    );
+}
+
+/// The same location without the flag, the CA in the Velero pod's system trust store (a custom image or
+/// an injected bundle) and not in the BSL: Velero writes the backups, but snapdrain has neither the CA
+/// nor the flag, so verification fails the plan with the TLS error, and nothing is evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_untrusted_certificate_fails_verification_with_the_tls_error() {
+    let h = Harness::start_with_velero(|v| {
+        v.tls = true;
+        v.tls_ca = TlsCa::VeleroImage;
+    })
+    .await;
+    let (protected, plan) = run_plan(&h, "untrusted-tls").await;
+    // run_plan waited for a terminal phase, which only a status carries.
+    let status = plan.status.clone().expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    let message = status.message.clone().unwrap_or_default();
+    for part in ["TLS handshake", "UnknownIssuer", "insecureSkipTLSVerify"] {
+        assert!(message.contains(part), "{part:?} in {message:?}");
+    }
+    assert!(
+        status.backups.iter().all(|b| !b.verified),
+        "{:#?}",
+        status.backups
+    );
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
 }
 
 /// Backups written with SSE-C (`config.customerKeyEncryptionFile`, a Secret mounted in the Velero pod):

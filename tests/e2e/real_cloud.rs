@@ -1,7 +1,8 @@
 //! Terminating and replacing nodes the way real EC2, Auto Scaling and Karpenter need it (review #6, #10,
 //! #16, #17, #23, items 1-3, 6, 9 of issue 9): replacements that carry what a node needs to join, a join
 //! timeout with a new ClientToken per attempt, Auto Scaling groups that must not double the capacity,
-//! Karpenter nodes kept when asked, and Nodes recreated under the same name left alone.
+//! Karpenter nodes kept when asked, Nodes recreated under the same name left alone, and a replacement
+//! type without capacity (InsufficientInstanceCapacity) passed over for the next one.
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -372,5 +373,139 @@ async fn replacement_with_a_node_label_kubelet_refuses_fails_before_launching() 
     );
     assert!(h.instances_of("bad-label").is_empty(), "nothing launched");
     assert!(h.node(&node).await.is_some(), "the node stays");
+    controller.shutdown().await;
+}
+
+/// No capacity for the first replacement type: EC2 answers `InsufficientInstanceCapacity` ("We currently
+/// do not have sufficient m6i.xlarge capacity in the Availability Zone you requested (...)", EC2 API
+/// error codes) for it in CreateFleet's errorSet, and the instant fleet made of the plan's instanceTypes
+/// launches the next type instead; the plan completes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replacement_without_capacity_for_one_type_launches_the_next() {
+    let h = Harness::start().await;
+    // Harness::start always runs the EC2 simulator.
+    let ec2 = h
+        .cluster
+        .ec2
+        .as_ref()
+        .expect("the harness runs the EC2 simulator");
+    ec2.inject_capacity_error("m6i.xlarge", None, "InsufficientInstanceCapacity");
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan(
+        "no-capacity",
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "instanceTypes": ["m6i.xlarge", "m5.xlarge"], "imageId": AMI
+        }}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("no-capacity", TIMEOUT, |p| p.is_terminal())
+        .await;
+    // wait_plan returned on a terminal phase, which only a status carries.
+    let status = plan.status.expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let asked: Vec<Vec<String>> = ec2
+        .fleet_requests()
+        .iter()
+        .map(|r| {
+            r.overrides
+                .iter()
+                .map(|o| o.instance_type.clone())
+                .collect()
+        })
+        .collect();
+    assert!(
+        asked
+            .iter()
+            .any(|types| types.first().map(String::as_str) == Some("m6i.xlarge")),
+        "the fleet asked for m6i.xlarge first: {asked:?}"
+    );
+    let launched = h.instances_of("no-capacity");
+    assert_eq!(launched.len(), 1, "{launched:?}");
+    // instances_of lists the simulator's own instances, which it never forgets.
+    let instance = ec2.instance(&launched[0]).expect("a listed instance").info;
+    assert_eq!(instance.instance_type, "m5.xlarge");
+    controller.shutdown().await;
+}
+
+/// A launch template with one type launches with RunInstances, which has nothing to fall back to:
+/// InsufficientInstanceCapacity (an HTTP 500 API error there) is counted in the replacement's status and
+/// the launch retried; once EC2 has capacity again the plan completes with the template's type. The
+/// template carries what the node needs to join (instance profile, cluster security group) but no user
+/// data: `bottlerocket: {}` makes snapdrain send its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replacement_from_a_template_is_retried_until_capacity_comes_back() {
+    let h = Harness::start().await;
+    // Harness::start always runs the EC2 simulator.
+    let ec2 = h
+        .cluster
+        .ec2
+        .as_ref()
+        .expect("the harness runs the EC2 simulator");
+    let cloud = snapdrain::cloud::ec2::Ec2Cloud::with_endpoint(
+        &ec2.endpoint(),
+        &ec2.config().region,
+        Some(("test", "test")),
+    )
+    .await;
+    cloud
+        .client()
+        .create_launch_template()
+        .launch_template_name("workers")
+        .launch_template_data(
+            aws_sdk_ec2::types::RequestLaunchTemplateData::builder()
+                .image_id(AMI)
+                .instance_type(aws_sdk_ec2::types::InstanceType::M6iXlarge)
+                .iam_instance_profile(
+                    aws_sdk_ec2::types::LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                        .arn(ec2.config().instance_profile_arn(NODE_INSTANCE_PROFILE))
+                        .build(),
+                )
+                .security_group_ids(CLUSTER_SECURITY_GROUP)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the simulated EC2 makes the template: {}",
+                aws_sdk_ec2::error::DisplayErrorContext(e)
+            )
+        });
+    ec2.inject_capacity_error("m6i.xlarge", None, "InsufficientInstanceCapacity");
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan(
+        "capacity-back",
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "launchTemplate": {"name": "workers"}, "bottlerocket": {}
+        }}),
+    )
+    .await;
+    let capacity_errors = |p: &DisruptionPlan| {
+        p.status
+            .iter()
+            .flat_map(|s| &s.nodes)
+            .filter_map(|n| n.replacement.as_ref())
+            .map(|r| r.capacity_errors)
+            .max()
+            .unwrap_or(0)
+    };
+    h.wait_plan_until("capacity-back", TIMEOUT, |p| capacity_errors(p) >= 1)
+        .await;
+    ec2.clear_faults();
+    let plan = h
+        .wait_plan("capacity-back", TIMEOUT, |p| p.is_terminal())
+        .await;
+    assert_eq!(capacity_errors(&plan), 0, "reset once launched");
+    // wait_plan returned on a terminal phase, which only a status carries.
+    let status = plan.status.expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let launched = h.instances_of("capacity-back");
+    assert_eq!(launched.len(), 1, "{launched:?}");
+    // instances_of lists the simulator's own instances, which it never forgets.
+    let instance = ec2.instance(&launched[0]).expect("a listed instance").info;
+    assert_eq!(instance.instance_type, "m6i.xlarge");
     controller.shutdown().await;
 }

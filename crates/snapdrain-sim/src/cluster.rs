@@ -18,7 +18,7 @@ use super::ec2::{
 };
 use super::error::SimError;
 use super::s3::{S3Sim, S3SimConfig, S3Tls};
-use super::scenario::format::VeleroCredentials;
+use super::scenario::format::{TlsCa, VeleroCredentials};
 use super::scenario::{self, LoadedScenario, S3_URL_FALLBACK, Scenario, crds, timeline};
 use super::world::karpenter::{self, KarpenterConfig, KarpenterHandle};
 use super::world::velero::{self, VeleroConfig, VeleroHandle};
@@ -247,6 +247,12 @@ impl SimCluster {
             }
             let mut ctx = WorldContext::new(store.clone(), audit.clone(), faults.clone(), timings);
             ctx.s3_endpoint = Some(s3_url.clone());
+            ctx.s3_ca_pem = s3.as_ref().and_then(S3Sim::ca_pem).map(str::to_owned);
+            if let Some(v) = resolved.as_ref().and_then(|(scn, _)| scn.velero.as_ref())
+                && v.tls_ca == TlsCa::VeleroImage
+            {
+                ctx.velero_system_cas.extend(ctx.s3_ca_pem.clone());
+            }
             let ctx = Arc::new(ctx);
             let mut world = World::start(ctx.clone());
             world.adopt(tokio::spawn(ec2_nodes::run(

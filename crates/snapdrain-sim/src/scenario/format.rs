@@ -373,10 +373,18 @@ pub struct VeleroSpec {
     /// simulated endpoint stands for AWS S3 with the bucket living in `region`.
     #[serde(default)]
     pub aws_s3: bool,
-    /// S3 is served over HTTPS with a certificate from a private CA, which the BSL carries in
-    /// `objectStorage.caCert`.
+    /// S3 is served over HTTPS with a certificate from a private CA (by default carried by the BSL in
+    /// `objectStorage.caCert`: see `tlsCa`).
     #[serde(default)]
     pub tls: bool,
+    /// With `tls`, who has the endpoint's CA.
+    #[serde(default)]
+    pub tls_ca: TlsCa,
+    /// The BSL's `config.insecureSkipTLSVerify`, verbatim (Go `strconv.ParseBool` text: `"true"`, `"1"`,
+    /// ...): velero-plugin-for-aws `config.go` `WithTLSSettings` then skips certificate verification.
+    /// Spelt as in the BSL.
+    #[serde(default, rename = "insecureSkipTLSVerify")]
+    pub insecure_skip_tls_verify: Option<String>,
     /// Backups are written with SSE-C: a 32-byte key in Secret `velero-sse-c`, mounted in the Velero
     /// pod at `/sse-c`, named by the BSL's `config.customerKeyEncryptionFile: /sse-c/key`.
     #[serde(default)]
@@ -406,6 +414,8 @@ impl Default for VeleroSpec {
             role_arn: default_role_arn(),
             aws_s3: false,
             tls: false,
+            tls_ca: TlsCa::default(),
+            insecure_skip_tls_verify: None,
             sse_c: false,
             location_name: default_location_name(),
         }
@@ -419,6 +429,21 @@ pub enum VeleroInstall {
     #[default]
     Cli,
     Helm,
+}
+
+/// Who has the private CA of an S3 endpoint served over TLS.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum TlsCa {
+    /// The BSL's `objectStorage.caCert`.
+    #[default]
+    Location,
+    /// The Velero pod's system trust store (a custom image, or a CA bundle injected into the pod as
+    /// OpenShift does), to which the plugin adds `caCert`: the BSL carries none, so a client with its own
+    /// system roots (snapdrain) does not trust the endpoint.
+    VeleroImage,
+    /// No one: only `insecureSkipTLSVerify` lets a client in.
+    Nobody,
 }
 
 /// Where Velero's AWS credentials come from.

@@ -353,7 +353,8 @@ pub fn load(
     load_with_ca(store, s, file, s3_url, None)
 }
 
-/// [`load`] for an S3 endpoint served over TLS: the BSL carries `ca_pem` as its `objectStorage.caCert`.
+/// [`load`] for an S3 endpoint served over TLS: the BSL carries `ca_pem` as its `objectStorage.caCert`
+/// (unless the scenario's `velero.tlsCa` puts it elsewhere).
 pub fn load_with_ca(
     store: &Store,
     s: &Scenario,
@@ -636,7 +637,7 @@ fn velero_objects(v: &VeleroSpec, s3_url: &str, ca_pem: Option<&str>) -> Vec<Val
     if let Some(p) = &v.prefix {
         storage["prefix"] = json!(p);
     }
-    if let Some(pem) = ca_pem {
+    if let Some(pem) = ca_pem.filter(|_| v.tls_ca == TlsCa::Location) {
         storage["caCert"] = json!(base64::engine::general_purpose::STANDARD.encode(pem));
     }
     let (secret_name, labels) = match v.install {
@@ -655,6 +656,9 @@ fn velero_objects(v: &VeleroSpec, s3_url: &str, ca_pem: Option<&str>) -> Vec<Val
     };
     if v.sse_c {
         config["customerKeyEncryptionFile"] = json!("/sse-c/key");
+    }
+    if let Some(flag) = &v.insecure_skip_tls_verify {
+        config["insecureSkipTLSVerify"] = json!(flag);
     }
     let mut deployment = deployment_object(
         "velero",

@@ -100,6 +100,11 @@ pub struct WorldContext {
     /// The simulated S3 endpoint when one runs beside the cluster (`sim::s3::S3Sim::endpoint()`): Velero
     /// writes there. The EC2 simulator's handle belongs here too, once it is part of the build.
     pub s3_endpoint: Option<String>,
+    /// The private CA that signed that endpoint's certificate, when it serves TLS.
+    pub s3_ca_pem: Option<String>,
+    /// CA certificates (PEM) in the Velero pod's system trust store beyond the public roots, which
+    /// velero-plugin-for-aws `config.go` `WithTLSSettings` extends with the BSL's `caCert`.
+    pub velero_system_cas: Vec<String>,
 }
 
 impl WorldContext {
@@ -110,6 +115,8 @@ impl WorldContext {
             faults,
             timings,
             s3_endpoint: None,
+            s3_ca_pem: None,
+            velero_system_cas: Vec::new(),
         }
     }
 }

@@ -12,6 +12,7 @@ use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
 
+use super::insecure_tls;
 use super::location::{S3Target, TargetCredentials};
 use super::verify::{self, ObjectCheck, VerifyError};
 use crate::api::status::VerifiedObject;
@@ -55,23 +56,34 @@ pub enum BucketError {
         "cannot find the region of bucket {bucket} (the BackupStorageLocation has neither config.region nor config.s3Url): {message}; set config.region on the location"
     )]
     Region { bucket: String, message: String },
-    /// `insecureSkipTLSVerify` with an endpoint snapdrain cannot verify.
+    /// The client that skips certificate verification (`config.insecureSkipTLSVerify`) could not be
+    /// built: the crypto provider offers no safe protocol version.
     #[error(
-        "BackupStorageLocation for s3://{bucket} sets config.insecureSkipTLSVerify; snapdrain does not skip TLS verification: put the endpoint's CA in objectStorage.caCertRef instead"
+        "cannot set up TLS without certificate verification (config.insecureSkipTLSVerify) for s3://{bucket}: {message}"
     )]
-    InsecureTls { bucket: String },
+    InsecureTls { bucket: String, message: String },
+    /// The endpoint's TLS handshake failed (an untrusted, expired or misnamed certificate): Velero's
+    /// plugin reads the same settings, so this is the location's configuration, not an outage.
+    #[error(
+        "TLS handshake with {endpoint} for s3://{bucket} failed: {message}; the endpoint's certificate must be signed by a system CA or the one in the BackupStorageLocation's objectStorage.caCertRef (or caCert), or the location must set config.insecureSkipTLSVerify: \"true\" as Velero allows"
+    )]
+    TlsHandshake {
+        endpoint: String,
+        bucket: String,
+        message: String,
+    },
 }
 
 impl BucketError {
     /// An invalid backup is a verification verdict, handled by the verify step's retry policy; an
     /// unreachable bucket may come back, and so may the credential provider (STS, IMDS). A credentials
-    /// file or profile that does not work, an unusable CA bundle, or a setting snapdrain refuses needs a
-    /// person.
+    /// file or profile that does not work, an unusable CA bundle or a certificate the location's TLS
+    /// settings do not accept needs a person.
     pub fn is_permanent(&self) -> bool {
         match self {
             Self::Invalid(_) | Self::Unreachable { .. } | Self::Region { .. } => false,
             Self::Credentials { permanent, .. } => *permanent,
-            Self::Tls { .. } | Self::InsecureTls { .. } => true,
+            Self::Tls { .. } | Self::InsecureTls { .. } | Self::TlsHandshake { .. } => true,
         }
     }
 }
@@ -84,12 +96,15 @@ pub async fn connect(target: &S3Target, own: &SdkConfig) -> Result<(Client, Stri
     if let Some(endpoint) = &target.endpoint {
         builder = builder.endpoint_url(endpoint.clone());
     }
-    if target.insecure_skip_tls_verify && target.ca_cert.is_none() {
-        return Err(BucketError::InsecureTls {
+    // As Go's `InsecureSkipVerify` (velero-plugin-for-aws `config.go` `WithTLSSettings`), skipping
+    // verification wins over a CA bundle.
+    if target.insecure_skip_tls_verify {
+        let client = insecure_tls::http_client().map_err(|e| BucketError::InsecureTls {
             bucket: target.bucket.clone(),
-        });
-    }
-    if let Some(pem) = &target.ca_cert {
+            message: e.to_string(),
+        })?;
+        builder = builder.http_client(client);
+    } else if let Some(pem) = &target.ca_cert {
         builder = builder.http_client(tls_client(&target.bucket, pem)?);
     }
     let credentials = credentials(target, own).await?;
@@ -110,14 +125,14 @@ pub async fn connect(target: &S3Target, own: &SdkConfig) -> Result<(Client, Stri
     Ok((client, region))
 }
 
-/// An HTTPS client trusting only `pem` (Velero's `caCert` replaces the system roots for the plugin's
-/// client: velero-plugin-for-aws `config.go` `WithTLSSettings`).
+/// An HTTPS client trusting the system roots and `pem` (velero-plugin-for-aws `config.go`
+/// `WithTLSSettings` appends `caCert` to `x509.SystemCertPool()`).
 fn tls_client(
     bucket: &str,
     pem: &str,
 ) -> Result<aws_sdk_s3::config::SharedHttpClient, BucketError> {
     let context = TlsContext::builder()
-        .with_trust_store(TrustStore::empty().with_pem_certificate(pem.as_bytes().to_vec()))
+        .with_trust_store(TrustStore::default().with_pem_certificate(pem.as_bytes().to_vec()))
         .build()
         .map_err(|e| BucketError::Tls {
             bucket: bucket.to_owned(),
@@ -206,6 +221,13 @@ async fn bucket_region(client: &Client, bucket: &str) -> Result<String, BucketEr
             .get("x-amz-bucket-region")
             .map(str::to_owned),
         Err(e) => {
+            if let Some(message) = tls_failure(&e) {
+                return Err(BucketError::TlsHandshake {
+                    endpoint: "AWS S3".into(),
+                    bucket: bucket.to_owned(),
+                    message,
+                });
+            }
             return Err(BucketError::Region {
                 bucket: bucket.to_owned(),
                 message: aws_smithy_types::error::display::DisplayErrorContext(&e).to_string(),
@@ -220,11 +242,39 @@ async fn bucket_region(client: &Client, bucket: &str) -> Result<String, BucketEr
         })
 }
 
+/// The TLS error in `e`'s chain, if the request failed in the handshake. hyper-rustls wraps the rustls
+/// error in `io::Error`s, whose payload `source()` skips, so each one's payload is looked at too.
+fn tls_failure(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return Some(tls.to_string());
+        }
+        if let Some(inner) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            && let Some(found) = tls_failure(inner)
+        {
+            return Some(found);
+        }
+        next = err.source();
+    }
+    None
+}
+
 fn unreachable<E: ProvideErrorMetadata + std::error::Error + 'static>(
     target: &S3Target,
     key: &str,
     e: &SdkError<E, HttpResponse>,
 ) -> BucketError {
+    let endpoint = target.endpoint.clone().unwrap_or_else(|| "AWS S3".into());
+    if let Some(message) = tls_failure(e) {
+        return BucketError::TlsHandshake {
+            endpoint,
+            bucket: target.bucket.clone(),
+            message,
+        };
+    }
     let message = match e {
         SdkError::ServiceError(se) => {
             let err = se.err();
@@ -237,7 +287,7 @@ fn unreachable<E: ProvideErrorMetadata + std::error::Error + 'static>(
         other => aws_smithy_types::error::display::DisplayErrorContext(other).to_string(),
     };
     BucketError::Unreachable {
-        endpoint: target.endpoint.clone().unwrap_or_else(|| "AWS S3".into()),
+        endpoint,
         bucket: target.bucket.clone(),
         key: key.to_string(),
         message,

@@ -6,11 +6,13 @@
 //! - [`location`]: BackupStorageLocation + credentials Secret → S3 target and object keys (pure).
 //! - [`verify`]: checks of the objects fetched from the bucket (pure).
 //! - [`bucket`]: fetching those objects with aws-sdk-s3.
+//! - [`insecure_tls`]: the HTTPS client for a location with `insecureSkipTLSVerify`.
 //! - [`velero`]: Velero Backups, BackupStorageLocations and their credentials through the Kubernetes API.
 
 pub mod bucket;
 pub mod credentials;
 pub mod gobool;
+pub mod insecure_tls;
 pub mod location;
 pub mod sse;
 pub mod velero;

@@ -354,8 +354,13 @@ impl Bucket {
             .endpoint_url(endpoint)
             .credentials_provider(Credentials::new(access, secret, None, None, "velero-sim"))
             .force_path_style(path_style);
-        if let Some(pem) = ca_bundle(store, bsl, velero_ns)? {
-            builder = builder.http_client(tls_client(pem).map_err(location)?);
+        let insecure = match cfg("insecureSkipTLSVerify") {
+            Some(v) => go_bool("insecureSkipTLSVerify", &v).map_err(location)?,
+            None => false,
+        };
+        let ca_cert = ca_bundle(store, bsl, velero_ns)?;
+        if let Some(client) = tls_client(ctx, insecure, ca_cert).map_err(location)? {
+            builder = builder.http_client(client);
         }
         let region = match cfg("region") {
             Some(r) => r,
@@ -535,10 +540,28 @@ impl Bucket {
     }
 }
 
-/// An HTTPS client trusting only `pem` (`config.go` `WithTLSSettings` puts `caCert` in the root pool).
-fn tls_client(pem: Vec<u8>) -> Result<aws_sdk_s3::config::SharedHttpClient, String> {
-    let pem = String::from_utf8(pem).map_err(|e| format!("caCert: {e}"))?;
-    crate::s3::trusting(&pem).map_err(|e| format!("caCert: {e}"))
+/// The plugin's TLS trust (`config.go` `WithTLSSettings`): the pod's system roots plus `caCert`, or no
+/// certificate verification with `insecureSkipTLSVerify` (which wins over `caCert`). The simulated Velero
+/// only ever talks to the world's S3 endpoint, so it skips verification by trusting that endpoint's CA:
+/// the same server is accepted, which is all the world's behaviour depends on. `None`: the SDK's default
+/// client (public roots only).
+fn tls_client(
+    ctx: &WorldContext,
+    insecure: bool,
+    ca_cert: Option<Vec<u8>>,
+) -> Result<Option<aws_sdk_s3::config::SharedHttpClient>, String> {
+    let mut pems = ctx.velero_system_cas.clone();
+    if insecure {
+        pems.extend(ctx.s3_ca_pem.clone());
+    } else if let Some(pem) = ca_cert {
+        pems.push(String::from_utf8(pem).map_err(|e| format!("caCert: {e}"))?);
+    }
+    if pems.is_empty() {
+        return Ok(None);
+    }
+    crate::s3::trusting(&pems.join("\n"))
+        .map(Some)
+        .map_err(|e| format!("caCert: {e}"))
 }
 
 #[cfg(test)]

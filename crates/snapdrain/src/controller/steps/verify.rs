@@ -50,6 +50,9 @@ pub async fn run(
                 run.ctx.settings.velero_credentials_secret.as_ref(),
             )
             .await?;
+            if t.insecure_skip_tls_verify {
+                tracing::warn!(plan = %run.name(), location = %location, bucket = %t.bucket, "BackupStorageLocation sets config.insecureSkipTLSVerify: its backups are verified without checking the endpoint's TLS certificate");
+            }
             targets.insert(location.clone(), t);
         }
         let Some(t) = targets.get(&location) else {
@@ -80,18 +83,28 @@ pub async fn run(
                 entry.verified = true;
                 entry.verified_objects = objects;
                 entry.verified_at = Some(MicroTime(PlanRun::now()));
+                if t.insecure_skip_tls_verify {
+                    entry.message = Some(format!(
+                        "verified without checking the TLS certificate of the endpoint: BackupStorageLocation {location} sets config.insecureSkipTLSVerify"
+                    ));
+                }
                 tracing::info!(plan = %run.name(), backup = %record.name, bucket = %t.bucket, "backup verified in the bucket");
                 run.event(
                     EventType::Normal,
                     "BackupVerified",
                     "Verify",
                     format!(
-                        "Velero Backup {} verified in s3://{}/{}: {} objects, PVCs {}",
+                        "Velero Backup {} verified in s3://{}/{}: {} objects, PVCs {}{}",
                         record.name,
                         t.bucket,
                         t.prefix,
                         run.status.backups[i].verified_objects.len(),
-                        record.pvcs.join(", ")
+                        record.pvcs.join(", "),
+                        if t.insecure_skip_tls_verify {
+                            " (TLS certificate not checked: config.insecureSkipTLSVerify)"
+                        } else {
+                            ""
+                        }
                     ),
                 )
                 .await;
