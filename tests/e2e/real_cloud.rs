@@ -492,8 +492,17 @@ async fn replacement_from_a_template_is_retried_until_capacity_comes_back() {
             .max()
             .unwrap_or(0)
     };
-    h.wait_plan_until("capacity-back", TIMEOUT, |p| capacity_errors(p) >= 1)
+    let waiting = h
+        .wait_plan_until("capacity-back", TIMEOUT, |p| capacity_errors(p) >= 1)
         .await;
+    // The next try waits (persisted, so the status write that records the error cannot skip it).
+    let retry_at = waiting
+        .status
+        .iter()
+        .flat_map(|s| &s.nodes)
+        .filter_map(|n| n.replacement.as_ref())
+        .find_map(|r| r.retry_at.clone());
+    assert!(retry_at.is_some(), "{:#?}", waiting.status);
     ec2.clear_faults();
     let plan = h
         .wait_plan("capacity-back", TIMEOUT, |p| p.is_terminal())

@@ -86,6 +86,7 @@ pub fn controller_settings(
         cluster_certificate: Some(join.cluster_certificate),
         wait_slice: Duration::from_secs(5),
         backup_retry_cap: Duration::from_millis(300),
+        capacity_retry_base: Duration::from_millis(200),
         aws: Some(own_aws_config(cluster)),
         velero_credentials_secret: None,
     })

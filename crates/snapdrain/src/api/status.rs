@@ -316,6 +316,10 @@ pub struct ReplacementProgress {
     /// Consecutive capacity errors (InsufficientInstanceCapacity) of this attempt's launch.
     #[serde(default)]
     pub capacity_errors: u32,
+    /// After a capacity error, the launch is not tried again before this (persisted, so the status
+    /// write that records the error and wakes the plan does not turn the backoff into a tight loop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<Time>,
 }
 
 /// A pod whose holds a Release plan removed.

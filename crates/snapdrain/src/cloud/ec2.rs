@@ -142,7 +142,8 @@ const CAPACITY_CODES: &[&str] = &[
 
 /// How many consecutive capacity errors from RunInstances (one type, one subnet: nothing else to fall
 /// back to) a replacement takes before the plan fails. The SDK already retried each call (EC2 sends
-/// InsufficientInstanceCapacity as HTTP 500), so this is minutes of trying, not seconds.
+/// InsufficientInstanceCapacity as HTTP 500), and the plan waits between tries (30 s, then 60 s by
+/// default: `Settings::capacity_retry_base`), so this is minutes of trying, not seconds.
 pub const CAPACITY_ATTEMPTS: u32 = 3;
 
 impl CloudError {

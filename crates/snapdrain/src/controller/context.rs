@@ -32,6 +32,8 @@ pub struct Settings {
     pub wait_slice: Duration,
     /// Upper bound of the wait between backup attempts (the backoff itself grows from 30 s).
     pub backup_retry_cap: Duration,
+    /// First wait after an EC2 capacity error on a replacement launch (doubling after each).
+    pub capacity_retry_base: Duration,
     /// snapdrain's own AWS configuration (identity, region, endpoint) for reading Velero's bucket when
     /// Velero has no credentials Secret (IRSA, EKS Pod Identity). None loads the AWS default chain on
     /// first use; tests pass their own so no process-wide environment is involved.
@@ -53,6 +55,7 @@ impl Default for Settings {
             cluster_certificate: None,
             wait_slice: Duration::from_secs(20),
             backup_retry_cap: Duration::from_secs(300),
+            capacity_retry_base: Duration::from_secs(30),
             aws: None,
             velero_credentials_secret: None,
         }

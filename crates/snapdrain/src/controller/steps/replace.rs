@@ -198,6 +198,13 @@ pub fn pv_zones(pv: &PersistentVolume) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// The wait after the `errors`-th consecutive capacity error: `base`, doubling, at most 16 times `base`.
+/// Capacity shortages last minutes (EC2 docs, "Insufficient instance capacity": try again later, or
+/// another type or zone), so the tries are spread out rather than spent at once.
+pub fn capacity_backoff(base: Duration, errors: u32) -> Duration {
+    base.saturating_mul(1 << errors.saturating_sub(1).min(4))
+}
+
 pub async fn run(
     run: &mut PlanRun,
     facts: &mut PhaseFacts,
@@ -234,6 +241,18 @@ pub async fn run(
         let progress = run.status.nodes[i].replacement.clone().unwrap_or_default();
         if progress.ready || !progress.instance_ids.is_empty() {
             continue;
+        }
+        if let Some(at) = progress.retry_at.as_ref().map(|t| t.0)
+            && at > PlanRun::now()
+        {
+            let wait = at.duration_since(PlanRun::now()).unsigned_abs();
+            run.status.message = Some(format!(
+                "no EC2 capacity for the replacement of node {} ({} of {CAPACITY_ATTEMPTS} tries); trying again in {}s",
+                node.name,
+                progress.capacity_errors,
+                wait.as_secs()
+            ));
+            return Ok(Some(wait));
         }
         // Problems no retry can fix end the plan (rolled back) with the reason; others are retried.
         let settings = match node_settings(&spec, &run.ctx.settings) {
@@ -311,11 +330,17 @@ pub async fn run(
                     ));
                     return Ok(None);
                 }
+                let wait = capacity_backoff(run.ctx.settings.capacity_retry_base, errors);
                 if let Some(r) = run.status.nodes[i].replacement.as_mut() {
                     r.capacity_errors = errors;
+                    r.retry_at = Some(Time(PlanRun::now() + wait));
                 }
-                run.save().await?;
-                return Err(e.into());
+                run.status.message = Some(format!(
+                    "no EC2 capacity for the replacement of node {} ({errors} of {CAPACITY_ATTEMPTS} tries): {e}; trying again in {}s",
+                    node.name,
+                    wait.as_secs()
+                ));
+                return Ok(Some(wait));
             }
             Err(e) => return Err(e.into()),
         };
@@ -355,6 +380,7 @@ pub async fn run(
             r.instance_ids = ids;
             r.launched_at = Some(Time(PlanRun::now()));
             r.capacity_errors = 0;
+            r.retry_at = None;
         }
         run.save().await?;
     }
@@ -516,6 +542,14 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capacity_tries_are_spread_out() {
+        let base = Duration::from_secs(30);
+        assert_eq!(capacity_backoff(base, 1), Duration::from_secs(30));
+        assert_eq!(capacity_backoff(base, 2), Duration::from_secs(60));
+        assert_eq!(capacity_backoff(base, 9), Duration::from_secs(480));
+    }
 
     #[test]
     fn pv_zones_come_from_the_required_node_affinity() {
