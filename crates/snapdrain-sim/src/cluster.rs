@@ -48,7 +48,8 @@ pub struct SimConfig {
     pub settings: Settings,
     /// A scenario to load; implies `world`.
     pub scenario: Option<ScenarioSource>,
-    /// Run the world controllers (kubelet, scheduler, workload controllers, ...) and serve the Velero and
+    /// Run the world controllers (kubelet, scheduler, workload controllers, Velero, Karpenter, Cluster
+    /// Autoscaler, and aws-node-termination-handler when the scenario installs it) and serve the Velero and
     /// Karpenter CRDs. Off by default: a bare API server.
     pub world: bool,
     /// Overrides the scenario's timings.

@@ -1,6 +1,7 @@
 //! The scenario timeline: store operations at fixed times after start. They change what a real cluster
-//! would show at that moment (a NodeClaim marked Drifted, a NodeClaim deleted, a node cordoned); how
-//! Karpenter or snapdrain react is up to them.
+//! would show at that moment (a NodeClaim marked Drifted, a NodeClaim deleted, a node cordoned) or what
+//! reaches it from outside (an EC2 spot notice, a Cluster Autoscaler scale-down decision); how Karpenter,
+//! Cluster Autoscaler, aws-node-termination-handler or snapdrain react is up to them.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -184,6 +184,7 @@ async fn scale_down(ctx: &WorldContext, config: &AutoscalerConfig, node: &str) {
         }
     };
     let s = &config.settings;
+    // `taints.go` `MarkToBeDeleted`: the value is the Unix time in seconds.
     let taint = Taint {
         key: TO_BE_DELETED_TAINT.into(),
         value: Some(jiff::Timestamp::now().as_second().to_string()),
@@ -215,6 +216,22 @@ async fn scale_down(ctx: &WorldContext, config: &AutoscalerConfig, node: &str) {
         Some(node),
         json!({"taint": TO_BE_DELETED_TAINT, "value": value, "effect": "NoSchedule", "by": BY}),
     );
+    // The actuator lists the node's pods again once it is tainted (`deleteNodesAsync`, `GetPodsToMove`):
+    // a pod that arrived meanwhile is drained too, and one that blocks fails the scale-down.
+    let pods = match eviction::pods_on(&config.client, node).await {
+        Ok(now) => now,
+        Err(e) => {
+            tracing::debug!(node, error = %e, "cluster autoscaler sim: relisting pods failed");
+            pods
+        }
+    };
+    if let Some(p) = blocking(&pods) {
+        let message = format!(
+            "failed to get pods to move on node: pod annotated as not safe to evict present: {}",
+            p.metadata.name.as_deref().unwrap_or("")
+        );
+        return failed(ctx, config, node, message, true).await;
+    }
     if let Err(message) = drain(ctx, config, node, pods).await {
         return failed(ctx, config, node, message, true).await;
     }
@@ -249,7 +266,8 @@ async fn scale_down(ctx: &WorldContext, config: &AutoscalerConfig, node: &str) {
     }
 }
 
-/// The node and its pods when CA may scale it down.
+/// The node and its pods when CA may scale it down: the refusals CA's planner reports for unremovable
+/// nodes (`core/scaledown/eligibility/eligibility.go`, `simulator/drainability/rules/notsafetoevict`).
 async fn eligible(client: &Client, node: &str) -> Result<(Node, Vec<Pod>), Refusal> {
     let nodes: Api<Node> = Api::all(client.clone());
     let n = match nodes.get_opt(node).await {
@@ -275,10 +293,7 @@ async fn eligible(client: &Client, node: &str) -> Result<(Node, Vec<Pod>), Refus
     let pods = eviction::pods_on(client, node)
         .await
         .map_err(|e| Refusal::Error(e.to_string()))?;
-    if let Some(p) = pods
-        .iter()
-        .find(|p| !is_finished(p) && annotation(p, SAFE_TO_EVICT) == Some("false"))
-    {
+    if let Some(p) = blocking(&pods) {
         return Err(Refusal::Skip(
             "NotSafeToEvictAnnotation",
             json!({"pod": eviction::key(p), "message": format!("pod annotated as not safe to evict present: {}", p.metadata.name.as_deref().unwrap_or(""))}),
@@ -287,13 +302,20 @@ async fn eligible(client: &Client, node: &str) -> Result<(Node, Vec<Pod>), Refus
     Ok((n, pods))
 }
 
+/// A pod whose `safe-to-evict: "false"` keeps CA from scaling its node down.
+fn blocking(pods: &[Pod]) -> Option<&Pod> {
+    pods.iter()
+        .find(|p| !is_finished(p) && annotation(p, SAFE_TO_EVICT) == Some("false"))
+}
+
 fn instance_id(n: &Node) -> Option<String> {
     let pid = n.spec.as_ref()?.provider_id.as_deref()?;
     let id = pid.rsplit('/').next()?;
     id.starts_with("i-").then(|| id.to_string())
 }
 
-/// CA's failed scale-down: the taint goes (and the cordon, when CA cordoned), the node stays.
+/// CA's failed scale-down (`actuator.go` `CleanUpAndRecordFailedScaleDownEvent`, which calls
+/// `taints.go` `CleanToBeDeleted`): the taint goes (and the cordon, when CA cordoned), the node stays.
 async fn failed(
     ctx: &WorldContext,
     config: &AutoscalerConfig,
@@ -321,7 +343,8 @@ async fn failed(
     );
 }
 
-/// `Evictor.DrainNode`: every pod's eviction at once, then the wait for them to go.
+/// `drain.go` `Evictor.DrainNode` (`podsToEvict`, `initiateEviction`): every pod's eviction at once, one
+/// deadline for all of them, then the wait for them to go.
 async fn drain(
     ctx: &WorldContext,
     config: &AutoscalerConfig,
@@ -359,7 +382,8 @@ async fn drain(
     wait_gone(config, node, &full).await
 }
 
-/// `Evictor.evictPod`: the first attempt always, then one every retry time until `retry_until`.
+/// `drain.go` `Evictor.evictPod`: the first attempt always, then one every retry time until
+/// `retry_until`; success is no error or a 404, every other answer (429 included) is retried.
 async fn evict_pod(
     ctx: &WorldContext,
     config: &AutoscalerConfig,
@@ -411,7 +435,7 @@ async fn evict_pod(
     ))
 }
 
-/// `Evictor.waitPodsToDisappear`: gone is a 404 or the name bound to another node.
+/// `drain.go` `Evictor.waitPodsToDisappear`: gone is a 404 or the name bound to another node.
 async fn wait_gone(config: &AutoscalerConfig, node: &str, pods: &[Pod]) -> Result<(), String> {
     let s = &config.settings;
     let limit =

@@ -188,6 +188,8 @@ pub async fn run(ctx: Arc<WorldContext>, config: NthConfig, mut notices: Notices
     }
 }
 
+/// `pkg/interruptionevent/draincordon/handler.go` `HandleEvent`, once the event store says the event
+/// should drain (`TimeUntilDrain`): pre-drain task (taint), then cordon and drain or cordon only.
 async fn handle_event(ctx: &WorldContext, config: &NthConfig, node: &str, notice: &Notice) {
     let s = &config.settings;
     let event_id = notice.event_id();
@@ -325,6 +327,8 @@ async fn drain(ctx: &WorldContext, config: &NthConfig, node: &str) -> Result<usi
     }
 }
 
+/// One pod in kubectl `pkg/drain/drain.go` `evictPods`: evict until it is accepted (429 retried), then
+/// `waitForDelete`.
 async fn evict_and_wait(
     ctx: &WorldContext,
     config: &NthConfig,
