@@ -147,11 +147,14 @@ pub async fn run(ctx: Arc<WorldContext>, config: AutoscalerConfig, mut requests:
             drains.clone(),
             in_flight.clone(),
         );
+        // Nodes are taken in the order they were asked for; the semaphore is never closed, so acquiring
+        // only waits for a drain to finish.
+        let Ok(permit) = drains.acquire_owned().await else {
+            return;
+        };
         tokio::spawn(async move {
-            // The semaphore is never closed, so acquiring only waits.
-            if let Ok(_permit) = drains.acquire_owned().await {
-                scale_down(&ctx, &config, &node).await;
-            }
+            scale_down(&ctx, &config, &node).await;
+            drop(permit);
             lock(&in_flight).remove(&node);
         });
     }

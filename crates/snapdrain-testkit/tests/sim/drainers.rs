@@ -499,3 +499,86 @@ async fn nth_only_cordons_on_a_rebalance_recommendation_by_default() -> TestResu
     assert_eq!(env.instance_state("ng-b"), Some(InstanceState::Running));
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn autoscaler_scales_down_a_count_of_nodes_one_drain_at_a_time() -> TestResult {
+    // Upstream: cluster-autoscaler/core/scaledown/actuation/actuator.go (cropNodesToBudgets:
+    // --max-drain-parallelism, 1 by default; nodes beyond the budget are not tainted).
+    let timeline = "timeline:\n  - {at: 500, action: {autoscalerScaleDown: {count: 2}}}\n";
+    let env = Env::start(
+        &format!("{CA_FAST}{timeline}"),
+        false,
+        &[
+            ("default", "web-0", "ng-a", json!({})),
+            ("default", "web-1", "ng-b", json!({})),
+            ("default", "web-2", "ng-c", json!({})),
+        ],
+    )
+    .await?;
+    let first = env.await_world("scale-down-deleted", "ng-a").await;
+    let second = env.await_world("scale-down-deleted", "ng-b").await;
+    let tainted_b = env
+        .world("scale-down-tainted", "ng-b")
+        .into_iter()
+        .next()
+        .ok_or("ng-b tainted")?;
+    assert!(
+        first.seq < tainted_b.seq && tainted_b.seq < second.seq,
+        "ng-b waits for ng-a's drain"
+    );
+    let action = env
+        .sim
+        .audit
+        .since(0)
+        .into_iter()
+        .find(|e| e.verb == "autoscalerScaleDown")
+        .ok_or("the timeline ran")?;
+    assert_eq!(
+        action.detail["result"]["requested"],
+        json!(["ng-a", "ng-b"])
+    );
+    assert!(env.world("scale-down-tainted", "ng-c").is_empty());
+    assert!(env.pod("default", "web-2").await?.is_some());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nth_default_install_cordons_and_drains_without_a_taint() -> TestResult {
+    // Upstream: aws-node-termination-handler pkg/config/config.go (--taint-node defaults to false),
+    // pkg/node/node.go (CordonAndDrain).
+    let env = Env::start(
+        "nodeTerminationHandler: {deletePoll: 100}\n",
+        false,
+        &[
+            ("default", "web-0", "ng-a", json!({})),
+            ("shop", "db-0", "ng-a", json!({})),
+        ],
+    )
+    .await?;
+    env.running(&[("default", "web-0"), ("shop", "db-0")]).await;
+    let nth = env.sim.nth.as_ref().ok_or("the scenario installs NTH")?;
+    let deadline = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(60);
+    assert!(nth.notify("ng-a", Notice::SpotInterruption { deadline }));
+    let drained = env.await_world("nth-drained", "ng-a").await;
+    assert_eq!(drained.detail["pods"], 2);
+    for pod in ["web-0", "db-0"] {
+        assert_eq!(env.attempts(pod, NTH).first().map(|a| a.0), Some(201));
+    }
+    for (ns, pod) in [("default", "web-0"), ("shop", "db-0")] {
+        assert!(env.pod(ns, pod).await?.is_none(), "{pod} gone");
+    }
+    let node = env
+        .node("ng-a")
+        .await?
+        .ok_or("ng-a stays until EC2 reclaims it")?;
+    assert!(unschedulable(&node));
+    assert!(
+        node.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_none_or(|ts| ts.iter().all(|t| !t.key.starts_with(NTH))),
+        "no NTH taint without --taint-node"
+    );
+    assert!(env.world("nth-tainted", "ng-a").is_empty());
+    Ok(())
+}
