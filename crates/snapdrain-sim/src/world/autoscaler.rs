@@ -53,8 +53,9 @@ use super::node_taints;
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
 pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
-/// What the simulated Cluster Autoscaler sends as its user agent (and the audit log shows).
-pub const USER_AGENT: &str = "cluster-autoscaler/v1.34.0";
+/// What the simulated Cluster Autoscaler sends as its user agent (and the audit log shows): CA's
+/// `--user-agent` default (`config/flags/flags.go`).
+pub const USER_AGENT: &str = "cluster-autoscaler";
 const BY: &str = "cluster-autoscaler";
 
 /// CA's flags and constants that shape a scale-down. Durations in scenario files are milliseconds;

@@ -47,8 +47,10 @@ use super::node_taints;
 
 pub const SPOT_ITN_TAINT: &str = "aws-node-termination-handler/spot-itn";
 pub const REBALANCE_TAINT: &str = "aws-node-termination-handler/rebalance-recommendation";
-/// What the simulated handler sends as its user agent (and the audit log shows).
-pub const USER_AGENT: &str = "aws-node-termination-handler/v1.25.0";
+/// What the simulated handler sends as its user agent (and the audit log shows). NTH sets none, so
+/// client-go's default names its binary, `node-termination-handler` (Makefile); the version part is
+/// client-go's unset placeholder.
+pub const USER_AGENT: &str = "node-termination-handler/v0.0.0 (linux/amd64) kubernetes/$Format";
 const BY: &str = "aws-node-termination-handler";
 /// `maxTaintValueLength` in `pkg/node/node.go`.
 const MAX_TAINT_VALUE: usize = 63;

@@ -245,6 +245,13 @@ async fn autoscaler_taints_drains_and_deletes_a_node() -> TestResult {
         &[
             ("default", "web-0", "ng-b", json!({})),
             ("shop", "db-0", "ng-b", json!({})),
+            // A static pod's mirror: CA never evicts it (drain.go podsToEvict).
+            (
+                "kube-system",
+                "kube-proxy-ng-b",
+                "ng-b",
+                json!({"kubernetes.io/config.mirror": "2b4b6fbf"}),
+            ),
         ],
     )
     .await?;
