@@ -233,6 +233,21 @@ async fn autoscaler_skips_a_node_with_a_safe_to_evict_false_pod() -> TestResult 
     assert!(env.attempts("web-0", CA).is_empty(), "nothing evicted");
     assert!(env.attempts("db-0", CA).is_empty(), "nothing evicted");
     assert_eq!(env.instance_state("ng-a"), Some(InstanceState::Running));
+
+    // A node annotated scale-down-disabled is skipped too
+    // (cluster-autoscaler/core/scaledown/eligibility/eligibility.go).
+    Api::<Node>::all(env.client.clone())
+        .patch(
+            "ng-b",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations":
+                {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}}})),
+        )
+        .await?;
+    assert!(env.autoscaler()?.scale_down("ng-b"));
+    let skipped = env.await_world("scale-down-skipped", "ng-b").await;
+    assert_eq!(skipped.detail["reason"], "ScaleDownDisabledAnnotation");
+    assert!(env.world("scale-down-tainted", "ng-b").is_empty());
     Ok(())
 }
 
