@@ -20,7 +20,10 @@ use super::error::SimError;
 use super::s3::{S3Sim, S3SimConfig, S3Tls};
 use super::scenario::format::{TlsCa, VeleroCredentials};
 use super::scenario::{self, LoadedScenario, S3_URL_FALLBACK, Scenario, crds, timeline};
-use super::world::karpenter::{self, KarpenterConfig, KarpenterHandle};
+use super::world::autoscaler::{self, AutoscalerConfig, AutoscalerHandle};
+use super::world::eviction::drainer_client;
+use super::world::karpenter::{self, Cloud, KarpenterConfig, KarpenterHandle};
+use super::world::nth::{self, NthConfig, NthHandle};
 use super::world::velero::{self, VeleroConfig, VeleroHandle};
 use super::world::{Timings, World, WorldContext, ec2_nodes};
 use crate::ec2::bottlerocket::ClusterJoin;
@@ -45,7 +48,8 @@ pub struct SimConfig {
     pub settings: Settings,
     /// A scenario to load; implies `world`.
     pub scenario: Option<ScenarioSource>,
-    /// Run the world controllers (kubelet, scheduler, workload controllers, ...) and serve the Velero and
+    /// Run the world controllers (kubelet, scheduler, workload controllers, Velero, Karpenter, Cluster
+    /// Autoscaler, and aws-node-termination-handler when the scenario installs it) and serve the Velero and
     /// Karpenter CRDs. Off by default: a bare API server.
     pub world: bool,
     /// Overrides the scenario's timings.
@@ -86,6 +90,10 @@ pub struct SimCluster {
     pub velero: Option<VeleroHandle>,
     /// Spot interruptions for the simulated Karpenter.
     pub karpenter: Option<KarpenterHandle>,
+    /// Scale-downs for the simulated Cluster Autoscaler (with the world).
+    pub autoscaler: Option<AutoscalerHandle>,
+    /// Interruption notices for aws-node-termination-handler, when the scenario installs it.
+    pub nth: Option<NthHandle>,
 }
 
 impl SimCluster {
@@ -191,6 +199,8 @@ impl SimCluster {
         let mut ec2 = None;
         let mut velero_handle = None;
         let mut karpenter_handle = None;
+        let mut autoscaler_handle = None;
+        let mut nth_handle = None;
         let (world, context) = if with_world {
             let timings = config
                 .timings
@@ -284,17 +294,55 @@ impl SimCluster {
                 ec2_sim.config().subnets.clone(),
                 cluster_join(&api.url()),
             );
+            let shared_cloud: Arc<dyn Cloud> = cloud.clone();
             let kh = KarpenterHandle::new();
             world.adopt(tokio::spawn(karpenter::run(
                 ctx.clone(),
                 KarpenterConfig::new(cloud, client),
                 kh.clone(),
             )));
+            let scenario_spec = resolved.as_ref().map(|(scn, _)| scn);
+            let drainer = |agent: &str, who: &str| {
+                drainer_client(&api.url(), agent).map_err(|message| SimError::Load {
+                    what: format!("a client for the simulated {who}"),
+                    message,
+                })
+            };
+            let (ah, requests) = autoscaler::handle();
+            world.adopt(tokio::spawn(autoscaler::run(
+                ctx.clone(),
+                AutoscalerConfig {
+                    client: drainer(autoscaler::USER_AGENT, "Cluster Autoscaler")?,
+                    cloud: shared_cloud.clone(),
+                    settings: scenario_spec
+                        .and_then(|s| s.cluster_autoscaler.clone())
+                        .unwrap_or_default(),
+                },
+                requests,
+            )));
+            if let Some(settings) = scenario_spec.and_then(|s| s.node_termination_handler.clone()) {
+                let (nh, notices) = nth::handle();
+                world.adopt(tokio::spawn(nth::run(
+                    ctx.clone(),
+                    NthConfig {
+                        client: drainer(nth::USER_AGENT, "aws-node-termination-handler")?,
+                        settings,
+                    },
+                    notices,
+                )));
+                nth_handle = Some(nh);
+            }
             if let Some(l) = &loaded
                 && !l.timeline.is_empty()
             {
-                world.adopt(timeline::spawn(ctx.clone(), l.timeline.clone()));
+                let reach = timeline::Reach {
+                    autoscaler: Some(ah.clone()),
+                    nth: nth_handle.clone(),
+                    cloud: Some(shared_cloud),
+                };
+                world.adopt(timeline::spawn(ctx.clone(), l.timeline.clone(), reach));
             }
+            autoscaler_handle = Some(ah);
             ec2 = Some(ec2_sim);
             velero_handle = Some(vh);
             karpenter_handle = Some(kh);
@@ -314,6 +362,8 @@ impl SimCluster {
             ec2,
             velero: velero_handle,
             karpenter: karpenter_handle,
+            autoscaler: autoscaler_handle,
+            nth: nth_handle,
         })
     }
 

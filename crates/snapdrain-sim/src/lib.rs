@@ -1,5 +1,6 @@
 //! The simulated cluster: a Kubernetes API server real clients use unchanged, and the world around it
-//! (kubelets, controllers, Velero, Karpenter), plus EC2 and S3 endpoints the real AWS SDK talks to.
+//! (kubelets, controllers, Velero, Karpenter, Cluster Autoscaler, aws-node-termination-handler), plus EC2
+//! and S3 endpoints the real AWS SDK talks to.
 
 pub mod apiserver;
 pub mod cluster;

@@ -2,8 +2,8 @@
 //! honoured for the requests it selects, as kube-apiserver's validating webhook dispatcher does.
 //!
 //! Not simulated: mutating webhooks, `matchConditions` (CEL; a webhook with them is called as if they
-//! held), `admissionReviewVersions` other than `v1`, and authentication (every request comes from
-//! `system:anonymous`).
+//! held), `admissionReviewVersions` other than `v1`. The review's `userInfo` is the user the request's
+//! bearer token authenticated (`system:unsecured` without one, see `auth`).
 
 mod call;
 mod matching;
@@ -48,6 +48,8 @@ pub struct AdmissionAttributes<'a> {
     pub old_object: Option<&'a Value>,
     pub dry_run: bool,
     pub user_agent: Option<&'a str>,
+    /// Who sent the request: the review's `userInfo`.
+    pub user: &'a super::auth::UserInfo,
 }
 
 /// What admission keeps between requests: HTTPS clients per trust bundle.

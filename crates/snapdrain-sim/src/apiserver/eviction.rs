@@ -75,6 +75,7 @@ pub async fn handle(
     query: &Query,
     body: Value,
     user_agent: Option<&str>,
+    user: &super::auth::UserInfo,
 ) -> Reply {
     let name = target.name.as_deref().unwrap_or("");
     let ns = target.namespace.as_deref().unwrap_or("");
@@ -95,6 +96,7 @@ pub async fn handle(
             old_object: None,
             dry_run: query.dry_run(),
             user_agent,
+            user,
         },
     )
     .await?;

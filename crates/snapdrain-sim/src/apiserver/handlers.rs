@@ -36,6 +36,8 @@ pub fn verb(method: &Method, target: &Target, query: &Query) -> &'static str {
 }
 
 pub struct Request {
+    /// Who sent it (authenticated from its bearer token).
+    pub user: super::auth::UserInfo,
     pub method: Method,
     pub target: Target,
     pub query: Query,
@@ -137,6 +139,7 @@ pub async fn dispatch(state: Arc<ApiState>, req: Request) -> Reply {
                 &req.query,
                 req.body_value()?,
                 req.user_agent(),
+                &req.user,
             )
             .await
         }
@@ -356,6 +359,7 @@ async fn create(state: &Arc<ApiState>, req: &Request) -> Reply {
             old_object: None,
             dry_run: req.query.dry_run(),
             user_agent: req.user_agent(),
+            user: &req.user,
         },
     )
     .await?;
@@ -384,6 +388,7 @@ async fn update(state: &Arc<ApiState>, req: &Request) -> Reply {
             old_object: old.as_deref(),
             dry_run: req.query.dry_run(),
             user_agent: req.user_agent(),
+            user: &req.user,
         },
     )
     .await?;
@@ -457,6 +462,7 @@ async fn patch_object(state: &Arc<ApiState>, req: &Request) -> Reply {
             old_object: old.as_deref(),
             dry_run: req.query.dry_run(),
             user_agent: req.user_agent(),
+            user: &req.user,
         },
     )
     .await?;
@@ -530,6 +536,7 @@ async fn delete(state: &Arc<ApiState>, req: &Request) -> Reply {
             old_object: Some(&old),
             dry_run: opts.dry_run,
             user_agent: req.user_agent(),
+            user: &req.user,
         },
     )
     .await?;

@@ -251,6 +251,7 @@ async fn entry(
         return error_response(&err);
     }
     let req = handlers::Request {
+        user,
         method,
         target: target.clone(),
         query,

@@ -42,6 +42,14 @@ pub struct Scenario {
     pub pdbs: Vec<PdbSpec>,
     #[serde(default)]
     pub velero: Option<VeleroSpec>,
+    /// Cluster Autoscaler's flags (defaults: CA's). It runs in every world, idle until the timeline (or a
+    /// test) asks it to scale a node down.
+    #[serde(default)]
+    pub cluster_autoscaler: Option<crate::world::autoscaler::AutoscalerSettings>,
+    /// Installs aws-node-termination-handler with these flags (defaults: NTH's, so `taintNode: false`):
+    /// it then handles the timeline's `spotInterruption` and `rebalanceRecommendation`.
+    #[serde(default)]
+    pub node_termination_handler: Option<crate::world::nth::NthSettings>,
     /// Any manifests, created as given (after the objects above). `${S3_URL}` is replaced.
     #[serde(default)]
     pub objects: Vec<Value>,

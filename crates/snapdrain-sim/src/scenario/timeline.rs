@@ -1,6 +1,7 @@
 //! The scenario timeline: store operations at fixed times after start. They change what a real cluster
-//! would show at that moment (a NodeClaim marked Drifted, a NodeClaim deleted, a node cordoned); how
-//! Karpenter or snapdrain react is up to them.
+//! would show at that moment (a NodeClaim marked Drifted, a NodeClaim deleted, a node cordoned) or what
+//! reaches it from outside (an EC2 spot notice, a Cluster Autoscaler scale-down decision); how Karpenter,
+//! Cluster Autoscaler, aws-node-termination-handler or snapdrain react is up to them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +14,9 @@ use crate::apiserver::faults::FaultRule;
 use crate::apiserver::store::DeleteOptions;
 use crate::cluster::load_object;
 use crate::world::WorldContext;
+use crate::world::autoscaler::{AutoscalerHandle, TO_BE_DELETED_TAINT};
+use crate::world::karpenter::Cloud;
+use crate::world::nth::{Notice, NthHandle};
 use crate::world::objects::*;
 
 #[derive(Clone, Debug, Deserialize)]
@@ -42,10 +46,29 @@ pub enum Action {
     ExpireNodeClaim {
         node: String,
     },
-    /// Annotates the node's NodeClaim and Node with `sim.snapdrain.io/interruption-deadline` (two minutes
-    /// from now), the notice an EC2 spot interruption gives; the simulated Karpenter acts on it.
+    /// An EC2 spot interruption notice for the node's instance: annotates the Node (and its NodeClaim, when
+    /// Karpenter owns it) with `sim.snapdrain.io/interruption-deadline`, `notice` ms from now (default two
+    /// minutes, as EC2 warns); tells aws-node-termination-handler, when the scenario installs it; and at
+    /// the deadline EC2 terminates the instance, whatever was drained.
     SpotInterruption {
         node: String,
+        #[serde(default = "spot_notice_ms")]
+        notice: u64,
+    },
+    /// An EC2 rebalance recommendation for the node's instance (no deadline): only
+    /// aws-node-termination-handler acts on it, when the scenario installs it.
+    RebalanceRecommendation {
+        node: String,
+    },
+    /// Cluster Autoscaler decided to scale these nodes down (or the first `count` nodes by name that no
+    /// Karpenter NodePool owns and CA is not deleting yet): it drains and deletes each unless something on
+    /// it refuses (see `world::autoscaler`).
+    #[serde(rename_all = "camelCase")]
+    AutoscalerScaleDown {
+        #[serde(default)]
+        nodes: Vec<String>,
+        #[serde(default)]
+        count: Option<usize>,
     },
     InjectFault(FaultRule),
     ClearFaults,
@@ -87,14 +110,30 @@ fn ami_drift() -> String {
     "AMIDrift".into()
 }
 
+fn spot_notice_ms() -> u64 {
+    crate::world::spot::NOTICE.as_millis() as u64
+}
+
+/// What actions reach beyond the store: the drainers they notify and the cloud that reclaims spot
+/// instances. An absent one is not installed in this cluster.
+#[derive(Clone, Default)]
+pub struct Reach {
+    pub autoscaler: Option<AutoscalerHandle>,
+    pub nth: Option<NthHandle>,
+    pub cloud: Option<Arc<dyn Cloud>>,
+}
+
 pub const INTERRUPTION_DEADLINE: &str = "sim.snapdrain.io/interruption-deadline";
 
 impl Action {
     pub fn nodes(&self) -> Vec<&str> {
         match self {
-            Action::MarkDrifted { nodes, .. } => nodes.iter().map(String::as_str).collect(),
+            Action::MarkDrifted { nodes, .. } | Action::AutoscalerScaleDown { nodes, .. } => {
+                nodes.iter().map(String::as_str).collect()
+            }
             Action::ExpireNodeClaim { node }
-            | Action::SpotInterruption { node }
+            | Action::SpotInterruption { node, .. }
+            | Action::RebalanceRecommendation { node }
             | Action::DeleteNode { node }
             | Action::Cordon { node }
             | Action::Uncordon { node }
@@ -108,6 +147,8 @@ impl Action {
             Action::MarkDrifted { .. } => "markDrifted",
             Action::ExpireNodeClaim { .. } => "expireNodeClaim",
             Action::SpotInterruption { .. } => "spotInterruption",
+            Action::RebalanceRecommendation { .. } => "rebalanceRecommendation",
+            Action::AutoscalerScaleDown { .. } => "autoscalerScaleDown",
             Action::InjectFault(_) => "injectFault",
             Action::ClearFaults => "clearFaults",
             Action::DeleteNode { .. } => "deleteNode",
@@ -122,13 +163,17 @@ impl Action {
 }
 
 /// Runs the timeline from now; the task ends after the last action.
-pub fn spawn(ctx: Arc<WorldContext>, mut entries: Vec<TimelineEntry>) -> JoinHandle<()> {
+pub fn spawn(
+    ctx: Arc<WorldContext>,
+    mut entries: Vec<TimelineEntry>,
+    reach: Reach,
+) -> JoinHandle<()> {
     entries.sort_by_key(|e| e.at);
     tokio::spawn(async move {
         let start = tokio::time::Instant::now();
         for e in entries {
             tokio::time::sleep_until(start + Duration::from_millis(e.at)).await;
-            let outcome = apply(&ctx, &e.action);
+            let outcome = apply(&ctx, &reach, &e.action);
             let detail = match &outcome {
                 Ok(d) => json!({"at": e.at, "result": d}),
                 Err(msg) => json!({"at": e.at, "error": msg}),
@@ -158,13 +203,22 @@ fn nodeclaim_of(ctx: &WorldContext, node: &str) -> Result<Arc<Value>, String> {
         .ok_or_else(|| format!("node {node} has no NodeClaim (is it Karpenter-managed?)"))
 }
 
+/// The EC2 instance ID in the Node's providerID (`aws:///<zone>/<id>`).
+fn instance_of(node: &Value) -> Option<String> {
+    str_at(node, "/spec/providerID")?
+        .rsplit('/')
+        .next()
+        .filter(|id| id.starts_with("i-"))
+        .map(str::to_string)
+}
+
 fn node_obj(ctx: &WorldContext, node: &str) -> Result<Arc<Value>, String> {
     ctx.store
         .get(&nodes(), None, node)
         .ok_or_else(|| format!("node {node} does not exist"))
 }
 
-fn apply(ctx: &WorldContext, action: &Action) -> Result<Value, String> {
+fn apply(ctx: &Arc<WorldContext>, reach: &Reach, action: &Action) -> Result<Value, String> {
     let store = &ctx.store;
     match action {
         Action::MarkDrifted {
@@ -213,14 +267,15 @@ fn apply(ctx: &WorldContext, action: &Action) -> Result<Value, String> {
                 .map_err(|e| e.message)?;
             Ok(json!({"nodeClaim": name(&c)}))
         }
-        Action::SpotInterruption { node } => {
-            let deadline = (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(120))
-                .strftime("%Y-%m-%dT%H:%M:%SZ")
-                .to_string();
-            let c = nodeclaim_of(ctx, node)?;
+        Action::SpotInterruption { node, notice } => {
+            let at = jiff::Timestamp::now() + Duration::from_millis(*notice);
+            let deadline = at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
             let n = node_obj(ctx, node)?;
-            for (res, obj) in [(nodeclaims(), &c), (nodes(), &n)] {
-                modify_uid(store, &res, None, name(obj), uid(obj), |o| {
+            let claim = nodeclaim_of(ctx, node).ok();
+            let mut annotate = vec![(nodes(), n.clone())];
+            annotate.extend(claim.iter().map(|c| (nodeclaims(), c.clone())));
+            for (res, obj) in annotate {
+                modify_uid(store, &res, None, name(&obj), uid(&obj), |o| {
                     if !o
                         .pointer("/metadata/annotations")
                         .is_some_and(Value::is_object)
@@ -231,7 +286,80 @@ fn apply(ctx: &WorldContext, action: &Action) -> Result<Value, String> {
                     true
                 });
             }
-            Ok(json!({"nodeClaim": name(&c), "deadline": deadline}))
+            let notified = reach
+                .nth
+                .as_ref()
+                .is_some_and(|h| h.notify(node, Notice::SpotInterruption { deadline: at }));
+            let instance = instance_of(&n);
+            if let (Some(cloud), Some(id)) = (&reach.cloud, &instance) {
+                tokio::spawn(crate::world::spot::reclaim_at(
+                    ctx.clone(),
+                    cloud.clone(),
+                    id.clone(),
+                    node.clone(),
+                    at,
+                ));
+            }
+            Ok(
+                json!({"nodeClaim": claim.as_ref().map(|c| name(c)), "deadline": deadline,
+                "instance": instance, "nodeTerminationHandler": notified}),
+            )
+        }
+        Action::RebalanceRecommendation { node } => {
+            node_obj(ctx, node)?;
+            let notified = reach.nth.as_ref().is_some_and(|h| {
+                h.notify(
+                    node,
+                    Notice::RebalanceRecommendation {
+                        noticed: jiff::Timestamp::now(),
+                    },
+                )
+            });
+            Ok(json!({"nodeTerminationHandler": notified}))
+        }
+        Action::AutoscalerScaleDown {
+            nodes: names,
+            count,
+        } => {
+            let ca = reach
+                .autoscaler
+                .as_ref()
+                .ok_or("Cluster Autoscaler does not run in this cluster")?;
+            let chosen: Vec<String> = if names.is_empty() {
+                let mut all: Vec<String> = store
+                    .list(
+                        &nodes(),
+                        None,
+                        &|n| {
+                            n.pointer("/metadata/labels/karpenter.sh~1nodepool")
+                                .is_none()
+                                && !is_terminating(n)
+                                && !n
+                                    .pointer("/spec/taints")
+                                    .and_then(Value::as_array)
+                                    .is_some_and(|ts| {
+                                        ts.iter().any(|t| t["key"] == TO_BE_DELETED_TAINT)
+                                    })
+                        },
+                        None,
+                        None,
+                    )
+                    .items
+                    .iter()
+                    .map(|n| name(n).to_string())
+                    .collect();
+                all.sort();
+                all.truncate(count.unwrap_or(all.len()));
+                all
+            } else {
+                names.clone()
+            };
+            for n in &chosen {
+                if !ca.scale_down(n) {
+                    return Err("Cluster Autoscaler stopped".into());
+                }
+            }
+            Ok(json!({"requested": chosen}))
         }
         Action::InjectFault(rule) => {
             rule.validate()?;

@@ -1,5 +1,5 @@
 //! The world around the API server: what kubelets, the scheduler, the built-in controllers, Velero,
-//! Karpenter and EC2 do in a real cluster. Every controller here reads and writes through the same
+//! Karpenter, Cluster Autoscaler, aws-node-termination-handler and EC2 do in a real cluster. Every controller here reads and writes through the same
 //! [`Store`] as API clients, so clients see their effects exactly as they would see a real cluster's.
 //!
 //! Each controller is a task started by [`World::start`]; they share a [`WorldContext`]. Controllers read
@@ -77,7 +77,7 @@ impl Timings {
 }
 
 /// Durations in scenario files are milliseconds.
-mod millis {
+pub(crate) mod millis {
     use std::time::Duration;
 
     use serde::{Deserialize, Deserializer, Serializer};
@@ -160,8 +160,13 @@ impl Drop for World {
     }
 }
 
+pub mod autoscaler;
 pub mod ec2_nodes;
+pub mod eviction;
 pub mod karpenter;
+pub mod node_taints;
+pub mod nth;
+pub mod spot;
 pub mod velero;
 
 /// Go duration strings (`720h`, `1h30m0s`, `30s`) as Karpenter and Velero specs use them.

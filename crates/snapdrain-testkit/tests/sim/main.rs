@@ -2,6 +2,7 @@
 //! per part of the simulator.
 
 mod admission;
+mod drainers;
 mod ec2;
 mod eviction;
 mod karpenter;

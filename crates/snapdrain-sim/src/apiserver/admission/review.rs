@@ -6,9 +6,6 @@ use serde_json::{Value, json};
 use super::super::errors::{ApiError, Cause};
 use super::AdmissionAttributes;
 
-/// The user every request is attributed to: the simulator does not authenticate.
-const USERNAME: &str = "system:anonymous";
-
 pub fn request(attrs: &AdmissionAttributes<'_>, uid: &str) -> Value {
     let t = attrs.target;
     let sub = t.subresource.as_deref().unwrap_or("");
@@ -41,7 +38,7 @@ pub fn request(attrs: &AdmissionAttributes<'_>, uid: &str) -> Value {
         "requestResource": resource,
         "name": attrs.name,
         "operation": attrs.operation.as_str(),
-        "userInfo": {"username": USERNAME, "groups": ["system:unauthenticated"]},
+        "userInfo": {"username": attrs.user.name, "groups": attrs.user.groups},
         "object": attrs.object.cloned().unwrap_or(Value::Null),
         "oldObject": attrs.old_object.cloned().unwrap_or(Value::Null),
         "dryRun": attrs.dry_run,

@@ -5,32 +5,16 @@
 //! PDBs) are retried by the caller's backoff.
 
 use kube::Client;
-use kube::core::Status;
 use serde_json::json;
 
 /// The HTTP code of one eviction (0 when no answer came) and the server's message.
 pub async fn evict(client: &Client, namespace: &str, name: &str, uid: &str) -> (u16, String) {
-    let body = json!({
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": name, "namespace": namespace},
-        "deleteOptions": {"preconditions": {"uid": uid}},
-    });
-    let request = http::Request::post(format!(
-        "/api/v1/namespaces/{namespace}/pods/{name}/eviction"
-    ))
-    .header(http::header::CONTENT_TYPE, "application/json")
-    .body(body.to_string().into_bytes());
-    let request = match request {
-        Ok(r) => r,
-        Err(e) => return (0, format!("cannot build the eviction request: {e}")),
-    };
-    match client.request::<Status>(request).await {
-        // A Failure Status in a 2xx body (as older API servers sent for the multi-PDB case) is not an
-        // eviction: report its own code.
-        Ok(status) if status.is_failure() => (status.code, status.message),
-        Ok(_) => (201, String::new()),
-        Err(kube::Error::Api(status)) => (status.code, status.message),
-        Err(other) => (0, format!("eviction request failed: {other}")),
-    }
+    crate::world::eviction::evict(
+        client,
+        "policy/v1",
+        namespace,
+        name,
+        json!({"preconditions": {"uid": uid}}),
+    )
+    .await
 }
