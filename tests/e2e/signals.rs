@@ -566,3 +566,36 @@ async fn graceful_signals_wait_for_a_maintenance_window_and_a_free_slot() {
         "the second plan started at {created} while the first ran until {finished}"
     );
 }
+
+#[tokio::test]
+async fn cluster_autoscaler_leaves_a_node_with_held_pods_alone() {
+    // Cluster Autoscaler refuses to scale down a node with a `safe-to-evict: "false"` pod
+    // (kubernetes/autoscaler `cluster-autoscaler/simulator/drainability/rules/notsafetoevict/rule.go`),
+    // which is the hold snapdrain keeps on every protected pod.
+    let h = Harness::start().await;
+    let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    let ca = h
+        .cluster
+        .autoscaler
+        .as_ref()
+        .expect("every simulated world runs Cluster Autoscaler");
+    assert!(ca.scale_down(&node));
+    let skipped = snapdrain_testkit::eventually("Cluster Autoscaler's verdict", || async {
+        h.audit()
+            .into_iter()
+            .find(|e| e.verb == "scale-down-skipped" && e.name.as_deref() == Some(node.as_str()))
+    })
+    .await;
+    assert_eq!(skipped.detail["reason"], "NotSafeToEvictAnnotation");
+    let n = h.node(&node).await.expect("the node stays");
+    let tainted = n
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .iter()
+        .any(|t| t.key == "ToBeDeletedByClusterAutoscaler");
+    assert!(!tainted, "Cluster Autoscaler did not start on it");
+    assert!(h.accepted_evictions().is_empty(), "nothing was evicted");
+}
