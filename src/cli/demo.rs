@@ -33,12 +33,24 @@ pub struct DemoArgs {
         value_name = "FILE"
     )]
     pub report: PathBuf,
+    /// Instead of one plan: a Karpenter drift rollout of the drift-rollout scenario's 20 nodes, guarded by
+    /// snapdrain's holds and Release plans, with the same safety check over every plan.
+    #[arg(long, conflicts_with_all = ["node", "no_replacement", "keep_running"])]
+    pub rollout: bool,
     /// Give up if the plan has not finished after this many seconds.
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub timeout: u64,
 }
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    if args.rollout {
+        let timeout = Duration::from_secs(args.timeout.max(300));
+        let failure = crate::demo::rollout::run(timeout, &mut std::io::stdout()).await?;
+        return match failure {
+            None => Ok(()),
+            Some(why) => anyhow::bail!("the rollout demo failed: {why}"),
+        };
+    }
     let opts = DemoOptions {
         scenario: args.scenario,
         node: args.node,

@@ -7,6 +7,7 @@
 //! - [`follow`]: the live story, from the plan's status and the audit log.
 //! - [`summary`]: the closing report and the safety check.
 //! - [`printer`]: plain lines, with a spinner on a terminal.
+//! - [`rollout`]: `--rollout`, a Karpenter drift rollout of 20 nodes guarded by snapdrain.
 //!
 //! [`run`] writes to any writer and returns the [`Demo`] (cluster still running), so the CLI can keep it
 //! up for kubectl and tests can read the [`summary::Report`].
@@ -15,6 +16,7 @@ pub mod follow;
 pub mod plan;
 pub mod preview;
 pub mod printer;
+pub mod rollout;
 pub mod setup;
 pub mod summary;
 

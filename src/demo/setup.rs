@@ -23,8 +23,26 @@ pub async fn start_cluster(
     timings: Option<Timings>,
     ready_within: Duration,
 ) -> anyhow::Result<(SimCluster, Client)> {
+    start_cluster_from(
+        ScenarioSource::Named(scenario.to_string()),
+        timings,
+        ready_within,
+    )
+    .await
+}
+
+/// [`start_cluster`] with a scenario given as a source (a changed built-in one, for instance).
+pub async fn start_cluster_from(
+    source: ScenarioSource,
+    timings: Option<Timings>,
+    ready_within: Duration,
+) -> anyhow::Result<(SimCluster, Client)> {
+    let scenario = match &source {
+        ScenarioSource::Named(n) => n.clone(),
+        ScenarioSource::Inline { label, .. } => label.clone(),
+    };
     let cluster = SimCluster::start(SimConfig {
-        scenario: Some(ScenarioSource::Named(scenario.to_string())),
+        scenario: Some(source),
         timings,
         ..SimConfig::default()
     })

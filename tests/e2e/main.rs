@@ -11,5 +11,6 @@ mod real_cloud;
 mod real_drain;
 mod real_velero;
 mod resilience;
+mod rollout;
 mod signals;
 mod sim_serve;

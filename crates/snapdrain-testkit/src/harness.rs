@@ -71,6 +71,43 @@ impl Harness {
         .await
     }
 
+    /// A built-in scenario, changed by `edit` (e.g. its timeline removed, so a test drives the
+    /// disruption itself once snapdrain runs). Returns once every StatefulSet reports all replicas ready.
+    pub async fn start_scenario(
+        name: &str,
+        edit: impl FnOnce(&mut snapdrain_sim::scenario::format::Scenario),
+    ) -> Self {
+        crate::capture_logs();
+        let (mut scenario, label) =
+            snapdrain_sim::scenario::resolve(name).expect("a built-in scenario");
+        edit(&mut scenario);
+        let cluster = SimCluster::start(SimConfig {
+            scenario: Some(ScenarioSource::Inline {
+                scenario: Box::new(scenario),
+                label,
+            }),
+            timings: Some(fast_timings()),
+            ..Default::default()
+        })
+        .await
+        .expect("the scenario starts");
+        let client = Client::try_from(cluster.kube_config()).expect("client");
+        install_plan_crd(&client)
+            .await
+            .expect("install the DisruptionPlan CRD");
+        let h = Self { cluster, client };
+        let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::all(h.client.clone());
+        h.wait_all(sets, "every StatefulSet ready", |ss| {
+            !ss.is_empty()
+                && ss.iter().all(|s| {
+                    let want = s.spec.as_ref().and_then(|sp| sp.replicas).unwrap_or(1);
+                    s.status.as_ref().and_then(|st| st.ready_replicas) == Some(want)
+                })
+        })
+        .await;
+        h
+    }
+
     async fn start_source(
         source: ScenarioSource,
         timings: Timings,
@@ -316,12 +353,32 @@ impl Harness {
             + Sync
             + 'static,
     {
+        self.wait_all_within(api, what, TIMEOUT, want).await
+    }
+
+    /// [`Harness::wait_all`] with its own time limit.
+    pub async fn wait_all_within<K>(
+        &self,
+        api: Api<K>,
+        what: &str,
+        limit: Duration,
+        want: impl Fn(&[K]) -> bool,
+    ) -> Vec<K>
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + k8s_openapi::serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
         let (store, writer) = kube::runtime::reflector::store();
         let stream =
             kube::runtime::reflector::reflector(writer, watcher(api, watcher::Config::default()))
                 .default_backoff();
         let mut stream = std::pin::pin!(stream);
-        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        let deadline = tokio::time::Instant::now() + limit;
         let mut listed = false;
         loop {
             let now: Vec<K> = store.state().iter().map(|o| (**o).clone()).collect();
@@ -332,7 +389,7 @@ impl Harness {
                 Ok(Some(Ok(watcher::Event::InitDone))) => listed = true,
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => {
-                    panic!("{what}: not reached within {TIMEOUT:?}; last seen: {now:#?}")
+                    panic!("{what}: not reached within {limit:?}; last seen: {now:#?}")
                 }
             }
         }

@@ -1,0 +1,149 @@
+//! A Karpenter drift rollout of 20 nodes (`drift-rollout`), without and with snapdrain. Without it, the
+//! simulated Karpenter evicts StatefulSet pods with no backup (the scenario is meaningful); with it, every
+//! drifted node is still replaced and no protected pod is evicted before a verified backup covering its
+//! PVCs. Karpenter's own rules: research/karpenter.md (drift is graceful: nodes with a
+//! `karpenter.sh/do-not-disrupt` pod are skipped, kubernetes-sigs/karpenter
+//! `pkg/controllers/disruption/types.go`; budgets `pkg/apis/v1/nodepool.go`).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde_json::{Value, json};
+use snapdrain::api::DisruptionPlan;
+use snapdrain_testkit::harness::Harness;
+use snapdrain_testkit::safety;
+
+const ROLLOUT: Duration = Duration::from_secs(300);
+
+/// The drift-rollout scenario without its timeline: the test marks the nodes drifted itself, once
+/// snapdrain (if any) is holding the pods.
+async fn start() -> Harness {
+    Harness::start_scenario("drift-rollout", |s| s.timeline.clear()).await
+}
+
+async fn drift_all(h: &Harness) -> BTreeSet<String> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    let claims: Api<DynamicObject> = Api::all_with(
+        h.client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"),
+    );
+    let nodes: BTreeSet<String> = Api::<Node>::all(h.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("list nodes")
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    for c in claims.list(&Default::default()).await.expect("list claims").items {
+        let mut conditions = c.data["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        conditions.push(json!({"type": "Drifted", "status": "True", "reason": "AMIDrift",
+            "message": "AMIDrift", "lastTransitionTime": "2026-12-01T00:00:00Z"}));
+        claims
+            .patch_status(
+                &c.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"conditions": conditions}})),
+            )
+            .await
+            .expect("mark drifted");
+    }
+    nodes
+}
+
+async fn protected_pods(h: &Harness) -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let pods: Vec<Value> = Api::<Pod>::all(h.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .items
+        .iter()
+        .map(|p| serde_json::to_value(p).expect("a pod serializes"))
+        .collect();
+    safety::protected_pods(&pods)
+}
+
+async fn wait_replaced(h: &Harness, old: &BTreeSet<String>) {
+    h.wait_all_within(
+        Api::<Node>::all(h.client.clone()),
+        "every drifted node replaced",
+        ROLLOUT,
+        |ns| !ns.iter().any(|n| old.contains(&n.name_any())),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drift_rollout_without_snapdrain_evicts_stateful_pods_without_a_backup() {
+    let h = start().await;
+    let protected = protected_pods(&h).await;
+    assert_eq!(protected.len(), 6, "postgres and mongodb with volumes: {protected:?}");
+    let started = Instant::now();
+    let old = drift_all(&h).await;
+    wait_replaced(&h, &old).await;
+    tracing::info!(seconds = started.elapsed().as_secs_f64(), "drift rollout, Karpenter alone");
+    let violations =
+        safety::eviction_violations(&safety::accepted_evictions(&h.audit()), &protected, &[]);
+    assert!(
+        !violations.is_empty(),
+        "Karpenter alone evicted no protected pod: the scenario would prove nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drift_rollout_guarded_by_snapdrain_backs_up_before_every_eviction() {
+    let h = start().await;
+    let protected = protected_pods(&h).await;
+    let _controller = h.controller().await;
+    let pods: Api<Pod> = Api::all(h.client.clone());
+    h.wait_all(pods, "every protected pod held", |ps| {
+        let held: Vec<&Pod> = ps
+            .iter()
+            .filter(|p| {
+                let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+                protected.contains_key(&key)
+            })
+            .collect();
+        held.len() == protected.len()
+            && held.iter().all(|p| {
+                p.annotations().get("karpenter.sh/do-not-disrupt").map(String::as_str) == Some("true")
+            })
+    })
+    .await;
+    let started = Instant::now();
+    let old = drift_all(&h).await;
+    wait_replaced(&h, &old).await;
+    tracing::info!(seconds = started.elapsed().as_secs_f64(), "drift rollout guarded by snapdrain");
+    let plans: Vec<DisruptionPlan> = Api::<DisruptionPlan>::all(h.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("list plans")
+        .items;
+    assert!(!plans.is_empty(), "drifted nodes with protected pods got plans");
+    let backups: Vec<safety::RecordedBackup> = plans
+        .iter()
+        .flat_map(|p| safety::recorded_backups(&serde_json::to_value(p).expect("serializes")))
+        .collect();
+    let evictions = safety::accepted_evictions(&h.audit());
+    let protected_evicted = evictions
+        .iter()
+        .filter(|e| protected.contains_key(&e.pod))
+        .count();
+    assert!(protected_evicted > 0, "Karpenter did move the stateful pods");
+    let violations = safety::eviction_violations(&evictions, &protected, &backups);
+    assert!(
+        violations.is_empty(),
+        "the promise was broken:\n{}",
+        violations
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
