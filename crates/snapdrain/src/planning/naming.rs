@@ -99,7 +99,13 @@ fn hex(bytes: &[u8]) -> String {
 /// `<node>-<hash8>-<run>`. The hash covers the node's uid, the signal's source and reason, so two replicas
 /// (or two webhook calls) deciding on the same signal pick the same name and the second create gets 409
 /// instead of a second plan; a node re-created under the same name gets new plans. A DNS-1123 label.
-pub fn signal_plan_name(node: &str, node_uid: &str, source: &str, reason: &str, run: u32) -> String {
+pub fn signal_plan_name(
+    node: &str,
+    node_uid: &str,
+    source: &str,
+    reason: &str,
+    run: u32,
+) -> String {
     let hash = short_hash(&[node_uid, node, source, reason]);
     let suffix = if run > 1 {
         format!("-{hash}-{run}")
@@ -252,9 +258,18 @@ mod tests {
     fn signal_plans_are_named_for_their_node_and_signal() {
         let a = signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Drifted", 1);
         assert!(a.starts_with("ip-10-0-1-7-ec2-internal-"), "{a}");
-        assert_eq!(a, signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Drifted", 1));
-        assert_ne!(a, signal_plan_name("ip-10-0-1-7.ec2.internal", "u2", "karpenter", "Drifted", 1));
-        assert_ne!(a, signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Expired", 1));
+        assert_eq!(
+            a,
+            signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Drifted", 1)
+        );
+        assert_ne!(
+            a,
+            signal_plan_name("ip-10-0-1-7.ec2.internal", "u2", "karpenter", "Drifted", 1)
+        );
+        assert_ne!(
+            a,
+            signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Expired", 1)
+        );
         assert_eq!(
             signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Drifted", 2),
             format!("{a}-2")

@@ -100,9 +100,7 @@ pub fn choose(plans: &[DisruptionPlan], signal: &NodeSignal) -> Choice {
         let record = SignalRecord::from(signal);
         let known = records_of(plan).iter().any(|r| r == &record);
         let current = plan.spec.deadline.as_ref().map(|t| t.0);
-        let earlier_deadline = signal
-            .deadline
-            .filter(|d| current.is_none_or(|c| *d < c));
+        let earlier_deadline = signal.deadline.filter(|d| current.is_none_or(|c| *d < c));
         return Choice::Join {
             plan: plan.name_any(),
             record: !known,
@@ -110,9 +108,8 @@ pub fn choose(plans: &[DisruptionPlan], signal: &NodeSignal) -> Choice {
         };
     }
     let source = source_name(signal.source);
-    let name_for = |run| {
-        naming::signal_plan_name(&signal.node, &signal.node_uid, source, &signal.reason, run)
-    };
+    let name_for =
+        |run| naming::signal_plan_name(&signal.node, &signal.node_uid, source, &signal.reason, run);
     let mut run = 1;
     loop {
         let name = name_for(run);
