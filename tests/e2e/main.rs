@@ -6,6 +6,7 @@ mod crds;
 mod demo;
 mod deploy;
 mod drain_cli;
+mod gate;
 mod real_backup;
 mod real_cloud;
 mod real_drain;
