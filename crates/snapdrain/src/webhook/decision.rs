@@ -336,7 +336,7 @@ mod tests {
             let d = decide(
                 &pod(Some("n1"), &["data", "wal"]),
                 protects,
-                &[p.clone()],
+                std::slice::from_ref(&p),
                 now(),
             );
             assert!(

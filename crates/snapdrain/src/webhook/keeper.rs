@@ -88,7 +88,7 @@ impl Keeper {
             None => {
                 let fresh = certs::renew(None, &names, self.config.lifetimes, now)?
                     .ok_or_else(|| self.bad("*", "nothing issued".into()))?;
-                let secret = self.to_secret(&fresh, None);
+                let secret = self.bundle_secret(&fresh, None);
                 match api.create(&PostParams::default(), &secret).await {
                     Ok(_) => {
                         tracing::info!(secret = %self.config.secret, "eviction gate: issued its CA and certificate");
@@ -99,11 +99,11 @@ impl Keeper {
                 }
             }
             Some(secret) => {
-                let current = self.from_secret(&secret)?;
+                let current = self.read_bundle(&secret)?;
                 match certs::renew(Some(&current), &names, self.config.lifetimes, now)? {
                     None => current,
                     Some(renewed) => {
-                        let replacement = self.to_secret(&renewed, secret.resource_version());
+                        let replacement = self.bundle_secret(&renewed, secret.resource_version());
                         match api
                             .replace(&self.config.secret, &PostParams::default(), &replacement)
                             .await
@@ -132,7 +132,7 @@ impl Keeper {
             .get(&self.config.secret)
             .await
             .map_err(|e| self.secret_error("read", e))?;
-        self.from_secret(&secret)
+        self.read_bundle(&secret)
     }
 
     /// Sets `clientConfig.caBundle` of every webhook in the configuration to `pem` (when different).
@@ -177,7 +177,7 @@ impl Keeper {
         }
     }
 
-    fn to_secret(&self, b: &Bundle, resource_version: Option<String>) -> Secret {
+    fn bundle_secret(&self, b: &Bundle, resource_version: Option<String>) -> Secret {
         let mut data = BTreeMap::from([
             (
                 CA_CERT.to_owned(),
@@ -224,7 +224,7 @@ impl Keeper {
         }
     }
 
-    fn from_secret(&self, s: &Secret) -> Result<Bundle, CertError> {
+    fn read_bundle(&self, s: &Secret) -> Result<Bundle, CertError> {
         let empty = BTreeMap::new();
         let data = s.data.as_ref().unwrap_or(&empty);
         let text = |key: &'static str| {
