@@ -167,7 +167,7 @@ async fn kubectl_drain_waits_for_the_verified_backup_the_gate_names() {
         ..fast_timings()
     })
     .await;
-    let _controller =
+    let controller =
         controller_with_gate(&h, "Ignore", Lifetimes::default(), Duration::from_secs(30)).await;
     let bundle = ca_bundle(&h.client).await.expect("the gate patched its CA");
     assert!(String::from_utf8_lossy(&bundle).contains("BEGIN CERTIFICATE"));
@@ -219,6 +219,48 @@ async fn kubectl_drain_waits_for_the_verified_backup_the_gate_names() {
         );
     }
     assert_no_eviction_before_verified_backup(&h.audit(), &protected, plan);
+
+    let metrics = controller.metrics.render();
+    for decision in ["allowed", "denied"] {
+        assert!(
+            metrics.contains(&format!(
+                "snapdrain_gate_decisions_total{{decision=\"{decision}\"}}"
+            )),
+            "{metrics}"
+        );
+    }
+    assert!(
+        metrics.contains("snapdrain_gate_decision_duration_seconds_count"),
+        "{metrics}"
+    );
+    // One Event per held pod (kubectl asked again every 5 s; the gate does not repeat itself).
+    let events: Vec<k8s_openapi::api::events::v1::Event> =
+        Api::<k8s_openapi::api::events::v1::Event>::all(h.client.clone())
+            .list(&Default::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("EvictionHeld"))
+            .collect();
+    for pod in protected.keys() {
+        let (ns, name) = pod.split_once('/').expect("ns/name");
+        let on_pod: Vec<_> = events
+            .iter()
+            .filter(|e| {
+                e.regarding.as_ref().is_some_and(|r| {
+                    r.namespace.as_deref() == Some(ns) && r.name.as_deref() == Some(name)
+                })
+            })
+            .collect();
+        assert_eq!(
+            on_pod.len(),
+            1,
+            "one EvictionHeld Event on {pod}: {events:#?}"
+        );
+        let note = on_pod[0].note.as_deref().unwrap_or_default();
+        assert!(note.contains("snapdrain holds the eviction"), "{note}");
+    }
 }
 
 /// A port nothing listens on: the webhook is down.
