@@ -137,6 +137,8 @@ fn the_deployment_runs_two_leader_elected_non_root_replicas_with_metrics() {
     assert_eq!(v["replicaCount"], 2);
     assert_eq!(v["leaderElection"]["enabled"], true);
     assert_eq!(v["metrics"]["port"], 8080);
+    assert_eq!(v["webhook"]["enabled"], true);
+    assert_eq!(v["webhook"]["failurePolicy"], "Ignore");
     assert_eq!(v["podSecurityContext"]["runAsNonRoot"], true);
     assert_eq!(v["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(v["securityContext"]["allowPrivilegeEscalation"], false);
@@ -149,6 +151,9 @@ fn the_deployment_runs_two_leader_elected_non_root_replicas_with_metrics() {
         "- controller",
         "--metrics-addr=0.0.0.0:{{ .Values.metrics.port }}",
         "name: AWS_REGION",
+        "--webhook-addr=0.0.0.0:{{ .Values.webhook.port }}",
+        "--webhook-service={{ include \"snapdrain.fullname\" . }}-webhook",
+        "--webhook-configuration={{ include \"snapdrain.fullname\" . }}",
     ] {
         assert!(
             deployment.contains(needle),

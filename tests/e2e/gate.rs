@@ -345,6 +345,7 @@ async fn certificate_rotation_under_a_stream_of_dry_run_evictions_drops_no_reque
     let mut certs = std::collections::BTreeSet::from([first_cert]);
     let mut cas = std::collections::BTreeSet::from([first_ca]);
     let mut answers = 0;
+    let mut most_trusted = 0;
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     // Until the CA rotated once and the serving certificate three times, every answer is the gate's.
     while cas.len() < 2 || certs.len() < 4 {
@@ -368,8 +369,18 @@ async fn certificate_rotation_under_a_stream_of_dry_run_evictions_drops_no_reque
             cas.insert(ca);
             certs.insert(cert);
         }
+        let trusted = ca_bundle(&h.client).await.unwrap_or_default();
+        most_trusted = most_trusted.max(
+            String::from_utf8_lossy(&trusted)
+                .matches("BEGIN CERTIFICATE")
+                .count(),
+        );
     }
     assert!(answers > 10, "a stream, not a few requests: {answers}");
+    assert_eq!(
+        most_trusted, 2,
+        "during the CA rotation the caBundle held the old and the new CA"
+    );
     // A dry run creates nothing.
     assert!(gate_plans(&h.client, &node).await.is_empty());
 }

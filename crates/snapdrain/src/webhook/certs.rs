@@ -2,9 +2,12 @@
 //! rcgen, and when to replace them. Pure: the Secret they live in is [`super::keeper`]'s.
 //!
 //! Rotation: a certificate is renewed once less than a third of its lifetime is left (as cert-manager's
-//! default `renewBefore` does), so a replica that picks up the new one late still has time. A new CA
-//! makes a new serving certificate too, and the old CA stays in the caBundle until it expires: until
-//! then a replica that has not reloaded yet still serves a certificate the apiserver trusts.
+//! default `renewBefore` does), so a replica that picks up the new one late still has time. A CA is
+//! rotated in two steps, so no replica ever serves a certificate the apiserver does not trust yet:
+//! first the next CA is issued and published in the caBundle beside the current one; only once it has
+//! been there for `promote_after` (every replica has re-read the Secret by then) does it sign the
+//! serving certificate. The old CA then stays in the caBundle until it expires, for replicas that have
+//! not reloaded yet.
 
 use std::time::Duration;
 
@@ -48,6 +51,8 @@ pub struct Bundle {
     pub serving: Issued,
     /// The CA before the last CA rotation, trusted until it expires.
     pub previous_ca: Option<(String, jiff::Timestamp)>,
+    /// The CA that will replace `ca`: already trusted, not signing yet.
+    pub next_ca: Option<Issued>,
 }
 
 /// The DNS names kube-apiserver checks for a `clientConfig.service` (it dials `<svc>.<ns>.svc`).
@@ -65,23 +70,31 @@ pub fn due(not_before: jiff::Timestamp, not_after: jiff::Timestamp, now: jiff::T
     left * 3 < life
 }
 
-/// When the bundle next needs work: the earlier renewal point, or the previous CA's expiry.
-pub fn next_due(b: &Bundle) -> jiff::Timestamp {
+/// When the bundle next needs work: the earlier renewal point, the next CA's promotion, or the previous
+/// CA's expiry.
+pub fn next_due(b: &Bundle, promote_after: Duration) -> jiff::Timestamp {
     let renew_at = |i: &Issued| {
         let life = i.not_after.as_second() - i.not_before.as_second();
         jiff::Timestamp::from_second(i.not_before.as_second() + life - life / 3)
             .unwrap_or(i.not_after)
     };
     let mut at = renew_at(&b.ca).min(renew_at(&b.serving));
+    if let Some(next) = &b.next_ca {
+        at = at.min(plus(next.not_before, promote_after));
+    }
     if let Some((_, expires)) = &b.previous_ca {
         at = at.min(*expires);
     }
     at
 }
 
-/// The CAs the apiserver must trust now: the current one, and the previous one while it is valid.
+/// The CAs the apiserver must trust now: the current one, the next one once issued, and the previous
+/// one while it is valid.
 pub fn ca_bundle(b: &Bundle, now: jiff::Timestamp) -> String {
     let mut pem = b.ca.cert_pem.clone();
+    if let Some(next) = &b.next_ca {
+        pem.push_str(&next.cert_pem);
+    }
     if let Some((prev, expires)) = &b.previous_ca
         && *expires > now
     {
@@ -90,11 +103,13 @@ pub fn ca_bundle(b: &Bundle, now: jiff::Timestamp) -> String {
     pem
 }
 
-/// What to store, given what is stored: `None` when nothing needs to change.
+/// What to store, given what is stored: `None` when nothing needs to change. `promote_after` is how
+/// long a next CA is trusted before it signs (at least one resync of every replica).
 pub fn renew(
     current: Option<&Bundle>,
     names: &[String],
     life: Lifetimes,
+    promote_after: Duration,
     now: jiff::Timestamp,
 ) -> Result<Option<Bundle>, CertError> {
     let Some(cur) = current else {
@@ -104,26 +119,38 @@ pub fn renew(
             ca,
             serving,
             previous_ca: None,
+            next_ca: None,
         }));
     };
     let previous_live = cur.previous_ca.clone().filter(|(_, exp)| *exp > now);
-    if due(cur.ca.not_before, cur.ca.not_after, now) {
-        let ca = issue_ca(now, life.ca)?;
-        let serving = issue_serving(&ca, names, now, life.serving)?;
+    if let Some(next) = &cur.next_ca
+        && plus(next.not_before, promote_after) <= now
+    {
+        // Step two: the next CA has been trusted long enough; it signs from now on.
+        let serving = issue_serving(next, names, now, life.serving)?;
         let previous =
             (cur.ca.not_after > now).then(|| (cur.ca.cert_pem.clone(), cur.ca.not_after));
         return Ok(Some(Bundle {
-            ca,
+            ca: next.clone(),
             serving,
             previous_ca: previous,
+            next_ca: None,
+        }));
+    }
+    if cur.next_ca.is_none() && due(cur.ca.not_before, cur.ca.not_after, now) {
+        // Step one: publish the next CA; the serving certificate stays under the current one.
+        return Ok(Some(Bundle {
+            next_ca: Some(issue_ca(now, life.ca)?),
+            previous_ca: previous_live,
+            ..cur.clone()
         }));
     }
     if due(cur.serving.not_before, cur.serving.not_after, now) {
         let serving = issue_serving(&cur.ca, names, now, life.serving)?;
         return Ok(Some(Bundle {
-            ca: cur.ca.clone(),
             serving,
             previous_ca: previous_live,
+            ..cur.clone()
         }));
     }
     if previous_live != cur.previous_ca {
@@ -238,28 +265,30 @@ mod tests {
         assert!(due(t(0), t(300), t(400)));
     }
 
+    const PROMOTE: Duration = Duration::from_secs(10);
+
     #[test]
     fn a_first_bundle_then_nothing_until_due() {
         let names = service_names("snapdrain", "ops");
-        let b = renew(None, &names, life(), t(0))
+        let b = renew(None, &names, life(), PROMOTE, t(0))
             .expect("issue")
             .expect("nothing stored: a new bundle");
         assert!(b.ca.cert_pem.contains("BEGIN CERTIFICATE"));
         assert_eq!(b.serving.not_after, t(300));
         assert_eq!(
-            renew(Some(&b), &names, life(), t(100)).expect("issue"),
+            renew(Some(&b), &names, life(), PROMOTE, t(100)).expect("issue"),
             None
         );
-        assert_eq!(next_due(&b), t(200));
+        assert_eq!(next_due(&b, PROMOTE), t(200));
     }
 
     #[test]
     fn the_serving_certificate_renews_under_the_same_ca() {
         let names = service_names("snapdrain", "ops");
-        let b = renew(None, &names, life(), t(0))
+        let b = renew(None, &names, life(), PROMOTE, t(0))
             .expect("issue")
             .expect("new");
-        let r = renew(Some(&b), &names, life(), t(250))
+        let r = renew(Some(&b), &names, life(), PROMOTE, t(250))
             .expect("issue")
             .expect("the serving certificate is due");
         assert_eq!(r.ca, b.ca);
@@ -268,24 +297,45 @@ mod tests {
     }
 
     #[test]
-    fn a_ca_rotation_keeps_the_old_ca_trusted_until_it_expires() {
+    fn a_ca_is_trusted_before_it_signs_and_the_old_one_until_it_expires() {
         let names = service_names("snapdrain", "ops");
-        let b = renew(None, &names, life(), t(0))
+        let b = renew(None, &names, life(), PROMOTE, t(0))
             .expect("issue")
             .expect("new");
-        let r = renew(Some(&b), &names, life(), t(2500))
+        // Step one: the next CA is published, the serving certificate is unchanged.
+        let published = renew(Some(&b), &names, life(), PROMOTE, t(2500))
             .expect("issue")
             .expect("the CA is due");
-        assert_ne!(r.ca.cert_pem, b.ca.cert_pem);
-        let bundle = ca_bundle(&r, t(2500));
-        assert!(bundle.contains(&r.ca.cert_pem) && bundle.contains(&b.ca.cert_pem));
+        let next = published.next_ca.clone().expect("a next CA");
+        assert_eq!(published.ca, b.ca);
+        assert_eq!(published.serving, b.serving);
+        assert_eq!(
+            ca_bundle(&published, t(2500)),
+            format!("{}{}", b.ca.cert_pem, next.cert_pem)
+        );
+        assert!(next_due(&published, PROMOTE) <= t(2510));
+        // Not promoted before it has been trusted for PROMOTE (the serving certificate, long due in
+        // this jump of time, is renewed under the current CA meanwhile).
+        if let Some(m) = renew(Some(&published), &names, life(), PROMOTE, t(2505)).expect("issue") {
+            assert_eq!(m.ca, b.ca);
+            assert_eq!(m.next_ca.as_ref(), Some(&next));
+        }
+        // Step two: it signs; the old CA stays trusted until it expires.
+        let r = renew(Some(&published), &names, life(), PROMOTE, t(2510))
+            .expect("issue")
+            .expect("the next CA is promoted");
+        assert_eq!(r.ca, next);
+        assert_eq!(r.next_ca, None);
+        assert_ne!(r.serving, b.serving);
+        let bundle = ca_bundle(&r, t(2510));
+        assert!(bundle.contains(&next.cert_pem) && bundle.contains(&b.ca.cert_pem));
         assert_eq!(r.previous_ca.as_ref().map(|p| p.1), Some(t(3000)));
         // Once the old CA has expired it leaves the bundle (and the Secret).
-        let later = renew(Some(&r), &names, life(), t(3001))
+        let later = renew(Some(&r), &names, life(), PROMOTE, t(3001))
             .expect("issue")
             .expect("the expired previous CA is dropped");
         assert_eq!(later.previous_ca, None);
-        assert_eq!(ca_bundle(&later, t(3001)), r.ca.cert_pem);
+        assert_eq!(ca_bundle(&later, t(3001)), next.cert_pem);
     }
 
     #[test]
@@ -295,7 +345,7 @@ mod tests {
             ca: Duration::from_secs(100),
             serving: Duration::from_secs(1000),
         };
-        let b = renew(None, &names, short, t(0))
+        let b = renew(None, &names, short, PROMOTE, t(0))
             .expect("issue")
             .expect("new");
         assert_eq!(b.serving.not_after, t(100));

@@ -26,12 +26,16 @@ const CA_KEY: &str = "ca.key";
 const TLS_CERT: &str = "tls.crt";
 const TLS_KEY: &str = "tls.key";
 const PREVIOUS_CA: &str = "ca-previous.crt";
+const NEXT_CA_CERT: &str = "ca-next.crt";
+const NEXT_CA_KEY: &str = "ca-next.key";
 /// Validity times, kept as annotations because rcgen issues certificates but does not parse them.
 const CA_NOT_BEFORE: &str = "snapdrain.io/ca-not-before";
 const CA_NOT_AFTER: &str = "snapdrain.io/ca-not-after";
 const CERT_NOT_BEFORE: &str = "snapdrain.io/cert-not-before";
 const CERT_NOT_AFTER: &str = "snapdrain.io/cert-not-after";
 const PREVIOUS_CA_NOT_AFTER: &str = "snapdrain.io/ca-previous-not-after";
+const NEXT_CA_NOT_BEFORE: &str = "snapdrain.io/ca-next-not-before";
+const NEXT_CA_NOT_AFTER: &str = "snapdrain.io/ca-next-not-after";
 
 /// Where the certificates live and whom they are for.
 #[derive(Clone, Debug)]
@@ -61,6 +65,12 @@ impl Keeper {
         }
     }
 
+    /// How long a next CA is trusted before it signs: two resyncs, so every replica has read the
+    /// Secret (and confirmed the caBundle) in between.
+    fn promote_after(&self) -> Duration {
+        self.config.resync * 2
+    }
+
     fn secrets(&self) -> Api<Secret> {
         Api::namespaced(self.client.clone(), &self.config.namespace)
     }
@@ -86,8 +96,14 @@ impl Keeper {
             .map_err(|e| self.secret_error("read", e))?;
         let bundle = match stored {
             None => {
-                let fresh = certs::renew(None, &names, self.config.lifetimes, now)?
-                    .ok_or_else(|| self.bad("*", "nothing issued".into()))?;
+                let fresh = certs::renew(
+                    None,
+                    &names,
+                    self.config.lifetimes,
+                    self.promote_after(),
+                    now,
+                )?
+                .ok_or_else(|| self.bad("*", "nothing issued".into()))?;
                 let secret = self.bundle_secret(&fresh, None);
                 match api.create(&PostParams::default(), &secret).await {
                     Ok(_) => {
@@ -100,7 +116,13 @@ impl Keeper {
             }
             Some(secret) => {
                 let current = self.read_bundle(&secret)?;
-                match certs::renew(Some(&current), &names, self.config.lifetimes, now)? {
+                match certs::renew(
+                    Some(&current),
+                    &names,
+                    self.config.lifetimes,
+                    self.promote_after(),
+                    now,
+                )? {
                     None => current,
                     Some(renewed) => {
                         let replacement = self.bundle_secret(&renewed, secret.resource_version());
@@ -119,10 +141,11 @@ impl Keeper {
                 }
             }
         };
+        // Trust first, then serve: a certificate is never served before its CA is in the caBundle.
+        self.trust(&certs::ca_bundle(&bundle, now)).await?;
         self.slot
             .install(&bundle.serving.cert_pem, &bundle.serving.key_pem)?;
-        self.trust(&certs::ca_bundle(&bundle, now)).await?;
-        Ok(certs::next_due(&bundle))
+        Ok(certs::next_due(&bundle, self.promote_after()))
     }
 
     /// Another replica wrote first: its bundle is the one.
@@ -206,6 +229,18 @@ impl Keeper {
             data.insert(PREVIOUS_CA.to_owned(), ByteString(pem.clone().into_bytes()));
             annotations.insert(PREVIOUS_CA_NOT_AFTER.to_owned(), expires.to_string());
         }
+        if let Some(next) = &b.next_ca {
+            data.insert(
+                NEXT_CA_CERT.to_owned(),
+                ByteString(next.cert_pem.clone().into_bytes()),
+            );
+            data.insert(
+                NEXT_CA_KEY.to_owned(),
+                ByteString(next.key_pem.clone().into_bytes()),
+            );
+            annotations.insert(NEXT_CA_NOT_BEFORE.to_owned(), next.not_before.to_string());
+            annotations.insert(NEXT_CA_NOT_AFTER.to_owned(), next.not_after.to_string());
+        }
         Secret {
             metadata: ObjectMeta {
                 name: Some(self.config.secret.clone()),
@@ -252,6 +287,15 @@ impl Keeper {
             (Some(_), Some(_)) => Some((text(PREVIOUS_CA)?, time(PREVIOUS_CA_NOT_AFTER)?)),
             _ => None,
         };
+        let next_ca = match data.get(NEXT_CA_CERT) {
+            Some(_) => Some(Issued {
+                cert_pem: text(NEXT_CA_CERT)?,
+                key_pem: text(NEXT_CA_KEY)?,
+                not_before: time(NEXT_CA_NOT_BEFORE)?,
+                not_after: time(NEXT_CA_NOT_AFTER)?,
+            }),
+            None => None,
+        };
         Ok(Bundle {
             ca: Issued {
                 cert_pem: text(CA_CERT)?,
@@ -266,6 +310,7 @@ impl Keeper {
                 not_after: time(CERT_NOT_AFTER)?,
             },
             previous_ca,
+            next_ca,
         })
     }
 

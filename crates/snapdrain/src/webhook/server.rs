@@ -112,3 +112,49 @@ pub fn serve(
 pub fn stop(handle: &axum_server::Handle<SocketAddr>, grace: Duration) {
     handle.graceful_shutdown(Some(grace));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::webhook::certs::{self, Lifetimes};
+
+    #[test]
+    fn the_slot_serves_what_was_installed_and_swaps_on_renewal() {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let names = certs::service_names("snapdrain-webhook", "ops");
+        let now = jiff::Timestamp::from_second(1_800_000_000).expect("in range");
+        let b = certs::renew(None, &names, Lifetimes::default(), Duration::ZERO, now)
+            .expect("issue")
+            .expect("a new bundle");
+        let slot = CertSlot::default();
+        assert_eq!(slot.serving(), None);
+        assert!(
+            slot.install(&b.serving.cert_pem, &b.serving.key_pem)
+                .expect("valid PEM")
+        );
+        assert!(
+            !slot
+                .install(&b.serving.cert_pem, &b.serving.key_pem)
+                .expect("valid PEM")
+        );
+        assert_eq!(slot.serving().as_deref(), Some(b.serving.cert_pem.as_str()));
+        let later = now
+            .checked_add(jiff::SignedDuration::from_hours(24 * 80))
+            .expect("in range");
+        let r = certs::renew(
+            Some(&b),
+            &names,
+            Lifetimes::default(),
+            Duration::ZERO,
+            later,
+        )
+        .expect("issue")
+        .expect("due");
+        assert!(
+            slot.install(&r.serving.cert_pem, &r.serving.key_pem)
+                .expect("valid PEM")
+        );
+        assert_eq!(slot.serving().as_deref(), Some(r.serving.cert_pem.as_str()));
+        assert!(slot.install("not a certificate", "nor a key").is_err());
+    }
+}
