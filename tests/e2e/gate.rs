@@ -327,7 +327,20 @@ async fn certificate_rotation_under_a_stream_of_dry_run_evictions_drops_no_reque
         ca: Duration::from_secs(9),
         serving: Duration::from_secs(3),
     };
-    let _controller = controller_with_gate(&h, "Fail", lifetimes, Duration::from_millis(100)).await;
+    let resync = Duration::from_millis(100);
+    let controller = controller_with_gate(&h, "Fail", lifetimes, resync).await;
+    // A second replica renews from the same Secret: at each due time both try, the resourceVersion
+    // lets one win, and the other serves the winner's bundle.
+    let second = h
+        .controller_with(
+            RunOptions {
+                lease_namespace: None,
+                webhook: Some(webhook_config(lifetimes, resync)),
+                ..RunOptions::default()
+            },
+            "snapdrain-1",
+        )
+        .await;
     let node = h.node_with_statefulset_pods().await;
     let pod = h
         .protected_pods_on(&node)
@@ -383,6 +396,25 @@ async fn certificate_rotation_under_a_stream_of_dry_run_evictions_drops_no_reque
     );
     // A dry run creates nothing.
     assert!(gate_plans(&h.client, &node).await.is_empty());
+    // Both replicas converge on the stored certificate: whichever lost a renewal race (its update got
+    // 409 at the resourceVersion it read) serves the winner's bundle.
+    eventually_within(
+        "both replicas serve the stored certificate",
+        TIMEOUT,
+        || async {
+            let secret = Api::<Secret>::namespaced(h.client.clone(), NS)
+                .get("snapdrain-webhook-tls")
+                .await
+                .ok()?;
+            let stored = String::from_utf8(secret.data?.get("tls.crt")?.0.clone()).ok()?;
+            let served = [
+                controller.webhook_certificate()?,
+                second.webhook_certificate()?,
+            ];
+            served.iter().all(|s| *s == stored).then_some(())
+        },
+    )
+    .await;
 }
 
 /// The gate must not leave the caBundle empty while it waits for the Service.

@@ -62,6 +62,11 @@ pub struct ControllerHandle {
 }
 
 impl ControllerHandle {
+    /// The eviction gate's serving certificate (PEM), when the gate is served.
+    pub fn webhook_certificate(&self) -> Option<String> {
+        self.webhook.as_ref().and_then(|w| w.serving())
+    }
+
     /// Stops reconciling (in-flight reconciles finish) and waits for it.
     pub async fn shutdown(self) {
         if let Some(w) = &self.webhook {

@@ -74,11 +74,17 @@ impl Default for WebhookConfig {
 /// A running gate. Dropping it does not stop it; [`WebhookHandle::stop`] does.
 pub struct WebhookHandle {
     pub addr: SocketAddr,
+    slot: Arc<server::CertSlot>,
     server: axum_server::Handle<SocketAddr>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl WebhookHandle {
+    /// The certificate (PEM) new connections get now.
+    pub fn serving(&self) -> Option<String> {
+        self.slot.serving()
+    }
+
     /// Stops listening (requests in flight get `grace` to finish) and stops the cache and the keeper.
     pub fn stop(&self, grace: Duration) {
         server::stop(&self.server, grace);
@@ -132,10 +138,11 @@ pub async fn start(
         metrics,
         recorder,
     ));
-    let (addr, server) = server::serve(config.addr, slot, gate)?;
+    let (addr, server) = server::serve(config.addr, slot.clone(), gate)?;
     tracing::info!(%addr, "eviction gate serving");
     Ok(WebhookHandle {
         addr,
+        slot,
         server,
         tasks: vec![cache, keeping],
     })
