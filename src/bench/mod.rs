@@ -5,9 +5,11 @@
 //! - [`api`]: the simulated API server at `scale-5k` (load, lists, watch fan-out, memory).
 //! - [`controller`]: orchestration overhead of one plan, and drain speed against `kubectl drain`.
 //! - [`planning`]: `plan_node` on one node of the 150,000-pod inventory.
+//! - [`gate`]: what the eviction gate adds to each eviction (run with the controller section).
 
 pub mod api;
 pub mod controller;
+pub mod gate;
 pub mod planning;
 pub mod report;
 pub mod scenarios;
@@ -68,6 +70,9 @@ pub async fn run(opts: &Options) -> Report {
         }
         if let Err(e) = controller::drain_speed(runs, &mut report).await {
             report.skipped("controller", "drain speed", format!("failed: {e:#}"));
+        }
+        if let Err(e) = gate::latency(runs, &mut report).await {
+            report.skipped("gate", "eviction gate latency", format!("failed: {e:#}"));
         }
     }
     report

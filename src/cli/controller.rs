@@ -1,6 +1,7 @@
 //! `snapdrain controller`: run the DisruptionPlan controller against a cluster (kubeconfig or in-cluster).
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use clap::Args;
 
@@ -43,6 +44,72 @@ pub struct ControllerArgs {
     /// the BSL's spec.credential, else the Velero Deployment's Secret, else its own AWS identity.
     #[arg(long)]
     pub velero_credentials_secret: Option<String>,
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
+}
+
+/// The eviction gate (a validating webhook on pods/eviction), served by every replica.
+#[derive(Debug, Args)]
+pub struct WebhookArgs {
+    /// Where the gate's HTTPS listens (e.g. 0.0.0.0:8443). Without it the gate is not served.
+    #[arg(long)]
+    pub webhook_addr: Option<SocketAddr>,
+    /// Namespace of the gate's Secret and Service (the controller's own).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "snapdrain")]
+    pub webhook_namespace: String,
+    /// The Secret holding the gate's CA and serving certificate (created if absent).
+    #[arg(long, default_value = "snapdrain-webhook-tls")]
+    pub webhook_secret: String,
+    /// The Service in front of the replicas: the certificate is for <service>.<namespace>.svc.
+    #[arg(long, default_value = "snapdrain-webhook")]
+    pub webhook_service: String,
+    /// The ValidatingWebhookConfiguration whose caBundle snapdrain keeps.
+    #[arg(long, default_value = "snapdrain")]
+    pub webhook_configuration: String,
+    /// Lifetime of the gate's CA (renewed with a third left): a number with s, m, h or d.
+    #[arg(long, default_value = "1825d", value_parser = parse_duration)]
+    pub webhook_ca_lifetime: Duration,
+    /// Lifetime of the serving certificate (renewed with a third left): a number with s, m, h or d.
+    #[arg(long, default_value = "90d", value_parser = parse_duration)]
+    pub webhook_cert_lifetime: Duration,
+}
+
+impl WebhookArgs {
+    fn config(&self) -> Option<snapdrain::webhook::WebhookConfig> {
+        Some(snapdrain::webhook::WebhookConfig {
+            addr: self.webhook_addr?,
+            namespace: self.webhook_namespace.clone(),
+            secret: self.webhook_secret.clone(),
+            service: self.webhook_service.clone(),
+            configuration: self.webhook_configuration.clone(),
+            lifetimes: snapdrain::webhook::Lifetimes {
+                ca: self.webhook_ca_lifetime,
+                serving: self.webhook_cert_lifetime,
+            },
+            ..snapdrain::webhook::WebhookConfig::default()
+        })
+    }
+}
+
+/// `90d`, `2160h`, `30m`, `45s`: a whole number and one unit.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration: expected a number then s, m, h or d"))?;
+    let secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{s:?} has no unit: use s, m, h or d (e.g. 90d)")),
+    };
+    n.checked_mul(secs)
+        .filter(|t| *t > 0)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{s:?} is not a usable lifetime (zero or too long)"))
 }
 
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
@@ -70,6 +137,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     let opts = RunOptions {
         metrics_addr: Some(args.metrics_addr),
         lease_namespace: (!args.no_leader_election).then_some(args.lease_namespace),
+        webhook: args.webhook.config(),
         ..RunOptions::default()
     };
     let handle = start(config, settings, opts).await?;
@@ -78,4 +146,20 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
     tracing::info!("shutting down: finishing in-flight reconciles");
     handle.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetimes_parse_with_a_unit() {
+        assert_eq!(parse_duration("90d"), Ok(Duration::from_secs(90 * 86_400)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("45s"), Ok(Duration::from_secs(45)));
+        assert!(parse_duration("90").is_err());
+        assert!(parse_duration("0d").is_err());
+        assert!(parse_duration("d").is_err());
+        assert!(parse_duration("5w").is_err());
+    }
 }

@@ -55,7 +55,7 @@ pub enum Command {
     #[cfg(feature = "sim")]
     Bench(bench::BenchArgs),
     /// Run the DisruptionPlan controller.
-    Controller(controller::ControllerArgs),
+    Controller(Box<controller::ControllerArgs>),
     /// Print a shell completion script (bash, zsh or fish).
     Completion(completion::CompletionArgs),
     /// Print snapdrain's CustomResourceDefinitions (YAML): DisruptionPlan and DisruptionPolicy.
@@ -116,7 +116,7 @@ async fn run_other(command: Command) -> anyhow::Result<()> {
         Command::Sim { command } => sim::run(command).await,
         #[cfg(feature = "sim")]
         Command::Bench(args) => bench::run(args).await,
-        Command::Controller(args) => controller::run(args).await,
+        Command::Controller(args) => controller::run(*args).await,
         #[cfg(feature = "sim")]
         Command::Demo(args) => demo::run(args).await,
         Command::Plan(args) => plan::run(args).await,

@@ -37,15 +37,20 @@ fn nodeclaims(client: &Client) -> Api<DynamicObject> {
 /// AMI changes (kubernetes-sigs/karpenter `pkg/controllers/nodeclaim/disruption/drift.go`).
 async fn drift_all(client: &Client) -> anyhow::Result<usize> {
     let api = nodeclaims(client);
-    let claims = api.list(&Default::default()).await.context("cannot list NodeClaims")?;
+    let claims = api
+        .list(&Default::default())
+        .await
+        .context("cannot list NodeClaims")?;
     for c in &claims.items {
         let mut conditions = c.data["status"]["conditions"]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        conditions.push(json!({"type": "Drifted", "status": "True", "reason": "AMIDrift",
+        conditions.push(
+            json!({"type": "Drifted", "status": "True", "reason": "AMIDrift",
             "message": "the EC2NodeClass resolves a newer Bottlerocket AMI",
-            "lastTransitionTime": jiff::Timestamp::now().to_string()}));
+            "lastTransitionTime": jiff::Timestamp::now().to_string()}),
+        );
         api.patch_status(
             &c.name_any(),
             &PatchParams::default(),
@@ -60,20 +65,29 @@ async fn drift_all(client: &Client) -> anyhow::Result<usize> {
 fn held(pods: &[Pod], protected: &BTreeMap<String, BTreeSet<String>>) -> usize {
     pods.iter()
         .filter(|p| {
-            protected.contains_key(&format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
-                && p.annotations().get("karpenter.sh/do-not-disrupt").map(String::as_str)
-                    == Some("true")
+            protected.contains_key(&format!(
+                "{}/{}",
+                p.namespace().unwrap_or_default(),
+                p.name_any()
+            )) && p
+                .annotations()
+                .get("karpenter.sh/do-not-disrupt")
+                .map(String::as_str)
+                == Some("true")
         })
         .count()
 }
 
 /// Runs the rollout demo; `Ok(None)` when every drifted node was replaced and the check passed, else
 /// why not.
-pub async fn run(timeout: Duration, out: &mut (dyn Write + Send)) -> anyhow::Result<Option<String>> {
+pub async fn run(
+    timeout: Duration,
+    out: &mut (dyn Write + Send),
+) -> anyhow::Result<Option<String>> {
     let mut p = Printer::new(out, false);
     let started = Instant::now();
-    let (mut scenario, label) = snapdrain_sim::scenario::resolve(SCENARIO)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (mut scenario, label) =
+        snapdrain_sim::scenario::resolve(SCENARIO).map_err(|e| anyhow::anyhow!("{e}"))?;
     // The demo marks the nodes drifted itself, once snapdrain holds the pods.
     scenario.timeline.clear();
     let (cluster, client) = setup::start_cluster_from(
@@ -130,13 +144,18 @@ pub async fn run(timeout: Duration, out: &mut (dyn Write + Send)) -> anyhow::Res
         .collect();
     let drifted = drift_all(&client).await?;
     p.restart_clock();
-    p.line(format!("A new AMI: {drifted} NodeClaims are Drifted; Karpenter starts replacing them."))?;
+    p.line(format!(
+        "A new AMI: {drifted} NodeClaims are Drifted; Karpenter starts replacing them."
+    ))?;
     let rollout = Instant::now();
 
     // Follow plans and nodes by watch until every drifted node is gone.
-    let plan_events = watcher(Api::<DisruptionPlan>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .applied_objects();
+    let plan_events = watcher(
+        Api::<DisruptionPlan>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .applied_objects();
     let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
         .default_backoff()
         .touched_objects();
@@ -179,7 +198,10 @@ pub async fn run(timeout: Duration, out: &mut (dyn Write + Send)) -> anyhow::Res
         .flat_map(|v| safety::recorded_backups(&v))
         .collect();
     let evictions = safety::accepted_evictions(&cluster.audit.since(0));
-    let protected_evicted = evictions.iter().filter(|e| protected.contains_key(&e.pod)).count();
+    let protected_evicted = evictions
+        .iter()
+        .filter(|e| protected.contains_key(&e.pod))
+        .count();
     let violations = safety::eviction_violations(&evictions, &protected, &backups);
     p.line("")?;
     p.line(format!(
@@ -212,7 +234,10 @@ pub async fn run(timeout: Duration, out: &mut (dyn Write + Send)) -> anyhow::Res
             remaining.len()
         ))
     } else if !violations.is_empty() {
-        Some(format!("{} protected pods were evicted before a verified backup", violations.len()))
+        Some(format!(
+            "{} protected pods were evicted before a verified backup",
+            violations.len()
+        ))
     } else {
         None
     })

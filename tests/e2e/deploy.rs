@@ -138,6 +138,8 @@ fn the_deployment_runs_two_leader_elected_non_root_replicas_with_metrics() {
     assert_eq!(v["replicaCount"], 2);
     assert_eq!(v["leaderElection"]["enabled"], true);
     assert_eq!(v["metrics"]["port"], 8080);
+    assert_eq!(v["webhook"]["enabled"], true);
+    assert_eq!(v["webhook"]["failurePolicy"], "Ignore");
     assert_eq!(v["podSecurityContext"]["runAsNonRoot"], true);
     assert_eq!(v["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(v["securityContext"]["allowPrivilegeEscalation"], false);
@@ -150,6 +152,9 @@ fn the_deployment_runs_two_leader_elected_non_root_replicas_with_metrics() {
         "- controller",
         "--metrics-addr=0.0.0.0:{{ .Values.metrics.port }}",
         "name: AWS_REGION",
+        "--webhook-addr=0.0.0.0:{{ .Values.webhook.port }}",
+        "--webhook-service={{ include \"snapdrain.fullname\" . }}-webhook",
+        "--webhook-configuration={{ include \"snapdrain.fullname\" . }}",
     ] {
         assert!(
             deployment.contains(needle),
@@ -255,6 +260,11 @@ fn rbac_grants_exactly_what_the_controller_uses() {
             "nodeclaims",
             &["get", "list", "watch", "delete"],
         ),
+        (
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            &["get", "patch"],
+        ),
         ("events.k8s.io", "events", &["create", "patch"]),
     ]);
     assert_eq!(grants(&cluster_role["rules"]), want);
@@ -274,6 +284,12 @@ fn rbac_grants_exactly_what_the_controller_uses() {
         ])
     );
     assert_eq!(secrets[1]["kind"], "RoleBinding");
+    let webhook = role_docs("role-webhook.yaml");
+    assert_eq!(
+        grants(&webhook[0]["rules"]),
+        expect(&[("", "secrets", &["get", "create", "update"])])
+    );
+    assert_eq!(webhook[1]["kind"], "RoleBinding");
     let leases = role_docs("role-leader-election.yaml");
     assert_eq!(
         grants(&leases[0]["rules"]),
@@ -293,6 +309,7 @@ fn rendered_rbac() -> Vec<Value> {
         "clusterrolebinding.yaml",
         "role-velero-secrets.yaml",
         "role-leader-election.yaml",
+        "role-webhook.yaml",
     ];
     files
         .iter()
@@ -307,6 +324,20 @@ fn rendered_rbac() -> Vec<Value> {
                 .replace("{{ .Release.Namespace }}", "snapdrain");
             parse_all(&strip_template_lines(&text), f)
         })
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// The chart's webhook.yaml (Service and ValidatingWebhookConfiguration) as a default install renders
+/// it, with `failurePolicy: Fail` so that a gate the chart's RBAC broke would stop the plan's drain.
+fn rendered_webhook() -> Vec<Value> {
+    let text = read(&chart().join("templates/webhook.yaml"))
+        .replace("{{ include \"snapdrain.fullname\" . }}", "snapdrain")
+        .replace("{{ .Release.Namespace }}", "snapdrain")
+        .replace("{{ .Values.webhook.failurePolicy }}", "Fail")
+        .replace("{{ .Values.webhook.timeoutSeconds }}", "5");
+    parse_all(&strip_template_lines(&text), "webhook.yaml")
+        .into_iter()
         .filter(|d| !d.is_null())
         .collect()
 }
@@ -333,12 +364,13 @@ async fn apply(client: &kube::Client, docs: &[Value]) {
 }
 
 /// Runs the controller as the chart's ServiceAccount, with a token from TokenRequest, on a simulated
-/// cluster that enforces RBAC as kube-apiserver does. Returns the plan as it ended and the controller.
+/// cluster that enforces RBAC as kube-apiserver does, with the eviction gate served as the chart sets it
+/// up. Returns the plan as it ended and the controller's metrics.
 async fn plan_as_the_chart_service_account(
     h: &snapdrain_testkit::harness::Harness,
     rbac: &[Value],
     plan: &str,
-) -> snapdrain::api::DisruptionPlan {
+) -> (snapdrain::api::DisruptionPlan, String) {
     use k8s_openapi::api::authentication::v1::TokenRequest;
     use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
     use kube::api::{Api, PostParams};
@@ -367,14 +399,43 @@ async fn plan_as_the_chart_service_account(
         .token;
     let mut config = h.kube_config();
     config.auth_info.token = Some(token.into());
+    // The gate as the chart installs it: its configuration first (the gate patches the caBundle), then
+    // the controller serving it with the chart's names, then the Service at its address.
+    let webhook = rendered_webhook();
+    let (mut svc, vwc) = match webhook.as_slice() {
+        [svc, vwc] => (svc.clone(), vwc.clone()),
+        other => panic!("webhook.yaml renders a Service and a configuration: {other:?}"),
+    };
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::Service;
+    let vwc: ValidatingWebhookConfiguration =
+        serde_json::from_value(vwc).expect("a ValidatingWebhookConfiguration");
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &vwc)
+        .await
+        .expect("create the chart's ValidatingWebhookConfiguration");
     let opts = snapdrain::controller::run::RunOptions {
         lease_namespace: Some("snapdrain".into()),
         lease_seconds: 2,
+        webhook: Some(snapdrain::webhook::WebhookConfig {
+            addr: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            ..snapdrain::webhook::WebhookConfig::default()
+        }),
         ..Default::default()
     };
     let controller = snapdrain::controller::start(config, h.settings("snapdrain-0"), opts)
         .await
         .expect("the controller starts");
+    let addr = controller.webhook_addr.expect("the gate listens");
+    svc["metadata"]["annotations"] = serde_json::json!({
+        snapdrain_sim::apiserver::admission::ADDRESS_ANNOTATION: addr.to_string()
+    });
+    svc["spec"]["selector"] = serde_json::json!({"app.kubernetes.io/name": "snapdrain"});
+    let svc: Service = serde_json::from_value(svc).expect("a Service");
+    Api::<Service>::namespaced(client.clone(), "snapdrain")
+        .create(&PostParams::default(), &svc)
+        .await
+        .expect("create the chart's webhook Service");
     let node = h.node_with_statefulset_pods().await;
     h.create_plan(plan, serde_json::json!({"nodes": [node]}))
         .await;
@@ -390,14 +451,22 @@ async fn plan_as_the_chart_service_account(
             })
         })
         .await;
+    let metrics = controller.metrics.render();
     controller.shutdown().await;
-    done
+    (done, metrics)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_charts_rbac_is_enough_for_a_whole_plan() {
     let h = snapdrain_testkit::harness::Harness::start().await;
-    let plan = plan_as_the_chart_service_account(&h, &rendered_rbac(), "least-privilege").await;
+    let (plan, metrics) =
+        plan_as_the_chart_service_account(&h, &rendered_rbac(), "least-privilege").await;
+    // The plan's own evictions went through the gate (failurePolicy Fail), which allowed them.
+    assert!(
+        metrics.contains("snapdrain_gate_decisions_total{decision=\"allowed\"}"),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("decision=\"error\""), "{metrics}");
     let status = plan.status.expect("status");
     assert_eq!(
         status.phase,
@@ -415,7 +484,7 @@ async fn without_the_eviction_rule_the_drain_is_refused_with_the_servers_403() {
         let rules = doc["rules"].as_array_mut().expect("rules");
         rules.retain(|r| r["resources"] != serde_json::json!(["pods/eviction"]));
     }
-    let plan = plan_as_the_chart_service_account(&h, &rbac, "no-evictions").await;
+    let (plan, _) = plan_as_the_chart_service_account(&h, &rbac, "no-evictions").await;
     let status = plan.status.expect("status");
     let blocked: Vec<String> = status
         .nodes

@@ -6,6 +6,8 @@ mod crds;
 mod demo;
 mod deploy;
 mod drain_cli;
+mod gate;
+mod gate_fuzz;
 mod real_backup;
 mod real_cloud;
 mod real_drain;

@@ -38,13 +38,20 @@ async fn drift_all(h: &Harness) -> BTreeSet<String> {
         .iter()
         .map(|n| n.name_any())
         .collect();
-    for c in claims.list(&Default::default()).await.expect("list claims").items {
+    for c in claims
+        .list(&Default::default())
+        .await
+        .expect("list claims")
+        .items
+    {
         let mut conditions = c.data["status"]["conditions"]
             .as_array()
             .cloned()
             .unwrap_or_default();
-        conditions.push(json!({"type": "Drifted", "status": "True", "reason": "AMIDrift",
-            "message": "AMIDrift", "lastTransitionTime": "2026-12-01T00:00:00Z"}));
+        conditions.push(
+            json!({"type": "Drifted", "status": "True", "reason": "AMIDrift",
+            "message": "AMIDrift", "lastTransitionTime": "2026-12-01T00:00:00Z"}),
+        );
         claims
             .patch_status(
                 &c.name_any(),
@@ -83,11 +90,18 @@ async fn wait_replaced(h: &Harness, old: &BTreeSet<String>) {
 async fn a_drift_rollout_without_snapdrain_evicts_stateful_pods_without_a_backup() {
     let h = start().await;
     let protected = protected_pods(&h).await;
-    assert_eq!(protected.len(), 6, "postgres and mongodb with volumes: {protected:?}");
+    assert_eq!(
+        protected.len(),
+        6,
+        "postgres and mongodb with volumes: {protected:?}"
+    );
     let started = Instant::now();
     let old = drift_all(&h).await;
     wait_replaced(&h, &old).await;
-    tracing::info!(seconds = started.elapsed().as_secs_f64(), "drift rollout, Karpenter alone");
+    tracing::info!(
+        seconds = started.elapsed().as_secs_f64(),
+        "drift rollout, Karpenter alone"
+    );
     let violations =
         safety::eviction_violations(&safety::accepted_evictions(&h.audit()), &protected, &[]);
     assert!(
@@ -112,20 +126,29 @@ async fn a_drift_rollout_guarded_by_snapdrain_backs_up_before_every_eviction() {
             .collect();
         held.len() == protected.len()
             && held.iter().all(|p| {
-                p.annotations().get("karpenter.sh/do-not-disrupt").map(String::as_str) == Some("true")
+                p.annotations()
+                    .get("karpenter.sh/do-not-disrupt")
+                    .map(String::as_str)
+                    == Some("true")
             })
     })
     .await;
     let started = Instant::now();
     let old = drift_all(&h).await;
     wait_replaced(&h, &old).await;
-    tracing::info!(seconds = started.elapsed().as_secs_f64(), "drift rollout guarded by snapdrain");
+    tracing::info!(
+        seconds = started.elapsed().as_secs_f64(),
+        "drift rollout guarded by snapdrain"
+    );
     let plans: Vec<DisruptionPlan> = Api::<DisruptionPlan>::all(h.client.clone())
         .list(&Default::default())
         .await
         .expect("list plans")
         .items;
-    assert!(!plans.is_empty(), "drifted nodes with protected pods got plans");
+    assert!(
+        !plans.is_empty(),
+        "drifted nodes with protected pods got plans"
+    );
     let backups: Vec<safety::RecordedBackup> = plans
         .iter()
         .flat_map(|p| safety::recorded_backups(&serde_json::to_value(p).expect("serializes")))
@@ -135,7 +158,10 @@ async fn a_drift_rollout_guarded_by_snapdrain_backs_up_before_every_eviction() {
         .iter()
         .filter(|e| protected.contains_key(&e.pod))
         .count();
-    assert!(protected_evicted > 0, "Karpenter did move the stateful pods");
+    assert!(
+        protected_evicted > 0,
+        "Karpenter did move the stateful pods"
+    );
     let violations = safety::eviction_violations(&evictions, &protected, &backups);
     assert!(
         violations.is_empty(),

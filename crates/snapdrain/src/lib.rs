@@ -8,6 +8,7 @@
 //! - [`cloud`]: EC2 termination and launch, Bottlerocket user data.
 //! - [`signals`]: disruption signals turned into plans, one plan per node.
 //! - [`controller`]: reconcile wiring, leader election.
+//! - [`webhook`]: the eviction gate (validating webhook on pods/eviction) and its certificates.
 //! - [`telemetry`]: metrics and logs.
 
 pub mod api;
@@ -19,3 +20,4 @@ pub mod drain;
 pub mod planning;
 pub mod signals;
 pub mod telemetry;
+pub mod webhook;

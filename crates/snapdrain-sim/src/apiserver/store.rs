@@ -606,6 +606,14 @@ impl Store {
             }
             ("", "namespaces") => {
                 obj["status"] = json!({"phase": "Active"});
+                // kube-apiserver labels every namespace with its own name (Kubernetes 1.21+, kubernetes
+                // `pkg/apis/core/v1/defaults.go` `SetDefaults_Namespace`), which is what webhook
+                // namespaceSelectors key on to exclude kube-system. (On update too; not simulated.)
+                let name = obj.pointer("/metadata/name").cloned().unwrap_or_default();
+                if !obj["metadata"]["labels"].is_object() {
+                    obj["metadata"]["labels"] = json!({});
+                }
+                obj["metadata"]["labels"]["kubernetes.io/metadata.name"] = name;
                 if obj.pointer("/spec/finalizers").is_none() {
                     obj["spec"] = json!({"finalizers": ["kubernetes"]});
                 }

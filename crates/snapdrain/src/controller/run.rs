@@ -30,6 +30,8 @@ pub struct RunOptions {
     /// Namespace of the leader-election Lease (None: no election, act at once).
     pub lease_namespace: Option<String>,
     pub lease_seconds: u64,
+    /// The eviction gate, served by every replica whether it leads or not (None: not served).
+    pub webhook: Option<crate::webhook::WebhookConfig>,
 }
 
 impl Default for RunOptions {
@@ -38,6 +40,7 @@ impl Default for RunOptions {
             metrics_addr: None,
             lease_namespace: Some("default".into()),
             lease_seconds: 15,
+            webhook: None,
         }
     }
 }
@@ -54,11 +57,22 @@ pub struct ControllerHandle {
     _always_leading: Option<watch::Sender<bool>>,
     /// Renews the Lease (with leader election).
     lease_task: Option<leader::LeaseTask>,
+    /// Where the eviction gate listens, when served.
+    pub webhook_addr: Option<SocketAddr>,
+    webhook: Option<crate::webhook::WebhookHandle>,
 }
 
 impl ControllerHandle {
+    /// The eviction gate's serving certificate (PEM), when the gate is served.
+    pub fn webhook_certificate(&self) -> Option<String> {
+        self.webhook.as_ref().and_then(|w| w.serving())
+    }
+
     /// Stops reconciling (in-flight reconciles finish) and waits for it.
     pub async fn shutdown(self) {
+        if let Some(w) = &self.webhook {
+            w.stop(Duration::from_secs(5));
+        }
         let _ = self.stop.send(true);
         let _ = self.task.await;
         // The last receiver gone, the Lease manager releases the Lease so a standby takes over at once.
@@ -76,6 +90,9 @@ impl ControllerHandle {
     /// Stops at once, as a crash would: in-flight work is abandoned mid-step and the Lease is no longer
     /// renewed (a standby takes it when it expires).
     pub fn kill(self) {
+        if let Some(w) = &self.webhook {
+            w.stop(Duration::ZERO);
+        }
         self.task.abort();
         if let Some(t) = &self.lease_task {
             t.abort();
@@ -120,6 +137,17 @@ pub async fn start(
         metrics.clone(),
         settings,
     ));
+    // Every replica serves the gate: its decisions read a cache and its plan creation is idempotent.
+    let webhook = match opts.webhook {
+        Some(cfg) => Some(
+            crate::webhook::start(client.clone(), metrics.clone(), ctx.recorder.clone(), cfg)
+                .await
+                .map_err(|e| {
+                    ControllerError::Config(format!("cannot start the eviction gate: {e}"))
+                })?,
+        ),
+        None => None,
+    };
     let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(lead_loop(client, ctx, leading.clone(), stop_rx));
     Ok(ControllerHandle {
@@ -130,6 +158,8 @@ pub async fn start(
         task,
         _always_leading: always_leading,
         lease_task,
+        webhook_addr: webhook.as_ref().map(|w| w.addr),
+        webhook,
     })
 }
 

@@ -25,6 +25,11 @@ pub struct CodeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabel {
+    pub decision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: String,
 }
@@ -75,6 +80,10 @@ pub struct Metrics {
     pub signals: Family<SignalLabel, Counter>,
     /// Plans that failed because `spec.deadline` passed before the backup was verified.
     pub deadlines_missed: Counter,
+    /// Eviction gate answers: allowed, denied (429), error (unreadable request or no decision).
+    pub gate_decisions: Family<DecisionLabel, Counter>,
+    /// Time to answer one AdmissionReview.
+    pub gate_latency: Histogram,
 }
 
 impl Default for Metrics {
@@ -156,8 +165,23 @@ impl Metrics {
             "Plans that failed because spec.deadline passed before their backup was verified",
             deadlines_missed.clone(),
         );
+        let gate_decisions = Family::<DecisionLabel, Counter>::default();
+        registry.register(
+            "gate_decisions",
+            "Eviction gate answers by decision (allowed, denied, error)",
+            gate_decisions.clone(),
+        );
+        // 0.5 ms to about 4 s: a cached decision is sub-millisecond, a plan creation a few round trips.
+        let gate_latency = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        registry.register(
+            "gate_decision_duration_seconds",
+            "Time the eviction gate takes to answer an AdmissionReview",
+            gate_latency.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            gate_decisions,
+            gate_latency,
             plans,
             step_duration,
             backup_duration,
@@ -202,6 +226,14 @@ impl Metrics {
         self.evictions
             .get_or_create(&CodeLabel {
                 code: code.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn gate_decision(&self, decision: &str) {
+        self.gate_decisions
+            .get_or_create(&DecisionLabel {
+                decision: decision.to_string(),
             })
             .inc();
     }

@@ -1,0 +1,376 @@
+//! Whether an eviction may go ahead: pure, over the pod, the plans the reflector holds and a clock.
+//!
+//! The promise (DESIGN.md): no eviction of a protected pod before a verified backup covers every one of
+//! its PVCs. A backup counts when a non-terminal DisruptionPlan records it (`status.backups[]`) as
+//! verified for the pod's namespace and lists the claim. Everything else is allowed: the gate only ever
+//! holds protected pods, so a dead or confused gate never blocks what snapdrain does not protect.
+
+use std::borrow::Borrow;
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use crate::api::DisruptionPlan;
+use crate::api::status::{BackupRecord, PlanPhase};
+use crate::planning::inventory::pvc_claims;
+
+/// What the gate answers for one eviction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Allow(Allowed),
+    Deny(Held),
+}
+
+/// Why an eviction is allowed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Allowed {
+    /// The protection rule does not cover the pod.
+    NotProtected,
+    /// The pod runs on no node (Pending): there is no node to drain it from.
+    NotScheduled,
+    /// Verified backups cover all its PVCs; the plans that hold them.
+    Covered { plans: Vec<String> },
+}
+
+/// A protected pod whose PVCs are not all covered yet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// `namespace/name`.
+    pub pod: String,
+    pub node: String,
+    /// Claims no verified backup covers yet.
+    pub uncovered: Vec<String>,
+    /// The running plan for the node, if the reflector knows one.
+    pub plan: Option<PlanProgress>,
+}
+
+/// Where the plan that will cover the pod stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanProgress {
+    pub name: String,
+    pub phase: PlanPhase,
+    /// Velero Backups of the pod's namespace that the pod waits for (not verified yet).
+    pub backups: Vec<String>,
+    /// Seconds the plan has been in its phase, when the status says when it began.
+    pub in_phase_seconds: Option<i64>,
+}
+
+fn phase_of(plan: &DisruptionPlan) -> PlanPhase {
+    plan.status.as_ref().map(|s| s.phase).unwrap_or_default()
+}
+
+fn running(plan: &DisruptionPlan) -> bool {
+    !phase_of(plan).is_terminal() && plan.metadata.deletion_timestamp.is_none()
+}
+
+fn backups(plan: &DisruptionPlan) -> &[BackupRecord] {
+    plan.status.as_ref().map_or(&[], |s| s.backups.as_slice())
+}
+
+/// Whether `plan` is about `node` (named in its spec, or resolved into its status from a selector).
+fn plan_covers_node(plan: &DisruptionPlan, node: &str) -> bool {
+    plan.spec.nodes.iter().any(|n| n == node)
+        || plan
+            .status
+            .as_ref()
+            .is_some_and(|s| s.nodes.iter().any(|n| n.name == node))
+}
+
+/// Decides an eviction of `pod` given every DisruptionPlan the gate knows.
+pub fn decide<P: Borrow<DisruptionPlan>>(
+    pod: &Pod,
+    protects: impl Fn(&Pod) -> bool,
+    plans: &[P],
+    now: jiff::Timestamp,
+) -> Decision {
+    if !protects(pod) {
+        return Decision::Allow(Allowed::NotProtected);
+    }
+    let Some(node) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
+    else {
+        return Decision::Allow(Allowed::NotScheduled);
+    };
+    let namespace = pod.namespace().unwrap_or_default();
+    let claims: BTreeSet<&str> = pvc_claims(pod).collect();
+    let mut covering = BTreeSet::new();
+    let mut uncovered = Vec::new();
+    for claim in &claims {
+        let by = plans
+            .iter()
+            .map(Borrow::borrow)
+            .filter(|p| running(p))
+            .find(|p| {
+                backups(p).iter().any(|b| {
+                    b.verified && b.namespace == namespace && b.pvcs.iter().any(|c| c == claim)
+                })
+            });
+        match by {
+            Some(p) => {
+                covering.insert(p.name_any());
+            }
+            None => uncovered.push((*claim).to_owned()),
+        }
+    }
+    if uncovered.is_empty() {
+        return Decision::Allow(Allowed::Covered {
+            plans: covering.into_iter().collect(),
+        });
+    }
+    let plan = plans
+        .iter()
+        .map(Borrow::borrow)
+        .find(|p| running(p) && plan_covers_node(p, &node))
+        .map(|p| progress(p, &namespace, now));
+    Decision::Deny(Held {
+        pod: format!("{namespace}/{}", pod.name_any()),
+        node,
+        uncovered,
+        plan,
+    })
+}
+
+fn progress(plan: &DisruptionPlan, namespace: &str, now: jiff::Timestamp) -> PlanProgress {
+    let backups = backups(plan)
+        .iter()
+        .filter(|b| b.namespace == namespace && !b.verified && b.abandoned.is_none())
+        .map(|b| b.name.clone())
+        .collect();
+    let in_phase_seconds = plan
+        .status
+        .as_ref()
+        .and_then(|s| s.phase_started_at.as_ref())
+        .map(|t| (now - t.0).get_seconds().max(0));
+    PlanProgress {
+        name: plan.name_any(),
+        phase: phase_of(plan),
+        backups,
+        in_phase_seconds,
+    }
+}
+
+/// What the plan the gate joined or created says, for the message of a refusal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PlanNote {
+    /// The reflector's view (the plan was there already).
+    Known(PlanProgress),
+    /// This eviction created the plan (or joined one the reflector has not seen yet).
+    Started(String),
+    /// The node's last plan for this signal failed or was aborted: it waits for a person.
+    Settled { plan: String, phase: PlanPhase },
+    /// A dry run: nothing was created.
+    WouldStart,
+    /// The plan could not be created (the error is logged and counted).
+    NotStarted,
+}
+
+/// The message of a 429: which pod, which claims, which plan and backups it waits for, and how long
+/// that may take. kube-apiserver prefixes it with `admission webhook "<name>" denied the request: `
+/// (`apiserver/pkg/admission/plugin/webhook/errors/statuserror.go`) and kubectl drain prints it on each
+/// retry, so it is what the person running the drain reads.
+pub fn message(held: &Held, note: &PlanNote) -> String {
+    let head = format!(
+        "snapdrain holds the eviction of pod {} until a verified backup covers its PVC(s) {}",
+        held.pod,
+        held.uncovered.join(", ")
+    );
+    let tail = match note {
+        PlanNote::Known(p) => {
+            let waits = if p.backups.is_empty() {
+                "its backup has not started yet".to_owned()
+            } else {
+                format!("waiting for backup {}", p.backups.join(", "))
+            };
+            let wait = match (p.phase, p.in_phase_seconds) {
+                (PlanPhase::Verifying, Some(s)) => {
+                    format!("verifying in the bucket for {s}s; expected wait: seconds")
+                }
+                (phase, Some(s)) => format!("phase {phase} for {s}s; expected wait: unknown"),
+                (phase, None) => format!("phase {phase}; expected wait: unknown"),
+            };
+            format!("DisruptionPlan {} is {waits} ({wait})", p.name)
+        }
+        PlanNote::Started(plan) => format!(
+            "DisruptionPlan {plan} was started for node {} to back them up (expected wait: unknown)",
+            held.node
+        ),
+        PlanNote::Settled { plan, phase } => format!(
+            "DisruptionPlan {plan} for node {} is {phase}: the eviction waits until a person acts \
+             (kubectl describe disruptionplan {plan})",
+            held.node
+        ),
+        PlanNote::WouldStart => format!(
+            "a DisruptionPlan would be started for node {} (dry run: nothing was created)",
+            held.node
+        ),
+        PlanNote::NotStarted => format!(
+            "no DisruptionPlan could be started for node {} (see snapdrain's log; expected wait: unknown)",
+            held.node
+        ),
+    };
+    format!("{head}; {tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planning::inventory::ProtectionRule;
+    use serde_json::json;
+
+    fn now() -> jiff::Timestamp {
+        "2026-05-20T10:00:00Z".parse().expect("a valid timestamp")
+    }
+
+    fn pod(node: Option<&str>, claims: &[&str]) -> Pod {
+        let volumes: Vec<_> = claims
+            .iter()
+            .map(|c| json!({"name": c, "persistentVolumeClaim": {"claimName": c}}))
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": "pg-0", "namespace": "db", "ownerReferences": [{"apiVersion": "apps/v1",
+                "kind": "StatefulSet", "name": "pg", "uid": "u", "controller": true}]},
+            "spec": {"nodeName": node, "volumes": volumes, "containers": [{"name": "c"}]},
+            "status": {"phase": "Running"}
+        }))
+        .expect("a pod from JSON")
+    }
+
+    fn plan(name: &str, phase: &str, backups: serde_json::Value) -> DisruptionPlan {
+        serde_json::from_value(json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": name},
+            "spec": {"nodes": ["n1"]},
+            "status": {"phase": phase, "backups": backups, "phaseStartedAt": "2026-05-20T09:59:30.000000Z"}
+        }))
+        .expect("a plan from JSON")
+    }
+
+    fn protects(p: &Pod) -> bool {
+        ProtectionRule::default().protects(p)
+    }
+
+    #[test]
+    fn unprotected_and_unscheduled_pods_are_allowed() {
+        let none: [DisruptionPlan; 0] = [];
+        assert_eq!(
+            decide(&pod(Some("n1"), &[]), protects, &none, now()),
+            Decision::Allow(Allowed::NotProtected)
+        );
+        assert_eq!(
+            decide(&pod(None, &["data"]), protects, &none, now()),
+            Decision::Allow(Allowed::NotScheduled)
+        );
+        // The predicate is a parameter: a policy with other rules decides what is protected.
+        assert_eq!(
+            decide(&pod(Some("n1"), &["data"]), |_| false, &none, now()),
+            Decision::Allow(Allowed::NotProtected)
+        );
+    }
+
+    #[test]
+    fn a_protected_pod_without_a_plan_is_held() {
+        let none: [DisruptionPlan; 0] = [];
+        let Decision::Deny(held) = decide(&pod(Some("n1"), &["data"]), protects, &none, now())
+        else {
+            panic!("a protected pod without any backup is held");
+        };
+        assert_eq!(held.pod, "db/pg-0");
+        assert_eq!(held.node, "n1");
+        assert_eq!(held.uncovered, ["data"]);
+        assert_eq!(held.plan, None);
+    }
+
+    #[test]
+    fn a_verified_backup_of_a_running_plan_covering_every_claim_allows() {
+        let verified = plan(
+            "p1",
+            "Draining",
+            json!([{"name": "b1", "namespace": "db", "pvcs": ["data", "wal"], "verified": true}]),
+        );
+        assert_eq!(
+            decide(
+                &pod(Some("n1"), &["data", "wal"]),
+                protects,
+                &[verified],
+                now()
+            ),
+            Decision::Allow(Allowed::Covered {
+                plans: vec!["p1".into()]
+            })
+        );
+    }
+
+    #[test]
+    fn partial_unverified_other_namespace_and_terminal_plans_do_not_count() {
+        let cases = [
+            // One claim of two.
+            plan(
+                "p",
+                "Draining",
+                json!([{"name": "b", "namespace": "db", "pvcs": ["data"], "verified": true}]),
+            ),
+            // Not verified yet.
+            plan(
+                "p",
+                "Verifying",
+                json!([{"name": "b", "namespace": "db", "pvcs": ["data", "wal"], "verified": false}]),
+            ),
+            // Another namespace's claim of the same name.
+            plan(
+                "p",
+                "Draining",
+                json!([{"name": "b", "namespace": "other", "pvcs": ["data", "wal"], "verified": true}]),
+            ),
+            // A finished plan: its release window is over.
+            plan(
+                "p",
+                "Completed",
+                json!([{"name": "b", "namespace": "db", "pvcs": ["data", "wal"], "verified": true}]),
+            ),
+        ];
+        for p in cases {
+            let d = decide(
+                &pod(Some("n1"), &["data", "wal"]),
+                protects,
+                std::slice::from_ref(&p),
+                now(),
+            );
+            assert!(
+                matches!(d, Decision::Deny(_)),
+                "{p:?} must not allow: {d:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_message_names_plan_backup_and_wait() {
+        let p = plan(
+            "gate-n1",
+            "BackingUp",
+            json!([{"name": "gate-n1-db-1", "namespace": "db", "pvcs": ["data"], "verified": false}]),
+        );
+        let Decision::Deny(held) = decide(&pod(Some("n1"), &["data"]), protects, &[p], now())
+        else {
+            panic!("an unverified backup holds the pod");
+        };
+        let progress = held.plan.clone().expect("the node's running plan is known");
+        assert_eq!(progress.backups, ["gate-n1-db-1"]);
+        assert_eq!(progress.in_phase_seconds, Some(30));
+        assert_eq!(
+            message(&held, &PlanNote::Known(progress)),
+            "snapdrain holds the eviction of pod db/pg-0 until a verified backup covers its PVC(s) data; \
+             DisruptionPlan gate-n1 is waiting for backup gate-n1-db-1 (phase BackingUp for 30s; \
+             expected wait: unknown)"
+        );
+        let started = message(&held, &PlanNote::Started("gate-n1".into()));
+        assert!(
+            started.contains("DisruptionPlan gate-n1 was started for node n1"),
+            "{started}"
+        );
+        assert!(message(&held, &PlanNote::WouldStart).contains("dry run"));
+    }
+}

@@ -1,0 +1,90 @@
+//! What can go wrong in the eviction gate: a request the gate cannot read ([`ReviewError`], answered
+//! with HTTP 400), a decision it cannot make ([`GateError`], HTTP 500 so the webhook's `failurePolicy`
+//! decides), and keeping its certificates ([`CertError`]).
+
+use thiserror::Error;
+
+/// An AdmissionReview body the gate cannot answer. kube-apiserver checks every answer against the
+/// request's uid and `admission.k8s.io/v1` AdmissionReview kind
+/// (`apiserver/pkg/admission/plugin/webhook/request/admissionreview.go`, `VerifyAdmissionResponse`), so
+/// without a readable request there is no valid review to send back: these become HTTP 400 with a
+/// `Status` naming the problem, a failed call for the apiserver (its failurePolicy applies).
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ReviewError {
+    #[error("the body is not JSON: {0} (the gate expects an admission.k8s.io/v1 AdmissionReview)")]
+    NotJson(String),
+    #[error(
+        "expected an admission.k8s.io/v1 AdmissionReview, got apiVersion {api_version:?} kind {kind:?} (set admissionReviewVersions: [\"v1\"] in the webhook configuration)"
+    )]
+    WrongKind { api_version: String, kind: String },
+    #[error("the AdmissionReview has no request")]
+    NoRequest,
+    #[error("the AdmissionReview request cannot be read: {0}")]
+    BadRequest(String),
+    #[error("the AdmissionReview request has no uid to answer to")]
+    NoUid,
+}
+
+/// A decision the gate could not make.
+#[derive(Debug, Error)]
+pub enum GateError {
+    #[error(
+        "cannot read pod {namespace}/{name} to decide its eviction: {source} (may snapdrain get pods?)"
+    )]
+    GetPod {
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "cannot list DisruptionPlans while the gate's cache is still loading: {0} (is the DisruptionPlan CRD installed, and may snapdrain list disruptionplans?)"
+    )]
+    ListPlans(#[source] kube::Error),
+}
+
+/// Making, storing or serving the webhook's certificates.
+#[derive(Debug, Error)]
+pub enum CertError {
+    #[error("cannot issue a certificate valid from {0}: the clock is before 1970")]
+    BeforeEpoch(jiff::Timestamp),
+    #[error("cannot issue a certificate: {0}")]
+    Issue(#[from] rcgen::Error),
+    #[error(
+        "Secret {namespace}/{name} holds no usable {key}: {problem} (delete the Secret to have snapdrain issue new certificates)"
+    )]
+    BadSecret {
+        namespace: String,
+        name: String,
+        key: &'static str,
+        problem: String,
+    },
+    #[error(
+        "cannot {action} Secret {namespace}/{name}: {source} (may snapdrain get, create and update secrets in {namespace}?)"
+    )]
+    Secret {
+        action: &'static str,
+        namespace: String,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "cannot patch the caBundle of ValidatingWebhookConfiguration {name}: {source} (does it exist, and may snapdrain get and patch it?)"
+    )]
+    CaBundle {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot build the caBundle patch: {0} (a bug: please report it)")]
+    Patch(String),
+    #[error("cannot serve TLS on {addr}: {source} (pick another --webhook-addr)")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the TLS configuration cannot be built: {0}")]
+    Tls(#[from] rustls::Error),
+}

@@ -1,0 +1,149 @@
+//! The eviction gate: a validating admission webhook on `pods/eviction` CREATE that answers 429 for a
+//! protected pod until a verified backup covers its PVCs, so `kubectl drain`, Karpenter and Cluster
+//! Autoscaler wait and retry (DESIGN.md "How snapdrain gates other drainers"). The first refused
+//! eviction for a node starts a Release plan for it (source `eviction-gate`).
+//!
+//! - [`decision`]: pure: allow or hold, and the message a person reads.
+//! - [`review`]: the AdmissionReview read and answered.
+//! - [`gate`]: one request's I/O (the pod, the plan cache, starting a plan, Events).
+//! - [`certs`]: pure: the CA and serving certificate, and when to renew them.
+//! - [`keeper`]: the certificates' Secret and the configuration's caBundle.
+//! - [`server`]: HTTPS with certificates swapped per handshake.
+//!
+//! Every replica serves the gate (not only the Lease holder): decisions read a cache, and plan
+//! creation is safe from any replica (deterministic names, 409 joins).
+
+pub mod certs;
+pub mod decision;
+pub mod error;
+pub mod gate;
+pub mod keeper;
+pub mod review;
+pub mod server;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::events::Recorder;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+pub use certs::Lifetimes;
+pub use error::{CertError, GateError, ReviewError};
+pub use gate::{Gate, Protects};
+
+use crate::api::{DisruptionPlan, DisruptionPlanSpec};
+use crate::planning::inventory::ProtectionRule;
+use crate::telemetry::Metrics;
+
+/// How the gate is served.
+#[derive(Clone, Debug)]
+pub struct WebhookConfig {
+    /// Where HTTPS listens (port 0: any free port, see [`WebhookHandle::addr`]).
+    pub addr: SocketAddr,
+    /// The controller's namespace: the Secret and the Service live there.
+    pub namespace: String,
+    /// The Secret holding the CA and serving certificate.
+    pub secret: String,
+    /// The Service in front of the replicas (the certificate's DNS names).
+    pub service: String,
+    /// The ValidatingWebhookConfiguration whose caBundle snapdrain keeps.
+    pub configuration: String,
+    pub lifetimes: Lifetimes,
+    /// How often the Secret is read again for another replica's renewal.
+    pub resync: Duration,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([0, 0, 0, 0], 8443)),
+            namespace: "snapdrain".into(),
+            secret: "snapdrain-webhook-tls".into(),
+            service: "snapdrain-webhook".into(),
+            configuration: "snapdrain".into(),
+            lifetimes: Lifetimes::default(),
+            resync: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A running gate. Dropping it does not stop it; [`WebhookHandle::stop`] does.
+pub struct WebhookHandle {
+    pub addr: SocketAddr,
+    slot: Arc<server::CertSlot>,
+    server: axum_server::Handle<SocketAddr>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl WebhookHandle {
+    /// The certificate (PEM) new connections get now.
+    pub fn serving(&self) -> Option<String> {
+        self.slot.serving()
+    }
+
+    /// Stops listening (requests in flight get `grace` to finish) and stops the cache and the keeper.
+    pub fn stop(&self, grace: Duration) {
+        server::stop(&self.server, grace);
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Starts the gate: plan cache, certificates (issued or read before the first request), HTTPS.
+pub async fn start(
+    client: Client,
+    metrics: Metrics,
+    recorder: Recorder,
+    config: WebhookConfig,
+) -> Result<WebhookHandle, CertError> {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let (plans, writer) = reflector::store::<DisruptionPlan>();
+    let api: Api<DisruptionPlan> = Api::all(client.clone());
+    let cache = tokio::spawn(async move {
+        reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff()
+            .for_each(|ev| async move {
+                if let Err(e) = ev {
+                    tracing::debug!(error = %e, "eviction gate: plan watch");
+                }
+            })
+            .await;
+    });
+    let slot = Arc::new(server::CertSlot::default());
+    let keeper = keeper::Keeper::new(
+        client.clone(),
+        keeper::KeeperConfig {
+            namespace: config.namespace.clone(),
+            secret: config.secret.clone(),
+            service: config.service.clone(),
+            configuration: config.configuration.clone(),
+            lifetimes: config.lifetimes,
+            resync: config.resync,
+        },
+        slot.clone(),
+    );
+    keeper.sync().await?;
+    let keeping = tokio::spawn(keeper.run());
+    let protects: Protects = Arc::new(|p| ProtectionRule::default().protects(p));
+    let gate = Arc::new(Gate::new(
+        client,
+        plans,
+        protects,
+        DisruptionPlanSpec::default(),
+        metrics,
+        recorder,
+    ));
+    let (addr, server) = server::serve(config.addr, slot.clone(), gate)?;
+    tracing::info!(%addr, "eviction gate serving");
+    Ok(WebhookHandle {
+        addr,
+        slot,
+        server,
+        tasks: vec![cache, keeping],
+    })
+}

@@ -1,0 +1,458 @@
+//! The eviction gate end to end: snapdrain serves its validating webhook over TLS with certificates it
+//! issues and keeps (caBundle patched into the configuration), the simulated kube-apiserver calls it for
+//! `pods/eviction` as kube-apiserver's validating dispatcher does, and the real `kubectl drain` meets it.
+//!
+//! Upstream behaviour relied on:
+//! - kube-apiserver keeps a webhook denial's `status.code` and prefixes its message with
+//!   `admission webhook "<name>" denied the request: ` (kubernetes `staging/src/k8s.io/apiserver/pkg/
+//!   admission/plugin/webhook/errors/statuserror.go`, `ToStatusErr`).
+//! - kubectl drain retries a 429 every 5 s, printing `error when evicting pods/"<pod>" -n "<ns>" (will
+//!   retry after 5s): <message>`, and fails a pod at once on any other error (kubernetes
+//!   `staging/src/k8s.io/kubectl/pkg/drain/drain.go`, `evictPods`).
+//! - A webhook that cannot be called lets the request through under `failurePolicy: Ignore` and fails
+//!   it with an internal error under `Fail` (kubernetes `staging/src/k8s.io/apiserver/pkg/admission/
+//!   plugin/webhook/validating/dispatcher.go`); the simulator's `apiserver/admission.rs` models both.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use snapdrain::api::{DisruptionPlan, PlanSource};
+use snapdrain::controller::ControllerHandle;
+use snapdrain::controller::run::RunOptions;
+use snapdrain::webhook::{Lifetimes, WebhookConfig};
+use snapdrain_sim::apiserver::admission::ADDRESS_ANNOTATION;
+use snapdrain_testkit::eviction::{evict_with, namespace};
+use snapdrain_testkit::harness::{
+    Harness, TIMEOUT, assert_no_eviction_before_verified_backup, fast_timings,
+};
+use snapdrain_testkit::kubectl::Kubectl;
+use snapdrain_testkit::{eventually_within, webhook::pki};
+
+const NS: &str = "snapdrain";
+const SERVICE: &str = "snapdrain-webhook";
+const CONFIGURATION: &str = "snapdrain";
+const HOOK: &str = "gate.snapdrain.io";
+
+/// The ValidatingWebhookConfiguration as the Helm chart renders it (deploy/helm/snapdrain/templates/
+/// webhook.yaml), with `ca_bundle` when the test sets one itself.
+async fn configuration(client: &Client, failure_policy: &str, ca_bundle: Option<&str>) {
+    let mut client_config =
+        json!({"service": {"namespace": NS, "name": SERVICE, "path": "/validate", "port": 443}});
+    if let Some(pem) = ca_bundle {
+        // ByteString serializes as base64, as caBundle is written.
+        client_config["caBundle"] = json!(k8s_openapi::ByteString(pem.as_bytes().to_vec()));
+    }
+    let cfg: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": CONFIGURATION},
+        "webhooks": [{
+            "name": HOOK,
+            "clientConfig": client_config,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                "resources": ["pods/eviction"], "scope": "Namespaced"}],
+            "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                "operator": "NotIn", "values": ["kube-system", NS]}]},
+            "failurePolicy": failure_policy,
+            "sideEffects": "NoneOnDryRun",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5
+        }]
+    }))
+    .expect("configuration JSON");
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &cfg)
+        .await
+        .expect("create the ValidatingWebhookConfiguration");
+}
+
+/// The Service in front of the gate; the simulator dials the annotated address for it.
+async fn service(client: &Client, addr: SocketAddr) {
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": SERVICE, "namespace": NS,
+            "annotations": {ADDRESS_ANNOTATION: addr.to_string()}},
+        "spec": {"ports": [{"port": 443, "targetPort": 8443}]}
+    }))
+    .expect("service JSON");
+    Api::<Service>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &svc)
+        .await
+        .expect("create the Service");
+}
+
+fn webhook_config(lifetimes: Lifetimes, resync: Duration) -> WebhookConfig {
+    WebhookConfig {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        namespace: NS.into(),
+        service: SERVICE.into(),
+        configuration: CONFIGURATION.into(),
+        lifetimes,
+        resync,
+        ..WebhookConfig::default()
+    }
+}
+
+/// The configuration first (so the gate patches its caBundle on its first pass), then the controller
+/// with the gate, then the Service pointing at where it listens.
+async fn controller_with_gate(
+    h: &Harness,
+    failure_policy: &str,
+    lifetimes: Lifetimes,
+    resync: Duration,
+) -> ControllerHandle {
+    namespace(&h.client, NS, json!({})).await;
+    configuration(&h.client, failure_policy, None).await;
+    let controller = h
+        .controller_with(
+            RunOptions {
+                lease_namespace: None,
+                webhook: Some(webhook_config(lifetimes, resync)),
+                ..RunOptions::default()
+            },
+            "snapdrain-0",
+        )
+        .await;
+    let addr = controller.webhook_addr.expect("the gate listens");
+    service(&h.client, addr).await;
+    controller
+}
+
+async fn ca_bundle(client: &Client) -> Option<Vec<u8>> {
+    let vwc = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get(CONFIGURATION)
+        .await
+        .expect("get the configuration");
+    vwc.webhooks?
+        .first()?
+        .client_config
+        .ca_bundle
+        .as_ref()
+        .map(|b| b.0.clone())
+}
+
+async fn gate_plans(client: &Client, node: &str) -> Vec<DisruptionPlan> {
+    Api::<DisruptionPlan>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .expect("list plans")
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.spec.source == PlanSource::EvictionGate && p.spec.nodes.iter().any(|n| n == node)
+        })
+        .collect()
+}
+
+fn drain_args<'a>(node: &'a str, timeout: &'a str) -> Vec<&'a str> {
+    vec![
+        "drain",
+        node,
+        "--ignore-daemonsets",
+        "--delete-emptydir-data",
+        timeout,
+    ]
+}
+
+/// The promise against a drainer snapdrain does not run: kubectl drain is refused with 429 while the
+/// backup runs, is told which plan and backup it waits for, retries, and completes once the backup is
+/// verified; the oracle finds no protected eviction before its verified backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubectl_drain_waits_for_the_verified_backup_the_gate_names() {
+    // A backup that takes a few seconds, so kubectl's 5 s retry finds it running and is told its name.
+    let h = Harness::start_with(snapdrain_sim::world::Timings {
+        backup_overhead: Duration::from_secs(7),
+        ..fast_timings()
+    })
+    .await;
+    let controller =
+        controller_with_gate(&h, "Ignore", Lifetimes::default(), Duration::from_secs(30)).await;
+    let bundle = ca_bundle(&h.client).await.expect("the gate patched its CA");
+    assert!(String::from_utf8_lossy(&bundle).contains("BEGIN CERTIFICATE"));
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    assert!(!protected.is_empty(), "the node runs protected pods");
+
+    let k = Kubectl::new(&h.cluster);
+    let (ok, stdout, stderr) = k.spawn(&drain_args(&node, "--timeout=90s")).finish().await;
+    assert!(ok, "kubectl drain completes:\n{stdout}\n{stderr}");
+    assert!(stdout.contains(&format!("node/{node} drained")), "{stdout}");
+
+    let plans = gate_plans(&h.client, &node).await;
+    assert_eq!(
+        plans.len(),
+        1,
+        "one eviction-gate plan for the node: {plans:#?}"
+    );
+    let plan = &plans[0];
+    let backups: Vec<String> = plan
+        .status
+        .iter()
+        .flat_map(|s| &s.backups)
+        .map(|b| b.name.clone())
+        .collect();
+    assert!(!backups.is_empty(), "the plan backed up: {plan:#?}");
+    let denied = format!(
+        "(will retry after 5s): admission webhook \"{HOOK}\" denied the request: snapdrain holds the eviction of pod"
+    );
+    assert!(stderr.contains(&denied), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "DisruptionPlan {} was started for node {node}",
+            plan.name_any()
+        )),
+        "the first refusal says which plan it started:\n{stderr}"
+    );
+    assert!(
+        backups
+            .iter()
+            .any(|b| stderr.contains(&format!("waiting for backup {b}"))),
+        "a retry names the backup it waits for ({backups:?}):\n{stderr}"
+    );
+    let evicted: Vec<String> = h.accepted_evictions().into_iter().map(|(p, _)| p).collect();
+    for pod in protected.keys() {
+        assert!(
+            evicted.contains(pod),
+            "{pod} was evicted by kubectl: {evicted:?}"
+        );
+    }
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, plan);
+
+    let metrics = controller.metrics.render();
+    for decision in ["allowed", "denied"] {
+        assert!(
+            metrics.contains(&format!(
+                "snapdrain_gate_decisions_total{{decision=\"{decision}\"}}"
+            )),
+            "{metrics}"
+        );
+    }
+    assert!(
+        metrics.contains("snapdrain_gate_decision_duration_seconds_count"),
+        "{metrics}"
+    );
+    // One Event per held pod (kubectl asked again every 5 s; the gate does not repeat itself).
+    let events: Vec<k8s_openapi::api::events::v1::Event> =
+        Api::<k8s_openapi::api::events::v1::Event>::all(h.client.clone())
+            .list(&Default::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("EvictionHeld"))
+            .collect();
+    for pod in protected.keys() {
+        let (ns, name) = pod.split_once('/').expect("ns/name");
+        let on_pod: Vec<_> = events
+            .iter()
+            .filter(|e| {
+                e.regarding.as_ref().is_some_and(|r| {
+                    r.namespace.as_deref() == Some(ns) && r.name.as_deref() == Some(name)
+                })
+            })
+            .collect();
+        assert_eq!(
+            on_pod.len(),
+            1,
+            "one EvictionHeld Event on {pod}: {events:#?}"
+        );
+        let note = on_pod[0].note.as_deref().unwrap_or_default();
+        assert!(note.contains("snapdrain holds the eviction"), "{note}");
+    }
+}
+
+/// A port nothing listens on: the webhook is down.
+fn dead_address() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().expect("bound address")
+    // Dropped here: connections are refused from now on.
+}
+
+/// With the gate down, `failurePolicy` decides, as the chart lets the operator choose.
+async fn drain_with_the_gate_down(failure_policy: &str) -> (Harness, String, bool, String) {
+    let h = Harness::start().await;
+    namespace(&h.client, NS, json!({})).await;
+    let ca = pki(&[&format!("{SERVICE}.{NS}.svc")]);
+    configuration(&h.client, failure_policy, Some(&ca.ca_pem)).await;
+    service(&h.client, dead_address()).await;
+    let node = h.node_with_statefulset_pods().await;
+    let k = Kubectl::new(&h.cluster);
+    let (ok, _, stderr) = k.spawn(&drain_args(&node, "--timeout=30s")).finish().await;
+    (h, node, ok, stderr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_failure_policy_ignore_a_dead_gate_does_not_wedge_the_drain() {
+    let (h, node, ok, stderr) = drain_with_the_gate_down("Ignore").await;
+    assert!(ok, "the drain proceeds without the gate: {stderr}");
+    assert!(h.protected_pods_on(&node).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn with_failure_policy_fail_a_dead_gate_refuses_the_eviction() {
+    let (h, node, ok, stderr) = drain_with_the_gate_down("Fail").await;
+    assert!(!ok, "the drain fails while the gate is down");
+    assert!(
+        stderr.contains(&format!("failed calling webhook \"{HOOK}\"")),
+        "{stderr}"
+    );
+    assert!(
+        !h.protected_pods_on(&node).await.is_empty(),
+        "protected pods stay"
+    );
+}
+
+/// The Secret's validity annotations, which change on every renewal.
+async fn validity(client: &Client) -> Option<(String, String)> {
+    let s = Api::<Secret>::namespaced(client.clone(), NS)
+        .get_opt("snapdrain-webhook-tls")
+        .await
+        .expect("get the Secret")?;
+    let a = s.annotations();
+    Some((
+        a.get("snapdrain.io/ca-not-before")?.clone(),
+        a.get("snapdrain.io/cert-not-before")?.clone(),
+    ))
+}
+
+/// Rotation drops no request: with lifetimes of seconds and `failurePolicy: Fail` (a failed call would
+/// show as a 500), a stream of dry-run evictions of a protected pod gets the gate's 429 every time
+/// while the serving certificate is renewed and the CA rotated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn certificate_rotation_under_a_stream_of_dry_run_evictions_drops_no_request() {
+    let h = Harness::start().await;
+    let lifetimes = Lifetimes {
+        ca: Duration::from_secs(9),
+        serving: Duration::from_secs(3),
+    };
+    let resync = Duration::from_millis(100);
+    let controller = controller_with_gate(&h, "Fail", lifetimes, resync).await;
+    // A second replica renews from the same Secret: at each due time both try, the resourceVersion
+    // lets one win, and the other serves the winner's bundle.
+    let second = h
+        .controller_with(
+            RunOptions {
+                lease_namespace: None,
+                webhook: Some(webhook_config(lifetimes, resync)),
+                ..RunOptions::default()
+            },
+            "snapdrain-1",
+        )
+        .await;
+    let node = h.node_with_statefulset_pods().await;
+    let pod = h
+        .protected_pods_on(&node)
+        .await
+        .into_keys()
+        .next()
+        .expect("a protected pod");
+    let (ns, name) = pod.split_once('/').expect("ns/name");
+    // 429s must reach this loop, not be retried inside the client.
+    let mut cfg = h.kube_config();
+    cfg.default_retry = false;
+    let client = Client::try_from(cfg).expect("client");
+
+    let (first_ca, first_cert) = validity(&h.client).await.expect("the Secret exists");
+    let mut certs = std::collections::BTreeSet::from([first_cert]);
+    let mut cas = std::collections::BTreeSet::from([first_ca]);
+    let mut answers = 0;
+    let mut most_trusted = 0;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    // Until the CA rotated once and the serving certificate three times, every answer is the gate's.
+    while cas.len() < 2 || certs.len() < 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no rotation within {TIMEOUT:?}: CAs {cas:?}, certificates {certs:?}"
+        );
+        let r = evict_with(&client, ns, name, json!({"dryRun": ["All"]}), "?dryRun=All").await;
+        let status = match r {
+            Err(kube::Error::Api(s)) => s,
+            other => panic!("answer {answers}: expected the gate's 429, got {other:?}"),
+        };
+        assert_eq!(status.code, 429, "answer {answers}: {status:?}");
+        assert!(
+            status.message.contains("snapdrain holds the eviction")
+                && status.message.contains("dry run"),
+            "answer {answers}: {status:?}"
+        );
+        answers += 1;
+        if let Some((ca, cert)) = validity(&h.client).await {
+            cas.insert(ca);
+            certs.insert(cert);
+        }
+        let trusted = ca_bundle(&h.client).await.unwrap_or_default();
+        most_trusted = most_trusted.max(
+            String::from_utf8_lossy(&trusted)
+                .matches("BEGIN CERTIFICATE")
+                .count(),
+        );
+    }
+    assert!(answers > 10, "a stream, not a few requests: {answers}");
+    assert_eq!(
+        most_trusted, 2,
+        "during the CA rotation the caBundle held the old and the new CA"
+    );
+    // A dry run creates nothing.
+    assert!(gate_plans(&h.client, &node).await.is_empty());
+    // Both replicas converge on the stored certificate: whichever lost a renewal race (its update got
+    // 409 at the resourceVersion it read) serves the winner's bundle.
+    eventually_within(
+        "both replicas serve the stored certificate",
+        TIMEOUT,
+        || async {
+            let secret = Api::<Secret>::namespaced(h.client.clone(), NS)
+                .get("snapdrain-webhook-tls")
+                .await
+                .ok()?;
+            let stored = String::from_utf8(secret.data?.get("tls.crt")?.0.clone()).ok()?;
+            let served = [
+                controller.webhook_certificate()?,
+                second.webhook_certificate()?,
+            ];
+            served.iter().all(|s| *s == stored).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The gate must not leave the caBundle empty while it waits for the Service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_gate_issues_its_certificates_once_and_patches_the_ca_bundle() {
+    let h = Harness::start().await;
+    let controller =
+        controller_with_gate(&h, "Ignore", Lifetimes::default(), Duration::from_secs(30)).await;
+    let first = validity(&h.client).await.expect("the Secret exists");
+    // A second replica finds the Secret and serves the same bundle: no second CA.
+    let second = h
+        .controller_with(
+            RunOptions {
+                lease_namespace: None,
+                webhook: Some(webhook_config(
+                    Lifetimes::default(),
+                    Duration::from_secs(30),
+                )),
+                ..RunOptions::default()
+            },
+            "snapdrain-1",
+        )
+        .await;
+    assert_eq!(validity(&h.client).await, Some(first));
+    let bundle = eventually_within("the caBundle is set", TIMEOUT, || async {
+        ca_bundle(&h.client).await
+    })
+    .await;
+    let secret = Api::<Secret>::namespaced(h.client.clone(), NS)
+        .get("snapdrain-webhook-tls")
+        .await
+        .expect("get the Secret");
+    let ca = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ca.crt"))
+        .expect("the Secret holds the CA");
+    assert_eq!(bundle, ca.0);
+    second.shutdown().await;
+    controller.shutdown().await;
+}
