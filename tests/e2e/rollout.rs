@@ -92,8 +92,8 @@ async fn a_drift_rollout_without_snapdrain_evicts_stateful_pods_without_a_backup
     let protected = protected_pods(&h).await;
     assert_eq!(
         protected.len(),
-        6,
-        "postgres and mongodb with volumes: {protected:?}"
+        9,
+        "postgres, mongodb and elasticsearch pods with volumes: {protected:?}"
     );
     let started = Instant::now();
     let old = drift_all(&h).await;

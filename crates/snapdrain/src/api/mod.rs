@@ -13,9 +13,9 @@ pub mod validate;
 pub mod velero;
 
 pub use plan::{
-    BackupMethod, BackupPolicy, BackupSpec, BottlerocketSpec, CapacityType, DisruptionPlan,
-    DisruptionPlanSpec, DrainSpec, LaunchTemplateRef, PlanMode, PlanSource, ReplacementSpec,
-    ReplacementWhen, TerminationSpec,
+    BackupMethod, BackupPolicy, BackupScope, BackupSpec, BottlerocketSpec, CapacityType,
+    DisruptionPlan, DisruptionPlanSpec, DrainSpec, LaunchTemplateRef, PlanMode, PlanSource,
+    ReplacementSpec, ReplacementWhen, TerminationSpec,
 };
 pub use policy::{DEFAULT_POLICY, DisruptionPolicy, DisruptionPolicySpec};
 pub use status::{

@@ -178,6 +178,11 @@ pub struct BackupSpec {
     #[serde(default)]
     pub method: BackupMethod,
 
+    /// What the Velero Backup selects: the protected pods on the plan's nodes (their PVCs and PVs follow
+    /// as Velero additional items), or every pod of their StatefulSets.
+    #[serde(default)]
+    pub scope: BackupScope,
+
     /// Velero Backup `spec.ttl` (e.g. `168h`). Absent: Velero's server default (720h).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION_PATTERN))]
@@ -207,12 +212,25 @@ impl Default for BackupSpec {
             storage_location: None,
             velero_namespace: default_velero_namespace(),
             method: BackupMethod::default(),
+            scope: BackupScope::default(),
             ttl: None,
             reuse_if_newer_than: None,
             timeout: None,
             max_attempts: default_max_attempts(),
         }
     }
+}
+
+/// What a plan's Velero Backup selects (DESIGN.md, "Backup scope").
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BackupScope {
+    /// The protected pods on the plan's nodes, by `statefulset.kubernetes.io/pod-name`: the node's own
+    /// data, so the node waits for its own volumes only. Velero's pod action adds each pod's PVCs (and
+    /// their PVs) as additional items (vmware-tanzu/velero `pkg/backup/actions/backup_pod_action.go`).
+    #[default]
+    Pods,
+    /// Every pod of the StatefulSets involved, by the StatefulSet's selector (all replicas' data).
+    StatefulSet,
 }
 
 /// Whether a verified backup is a precondition of the drain.

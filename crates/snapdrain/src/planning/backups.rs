@@ -1,14 +1,18 @@
 //! Which Velero Backups a node needs, which earlier ones can be reused, the Backup objects themselves, and
 //! what a Backup's phase means.
 //!
-//! Scope of a Backup: one per workload namespace, `includedNamespaces: [ns]` and one `orLabelSelectors` entry
-//! per affected StatefulSet (its `spec.selector`). That selects the StatefulSet's pods; Velero's pod backup
-//! item action adds the PVCs they mount and the PVC action adds the bound PVs, whatever their labels (the
-//! StatefulSet controller also copies the selector's matchLabels onto claims from volumeClaimTemplates, so
-//! the PVCs match the selector as well). PVCs are therefore not listed by name. Every replica of an affected
-//! StatefulSet is included, not only those on the node: a restore needs a consistent set, and the extra
-//! cost is bounded by the StatefulSet's size. The StatefulSet object itself is only included when it carries
-//! the selector's labels.
+//! Scope of a Backup: one per workload namespace, `includedNamespaces: [ns]`, and `orLabelSelectors`:
+//! - `backup.scope: Pods` (the default): one `statefulset.kubernetes.io/pod-name` entry per protected pod on
+//!   the plan's nodes (the StatefulSet controller sets that label on every pod). Velero's pod backup item
+//!   action adds the PVCs a selected pod mounts and the PVC action adds the bound PVs, whatever their
+//!   labels (vmware-tanzu/velero `pkg/backup/actions/backup_pod_action.go`), so the node's own data is
+//!   backed up and nothing else: the node waits for its own volumes only (DESIGN.md, "Backup scope").
+//! - `backup.scope: StatefulSet`: one entry per affected StatefulSet (its `spec.selector`): every replica,
+//!   for a consistent set at the cost of the StatefulSet's whole size. The StatefulSet controller copies the
+//!   selector's matchLabels onto claims from volumeClaimTemplates, so the PVCs match as well; the
+//!   StatefulSet object itself is only included when it carries the selector's labels.
+//!
+//! PVCs are not listed by name in either case.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -19,7 +19,7 @@ use super::inventory::{
     namespace_of, pvc_claims, statefulset_owner,
 };
 use super::taint::{DRAIN_TAINT_KEY, tolerates_drain_taint};
-use crate::api::plan::{BackupPolicy, DisruptionPlanSpec};
+use crate::api::plan::{BackupPolicy, BackupScope, DisruptionPlanSpec};
 use crate::api::validate::ValidSpec;
 
 /// Label the StatefulSet controller puts on each pod; the fallback selector when the StatefulSet is unknown.
@@ -339,11 +339,18 @@ impl NeedBuilder {
         clock: Clock,
     ) -> BackupNeed {
         let pvcs: Vec<String> = self.pvcs.into_iter().collect();
-        let mut or_label_selectors: Vec<LabelSelector> = self.selectors.values().cloned().collect();
-        or_label_selectors.extend(self.by_pod_name.iter().map(|pod| LabelSelector {
+        let by_name = |pod: &String| LabelSelector {
             match_labels: Some(BTreeMap::from([(POD_NAME_LABEL.to_owned(), pod.clone())])),
             match_expressions: None,
-        }));
+        };
+        let or_label_selectors: Vec<LabelSelector> = match spec.backup.scope {
+            BackupScope::Pods => self.pods.iter().map(by_name).collect(),
+            BackupScope::StatefulSet => {
+                let mut all: Vec<LabelSelector> = self.selectors.values().cloned().collect();
+                all.extend(self.by_pod_name.iter().map(by_name));
+                all
+            }
+        };
         let reuse = find_reusable(
             ns,
             &pvcs,

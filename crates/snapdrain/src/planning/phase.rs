@@ -69,7 +69,8 @@ pub struct PhaseFacts {
     pub nodes_gone: bool,
     /// Every replacement node is Ready.
     pub replacement_ready: bool,
-    /// Release mode: the release window passed with the nodes still there; the holds are back.
+    /// Release mode: the nodes were not taken (the release window passed, or held pods arrived that no
+    /// backup covers); the holds are back and the next run takes over.
     pub release_expired: bool,
 }
 
@@ -213,7 +214,7 @@ pub fn next_phase(
             } else if facts.release_expired {
                 PhaseDecision::with(
                     Completed,
-                    "the release window passed and the nodes are still there: holds restored; the verified backup stays reusable for the next plan",
+                    "the nodes were not taken (the release window passed, or protected pods arrived that this run's backup does not cover): holds restored; the verified backup stays reusable for the next run",
                 )
             } else {
                 PhaseDecision::to(Draining)

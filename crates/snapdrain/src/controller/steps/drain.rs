@@ -406,8 +406,31 @@ async fn release(
             n.phase = NodePhase::Gone;
         }
     }
+    let uncovered = if nodes_gone {
+        Vec::new()
+    } else {
+        super::release::release_newcomers(run).await?
+    };
     let pods_gone = !nodes_gone && super::release::released_pods_gone(run).await?;
     facts.nodes_gone = nodes_gone || pods_gone;
+    if !facts.nodes_gone && !uncovered.is_empty() {
+        // Held pods no backup covers would keep the node forever: this run makes way for the next, which
+        // backs them up (reusing this run's verified backups for the others).
+        let restored = super::release::restore_holds(run).await;
+        facts.release_expired = true;
+        run.event(
+            EventType::Normal,
+            "NewProtectedPods",
+            "Release",
+            format!(
+                "protected pods arrived on {} after the backup ({}): restored {restored} hold(s); the next run backs them up",
+                names.iter().cloned().collect::<Vec<_>>().join(", "),
+                uncovered.join(", ")
+            ),
+        )
+        .await;
+        return Ok(None);
+    }
     if !facts.nodes_gone && window_left.is_zero() {
         let restored = super::release::restore_holds(run).await;
         facts.release_expired = true;

@@ -9,8 +9,9 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
 
+use crate::api::DisruptionPlan;
 use crate::api::plan::BackupPolicy;
-use crate::api::status::ReleasedPod;
+use crate::api::status::{BackupRecord, ReleasedPod};
 use crate::controller::error::ControllerError;
 use crate::controller::holds::apply;
 use crate::controller::reconcile::PlanRun;
@@ -95,6 +96,102 @@ pub async fn release_holds(run: &mut PlanRun) -> Result<(), ControllerError> {
     Ok(())
 }
 
+/// Whether `record` may stand for the data of a pod with `claims` in `namespace`: verified, covering every
+/// claim, and started no earlier than `since` (the plan's decision, or its reuse window before now).
+pub fn covers(
+    record: &BackupRecord,
+    namespace: &str,
+    claims: &[String],
+    since: jiff::Timestamp,
+) -> bool {
+    record.verified
+        && record.namespace == namespace
+        && claims.iter().all(|c| record.pvcs.contains(c))
+        && record.started_at.as_ref().is_some_and(|t| t.0 >= since)
+}
+
+/// Protected pods that arrived on a released node after the plan's backup (a pod evicted from another
+/// drained node, rescheduled here) are held by the hold keeper, so the disruptor could never take the node.
+/// Each one whose PVCs a verified backup of any plan covers (started after this plan was decided, or
+/// within its reuse window) is released too, as the backup a pod left its last node with stands for its
+/// data. Returns the pods still held that no backup covers: the plan then makes way for a new run.
+pub async fn release_newcomers(run: &mut PlanRun) -> Result<Vec<String>, ControllerError> {
+    let nodes: BTreeSet<String> = run.status.nodes.iter().map(|n| n.name.clone()).collect();
+    let known: BTreeSet<(String, String)> = run
+        .status
+        .released_pods
+        .iter()
+        .map(|p| (p.namespace.clone(), p.name.clone()))
+        .collect();
+    let pods: Api<Pod> = Api::all(run.ctx.client.clone());
+    let mut newcomers = Vec::new();
+    for node in &nodes {
+        let list = pods
+            .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .map_err(|source| ControllerError::Read {
+                what: format!("pods on node {node}"),
+                source,
+            })?;
+        newcomers.extend(list.items.into_iter().filter(|p| {
+            matches!(holds::state(p), holds::HoldState::Held(_))
+                && !known.contains(&(p.namespace().unwrap_or_default(), p.name_any()))
+                && !crate::planning::inventory::is_terminating(p)
+        }));
+    }
+    if newcomers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = PlanRun::now();
+    let decided = run.status.decided_at.as_ref().map_or(now, |t| t.0);
+    let since = match run.valid.reuse_if_newer_than {
+        Some(window) => decided.min(now - window),
+        None => decided,
+    };
+    let plans: Api<DisruptionPlan> = Api::all(run.ctx.client.clone());
+    let records: Vec<BackupRecord> = plans
+        .list(&Default::default())
+        .await
+        .map_err(|source| ControllerError::Read {
+            what: "DisruptionPlans (for backups of pods new on a released node)".into(),
+            source,
+        })?
+        .items
+        .into_iter()
+        .filter_map(|p| p.status)
+        .flat_map(|s| s.backups)
+        .collect();
+    let plan = run.name();
+    let mut uncovered = Vec::new();
+    for pod in newcomers {
+        let ns = pod.namespace().unwrap_or_default();
+        let claims: Vec<String> = crate::planning::inventory::pvc_claims(&pod)
+            .map(str::to_owned)
+            .collect();
+        let covered = records.iter().any(|r| covers(r, &ns, &claims, since));
+        if !covered {
+            uncovered.push(format!("{ns}/{}", pod.name_any()));
+            continue;
+        }
+        if let Some(patch) = holds::release(&pod, &plan)
+            && apply(&run.ctx.client, &pod, &patch)
+                .await
+                .map_err(|source| ControllerError::Hold {
+                    pod: format!("{ns}/{}", pod.name_any()),
+                    source,
+                })?
+        {
+            run.ctx.metrics.hold_change("released");
+            run.status.released_pods.push(ReleasedPod {
+                namespace: ns,
+                name: pod.name_any(),
+                uid: pod.uid().unwrap_or_default(),
+            });
+        }
+    }
+    Ok(uncovered)
+}
+
 /// True when every released pod has left its node: gone, replaced (another uid) or moved.
 pub async fn released_pods_gone(run: &PlanRun) -> Result<bool, ControllerError> {
     if run.status.released_pods.is_empty() {
@@ -138,4 +235,56 @@ pub async fn restore_holds(run: &mut PlanRun) -> usize {
         }
     }
     restored
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(verified: bool, started: &str) -> BackupRecord {
+        BackupRecord {
+            namespace: "apps".into(),
+            pvcs: vec!["data-pg-1".into(), "logs-pg-1".into()],
+            verified,
+            started_at: Some(Time(started.parse().expect("valid"))),
+            ..BackupRecord::default()
+        }
+    }
+
+    #[test]
+    fn a_newcomer_is_covered_only_by_a_verified_fresh_backup_of_all_its_claims() {
+        let since: jiff::Timestamp = "2026-12-01T10:00:00Z".parse().expect("valid");
+        let claims = vec!["data-pg-1".to_string()];
+        assert!(covers(
+            &record(true, "2026-12-01T10:05:00Z"),
+            "apps",
+            &claims,
+            since
+        ));
+        assert!(!covers(
+            &record(false, "2026-12-01T10:05:00Z"),
+            "apps",
+            &claims,
+            since
+        ));
+        assert!(!covers(
+            &record(true, "2026-12-01T09:55:00Z"),
+            "apps",
+            &claims,
+            since
+        ));
+        assert!(!covers(
+            &record(true, "2026-12-01T10:05:00Z"),
+            "shop",
+            &claims,
+            since
+        ));
+        let more = vec!["data-pg-1".to_string(), "wal-pg-1".to_string()];
+        assert!(!covers(
+            &record(true, "2026-12-01T10:05:00Z"),
+            "apps",
+            &more,
+            since
+        ));
+    }
 }
