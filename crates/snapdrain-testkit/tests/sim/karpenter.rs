@@ -831,3 +831,75 @@ async fn expired_nodeclaim_is_drained_despite_do_not_disrupt_until_the_grace_per
     env.wait_for("node gone", |e| e.node_obj(&node).is_none())
         .await;
 }
+
+/// A scenario whose NodePool expires its node in seconds, with a grace period shorter than the pod's.
+const EXPIRING: &str = r#"
+name: expiring
+nodePools:
+  - name: default
+    consolidateAfter: Never
+    expireAfter: 3s
+    terminationGracePeriod: 2s
+nodes:
+  - count: 1
+    instanceType: m6i.xlarge
+    zones: [us-east-1a]
+    karpenter: {nodePool: default}
+namespaces: [db]
+statefulSets:
+  - name: pg
+    namespace: db
+    replicas: 1
+    pod: {image: "postgres:17", cpu: 100m, memory: 128Mi, annotations: {karpenter.sh/do-not-disrupt: "true"}}
+"#;
+
+// K: pkg/controllers/nodeclaim/expiration/controller.go; the scenario's expireAfter and
+// terminationGracePeriod reach the NodeClaim as the NodePool template's would.
+#[tokio::test]
+async fn scenario_nodepool_durations_expire_the_node_in_the_running_world() {
+    let scenario = snapdrain_sim::scenario::parse(EXPIRING, "expiring.yaml").unwrap();
+    let cluster = SimCluster::start(SimConfig {
+        scenario: Some(snapdrain_sim::ScenarioSource::Inline {
+            scenario: Box::new(scenario),
+            label: "expiring".into(),
+        }),
+        timings: Some(Timings {
+            pod_start: Duration::from_millis(20),
+            pod_stop: Duration::from_millis(20),
+            volume_detach: Duration::from_millis(20),
+            instance_boot: Duration::from_millis(200),
+            ..Timings::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let claims = ResKey::new("karpenter.sh", "nodeclaims");
+    let (initial, _) = cluster.store.snapshot(&claims);
+    assert_eq!(initial.len(), 1);
+    assert_eq!(initial[0]["spec"]["expireAfter"], "3s");
+    assert_eq!(initial[0]["spec"]["terminationGracePeriod"], "2s");
+    let name = initial[0]["metadata"]["name"].as_str().unwrap().to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut rx = cluster.audit.follow();
+    while cluster.store.get(&claims, None, &name).is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for the expired NodeClaim to go"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await;
+    }
+    let audit = cluster.audit.since(0);
+    assert!(audit.iter().any(|e| e.verb == "disruption-started"
+        && e.name.as_deref() == Some(name.as_str())
+        && e.detail["reason"] == "Expired"));
+    // The do-not-disrupt pod was deleted, never evicted: its 30 s grace exceeds the 2 s left.
+    assert!(audit.iter().any(|e| e.verb == "pod-deleted"
+        && e.name.as_deref() == Some("pg-0")
+        && e.detail["reason"] == "TerminationGracePeriodExpiring"));
+    assert!(
+        !audit
+            .iter()
+            .any(|e| e.verb == "eviction-attempt" && e.name.as_deref() == Some("pg-0"))
+    );
+}
