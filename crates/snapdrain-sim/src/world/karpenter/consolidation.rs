@@ -112,3 +112,13 @@ impl Simulation {
         Ok(())
     }
 }
+
+/// (count, highest resourceVersion) of a list: changes whenever an object is added, changed or removed.
+pub(super) fn fingerprint(objs: &[Arc<Value>]) -> (usize, u64) {
+    let max = objs
+        .iter()
+        .filter_map(|o| meta_str(o, "resourceVersion")?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0);
+    (objs.len(), max)
+}

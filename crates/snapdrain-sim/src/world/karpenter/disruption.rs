@@ -148,6 +148,12 @@ pub(super) fn pass(
         .snapshot(&ResKey::new("policy", "poddisruptionbudgets"));
     // Built on first use: the scheduling simulation only runs when some node is Consolidatable.
     let mut simulation: Option<consolidation::Simulation> = None;
+    // Like Karpenter's cluster consolidation state: a pass that found nothing to consolidate is not
+    // repeated until pods, nodes, NodeClaims or PDBs change (5,000 candidates would cost seconds).
+    let (nodes_now, _) = ctx.store.snapshot(&ResKey::core("nodes"));
+    let state = [&pods, &nodes_now, &claims, &pdbs].map(|objs| consolidation::fingerprint(objs));
+    let settled = *lock(&handle.shared.consolidated) == Some(state);
+    let mut consolidated_any = false;
     for pool in pools {
         let pool_name = meta_str(&pool, "name").unwrap_or("");
         let members: Vec<(Arc<Value>, Option<Arc<Value>>)> = claims
@@ -247,6 +253,9 @@ pub(super) fn pass(
 
         // Single-node consolidation: cheapest to disrupt first (fewest pods to move, standing in for
         // Karpenter's disruption cost); the first whose pods all fit elsewhere is deleted.
+        if settled {
+            continue;
+        }
         let mut under: Vec<&Candidate> = candidates
             .iter()
             .filter(|(c, _, _)| consolidation::should_disrupt(&pool, c))
@@ -300,8 +309,10 @@ pub(super) fn pass(
         if consolidated {
             // The candidate's pods are about to land elsewhere: later pools simulate afresh.
             simulation = None;
+            consolidated_any = true;
         }
     }
+    *lock(&handle.shared.consolidated) = (!consolidated_any).then_some(state);
 }
 
 fn drifted_since(claim: &Value) -> String {

@@ -120,6 +120,8 @@ struct Shared {
     interrupt: Mutex<Vec<String>>,
     /// Last audited block reason per NodeClaim, so each is reported once.
     blocked: Mutex<HashMap<String, String>>,
+    /// Fingerprints of pods, nodes, NodeClaims and PDBs when consolidation last found nothing to do.
+    consolidated: Mutex<Option<[(usize, u64); 4]>>,
 }
 
 /// Controls of a running simulated Karpenter.
