@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use snapdrain_sim::apiserver::resources::ResKey;
 use snapdrain_sim::apiserver::store::{DeleteOptions, WriteOptions};
 use snapdrain_sim::world::ec2_nodes::{self, BootedInstance, InstanceChange};
+use snapdrain_sim::world::feed::Feed;
 use snapdrain_sim::world::karpenter::{
     self, Cloud, CloudFuture, KarpenterConfig, KarpenterHandle, LaunchRequest, Launched,
     nodeclaim_from_pool,
@@ -654,6 +655,8 @@ async fn underutilized_node_is_consolidated_unless_do_not_disrupt_holds_it() {
             .build(),
     ])
     .await;
+    let (mut claim_feed, _) = Feed::open(&env.ctx.store, ResKey::new("karpenter.sh", "nodeclaims"));
+    let (mut node_feed, _) = Feed::open(&env.ctx.store, ResKey::core("nodes"));
     let na = env.node("default-a").await;
     env.pod("web-0", &na, json!({}), None);
     let nb = env.node("default-b").await;
@@ -667,6 +670,30 @@ async fn underutilized_node_is_consolidated_unless_do_not_disrupt_holds_it() {
         e.claim("default-a").is_none() && e.node_obj(&na).is_none()
     })
     .await;
+    // As drift does: DisruptionReason on the NodeClaim and the disrupted taint on its Node before
+    // the NodeClaim is deleted.
+    let marked = claim_feed
+        .try_recv()
+        .into_iter()
+        .filter_map(|c| c.new)
+        .any(|c| {
+            c["metadata"]["name"] == "default-a"
+                && c["metadata"]["deletionTimestamp"].is_null()
+                && condition(&c, "DisruptionReason").is_some_and(|d| d["reason"] == "Underutilized")
+        });
+    assert!(marked, "DisruptionReason=Underutilized before deletion");
+    let tainted = node_feed
+        .try_recv()
+        .into_iter()
+        .filter_map(|c| c.new)
+        .any(|n| {
+            n["metadata"]["name"] == na.as_str()
+                && n["metadata"]["deletionTimestamp"].is_null()
+                && n["spec"]["taints"]
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|t| t["key"] == "karpenter.sh/disrupted"))
+        });
+    assert!(tainted, "karpenter.sh/disrupted taint before deletion");
     let started = env.audit("disruption-started");
     assert!(started.iter().any(|(_, n, d)| n == "default-a"
         && d["reason"] == "Underutilized"
