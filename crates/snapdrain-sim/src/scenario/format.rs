@@ -139,12 +139,19 @@ pub struct NodePoolSpec {
     pub name: String,
     #[serde(default = "default_name")]
     pub node_class: String,
+    /// `spec.disruption.consolidationPolicy`: `WhenEmptyOrUnderutilized` (Karpenter's default) also
+    /// consolidates nodes whose pods fit elsewhere; `WhenEmpty` only removes empty ones.
     #[serde(default = "default_consolidation_policy")]
     pub consolidation_policy: String,
+    /// `spec.disruption.consolidateAfter`, a Go duration (`10s`) or `Never`: how long after the last pod
+    /// event a NodeClaim becomes Consolidatable.
     #[serde(default = "default_consolidate_after")]
     pub consolidate_after: String,
+    /// `spec.template.spec.expireAfter` (copied to NodeClaims), a Go duration or `Never`.
     #[serde(default = "default_expire_after")]
     pub expire_after: String,
+    /// `spec.template.spec.terminationGracePeriod` (copied to NodeClaims): the longest a drain may take
+    /// once the NodeClaim is deleted, do-not-disrupt pods included.
     #[serde(default)]
     pub termination_grace_period: Option<String>,
     /// `spec.disruption.budgets` as Karpenter takes them.

@@ -16,11 +16,22 @@ use super::feed::{Change, Feed, ObjKey};
 use super::objects::*;
 use super::volumes;
 
-#[derive(Clone, Copy, Default)]
-struct Usage {
-    cpu: i64,
-    mem: i64,
-    pods: i64,
+/// What the pods bound to one node request.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Usage {
+    pub cpu: i64,
+    pub mem: i64,
+    pub pods: i64,
+}
+
+impl Usage {
+    /// Adds one pod's requests.
+    pub(crate) fn add(&mut self, pod: &Value) {
+        let (cpu, mem) = pod_requests(pod);
+        self.cpu += cpu;
+        self.mem += mem;
+        self.pods += 1;
+    }
 }
 
 /// What one bound pod takes from its node.
@@ -194,62 +205,20 @@ impl Scheduler {
         pod: &Value,
         node_list: &[&'a Arc<Value>],
     ) -> Result<&'a Arc<Value>, String> {
-        let (cpu, mem) = pod_requests(pod);
+        let (cpu, _) = pod_requests(pod);
         let owner = controller_of(pod).map(|(_, _, u)| u.to_string());
-        let volume_terms = self.volume_constraints(pod)?;
+        let volume_terms = volume_constraints(&self.ctx, pod)?;
         let mut reasons: HashMap<String, usize> = HashMap::new();
         let mut best: Option<(&Arc<Value>, (i64, i64))> = None;
-        let unschedulable_taint =
-            json!({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"});
         for node in node_list {
-            let mut reject = |r: String| *reasons.entry(r).or_default() += 1;
-            if !node_ready(node) || is_terminating(node) {
-                reject("node(s) were not ready".into());
-                continue;
-            }
-            if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true)
-                && !tolerates(pod.pointer("/spec/tolerations"), &unschedulable_taint)
-            {
-                reject("node(s) were unschedulable".into());
-                continue;
-            }
-            if let Some(t) = untolerated_taint(pod, node) {
-                let key = t.get("key").and_then(Value::as_str).unwrap_or("");
-                let value = t.get("value").and_then(Value::as_str).unwrap_or("");
-                reject(format!("node(s) had untolerated taint {{{key}: {value}}}"));
-                continue;
-            }
-            if !node_affinity_allows(pod, node) {
-                reject("node(s) didn't match Pod's node affinity/selector".into());
-                continue;
-            }
-            if !volume_terms
-                .iter()
-                .all(|terms| terms.iter().any(|t| node_term_matches(t, node)))
-            {
-                reject("node(s) had volume node affinity conflict".into());
-                continue;
-            }
-            let alloc = node.pointer("/status/allocatable");
-            let a_cpu = alloc.and_then(|a| a.get("cpu")).map_or(0, cpu_millis);
-            let a_mem = alloc.and_then(|a| a.get("memory")).map_or(0, bytes);
-            let a_pods = alloc.and_then(|a| a.get("pods")).map_or(110, |p| match p {
-                Value::String(s) => s.parse().unwrap_or(110),
-                other => other.as_i64().unwrap_or(110),
-            });
             let used = self.usage.get(name(node)).copied().unwrap_or_default();
-            if used.pods + 1 > a_pods {
-                reject("Too many pods".into());
+            if let Err(r) = fits(pod, node, used, &volume_terms) {
+                *reasons.entry(r).or_default() += 1;
                 continue;
             }
-            if used.cpu + cpu > a_cpu {
-                reject("Insufficient cpu".into());
-                continue;
-            }
-            if used.mem + mem > a_mem {
-                reject("Insufficient memory".into());
-                continue;
-            }
+            let a_cpu = node
+                .pointer("/status/allocatable/cpu")
+                .map_or(0, cpu_millis);
             let same_owner = owner
                 .as_ref()
                 .and_then(|o| {
@@ -285,37 +254,6 @@ impl Scheduler {
                 parts.join(", ")
             }
         ))
-    }
-
-    /// For each bound claim of the pod, the node selector terms of its volume (one must match).
-    fn volume_constraints(&self, pod: &Value) -> Result<Vec<Vec<Value>>, String> {
-        let ns = namespace(pod);
-        let mut out = Vec::new();
-        for claim in pod_claims(pod) {
-            let Some(pvc) = self.ctx.store.get(&pvcs(), Some(ns), claim) else {
-                return Err(format!("persistentvolumeclaim \"{claim}\" not found"));
-            };
-            if is_terminating(&pvc) {
-                return Err(format!(
-                    "persistentvolumeclaim \"{claim}\" is being deleted"
-                ));
-            }
-            let Some(pv_name) = str_at(&pvc, "/spec/volumeName").filter(|v| !v.is_empty()) else {
-                continue;
-            };
-            let Some(pv) = self.ctx.store.get(&pvs(), None, pv_name) else {
-                return Err(format!("persistentvolume \"{pv_name}\" not found"));
-            };
-            if let Some(terms) = pv
-                .pointer("/spec/nodeAffinity/required/nodeSelectorTerms")
-                .and_then(Value::as_array)
-            {
-                out.push(terms.clone());
-            } else if let Some(zone) = label(&pv, "topology.kubernetes.io/zone") {
-                out.push(vec![json!({"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]})]);
-            }
-        }
-        Ok(out)
     }
 
     fn bind(&self, pod: &Value, node: &Value) -> Result<(), ()> {
@@ -370,6 +308,94 @@ impl Scheduler {
             },
         );
     }
+}
+
+/// For each bound claim of the pod, the node selector terms of its volume (one must match).
+pub(crate) fn volume_constraints(
+    ctx: &WorldContext,
+    pod: &Value,
+) -> Result<Vec<Vec<Value>>, String> {
+    let ns = namespace(pod);
+    let mut out = Vec::new();
+    for claim in pod_claims(pod) {
+        let Some(pvc) = ctx.store.get(&pvcs(), Some(ns), claim) else {
+            return Err(format!("persistentvolumeclaim \"{claim}\" not found"));
+        };
+        if is_terminating(&pvc) {
+            return Err(format!(
+                "persistentvolumeclaim \"{claim}\" is being deleted"
+            ));
+        }
+        let Some(pv_name) = str_at(&pvc, "/spec/volumeName").filter(|v| !v.is_empty()) else {
+            continue;
+        };
+        let Some(pv) = ctx.store.get(&pvs(), None, pv_name) else {
+            return Err(format!("persistentvolume \"{pv_name}\" not found"));
+        };
+        if let Some(terms) = pv
+            .pointer("/spec/nodeAffinity/required/nodeSelectorTerms")
+            .and_then(Value::as_array)
+        {
+            out.push(terms.clone());
+        } else if let Some(zone) = label(&pv, "topology.kubernetes.io/zone") {
+            out.push(vec![json!({"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]})]);
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `pod` fits on `node`, which already carries `used`: readiness, cordon, taints, node
+/// affinity, the zones of its bound volumes (`volume_terms`, from [`volume_constraints`]) and free
+/// CPU, memory and pod slots. The error is the scheduler's per-node reason. Karpenter's consolidation
+/// simulates rescheduling with it.
+pub(crate) fn fits(
+    pod: &Value,
+    node: &Value,
+    used: Usage,
+    volume_terms: &[Vec<Value>],
+) -> Result<(), String> {
+    if !node_ready(node) || is_terminating(node) {
+        return Err("node(s) were not ready".into());
+    }
+    let unschedulable_taint =
+        json!({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"});
+    if node.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true)
+        && !tolerates(pod.pointer("/spec/tolerations"), &unschedulable_taint)
+    {
+        return Err("node(s) were unschedulable".into());
+    }
+    if let Some(t) = untolerated_taint(pod, node) {
+        let key = t.get("key").and_then(Value::as_str).unwrap_or("");
+        let value = t.get("value").and_then(Value::as_str).unwrap_or("");
+        return Err(format!("node(s) had untolerated taint {{{key}: {value}}}"));
+    }
+    if !node_affinity_allows(pod, node) {
+        return Err("node(s) didn't match Pod's node affinity/selector".into());
+    }
+    if !volume_terms
+        .iter()
+        .all(|terms| terms.iter().any(|t| node_term_matches(t, node)))
+    {
+        return Err("node(s) had volume node affinity conflict".into());
+    }
+    let (cpu, mem) = pod_requests(pod);
+    let alloc = node.pointer("/status/allocatable");
+    let a_cpu = alloc.and_then(|a| a.get("cpu")).map_or(0, cpu_millis);
+    let a_mem = alloc.and_then(|a| a.get("memory")).map_or(0, bytes);
+    let a_pods = alloc.and_then(|a| a.get("pods")).map_or(110, |p| match p {
+        Value::String(s) => s.parse().unwrap_or(110),
+        other => other.as_i64().unwrap_or(110),
+    });
+    if used.pods + 1 > a_pods {
+        return Err("Too many pods".into());
+    }
+    if used.cpu + cpu > a_cpu {
+        return Err("Insufficient cpu".into());
+    }
+    if used.mem + mem > a_mem {
+        return Err("Insufficient memory".into());
+    }
+    Ok(())
 }
 
 fn node_name_of(pod: &Value) -> Option<&str> {

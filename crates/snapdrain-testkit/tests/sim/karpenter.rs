@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use snapdrain_sim::apiserver::resources::ResKey;
 use snapdrain_sim::apiserver::store::{DeleteOptions, WriteOptions};
 use snapdrain_sim::world::ec2_nodes::{self, BootedInstance, InstanceChange};
+use snapdrain_sim::world::feed::Feed;
 use snapdrain_sim::world::karpenter::{
     self, Cloud, CloudFuture, KarpenterConfig, KarpenterHandle, LaunchRequest, Launched,
     nodeclaim_from_pool,
@@ -96,18 +97,68 @@ fn crds() -> Vec<Value> {
     out
 }
 
-fn pool(budget: &str) -> Value {
-    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "default"},
-        "spec": {"disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never", "budgets": [{"nodes": budget}]},
-                 "template": {"metadata": {"labels": {"team": "db"}},
-                              "spec": {"expireAfter": "720h", "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-                                       "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}]}}}})
+fn pool(budget: &'static str) -> Value {
+    NodePool::new("default").budget(budget).build()
+}
+
+/// A NodePool for the tests, with the disruption settings they vary.
+struct NodePool {
+    name: &'static str,
+    budget: &'static str,
+    policy: &'static str,
+    consolidate_after: &'static str,
+    expire_after: &'static str,
+    tgp: Option<&'static str>,
+}
+
+impl NodePool {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            budget: "100%",
+            policy: "WhenEmptyOrUnderutilized",
+            consolidate_after: "Never",
+            expire_after: "720h",
+            tgp: None,
+        }
+    }
+    fn budget(self, budget: &'static str) -> Self {
+        Self { budget, ..self }
+    }
+    fn consolidation(self, policy: &'static str, after: &'static str) -> Self {
+        Self {
+            policy,
+            consolidate_after: after,
+            ..self
+        }
+    }
+    fn expiry(self, expire_after: &'static str, tgp: &'static str) -> Self {
+        Self {
+            expire_after,
+            tgp: Some(tgp),
+            ..self
+        }
+    }
+    fn build(self) -> Value {
+        let mut spec = json!({"expireAfter": self.expire_after, "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}]});
+        if let Some(t) = self.tgp {
+            spec["terminationGracePeriod"] = json!(t);
+        }
+        json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": self.name},
+            "spec": {"disruption": {"consolidationPolicy": self.policy, "consolidateAfter": self.consolidate_after, "budgets": [{"nodes": self.budget}]},
+                     "template": {"metadata": {"labels": {"team": "db"}}, "spec": spec}}})
+    }
 }
 
 impl Env {
-    async fn start(budget: &str) -> Self {
+    async fn start(budget: &'static str) -> Self {
+        Self::with_pools(vec![pool(budget)]).await
+    }
+
+    async fn with_pools(pools: Vec<Value>) -> Self {
         let mut objects = crds();
-        objects.push(pool(budget));
+        objects.extend(pools);
         objects.push(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "db"}}));
         let cluster = SimCluster::start(SimConfig {
             objects,
@@ -150,10 +201,14 @@ impl Env {
 
     /// Creates a NodeClaim from the pool and waits until its Node is initialized; returns the node name.
     async fn node(&self, name: &str) -> String {
+        self.node_in(name, "default").await
+    }
+
+    async fn node_in(&self, name: &str, pool: &str) -> String {
         let pool = self
             .ctx
             .store
-            .get(&ResKey::new("karpenter.sh", "nodepools"), None, "default")
+            .get(&ResKey::new("karpenter.sh", "nodepools"), None, pool)
             .unwrap();
         let mut c = nodeclaim_from_pool(&pool);
         c["metadata"]["name"] = json!(name);
@@ -184,7 +239,11 @@ impl Env {
         self.ctx.store.create(&ResKey::core("pods"), Some("db"), json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "db", "labels": {"app": "pg"}, "annotations": annotations},
             "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "postgres"}], "volumes": volumes},
-            "status": {"phase": "Running"}}), INTERNAL).unwrap();
+            "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}]}}), INTERNAL).unwrap();
+    }
+
+    fn node_obj(&self, node: &str) -> Option<Arc<Value>> {
+        self.ctx.store.get(&ResKey::core("nodes"), None, node)
     }
 
     fn drift(&self, name: &str) {
@@ -536,4 +595,338 @@ async fn deletion_drain_respects_pdbs_through_eviction() {
             .is_some()
     );
     assert!(env.cloud.terminated.lock().unwrap().is_empty());
+}
+
+fn condition<'a>(c: &'a Value, type_: &str) -> Option<&'a Value> {
+    c["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+fn consolidatable(c: &Value) -> bool {
+    condition(c, "Consolidatable").is_some_and(|c| c["status"] == "True")
+}
+
+// K: pkg/controllers/nodeclaim/disruption/consolidation.go, pkg/controllers/nodeclaim/podevents/controller.go
+#[tokio::test]
+async fn consolidatable_follows_consolidate_after_and_never_disables_it() {
+    let env = Env::with_pools(vec![
+        NodePool::new("never")
+            .consolidation("WhenEmpty", "Never")
+            .build(),
+        NodePool::new("soon")
+            .consolidation("WhenEmpty", "3s")
+            .build(),
+    ])
+    .await;
+    let n_never = env.node_in("never-a", "never").await;
+    env.pod("web-0", &n_never, json!({}), None);
+    let n_soon = env.node_in("soon-a", "soon").await;
+    env.pod("web-1", &n_soon, json!({}), None);
+    env.wait_for("soon-a Consolidatable", |e| {
+        e.claim("soon-a").is_some_and(|c| consolidatable(&c))
+    })
+    .await;
+    let soon = env.claim("soon-a").unwrap();
+    assert!(soon["status"]["lastPodEventTime"].is_string());
+    // The never pool's NodeClaim saw its pod event earlier, yet consolidation is off for it.
+    let never = env.claim("never-a").unwrap();
+    assert!(never["status"]["lastPodEventTime"].is_string());
+    assert!(condition(&never, "Consolidatable").is_none());
+    // A new pod restarts the clock: the condition goes, then comes back after consolidateAfter.
+    env.pod("web-2", &n_soon, json!({}), None);
+    env.wait_for("soon-a no longer Consolidatable", |e| {
+        e.claim("soon-a").is_some_and(|c| !consolidatable(&c))
+    })
+    .await;
+    env.wait_for("soon-a Consolidatable again", |e| {
+        e.claim("soon-a").is_some_and(|c| consolidatable(&c))
+    })
+    .await;
+}
+
+// K: pkg/controllers/disruption/singlenodeconsolidation.go, consolidation.go
+#[tokio::test]
+async fn underutilized_node_is_consolidated_unless_do_not_disrupt_holds_it() {
+    let env = Env::with_pools(vec![
+        NodePool::new("default")
+            .consolidation("WhenEmptyOrUnderutilized", "2s")
+            .build(),
+    ])
+    .await;
+    let (mut claim_feed, _) = Feed::open(&env.ctx.store, ResKey::new("karpenter.sh", "nodeclaims"));
+    let (mut node_feed, _) = Feed::open(&env.ctx.store, ResKey::core("nodes"));
+    let na = env.node("default-a").await;
+    env.pod("web-0", &na, json!({}), None);
+    let nb = env.node("default-b").await;
+    env.pod(
+        "pg-0",
+        &nb,
+        json!({"karpenter.sh/do-not-disrupt": "true"}),
+        None,
+    );
+    env.wait_for("default-a consolidated", |e| {
+        e.claim("default-a").is_none() && e.node_obj(&na).is_none()
+    })
+    .await;
+    // As drift does: DisruptionReason on the NodeClaim and the disrupted taint on its Node before
+    // the NodeClaim is deleted.
+    let marked = claim_feed
+        .try_recv()
+        .into_iter()
+        .filter_map(|c| c.new)
+        .any(|c| {
+            c["metadata"]["name"] == "default-a"
+                && c["metadata"]["deletionTimestamp"].is_null()
+                && condition(&c, "DisruptionReason").is_some_and(|d| d["reason"] == "Underutilized")
+        });
+    assert!(marked, "DisruptionReason=Underutilized before deletion");
+    let tainted = node_feed
+        .try_recv()
+        .into_iter()
+        .filter_map(|c| c.new)
+        .any(|n| {
+            n["metadata"]["name"] == na.as_str()
+                && n["metadata"]["deletionTimestamp"].is_null()
+                && n["spec"]["taints"]
+                    .as_array()
+                    .is_some_and(|t| t.iter().any(|t| t["key"] == "karpenter.sh/disrupted"))
+        });
+    assert!(tainted, "karpenter.sh/disrupted taint before deletion");
+    let started = env.audit("disruption-started");
+    assert!(started.iter().any(|(_, n, d)| n == "default-a"
+        && d["reason"] == "Underutilized"
+        && d["decision"] == "delete"
+        && d["replacement"].is_null()));
+    assert!(
+        env.audit("eviction-attempt")
+            .iter()
+            .any(|(_, n, d)| n == "web-0" && d["code"] == 201)
+    );
+    // Once default-b is Consolidatable too, its do-not-disrupt pod keeps it.
+    env.wait_for("default-b blocked", |e| {
+        e.audit("disruption-blocked").iter().any(|(_, n, d)| {
+            n == "default-b" && d["reason"].as_str().unwrap().contains("do-not-disrupt")
+        })
+    })
+    .await;
+    assert!(env.claim("default-b").is_some_and(|c| consolidatable(&c)));
+    assert!(
+        env.audit("disruption-started")
+            .iter()
+            .all(|(_, n, _)| n != "default-b")
+    );
+}
+
+// K: pkg/controllers/disruption/consolidation.go (simulated scheduling), and the scheduler's
+// VolumeBinding zone check.
+#[tokio::test]
+async fn pod_with_a_zonal_volume_fits_only_in_its_zone() {
+    let env = Env::with_pools(vec![
+        NodePool::new("default")
+            .consolidation("WhenEmptyOrUnderutilized", "2s")
+            .build(),
+    ])
+    .await;
+    env.ctx.store.create(&ResKey::core("persistentvolumes"), None, json!({"apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pv-b", "labels": {"topology.kubernetes.io/zone": "us-west-2b"}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-b"}}}), INTERNAL).unwrap();
+    env.ctx.store.create(&ResKey::core("persistentvolumeclaims"), Some("db"), json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data-pg-0", "namespace": "db"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-b", "resources": {"requests": {"storage": "1Gi"}}}}), INTERNAL).unwrap();
+    let na = env.node("default-a").await;
+    env.pod("pg-0", &na, json!({}), Some("data-pg-0"));
+    let nb = env.node("default-b").await;
+    env.pod(
+        "pg-1",
+        &nb,
+        json!({"karpenter.sh/do-not-disrupt": "true"}),
+        None,
+    );
+    env.wait_for("default-a found unconsolidatable", |e| {
+        e.audit("disruption-blocked").iter().any(|(_, n, d)| {
+            n == "default-a"
+                && d["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("volume node affinity conflict")
+        })
+    })
+    .await;
+    assert!(env.claim("default-a").is_some());
+    assert!(
+        env.audit("disruption-started")
+            .iter()
+            .all(|(_, n, _)| n != "default-a")
+    );
+}
+
+// K: pkg/controllers/disruption/consolidation.go `ShouldDisrupt` (WhenEmpty leaves non-empty nodes)
+#[tokio::test]
+async fn when_empty_does_not_consolidate_a_non_empty_node() {
+    let env = Env::with_pools(vec![
+        NodePool::new("default")
+            .consolidation("WhenEmpty", "2s")
+            .build(),
+        NodePool::new("under")
+            .consolidation("WhenEmptyOrUnderutilized", "2s")
+            .build(),
+    ])
+    .await;
+    let host = env.node("default-host").await;
+    env.pod(
+        "pg-0",
+        &host,
+        json!({"karpenter.sh/do-not-disrupt": "true"}),
+        None,
+    );
+    let na = env.node("default-a").await;
+    env.pod("web-0", &na, json!({}), None);
+    let nb = env.node_in("under-b", "under").await;
+    env.pod("web-1", &nb, json!({}), None);
+    // default-a became Consolidatable no later than under-b, so the passes that consolidated
+    // under-b also saw default-a as Consolidatable.
+    env.wait_for("under-b consolidated", |e| e.claim("under-b").is_none())
+        .await;
+    let a = env.claim("default-a").unwrap();
+    assert!(consolidatable(&a));
+    let started = env.audit("disruption-started");
+    assert!(
+        started
+            .iter()
+            .any(|(_, n, d)| n == "under-b" && d["reason"] == "Underutilized")
+    );
+    assert!(started.iter().all(|(_, n, _)| n != "default-a"));
+}
+
+// K: pkg/controllers/nodeclaim/expiration/controller.go, pkg/controllers/nodeclaim/lifecycle/controller.go
+// (termination timestamp), pkg/controllers/node/termination/terminator/terminator.go (TGP deletes)
+#[tokio::test]
+async fn expired_nodeclaim_is_drained_despite_do_not_disrupt_until_the_grace_period() {
+    let env = Env::with_pools(vec![NodePool::new("default").expiry("4s", "2s").build()]).await;
+    let node = env.node("default-a").await;
+    env.pod(
+        "pg-0",
+        &node,
+        json!({"karpenter.sh/do-not-disrupt": "true"}),
+        None,
+    );
+    env.pod("web-0", &node, json!({}), None);
+    env.wait_for("termination timestamp written", |e| {
+        e.claim("default-a").is_some_and(|c| {
+            c["metadata"]["annotations"]["karpenter.sh/nodeclaim-termination-timestamp"].is_string()
+        })
+    })
+    .await;
+    let c = env.claim("default-a").unwrap();
+    let deleted: jiff::Timestamp = c["metadata"]["deletionTimestamp"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let at: jiff::Timestamp =
+        c["metadata"]["annotations"]["karpenter.sh/nodeclaim-termination-timestamp"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+    assert_eq!(at.duration_since(deleted).as_secs(), 2);
+    env.wait_for("nodeclaim gone", |e| e.claim("default-a").is_none())
+        .await;
+    assert!(
+        env.audit("disruption-started")
+            .iter()
+            .any(|(_, n, d)| n == "default-a" && d["reason"] == "Expired" && d["forceful"] == true)
+    );
+    // The held pod was never evicted: it was deleted once the grace period ran out.
+    assert!(
+        env.audit("eviction-attempt")
+            .iter()
+            .all(|(_, n, _)| n != "pg-0")
+    );
+    assert!(
+        env.audit("pod-deleted")
+            .iter()
+            .any(|(_, n, d)| n == "pg-0" && d["reason"] == "TerminationGracePeriodExpiring")
+    );
+    assert!(
+        env.audit("eviction-attempt")
+            .iter()
+            .any(|(_, n, d)| n == "web-0" && d["code"] == 201)
+    );
+    assert_eq!(env.cloud.terminated.lock().unwrap().len(), 1);
+    env.wait_for("node gone", |e| e.node_obj(&node).is_none())
+        .await;
+}
+
+/// A scenario whose NodePool expires its node in seconds, with a grace period shorter than the pod's.
+const EXPIRING: &str = r#"
+name: expiring
+nodePools:
+  - name: default
+    consolidateAfter: Never
+    expireAfter: 3s
+    terminationGracePeriod: 2s
+nodes:
+  - count: 1
+    instanceType: m6i.xlarge
+    zones: [us-east-1a]
+    karpenter: {nodePool: default}
+namespaces: [db]
+statefulSets:
+  - name: pg
+    namespace: db
+    replicas: 1
+    pod: {image: "postgres:17", cpu: 100m, memory: 128Mi, annotations: {karpenter.sh/do-not-disrupt: "true"}}
+"#;
+
+// K: pkg/controllers/nodeclaim/expiration/controller.go; the scenario's expireAfter and
+// terminationGracePeriod reach the NodeClaim as the NodePool template's would.
+#[tokio::test]
+async fn scenario_nodepool_durations_expire_the_node_in_the_running_world() {
+    let scenario = snapdrain_sim::scenario::parse(EXPIRING, "expiring.yaml").unwrap();
+    let cluster = SimCluster::start(SimConfig {
+        scenario: Some(snapdrain_sim::ScenarioSource::Inline {
+            scenario: Box::new(scenario),
+            label: "expiring".into(),
+        }),
+        timings: Some(Timings {
+            pod_start: Duration::from_millis(20),
+            pod_stop: Duration::from_millis(20),
+            volume_detach: Duration::from_millis(20),
+            instance_boot: Duration::from_millis(200),
+            ..Timings::default()
+        }),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let claims = ResKey::new("karpenter.sh", "nodeclaims");
+    let (initial, _) = cluster.store.snapshot(&claims);
+    assert_eq!(initial.len(), 1);
+    assert_eq!(initial[0]["spec"]["expireAfter"], "3s");
+    assert_eq!(initial[0]["spec"]["terminationGracePeriod"], "2s");
+    let name = initial[0]["metadata"]["name"].as_str().unwrap().to_string();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut rx = cluster.audit.follow();
+    while cluster.store.get(&claims, None, &name).is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for the expired NodeClaim to go"
+        );
+        let _ = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await;
+    }
+    let audit = cluster.audit.since(0);
+    assert!(audit.iter().any(|e| e.verb == "disruption-started"
+        && e.name.as_deref() == Some(name.as_str())
+        && e.detail["reason"] == "Expired"));
+    // The do-not-disrupt pod was deleted, never evicted: its 30 s grace exceeds the 2 s left.
+    assert!(audit.iter().any(|e| e.verb == "pod-deleted"
+        && e.name.as_deref() == Some("pg-0")
+        && e.detail["reason"] == "TerminationGracePeriodExpiring"));
+    assert!(
+        !audit
+            .iter()
+            .any(|e| e.verb == "eviction-attempt" && e.name.as_deref() == Some("pg-0"))
+    );
 }

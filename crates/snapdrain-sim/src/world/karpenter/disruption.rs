@@ -1,4 +1,4 @@
-//! The disruption loop: graceful methods (Emptiness, then Drift) pick candidates that nothing blocks,
+//! The disruption loop: graceful methods (Emptiness, Drift, then single-node consolidation) pick candidates that nothing blocks,
 //! within NodePool budgets, and run a command: taint, DisruptionReason, pre-launch replacements, wait
 //! for them to initialize, then delete the candidate (or drop the command on timeout).
 
@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 
 use super::{
     DISRUPTED_TAINT, DO_NOT_DISRUPT, KarpenterConfig, KarpenterHandle, NODEPOOL_LABEL, budgets,
-    condition_true, lock, modify_claim, modify_node, node_of, nodeclaim_from_pool, nodeclaims,
-    nodepools, remove_condition, set_condition,
+    condition_true, consolidatable, consolidation, lock, modify_claim, modify_node, node_of,
+    nodeclaim_from_pool, nodeclaims, nodepools, remove_condition, set_condition,
 };
 use crate::apiserver::resources::ResKey;
 use crate::apiserver::store::{DeleteOptions, meta_str};
@@ -146,6 +146,14 @@ pub(super) fn pass(
     let (pdbs, _) = ctx
         .store
         .snapshot(&ResKey::new("policy", "poddisruptionbudgets"));
+    // Built on first use: the scheduling simulation only runs when some node is Consolidatable.
+    let mut simulation: Option<consolidation::Simulation> = None;
+    // Like Karpenter's cluster consolidation state: a pass that found nothing to consolidate is not
+    // repeated until pods, nodes, NodeClaims or PDBs change (5,000 candidates would cost seconds).
+    let (nodes_now, _) = ctx.store.snapshot(&ResKey::core("nodes"));
+    let state = [&pods, &nodes_now, &claims, &pdbs].map(|objs| consolidation::fingerprint(objs));
+    let settled = *lock(&handle.shared.consolidated) == Some(state);
+    let mut consolidated_any = false;
     for pool in pools {
         let pool_name = meta_str(&pool, "name").unwrap_or("");
         let members: Vec<(Arc<Value>, Option<Arc<Value>>)> = claims
@@ -191,19 +199,14 @@ pub(super) fn pass(
             })
             .collect();
 
-        // Emptiness, when consolidation is on (consolidateAfter not Never) and the node has been
-        // consolidatable for consolidateAfter.
-        let consolidate_after = pool
-            .pointer("/spec/disruption/consolidateAfter")
-            .and_then(Value::as_str);
-        if let Some(after) = consolidate_after
-            .filter(|a| *a != "Never")
-            .and_then(crate::world::go_duration)
-        {
+        // Emptiness (K: pkg/controllers/disruption/emptiness.go): consolidation on and the NodeClaim
+        // Consolidatable, with no reschedulable pods.
+        if consolidatable::consolidate_after(&pool).is_some() {
             let empty: Vec<&Candidate> = candidates
                 .iter()
                 .filter(|(c, _, on)| {
-                    on.iter().all(|p| is_daemonset_pod(p)) && initialized_for(c) >= after
+                    condition_true(c, consolidatable::CONSOLIDATABLE)
+                        && !on.iter().any(|p| consolidation::reschedulable(p))
                 })
                 .filter(|(c, n, on)| blocked(c, n, on, &pdbs, false).is_none())
                 .collect();
@@ -244,25 +247,72 @@ pub(super) fn pass(
                 }
             }
         }
-    }
-}
+        if started {
+            continue;
+        }
 
-fn initialized_for(claim: &Value) -> std::time::Duration {
-    claim
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Initialized"))
-        .and_then(|c| {
-            c["lastTransitionTime"]
-                .as_str()?
-                .parse::<jiff::Timestamp>()
-                .ok()
-        })
-        .map(|t| {
-            let d = jiff::Timestamp::now().duration_since(t);
-            std::time::Duration::try_from(d).unwrap_or_default()
-        })
-        .unwrap_or_default()
+        // Single-node consolidation: cheapest to disrupt first (fewest pods to move, standing in for
+        // Karpenter's disruption cost); the first whose pods all fit elsewhere is deleted.
+        if settled {
+            continue;
+        }
+        let mut under: Vec<&Candidate> = candidates
+            .iter()
+            .filter(|(c, _, _)| consolidation::should_disrupt(&pool, c))
+            .collect();
+        if under.is_empty() {
+            continue;
+        }
+        under.sort_by_key(|(c, _, on)| {
+            (
+                on.iter()
+                    .filter(|p| consolidation::reschedulable(p))
+                    .count(),
+                meta_str(c, "name").unwrap_or("").to_string(),
+            )
+        });
+        let allowed = budgets::allowed(&pool, "Underutilized", total, disrupting);
+        let sim = simulation.get_or_insert_with(|| {
+            let (nodes, _) = ctx.store.snapshot(&ResKey::core("nodes"));
+            consolidation::Simulation::new(nodes, &by_node)
+        });
+        let mut consolidated = false;
+        for (c, n, on) in under {
+            let name = meta_str(c, "name").unwrap_or("").to_string();
+            if let Some(reason) = blocked(c, n, on, &pdbs, false) {
+                note_blocked(ctx, handle, &name, &reason);
+                continue;
+            }
+            if allowed == 0 {
+                note_blocked(
+                    ctx,
+                    handle,
+                    &name,
+                    "no allowed disruptions for reason Underutilized (budget)",
+                );
+                continue;
+            }
+            let moving: Vec<&Arc<Value>> = on
+                .iter()
+                .filter(|p| consolidation::reschedulable(p))
+                .collect();
+            match sim.reschedule(ctx, meta_str(n, "name").unwrap_or(""), &moving) {
+                Ok(()) => {
+                    start_command(ctx, config, handle, &pool, c, n, "Underutilized", false);
+                    consolidated = true;
+                    break;
+                }
+                // Karpenter's Unconsolidatable event.
+                Err(why) => note_blocked(ctx, handle, &name, &why),
+            }
+        }
+        if consolidated {
+            // The candidate's pods are about to land elsewhere: later pools simulate afresh.
+            simulation = None;
+            consolidated_any = true;
+        }
+    }
+    *lock(&handle.shared.consolidated) = (!consolidated_any).then_some(state);
 }
 
 fn drifted_since(claim: &Value) -> String {

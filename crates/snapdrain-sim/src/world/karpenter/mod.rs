@@ -1,10 +1,13 @@
 //! Simulated Karpenter v1 (core v1.14 behaviour, see `research/karpenter.md`): NodeClaims launch
-//! instances and own their Nodes; a disruption loop (Emptiness, Drift) honours do-not-disrupt, PDBs and
-//! NodePool budgets and replaces before it deletes; the termination finalizer drains through the
-//! eviction API, waits for VolumeAttachments and terminates the instance; expiry and spot interruption
-//! delete NodeClaims without budgets.
+//! instances and own their Nodes; pod events and `consolidateAfter` make NodeClaims Consolidatable; a
+//! disruption loop (Emptiness, Drift, single-node consolidation of underutilized nodes) honours
+//! do-not-disrupt, PDBs and NodePool budgets and replaces drifted nodes before it deletes them; the
+//! termination finalizer drains through the eviction API, waits for VolumeAttachments and terminates
+//! the instance; expiry (`expireAfter`) and spot interruption delete NodeClaims without budgets.
 
 pub mod budgets;
+mod consolidatable;
+mod consolidation;
 mod disruption;
 pub mod ec2;
 mod evict;
@@ -20,6 +23,7 @@ use serde_json::{Value, json};
 use thiserror::Error;
 
 use super::WorldContext;
+use super::feed::{Change, Feed};
 use crate::apiserver::errors::ApiError;
 use crate::apiserver::resources::ResKey;
 use crate::apiserver::store::{DeleteOptions, WriteOptions, meta_str, now_rfc3339};
@@ -116,6 +120,8 @@ struct Shared {
     interrupt: Mutex<Vec<String>>,
     /// Last audited block reason per NodeClaim, so each is reported once.
     blocked: Mutex<HashMap<String, String>>,
+    /// Fingerprints of pods, nodes, NodeClaims and PDBs when consolidation last found nothing to do.
+    consolidated: Mutex<Option<[(usize, u64); 4]>>,
 }
 
 /// Controls of a running simulated Karpenter.
@@ -325,19 +331,26 @@ pub async fn run(ctx: Arc<WorldContext>, config: KarpenterConfig, handle: Karpen
     let config = Arc::new(config);
     let mut lifecycle = tokio::time::interval(config.requeue);
     let mut disruption = tokio::time::interval(config.disruption_interval);
+    let (mut pod_feed, initial) = Feed::open(&ctx.store, ResKey::core("pods"));
+    let mut pod_changes = initial;
     loop {
         tokio::select! {
-            _ = lifecycle.tick() => reconcile_claims(&ctx, &config, &handle),
+            _ = lifecycle.tick() => {
+                pod_changes.extend(pod_feed.try_recv());
+                reconcile_claims(&ctx, &config, &handle, &std::mem::take(&mut pod_changes));
+            }
             _ = disruption.tick() => disruption::pass(&ctx, &config, &handle),
         }
     }
 }
 
-/// Launch, registration, initialization, expiry, interruption and termination of every NodeClaim.
+/// Launch, registration, initialization, pod events, Consolidatable, expiry, interruption and
+/// termination of every NodeClaim.
 fn reconcile_claims(
     ctx: &Arc<WorldContext>,
     config: &Arc<KarpenterConfig>,
     handle: &KarpenterHandle,
+    pod_changes: &[Change],
 ) {
     let interrupted: Vec<String> = std::mem::take(&mut *lock(&handle.shared.interrupt));
     for name in interrupted {
@@ -353,6 +366,12 @@ fn reconcile_claims(
             .delete(&nodeclaims(), None, &name, &DeleteOptions::default());
     }
     let (claims, _) = ctx.store.snapshot(&nodeclaims());
+    consolidatable::record_pod_events(ctx, pod_changes, &claims);
+    let (pools, _) = ctx.store.snapshot(&nodepools());
+    let pools: HashMap<&str, &Arc<Value>> = pools
+        .iter()
+        .map(|p| (meta_str(p, "name").unwrap_or(""), p))
+        .collect();
     lock(&handle.shared.terminating).retain(|_, t| !t.is_finished());
     for claim in claims {
         let name = meta_str(&claim, "name").unwrap_or("").to_string();
@@ -371,6 +390,19 @@ fn reconcile_claims(
         if !condition_true(&claim, "Initialized") {
             register(ctx, &claim, &name);
         }
+        // Read back: the pod events above may have just moved lastPodEventTime.
+        if let Some(current) = ctx.store.get(&nodeclaims(), None, &name) {
+            let pool = claim
+                .pointer(&format!(
+                    "/metadata/labels/{}",
+                    NODEPOOL_LABEL.replace('/', "~1")
+                ))
+                .and_then(Value::as_str)
+                .and_then(|p| pools.get(p).map(|p| p.as_ref()));
+            consolidatable::reconcile(ctx, pool, &current);
+        }
+        // Expiration (K: pkg/controllers/nodeclaim/expiration/controller.go): forceful, so no budgets
+        // and no do-not-disrupt check; the termination flow holds such pods until the TGP.
         if expired(&claim) {
             ctx.audit.world(
                 "disruption-started",
