@@ -4,6 +4,7 @@
 //! kubernetes-sigs/karpenter `pkg/controllers/disruption/types.go` `NewCandidate`; forceful termination
 //! waits for such pods until terminationGracePeriod, `pkg/controllers/node/termination`).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -598,4 +599,139 @@ async fn cluster_autoscaler_leaves_a_node_with_held_pods_alone() {
         .any(|t| t.key == "ToBeDeletedByClusterAutoscaler");
     assert!(!tainted, "Cluster Autoscaler did not start on it");
     assert!(h.accepted_evictions().is_empty(), "nothing was evicted");
+}
+
+/// quickstart with Karpenter consolidating after 1 s (its NodePool's `consolidateAfter`), so the
+/// simulated Karpenter finds underutilized nodes at once (kubernetes-sigs/karpenter
+/// `pkg/controllers/disruption/singlenodeconsolidation.go`).
+async fn consolidating_quickstart() -> Harness {
+    Harness::start_scenario("quickstart", |s| {
+        for pool in &mut s.node_pools {
+            pool.consolidate_after = "1s".into();
+        }
+    })
+    .await
+}
+
+/// Nodes running protected pods, by the oracle's own rule.
+async fn protected_nodes(h: &Harness) -> BTreeSet<String> {
+    Api::<Pod>::namespaced(h.client.clone(), "shop")
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .filter(protected)
+        .filter_map(|p| p.spec.and_then(|s| s.node_name))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn consolidation_of_a_node_with_protected_pods_is_held_by_default() {
+    let h = consolidating_quickstart().await;
+    let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let held_nodes = protected_nodes(&h).await;
+    // Karpenter judges the held nodes and refuses them (do-not-disrupt), while it may take others.
+    let blocked = snapdrain_testkit::eventually("Karpenter refusing a held node", || async {
+        h.audit().into_iter().find(|e| {
+            e.verb == "disruption-blocked" && e.detail.to_string().contains("do-not-disrupt")
+        })
+    })
+    .await;
+    assert!(
+        blocked.detail.to_string().contains("do-not-disrupt"),
+        "{blocked:?}"
+    );
+    for node in &held_nodes {
+        assert!(
+            h.node(node).await.is_some(),
+            "{node} runs protected pods and stays"
+        );
+    }
+    let protected_evicted: Vec<(String, String)> = h
+        .accepted_evictions()
+        .into_iter()
+        .filter(|(pod, _)| pod.starts_with("shop/postgres-") || pod.starts_with("shop/redis-"))
+        .collect();
+    assert!(protected_evicted.is_empty(), "{protected_evicted:?}");
+    let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
+    assert!(
+        plans
+            .list(&Default::default())
+            .await
+            .expect("list plans")
+            .items
+            .is_empty(),
+        "policy consolidation: Hold makes no plan"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn consolidation_allowed_by_the_policy_backs_up_then_releases_the_node() {
+    let h = consolidating_quickstart().await;
+    let policies: Api<DisruptionPolicy> = Api::all(h.client.clone());
+    let policy: DisruptionPolicy = serde_json::from_value(json!({
+        "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPolicy",
+        "metadata": {"name": "default"}, "spec": {"signals": {"consolidation": "Release"}}
+    }))
+    .expect("a policy");
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the policy");
+    let protected_before: std::collections::BTreeMap<String, BTreeSet<String>> = {
+        let pods: Vec<Value> = Api::<Pod>::all(h.client.clone())
+            .list(&Default::default())
+            .await
+            .expect("list pods")
+            .items
+            .iter()
+            .map(|p| serde_json::to_value(p).expect("serializes"))
+            .collect();
+        snapdrain_testkit::safety::protected_pods(&pods)
+    };
+    let _controller = h.controller().await;
+    // A Consolidatable node with protected pods gets a Release plan; Karpenter then consolidates it.
+    let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
+    let done = h
+        .wait_all_within(
+            plans,
+            "a consolidation plan completed",
+            Duration::from_secs(120),
+            |ps| {
+                ps.iter().any(|p| {
+                    p.spec.reason.as_deref() == Some("Consolidatable")
+                        && p.status.as_ref().map(|s| s.phase) == Some(PlanPhase::Completed)
+                        && p.status
+                            .as_ref()
+                            .is_some_and(|s| !s.released_pods.is_empty())
+                })
+            },
+        )
+        .await;
+    let plan = done
+        .into_iter()
+        .find(|p| p.spec.reason.as_deref() == Some("Consolidatable"))
+        .expect("found above");
+    // The released pods left the node (Karpenter's consolidation evicted them) only after the backup.
+    let backups: Vec<snapdrain_testkit::safety::RecordedBackup> =
+        Api::<DisruptionPlan>::all(h.client.clone())
+            .list(&Default::default())
+            .await
+            .expect("list plans")
+            .items
+            .iter()
+            .flat_map(|p| {
+                snapdrain_testkit::safety::recorded_backups(
+                    &serde_json::to_value(p).expect("serializes"),
+                )
+            })
+            .collect();
+    let violations = snapdrain_testkit::safety::eviction_violations(
+        &snapdrain_testkit::safety::accepted_evictions(&h.audit()),
+        &protected_before,
+        &backups,
+    );
+    assert!(violations.is_empty(), "{violations:?}");
 }

@@ -475,13 +475,30 @@ mod tests {
         assert_eq!(db.stateful_sets, ["pg", "redis"]);
         assert_eq!(db.pods, ["pg-0", "redis-1"]);
         assert_eq!(db.pvcs, ["aof-redis-1", "data-pg-0", "data-redis-1"]);
+        // Scope Pods (the default): the node's own protected pods, by the label the StatefulSet
+        // controller sets on each.
         assert_eq!(
             serde_json::to_value(&db.or_label_selectors).expect("json"),
-            json!([{"matchLabels": {"app": "pg"}}, {"matchLabels": {"app": "redis"}}])
+            json!([{"matchLabels": {POD_NAME_LABEL: "pg-0"}}, {"matchLabels": {POD_NAME_LABEL: "redis-1"}}])
         );
         assert_eq!(db.reuse, None);
         assert_eq!(plan.backups[1].namespace, "mq");
         assert!(plan.warnings.is_empty(), "{:?}", plan.warnings);
+    }
+
+    #[test]
+    fn scope_statefulset_selects_every_replica_by_the_statefulsets_selector() {
+        let plan = World::new().plan(&spec(json!({"backup": {"scope": "StatefulSet"}})));
+        let db = &plan.backups[0];
+        assert_eq!(
+            db.pods,
+            ["pg-0", "redis-1"],
+            "the node's own pods are still the ones checked"
+        );
+        assert_eq!(
+            serde_json::to_value(&db.or_label_selectors).expect("json"),
+            json!([{"matchLabels": {"app": "pg"}}, {"matchLabels": {"app": "redis"}}])
+        );
     }
 
     #[test]
