@@ -714,6 +714,8 @@ async fn consolidation_allowed_by_the_policy_backs_up_then_releases_the_node() {
         .into_iter()
         .find(|p| p.spec.reason.as_deref() == Some("Consolidatable"))
         .expect("found above");
+    assert_eq!(plan.spec.source, snapdrain::api::PlanSource::Karpenter);
+    assert_eq!(plan.spec.mode, snapdrain::api::PlanMode::Release);
     // The released pods left the node (Karpenter's consolidation evicted them) only after the backup.
     let backups: Vec<snapdrain_testkit::safety::RecordedBackup> =
         Api::<DisruptionPlan>::all(h.client.clone())
