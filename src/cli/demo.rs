@@ -44,7 +44,7 @@ pub struct DemoArgs {
 
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     if args.rollout {
-        let timeout = Duration::from_secs(args.timeout.max(300));
+        let timeout = Duration::from_secs(args.timeout.max(900));
         let failure = crate::demo::rollout::run(timeout, &mut std::io::stdout()).await?;
         return match failure {
             None => Ok(()),
