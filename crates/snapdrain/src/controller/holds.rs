@@ -173,6 +173,8 @@ pub async fn run(
     )
     .default_backoff()
     .applied_objects();
+    let mut policy = policy;
+    super::policy::wait_for_policy(&mut policy).await;
     let keeper = Keeper {
         client,
         plans,

@@ -27,6 +27,20 @@ pub async fn ensure_default(client: &Client) {
     }
 }
 
+/// How long the hold keeper and the signal watcher wait for the first policy read before they act under
+/// the built-in defaults (no DisruptionPolicy CRD, no permission to read it).
+const FIRST_POLICY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until the policy in the cluster was read once (or [`FIRST_POLICY_WAIT`] passed), so a user's
+/// narrower policy is in force before the first hold or plan.
+pub async fn wait_for_policy(policy: &mut watch::Receiver<DisruptionPolicySpec>) {
+    if tokio::time::timeout(FIRST_POLICY_WAIT, policy.changed()).await.is_err() {
+        tracing::warn!(
+            "no DisruptionPolicy read within {FIRST_POLICY_WAIT:?}; holding and watching signals under the built-in defaults"
+        );
+    }
+}
+
 /// Follows the default policy until `until`; the receiver always holds the last valid spec.
 pub async fn follow(
     client: Client,
@@ -39,11 +53,12 @@ pub async fn follow(
     let stream = watcher(api, config).default_backoff().applied_objects();
     let mut stream = std::pin::pin!(stream);
     let mut until = std::pin::pin!(until);
+    let mut first = true;
     loop {
         tokio::select! {
             _ = &mut until => return,
             event = stream.next() => match event {
-                Some(Ok(policy)) => accept(&recorder, &tx, &policy).await,
+                Some(Ok(policy)) => accept(&recorder, &tx, &policy, &mut first).await,
                 Some(Err(e)) => tracing::debug!(error = %e, "DisruptionPolicy watch"),
                 None => return,
             },
@@ -55,11 +70,15 @@ async fn accept(
     recorder: &Recorder,
     tx: &watch::Sender<DisruptionPolicySpec>,
     policy: &DisruptionPolicy,
+    first: &mut bool,
 ) {
     match policy.spec.validate() {
         Ok(()) => {
+            // The first valid policy is always announced, even when it equals the built-in defaults:
+            // the hold keeper and the signal watcher wait for it before they act (`wait_for_policy`).
+            let announce = std::mem::take(first);
             tx.send_if_modified(|current| {
-                let changed = *current != policy.spec;
+                let changed = announce || *current != policy.spec;
                 *current = policy.spec.clone();
                 changed
             });

@@ -228,6 +228,8 @@ pub async fn run(
     )
     .default_backoff()
     .touched_objects();
+    let mut policy = policy;
+    super::policy::wait_for_policy(&mut policy).await;
     let mut w = Watcher {
         client,
         plans,
