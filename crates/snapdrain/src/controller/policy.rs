@@ -34,7 +34,10 @@ const FIRST_POLICY_WAIT: std::time::Duration = std::time::Duration::from_secs(10
 /// Waits until the policy in the cluster was read once (or [`FIRST_POLICY_WAIT`] passed), so a user's
 /// narrower policy is in force before the first hold or plan.
 pub async fn wait_for_policy(policy: &mut watch::Receiver<DisruptionPolicySpec>) {
-    if tokio::time::timeout(FIRST_POLICY_WAIT, policy.changed()).await.is_err() {
+    if tokio::time::timeout(FIRST_POLICY_WAIT, policy.changed())
+        .await
+        .is_err()
+    {
         tracing::warn!(
             "no DisruptionPolicy read within {FIRST_POLICY_WAIT:?}; holding and watching signals under the built-in defaults"
         );
