@@ -219,6 +219,19 @@ async fn kubectl_drain_waits_for_the_verified_backup_the_gate_names() {
         );
     }
     assert_no_eviction_before_verified_backup(&h.audit(), &protected, plan);
+    // kubectl drain leaves the node: the Release plan completes once the pods it released have left it.
+    let done = h
+        .wait_plan(&plan.name_any(), Duration::from_secs(60), |p| {
+            p.is_terminal()
+        })
+        .await;
+    let status = done.status.expect("a terminal plan has a status");
+    assert_eq!(
+        status.phase,
+        snapdrain::api::status::PlanPhase::Completed,
+        "{status:#?}"
+    );
+    assert!(!status.released_pods.is_empty(), "{status:#?}");
 
     let metrics = controller.metrics.render();
     for decision in ["allowed", "denied"] {
