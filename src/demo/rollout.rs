@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::ResourceExt;
+use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
-use serde_json::json;
 use snapdrain::api::DisruptionPlan;
 use snapdrain::api::status::PlanPhase;
 use snapdrain_sim::ScenarioSource;
@@ -24,43 +23,6 @@ use super::printer::Printer;
 use super::setup;
 
 pub const SCENARIO: &str = "drift-rollout";
-
-fn nodeclaims(client: &Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
-    Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"),
-    )
-}
-
-/// Marks every NodeClaim `Drifted=True`, as Karpenter's drift controller does when the EC2NodeClass's
-/// AMI changes (kubernetes-sigs/karpenter `pkg/controllers/nodeclaim/disruption/drift.go`).
-async fn drift_all(client: &Client) -> anyhow::Result<usize> {
-    let api = nodeclaims(client);
-    let claims = api
-        .list(&Default::default())
-        .await
-        .context("cannot list NodeClaims")?;
-    for c in &claims.items {
-        let mut conditions = c.data["status"]["conditions"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        conditions.push(
-            json!({"type": "Drifted", "status": "True", "reason": "AMIDrift",
-            "message": "the EC2NodeClass resolves a newer Bottlerocket AMI",
-            "lastTransitionTime": jiff::Timestamp::now().to_string()}),
-        );
-        api.patch_status(
-            &c.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"conditions": conditions}})),
-        )
-        .await
-        .with_context(|| format!("cannot mark NodeClaim {} drifted", c.name_any()))?;
-    }
-    Ok(claims.items.len())
-}
 
 fn held(pods: &[Pod], protected: &BTreeMap<String, BTreeSet<String>>) -> usize {
     pods.iter()
@@ -142,7 +104,9 @@ pub async fn run(
         .iter()
         .map(|n| n.name_any())
         .collect();
-    let drifted = drift_all(&client).await?;
+    let drifted = snapdrain_testkit::karpenter::mark_all_drifted(&client)
+        .await
+        .context("cannot mark the NodeClaims drifted")?;
     p.restart_clock();
     p.line(format!(
         "A new AMI: {drifted} NodeClaims are Drifted; Karpenter starts replacing them."

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
-use serde_json::{Value, json};
+use kube::api::Api;
+use serde_json::Value;
 use snapdrain::api::DisruptionPlan;
 use snapdrain_testkit::harness::Harness;
 use snapdrain_testkit::safety;
@@ -24,12 +24,8 @@ async fn start() -> Harness {
     Harness::start_scenario("drift-rollout", |s| s.timeline.clear()).await
 }
 
+/// Marks every NodeClaim drifted (a new AMI); returns the nodes there were before.
 async fn drift_all(h: &Harness) -> BTreeSet<String> {
-    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
-    let claims: Api<DynamicObject> = Api::all_with(
-        h.client.clone(),
-        &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"),
-    );
     let nodes: BTreeSet<String> = Api::<Node>::all(h.client.clone())
         .list(&Default::default())
         .await
@@ -38,29 +34,9 @@ async fn drift_all(h: &Harness) -> BTreeSet<String> {
         .iter()
         .map(|n| n.name_any())
         .collect();
-    for c in claims
-        .list(&Default::default())
+    snapdrain_testkit::karpenter::mark_all_drifted(&h.client)
         .await
-        .expect("list claims")
-        .items
-    {
-        let mut conditions = c.data["status"]["conditions"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        conditions.push(
-            json!({"type": "Drifted", "status": "True", "reason": "AMIDrift",
-            "message": "AMIDrift", "lastTransitionTime": "2026-12-01T00:00:00Z"}),
-        );
-        claims
-            .patch_status(
-                &c.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": {"conditions": conditions}})),
-            )
-            .await
-            .expect("mark drifted");
-    }
+        .expect("mark the NodeClaims drifted");
     nodes
 }
 

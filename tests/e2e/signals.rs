@@ -45,11 +45,7 @@ fn held(p: &Pod) -> bool {
 }
 
 fn nodeclaims(h: &Harness) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
-    Api::all_with(
-        h.client.clone(),
-        &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"),
-    )
+    snapdrain_testkit::karpenter::nodeclaims(&h.client)
 }
 
 async fn nodeclaim_of(h: &Harness, node: &str) -> String {
@@ -61,27 +57,11 @@ async fn nodeclaim_of(h: &Harness, node: &str) -> String {
         .expect("the quickstart nodes are Karpenter's: a NodeClaim owns each")
 }
 
-/// Sets `Drifted=True` on the node's NodeClaim, as Karpenter's drift controller does
-/// (kubernetes-sigs/karpenter `pkg/controllers/nodeclaim/disruption/drift.go`).
 async fn drift(h: &Harness, node: &str) {
-    let api = nodeclaims(h);
-    let name = nodeclaim_of(h, node).await;
-    let claim = api.get(&name).await.expect("get the NodeClaim");
-    let mut conditions = claim.data["status"]["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    conditions.push(
-        json!({"type": "Drifted", "status": "True", "reason": "AMIDrift",
-        "message": "AMIDrift", "lastTransitionTime": "2026-12-01T00:00:00Z"}),
-    );
-    api.patch_status(
-        &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"conditions": conditions}})),
-    )
-    .await
-    .expect("mark the NodeClaim drifted");
+    let claim = nodeclaim_of(h, node).await;
+    snapdrain_testkit::karpenter::mark_drifted(&h.client, &claim)
+        .await
+        .expect("mark the NodeClaim drifted");
 }
 
 async fn wait_signal_plan(h: &Harness, node: &str) -> DisruptionPlan {

@@ -6,6 +6,7 @@
 
 pub mod eviction;
 pub mod harness;
+pub mod karpenter;
 pub mod kubectl;
 pub mod safety;
 pub mod webhook;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::planning::protection;
-use crate::signals::detect::{detect, node_pool_of, nodeclaim_of};
+use crate::signals::detect::{detect, node_pool_of, nodeclaim_of, nodeclaim_resource, nodeclaims};
 use crate::signals::limits::{Running, admit};
 use crate::signals::plan::{Choice, NODE_LABEL, NodeSignal, Outcome, choose, source_name};
 use crate::signals::window;
@@ -40,11 +40,6 @@ struct Watcher {
     recorder: Recorder,
     /// Nodes whose signal waits for a slot (logged once, not every tick).
     waiting: BTreeSet<String>,
-}
-
-fn nodeclaim_resource() -> ApiResource {
-    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
-    ApiResource::from_gvk_with_plural(&gvk, "nodeclaims")
 }
 
 impl Watcher {
@@ -221,10 +216,7 @@ pub async fn run(
     // Without Karpenter the NodeClaim watch fails and backs off; other signals still work.
     let claim_events = reflector::reflector(
         claim_writer,
-        watcher(
-            Api::<DynamicObject>::all_with(client.clone(), &nodeclaim_resource()),
-            watcher::Config::default(),
-        ),
+        watcher(nodeclaims(&client), watcher::Config::default()),
     )
     .default_backoff()
     .touched_objects();

@@ -145,6 +145,17 @@ pub fn nodeclaim_of(node: &Node) -> Option<&str> {
         .map(|o| o.name.as_str())
 }
 
+/// Karpenter v1's NodeClaim resource (`karpenter.sh/v1`, plural `nodeclaims`), read as dynamic objects.
+pub fn nodeclaim_resource() -> kube::api::ApiResource {
+    let gvk = kube::api::GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
+    kube::api::ApiResource::from_gvk_with_plural(&gvk, "nodeclaims")
+}
+
+/// The NodeClaims API (cluster-scoped).
+pub fn nodeclaims(client: &kube::Client) -> kube::Api<kube::api::DynamicObject> {
+    kube::Api::all_with(client.clone(), &nodeclaim_resource())
+}
+
 /// The node's Karpenter NodePool (label `karpenter.sh/nodepool`), for per-pool limits.
 pub fn node_pool_of(node: &Node) -> Option<&str> {
     node.labels()

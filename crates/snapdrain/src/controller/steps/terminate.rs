@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 
@@ -22,14 +22,7 @@ use crate::controller::reconcile::PlanRun;
 use crate::drain::wait::wait_for;
 use crate::planning::PhaseFacts;
 use crate::planning::replacement::decrement_desired_capacity;
-
-/// The NodeClaim that owns a node, when Karpenter manages it.
-fn owning_nodeclaim(node: &Node) -> Option<String> {
-    node.owner_references()
-        .iter()
-        .find(|o| o.kind == "NodeClaim" && o.api_version.starts_with("karpenter.sh/"))
-        .map(|o| o.name.clone())
-}
+use crate::signals::detect::{nodeclaim_of, nodeclaims};
 
 /// True when `node` is not the Node the plan was decided for (same name, another uid).
 pub fn is_other_node(recorded_uid: Option<&str>, node: &Node) -> bool {
@@ -37,14 +30,6 @@ pub fn is_other_node(recorded_uid: Option<&str>, node: &Node) -> bool {
         (Some(want), Some(have)) => want != have,
         _ => false,
     }
-}
-
-fn nodeclaims(client: &kube::Client) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodeClaim");
-    Api::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(&gvk, "nodeclaims"),
-    )
 }
 
 async fn delete_ignoring_missing<K>(
@@ -96,7 +81,7 @@ pub async fn run(
             .await;
             continue;
         }
-        let claim = owning_nodeclaim(&node);
+        let claim = nodeclaim_of(&node).map(str::to_owned);
         // Karpenter terminates its own instances; with terminateInstance false it keeps them, and
         // deleting the Node would start Karpenter's termination (its finalizer deletes the NodeClaim).
         let expect_gone = match &claim {
