@@ -27,6 +27,8 @@ use crate::telemetry::Metrics;
 
 /// How often every node is looked at again without an event (a freed concurrency slot, a deadline).
 const TICK: Duration = Duration::from_secs(2);
+/// How long a signalled node without protected pods is trusted to stay so before its pods are listed again.
+const RECHECK_UNPROTECTED: Duration = Duration::from_secs(30);
 /// Longest a Node or NodeClaim change waits before it is looked at.
 const DEBOUNCE: Duration = Duration::from_millis(250);
 
@@ -38,6 +40,9 @@ struct Watcher {
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
     recorder: Recorder,
+    /// Signalled nodes found without protected pods, and when: not listed again before
+    /// [`RECHECK_UNPROTECTED`] (a pod arriving there is held meanwhile, so nothing is lost by waiting).
+    unprotected: BTreeMap<String, tokio::time::Instant>,
     /// Nodes whose signal waits for a slot (logged once, not every tick).
     waiting: BTreeSet<String>,
 }
@@ -123,9 +128,22 @@ impl Watcher {
                 | Choice::Settled { .. } => continue,
                 Choice::Join { .. } => {}
                 Choice::Create { .. } => {
+                    if self
+                        .unprotected
+                        .get(&signal.node)
+                        .is_some_and(|at| at.elapsed() < RECHECK_UNPROTECTED)
+                    {
+                        continue;
+                    }
                     match self.has_protected_pods(&signal.node).await {
-                        Ok(true) => {}
-                        Ok(false) => continue,
+                        Ok(true) => {
+                            self.unprotected.remove(&signal.node);
+                        }
+                        Ok(false) => {
+                            self.unprotected
+                                .insert(signal.node.clone(), tokio::time::Instant::now());
+                            continue;
+                        }
                         Err(e) => {
                             tracing::warn!(node = %signal.node, error = %e, "cannot list the node's pods for a disruption signal; retrying");
                             continue;
@@ -230,6 +248,7 @@ pub async fn run(
         policy,
         metrics,
         recorder,
+        unprotected: BTreeMap::new(),
         waiting: BTreeSet::new(),
     };
     let mut node_events = std::pin::pin!(node_events);
