@@ -717,3 +717,191 @@ async fn consolidation_allowed_by_the_policy_backs_up_then_releases_the_node() {
     );
     assert!(violations.is_empty(), "{violations:?}");
 }
+
+/// The holds live on the pods, not in the controller: a stopped controller leaves every one in place, and
+/// the next one holds what was made while none ran.
+#[tokio::test]
+async fn holds_stay_through_a_controller_restart_and_pods_made_meanwhile_are_held() {
+    let h = Harness::start().await;
+    let first = h.controller().await;
+    wait_all_protected_held(&h).await;
+    first.shutdown().await;
+    // While no controller runs, redis grows by one replica.
+    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(h.client.clone(), "shop");
+    sets.patch(
+        "redis",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 3}})),
+    )
+    .await
+    .expect("scale redis");
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
+    let meanwhile = h
+        .wait_all(pods.clone(), "redis-2 running", |ps| {
+            ps.iter().any(|p| p.name_any() == "redis-2" && protected(p))
+        })
+        .await;
+    let unheld: Vec<String> = meanwhile
+        .iter()
+        .filter(|p| protected(p) && !held(p))
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(
+        unheld,
+        vec!["redis-2".to_string()],
+        "the stopped controller removed no hold, and nothing held the new pod"
+    );
+    let _second = h.controller().await;
+    h.wait_all(pods, "all six protected pods held", |ps| {
+        let protected: Vec<&Pod> = ps.iter().filter(|p| protected(p)).collect();
+        protected.len() == 6 && protected.iter().all(|p| held(p))
+    })
+    .await;
+}
+
+/// A Release plan that is aborted after it released its pods rolls back: every hold comes back.
+#[tokio::test]
+async fn aborting_a_release_plan_restores_the_holds_it_released() {
+    let h = Harness::start().await;
+    let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    // No autoscaler signal: the released node is not taken, so the rollback is what the test sees.
+    h.create_plan(
+        "release-then-abort",
+        json!({"nodes": [node], "mode": "Release", "releaseWindow": "10m"}),
+    )
+    .await;
+    let released = h
+        .wait_plan_until("release-then-abort", TIMEOUT, |p| {
+            p.status.as_ref().is_some_and(|s| s.released_at.is_some())
+        })
+        .await;
+    let names: BTreeSet<String> = released
+        .status
+        .as_ref()
+        .map(|s| s.released_pods.iter().map(|p| p.name.clone()).collect())
+        .unwrap_or_default();
+    assert!(!names.is_empty(), "the plan released the node's pods");
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
+    let now = pods
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .items;
+    for p in now.iter().filter(|p| names.contains(&p.name_any())) {
+        assert!(
+            !held(p),
+            "{} is released: {:?}",
+            p.name_any(),
+            p.annotations()
+        );
+    }
+    Api::<DisruptionPlan>::all(h.client.clone())
+        .patch(
+            "release-then-abort",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                snapdrain::controller::reconcile::ABORT_ANNOTATION: "true"}}})),
+        )
+        .await
+        .expect("abort the plan");
+    let done = h
+        .wait_plan("release-then-abort", TIMEOUT, PlanPhase::is_terminal)
+        .await;
+    assert_eq!(
+        done.status.as_ref().map(|s| s.phase),
+        Some(PlanPhase::Aborted)
+    );
+    let after = pods
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .items;
+    for p in after.iter().filter(|p| names.contains(&p.name_any())) {
+        assert!(
+            held(p) && annotation(p, "snapdrain.io/released-by").is_none(),
+            "{} is held again after the rollback: {:?}",
+            p.name_any(),
+            p.annotations()
+        );
+    }
+}
+
+/// A forceful disruption whose deadline comes before the backup can finish: the plan does not pretend.
+/// Karpenter deletes pods at terminationTime minus their own grace period, skipping do-not-disrupt
+/// (kubernetes-sigs/karpenter `pkg/controllers/node/termination/terminator/terminator.go`); with a 3 s
+/// terminationGracePeriod and 30 s pod grace that is at once. Whichever comes first — the pods gone before
+/// the plan's first look, or the deadline during the backup — the plan fails, naming it, with a Warning
+/// Event and a metric, and snapdrain releases nothing to an eviction.
+#[tokio::test]
+async fn a_deadline_too_short_for_the_backup_fails_the_plan_loudly() {
+    // Velero needs 30 s per backup; Karpenter grants 3 s.
+    let h = Harness::start_with(snapdrain_sim::world::Timings {
+        backup_overhead: Duration::from_secs(30),
+        ..snapdrain_testkit::harness::fast_timings()
+    })
+    .await;
+    let controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected_on_node = h.protected_pods_on(&node).await;
+    let api = nodeclaims(&h);
+    let claim = nodeclaim_of(&h, &node).await;
+    api.patch(
+        &claim,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"terminationGracePeriod": "3s"}})),
+    )
+    .await
+    .expect("set terminationGracePeriod");
+    api.delete(&claim, &Default::default())
+        .await
+        .expect("delete the NodeClaim");
+    let plan = wait_signal_plan(&h, &node).await;
+    let done = h
+        .wait_plan(&plan.name_any(), TIMEOUT, PlanPhase::is_terminal)
+        .await;
+    let status = done.status.as_ref().expect("status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    let message = status.message.as_deref().unwrap_or_default();
+    let (reason, counted) = if message.contains("left the node before snapdrain could back them up")
+    {
+        (
+            "ProtectedPodsLeft",
+            controller.metrics.pods_left_unbacked.get(),
+        )
+    } else {
+        assert!(
+            message.contains("deadline passed before the backup was verified"),
+            "{message}"
+        );
+        ("DeadlineMissed", controller.metrics.deadlines_missed.get())
+    };
+    assert!(counted >= 1, "{reason} is counted");
+    assert!(status.backups.iter().all(|b| !b.verified));
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(h.client.clone());
+    let found = h
+        .wait_all(events, "the Warning event", |es| {
+            es.iter().any(|e| e.reason.as_deref() == Some(reason))
+        })
+        .await;
+    let warned = found
+        .iter()
+        .find(|e| e.reason.as_deref() == Some(reason))
+        .expect("waited for it");
+    assert_eq!(warned.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        warned.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some(plan.name_any().as_str())
+    );
+    // Nothing released the protected pods to an eviction: no drain of them was started.
+    let protected_here: BTreeSet<&String> = protected_on_node.keys().collect();
+    let evicted: Vec<(String, String)> = h
+        .accepted_evictions()
+        .into_iter()
+        .filter(|(pod, _)| protected_here.contains(pod))
+        .collect();
+    assert!(evicted.is_empty(), "{evicted:?}");
+}

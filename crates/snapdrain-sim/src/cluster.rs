@@ -94,6 +94,8 @@ pub struct SimCluster {
     pub autoscaler: Option<AutoscalerHandle>,
     /// Interruption notices for aws-node-termination-handler, when the scenario installs it.
     pub nth: Option<NthHandle>,
+    /// What timeline actions reach (with the world), for [`SimCluster::act`].
+    reach: Option<timeline::Reach>,
 }
 
 impl SimCluster {
@@ -201,6 +203,7 @@ impl SimCluster {
         let mut karpenter_handle = None;
         let mut autoscaler_handle = None;
         let mut nth_handle = None;
+        let mut timeline_reach = None;
         let (world, context) = if with_world {
             let timings = config
                 .timings
@@ -332,16 +335,21 @@ impl SimCluster {
                 )));
                 nth_handle = Some(nh);
             }
+            let reach = timeline::Reach {
+                autoscaler: Some(ah.clone()),
+                nth: nth_handle.clone(),
+                cloud: Some(shared_cloud),
+            };
             if let Some(l) = &loaded
                 && !l.timeline.is_empty()
             {
-                let reach = timeline::Reach {
-                    autoscaler: Some(ah.clone()),
-                    nth: nth_handle.clone(),
-                    cloud: Some(shared_cloud),
-                };
-                world.adopt(timeline::spawn(ctx.clone(), l.timeline.clone(), reach));
+                world.adopt(timeline::spawn(
+                    ctx.clone(),
+                    l.timeline.clone(),
+                    reach.clone(),
+                ));
             }
+            timeline_reach = Some(reach);
             autoscaler_handle = Some(ah);
             ec2 = Some(ec2_sim);
             velero_handle = Some(vh);
@@ -364,7 +372,17 @@ impl SimCluster {
             karpenter: karpenter_handle,
             autoscaler: autoscaler_handle,
             nth: nth_handle,
+            reach: timeline_reach,
         })
+    }
+
+    /// Runs one timeline action now (a test that waits for snapdrain before the disruption comes), with
+    /// the same effects and audit entry as in a scenario's timeline. Needs the world.
+    pub fn act(&self, action: &timeline::Action) -> Result<Value, String> {
+        match (&self.context, &self.reach) {
+            (Some(ctx), Some(reach)) => timeline::act(ctx, reach, action, 0),
+            _ => Err("the cluster runs no world: start it with a scenario".into()),
+        }
     }
 
     pub fn url(&self) -> String {

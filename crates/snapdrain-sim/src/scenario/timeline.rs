@@ -173,18 +173,29 @@ pub fn spawn(
         let start = tokio::time::Instant::now();
         for e in entries {
             tokio::time::sleep_until(start + Duration::from_millis(e.at)).await;
-            let outcome = apply(&ctx, &reach, &e.action);
-            let detail = match &outcome {
-                Ok(d) => json!({"at": e.at, "result": d}),
-                Err(msg) => json!({"at": e.at, "error": msg}),
-            };
-            if let Err(msg) = &outcome {
-                tracing::warn!(action = e.action.verb(), error = %msg, "scenario timeline action failed");
-            }
-            ctx.audit
-                .world(e.action.verb(), "timeline", None, None, detail);
+            let _ = act(&ctx, &reach, &e.action, e.at);
         }
     })
+}
+
+/// Applies one action and records it in the audit log (`at`: its time in the timeline, in ms).
+pub fn act(
+    ctx: &Arc<WorldContext>,
+    reach: &Reach,
+    action: &Action,
+    at: u64,
+) -> Result<Value, String> {
+    let outcome = apply(ctx, reach, action);
+    let detail = match &outcome {
+        Ok(d) => json!({"at": at, "result": d}),
+        Err(msg) => json!({"at": at, "error": msg}),
+    };
+    if let Err(msg) = &outcome {
+        tracing::warn!(action = action.verb(), error = %msg, "scenario timeline action failed");
+    }
+    ctx.audit
+        .world(action.verb(), "timeline", None, None, detail);
+    outcome
 }
 
 /// The NodeClaim whose `status.nodeName` is `node`.

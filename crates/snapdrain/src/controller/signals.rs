@@ -79,8 +79,9 @@ impl Watcher {
         r
     }
 
-    /// Whether the node runs a pod the policy protects (no plan is needed for a node without one).
-    async fn has_protected_pods(&self, node: &str) -> Result<bool, kube::Error> {
+    /// The pods on the node the policy protects, as `namespace/name` (no plan is needed for a node
+    /// without one).
+    async fn protected_pods(&self, node: &str) -> Result<Vec<String>, kube::Error> {
         let pods: Api<Pod> = Api::all(self.client.clone());
         let list = pods
             .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
@@ -95,7 +96,9 @@ impl Watcher {
         Ok(list
             .items
             .iter()
-            .any(|p| protection::protects(&spec, p, None)))
+            .filter(|p| protection::protects(&spec, p, None))
+            .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
+            .collect())
     }
 
     async fn look(&mut self) {
@@ -119,6 +122,7 @@ impl Watcher {
                 self.waiting.remove(&node.name_any());
                 continue;
             };
+            let mut protected = Vec::new();
             match choose(&plans, &signal) {
                 Choice::Join {
                     record: false,
@@ -135,11 +139,12 @@ impl Watcher {
                     {
                         continue;
                     }
-                    match self.has_protected_pods(&signal.node).await {
-                        Ok(true) => {
+                    match self.protected_pods(&signal.node).await {
+                        Ok(pods) if !pods.is_empty() => {
                             self.unprotected.remove(&signal.node);
+                            protected = pods;
                         }
-                        Ok(false) => {
+                        Ok(_) => {
                             self.unprotected
                                 .insert(signal.node.clone(), tokio::time::Instant::now());
                             continue;
@@ -182,16 +187,22 @@ impl Watcher {
                     }
                 }
             }
-            self.act(&signal, &policy).await;
+            self.act(&signal, &policy, &protected).await;
         }
     }
 
-    async fn act(&mut self, signal: &NodeSignal, policy: &DisruptionPolicySpec) {
+    async fn act(
+        &mut self,
+        signal: &NodeSignal,
+        policy: &DisruptionPolicySpec,
+        protected: &[String],
+    ) {
         let source = source_name(signal.source);
         match join_or_create(
             &self.client,
             signal,
             &spec_for(signal, &policy.plan_defaults()),
+            protected,
         )
         .await
         {

@@ -18,6 +18,10 @@ use crate::planning::naming;
 pub const NODE_LABEL: &str = "snapdrain.io/node";
 /// Annotation listing every signal a plan has taken (JSON array of [`SignalRecord`]), the first one too.
 pub const SIGNALS_ANNOTATION: &str = "snapdrain.io/signals";
+/// Annotation on a plan a signal made: the protected pods (`namespace/name`, JSON array) its node ran when
+/// the signal came. A pod of this list that has left the node before the plan's first look left without a
+/// backup, and the plan says so ([`left_before_backup`]).
+pub const PROTECTED_PODS_ANNOTATION: &str = "snapdrain.io/protected-pods";
 
 /// A reason to take a node away, as a watcher or the eviction gate saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -87,6 +91,33 @@ fn records_of(plan: &DisruptionPlan) -> Vec<SignalRecord> {
         .get(SIGNALS_ANNOTATION)
         .and_then(|v| serde_json::from_str(v).ok())
         .unwrap_or_default()
+}
+
+/// The protected pods the signal saw on the plan's node ([`PROTECTED_PODS_ANNOTATION`]); empty for a
+/// person's plan.
+pub fn protected_at_signal(plan: &DisruptionPlan) -> Vec<String> {
+    plan.annotations()
+        .get(PROTECTED_PODS_ANNOTATION)
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+/// Of the pods protected when the signal came (`namespace/name`), those no longer running on the plan's
+/// nodes: gone, or being deleted by someone else. `on_nodes` are the pods on the plan's nodes now.
+pub fn left_before_backup(
+    protected: &[String],
+    on_nodes: &[k8s_openapi::api::core::v1::Pod],
+) -> Vec<String> {
+    let still: std::collections::BTreeSet<String> = on_nodes
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
+        .collect();
+    protected
+        .iter()
+        .filter(|p| !still.contains(*p))
+        .cloned()
+        .collect()
 }
 
 /// Decides where `signal` goes among `plans` (all plans, or at least those for its node).
@@ -175,10 +206,12 @@ impl Outcome {
 }
 
 /// Finds the node's running plan and joins it, or creates a plan from `defaults` (see [`spec_for`]).
+/// `protected`: the node's protected pods as the caller saw them, recorded on a new plan.
 pub async fn join_or_create(
     client: &Client,
     signal: &NodeSignal,
     defaults: &DisruptionPlanSpec,
+    protected: &[String],
 ) -> Result<Outcome, SignalError> {
     let api: Api<DisruptionPlan> = Api::all(client.clone());
     // Plans a signal made carry the node label; a person's plan naming the node does not, so all are read.
@@ -211,10 +244,17 @@ pub async fn join_or_create(
                         [(NODE_LABEL.to_owned(), naming::label_value(&signal.node))].into(),
                     ),
                     annotations: Some(
-                        [(
-                            SIGNALS_ANNOTATION.to_owned(),
-                            records_json(&[SignalRecord::from(signal)]),
-                        )]
+                        [
+                            (
+                                SIGNALS_ANNOTATION.to_owned(),
+                                records_json(&[SignalRecord::from(signal)]),
+                            ),
+                            (
+                                PROTECTED_PODS_ANNOTATION.to_owned(),
+                                serde_json::to_string(protected)
+                                    .expect("a list of strings serializes"),
+                            ),
+                        ]
                         .into(),
                     ),
                     ..ObjectMeta::default()
@@ -275,6 +315,35 @@ fn records_json(records: &[SignalRecord]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pods_gone_or_deleted_since_the_signal_left_before_the_backup() {
+        let pod = |ns: &str, name: &str, deleting: bool| -> k8s_openapi::api::core::v1::Pod {
+            let mut p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(
+                serde_json::json!({"metadata": {"name": name, "namespace": ns}}),
+            )
+            .expect("a pod");
+            if deleting {
+                p.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+            }
+            p
+        };
+        let seen = vec![
+            "shop/db-0".to_string(),
+            "shop/db-1".to_string(),
+            "shop/cache-0".to_string(),
+        ];
+        let now = [
+            pod("shop", "db-0", false),
+            pod("shop", "cache-0", true),
+            pod("other", "db-1", false),
+        ];
+        assert_eq!(
+            super::left_before_backup(&seen, &now),
+            vec!["shop/db-1".to_string(), "shop/cache-0".to_string()]
+        );
+        assert!(super::left_before_backup(&[], &now).is_empty());
+    }
+
     use super::*;
     use crate::api::DisruptionPlanStatus;
 

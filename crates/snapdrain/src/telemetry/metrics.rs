@@ -80,6 +80,9 @@ pub struct Metrics {
     pub signals: Family<SignalLabel, Counter>,
     /// Plans that failed because `spec.deadline` passed before the backup was verified.
     pub deadlines_missed: Counter,
+    /// Protected pods that left their node (deleted by the disruptor) between a forceful signal and the
+    /// plan's first look, so no backup of this plan covers them.
+    pub pods_left_unbacked: Counter,
     /// Eviction gate answers: allowed, denied (429), error (unreadable request or no decision).
     pub gate_decisions: Family<DecisionLabel, Counter>,
     /// Time to answer one AdmissionReview.
@@ -165,6 +168,12 @@ impl Metrics {
             "Plans that failed because spec.deadline passed before their backup was verified",
             deadlines_missed.clone(),
         );
+        let pods_left_unbacked = Counter::default();
+        registry.register(
+            "protected_pods_left_unbacked",
+            "Protected pods deleted by the disruptor before their plan could back them up",
+            pods_left_unbacked.clone(),
+        );
         let gate_decisions = Family::<DecisionLabel, Counter>::default();
         registry.register(
             "gate_decisions",
@@ -194,6 +203,7 @@ impl Metrics {
             pods_held,
             signals,
             deadlines_missed,
+            pods_left_unbacked,
         }
     }
 

@@ -173,7 +173,7 @@ impl Gate {
             mode: PlanMode::Release,
             deadline: None,
         };
-        match join_or_create(&self.client, &signal, &self.defaults).await {
+        match join_or_create(&self.client, &signal, &self.defaults, &[]).await {
             Ok(Outcome::Created(plan)) => {
                 tracing::info!(%node, %plan, "eviction gate started a plan");
                 PlanNote::Started(plan)

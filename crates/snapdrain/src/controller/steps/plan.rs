@@ -16,6 +16,7 @@ use crate::planning::{
     BackupNeed, Clock, NodeInputs, PhaseFacts, PlanRef, ReusableBackup, backup_name, find_reusable,
     plan_node, summarize_backups,
 };
+use crate::signals::plan::{left_before_backup, protected_at_signal};
 
 pub async fn run(
     run: &mut PlanRun,
@@ -47,6 +48,7 @@ pub async fn run(
     let mut nodes = Vec::new();
     let mut missing = Vec::new();
     let mut refusals = Vec::new();
+    let mut on_nodes = Vec::new();
     for name in &names {
         let Some(inv) = inventory::node_inventory(&client, name).await? else {
             missing.push(name.clone());
@@ -61,6 +63,7 @@ pub async fn run(
             existing_backups: &reusable,
         };
         let plan = plan_node(&inputs, &run.plan.spec, &run.valid, clock);
+        on_nodes.extend(inv.pods.iter().cloned());
         if let Some(r) = plan.refusal_message() {
             refusals.push(r);
         }
@@ -128,6 +131,9 @@ pub async fn run(
         run.status.message = Some(refusals.join("; "));
         return Ok(Some(Duration::from_secs(30)));
     }
+    if left_unbacked(run, &on_nodes).await {
+        return Ok(None);
+    }
     // Reuse is decided on what the whole plan needs per namespace: one node's backup does not cover
     // another node's PVCs. Candidates must be in the location a new Backup would go to.
     if !reusable.is_empty() {
@@ -194,6 +200,39 @@ pub async fn run(
         namespaces.len()
     ));
     Ok(None)
+}
+
+/// Says loudly when protected pods the signal saw have already left the node (a forceful disruptor
+/// deleted them before this first look): a Warning Event and a metric, and the plan fails when none of
+/// them is left to back up. Returns true when it failed the plan.
+async fn left_unbacked(run: &mut PlanRun, on_nodes: &[k8s_openapi::api::core::v1::Pod]) -> bool {
+    let seen = protected_at_signal(&run.plan);
+    let left = left_before_backup(&seen, on_nodes);
+    if left.is_empty() {
+        return false;
+    }
+    run.ctx.metrics.pods_left_unbacked.inc_by(left.len() as u64);
+    let deadline = match &run.plan.spec.deadline {
+        Some(d) => format!(" (deadline {})", d.0),
+        None => String::new(),
+    };
+    let message = format!(
+        "{} protected pod(s) left the node before snapdrain could back them up{deadline}: {}. Their PVCs stay, but this plan has no backup of them; Karpenter deletes pods at terminationGracePeriod minus their own grace period, so give the NodePool a terminationGracePeriod longer than the pods' grace plus the backup time",
+        left.len(),
+        left.join(", ")
+    );
+    run.event(
+        EventType::Warning,
+        "ProtectedPodsLeft",
+        "Plan",
+        message.clone(),
+    )
+    .await;
+    if left.len() == seen.len() {
+        run.fail = Some(message);
+        return true;
+    }
+    false
 }
 
 /// The BackupStorageLocation a new Backup of this plan goes to: the plan's, else the one Velero picks, the
