@@ -469,3 +469,344 @@ async fn the_gate_issues_its_certificates_once_and_patches_the_ca_bundle() {
     second.shutdown().await;
     controller.shutdown().await;
 }
+
+/// Evicts `ns/name` once through the API (as a drainer does), returning the HTTP code of the answer.
+async fn evict_code(client: &Client, ns: &str, name: &str) -> u16 {
+    match evict_with(client, ns, name, json!({}), "").await {
+        Ok(_) => 201,
+        Err(kube::Error::Api(s)) => s.code,
+        Err(e) => panic!("eviction of {ns}/{name} got no answer: {e}"),
+    }
+}
+
+fn client_without_retries(h: &Harness) -> Client {
+    let mut config = h.kube_config();
+    config.default_retry = false;
+    Client::try_from(config).expect("client")
+}
+
+/// The gate protects what the DisruptionPolicy protects: a pod outside `protection.podSelector` is
+/// evicted at once, a pod inside it is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_gate_protects_what_the_policy_protects() {
+    let h = Harness::start().await;
+    let policy: snapdrain::api::DisruptionPolicy = serde_json::from_value(json!({
+        "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPolicy",
+        "metadata": {"name": "default"},
+        "spec": {"protection": {"podSelector": {"matchLabels": {"app": "postgres"}}}}
+    }))
+    .expect("a policy");
+    Api::<snapdrain::api::DisruptionPolicy>::all(h.client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the policy");
+    let _controller =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let client = client_without_retries(&h);
+    // The gate reads the policy on its own watch: until then it protects both (more, never less).
+    eventually_within("redis-0 let through", Duration::from_secs(30), || async {
+        (evict_code(&client, "shop", "redis-0").await == 201).then_some(())
+    })
+    .await;
+    assert_eq!(evict_code(&client, "shop", "postgres-0").await, 429);
+}
+
+/// A restart of every replica loses nothing. With `failurePolicy: Fail` an eviction while no replica
+/// serves is refused (not let through); the next replica reads the same certificates from the Secret,
+/// holds the pod until the plan's backup is verified, then lets the eviction through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restart_of_every_replica_lets_no_eviction_through_early() {
+    let h = Harness::start_with(snapdrain_sim::world::Timings {
+        backup_overhead: Duration::from_secs(3),
+        ..fast_timings()
+    })
+    .await;
+    let first =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    let (ns, pod) = protected
+        .keys()
+        .next()
+        .and_then(|k| k.split_once('/'))
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .expect("a protected pod");
+    let client = client_without_retries(&h);
+    assert_eq!(
+        evict_code(&client, &ns, &pod).await,
+        429,
+        "held, a plan started"
+    );
+    let plan = gate_plans(&h.client, &node)
+        .await
+        .pop()
+        .expect("the first refusal started a plan");
+    let bundle = ca_bundle(&h.client).await;
+    first.kill();
+    // No replica serves: the API server cannot call the webhook, and Fail refuses the eviction.
+    let down = evict_code(&client, &ns, &pod).await;
+    assert!(down >= 500, "refused while the gate is down, got {down}");
+    let second = h
+        .controller_with(
+            RunOptions {
+                lease_namespace: None,
+                webhook: Some(webhook_config(
+                    Lifetimes::default(),
+                    Duration::from_secs(30),
+                )),
+                ..RunOptions::default()
+            },
+            "snapdrain-1",
+        )
+        .await;
+    // The Service now reaches the new replica.
+    let addr = second.webhook_addr.expect("the gate listens");
+    Api::<Service>::namespaced(h.client.clone(), NS)
+        .patch(
+            SERVICE,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {ADDRESS_ANNOTATION: addr.to_string()}}}),
+            ),
+        )
+        .await
+        .expect("point the Service at the new replica");
+    assert_eq!(
+        ca_bundle(&h.client).await,
+        bundle,
+        "the same CA: the certificates came from the Secret"
+    );
+    // A drainer retrying: held until the backup is verified, then let through.
+    let codes = std::sync::Mutex::new(Vec::new());
+    eventually_within(
+        "the eviction let through",
+        Duration::from_secs(60),
+        || async {
+            let code = evict_code(&client, &ns, &pod).await;
+            codes.lock().expect("not poisoned").push(code);
+            (code == 201).then_some(())
+        },
+    )
+    .await;
+    let codes = codes.into_inner().expect("not poisoned");
+    assert!(
+        codes.iter().all(|c| *c == 429 || *c == 201),
+        "answers after the restart: {codes:?}"
+    );
+    let done = h
+        .wait_plan_until(&plan.name_any(), Duration::from_secs(60), |p| {
+            p.status.as_ref().is_some_and(|s| s.released_at.is_some())
+        })
+        .await;
+    let one: std::collections::BTreeMap<_, _> = protected
+        .iter()
+        .filter(|(k, _)| *k == &format!("{ns}/{pod}"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_no_eviction_before_verified_backup(&h.audit(), &one, &done);
+}
+
+/// aws-node-termination-handler on a spot interruption (IMDS mode, `--taint-node`): it taints, cordons
+/// and drains through the Eviction API, retrying refusals (aws-node-termination-handler
+/// `pkg/node/node.go`, kubectl `pkg/drain/drain.go`). snapdrain's signal plan backs the node up, the gate
+/// holds NTH's evictions of protected pods until then, and EC2 takes the instance at the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_nth_spot_drain_waits_at_the_gate_for_the_verified_backup() {
+    let h = Harness::start_scenario("quickstart", |s| {
+        s.node_termination_handler = Some(snapdrain_sim::world::nth::NthSettings {
+            taint_node: true,
+            ..Default::default()
+        });
+    })
+    .await;
+    let _controller =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    // Holds first, so NTH is the only drainer.
+    eventually_within("the node's pods held", TIMEOUT, || async {
+        let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(h.client.clone())
+            .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .ok()?;
+        pods.items
+            .iter()
+            .filter(|p| protected.contains_key(&format!("shop/{}", p.name_any())))
+            .all(|p| p.annotations().contains_key("snapdrain.io/held"))
+            .then_some(())
+    })
+    .await;
+    h.cluster
+        .act(
+            &snapdrain_sim::scenario::timeline::Action::SpotInterruption {
+                node: node.clone(),
+                notice: 30_000,
+            },
+        )
+        .expect("the spot interruption");
+    eventually_within(
+        "NTH drained the node's protected pods",
+        Duration::from_secs(60),
+        || async {
+            let evicted: Vec<String> = h.accepted_evictions().into_iter().map(|(p, _)| p).collect();
+            protected.keys().all(|p| evicted.contains(p)).then_some(())
+        },
+    )
+    .await;
+    let plans = h.plans_for(&node).await;
+    assert_eq!(plans.len(), 1, "one plan for the node: {plans:#?}");
+    let plan = &plans[0];
+    // The taint and NTH's first eviction race: whichever the controller sees first makes the plan, and
+    // the other joins it.
+    assert!(
+        matches!(
+            plan.spec.source,
+            PlanSource::NodeTerminationHandler | PlanSource::EvictionGate
+        ),
+        "{:?}",
+        plan.spec.source
+    );
+    let by_nth: Vec<String> = snapdrain_testkit::safety::accepted_evictions(&h.audit())
+        .into_iter()
+        .filter(|e| e.user_agent.as_deref() == Some(snapdrain_sim::world::nth::USER_AGENT))
+        .map(|e| e.pod)
+        .collect();
+    for p in protected.keys() {
+        assert!(by_nth.contains(p), "NTH evicted {p}: {by_nth:?}");
+    }
+    let plan = h
+        .wait_plan_until(&plan.name_any(), Duration::from_secs(60), |p| {
+            p.status.as_ref().is_some_and(|s| s.released_at.is_some())
+        })
+        .await;
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+}
+
+/// Karpenter's forceful termination (a deleted NodeClaim) evicts through the Eviction API and skips
+/// do-not-disrupt pods until terminationGracePeriod (kubernetes-sigs/karpenter
+/// `pkg/controllers/node/termination/terminator`). A pod whose user set `do-not-disrupt: "false"` gets no
+/// hold from snapdrain (a user's value is never changed), so Karpenter evicts it at once: the gate is what
+/// holds it until its backup is verified, and Karpenter's retry then gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn karpenters_forceful_termination_waits_at_the_gate_for_an_unheld_pod() {
+    let h = Harness::start().await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(h.client.clone(), "shop");
+    for key in protected.keys() {
+        let name = key.split_once('/').map(|(_, n)| n).expect("ns/name");
+        pods.patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "false"}}}),
+            ),
+        )
+        .await
+        .expect("the user's own annotation");
+    }
+    let controller =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let claim = h
+        .node(&node)
+        .await
+        .expect("the node")
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "NodeClaim")
+        .map(|o| o.name.clone())
+        .expect("a Karpenter node");
+    snapdrain_testkit::karpenter::nodeclaims(&h.client)
+        .delete(&claim, &Default::default())
+        .await
+        .expect("delete the NodeClaim");
+    eventually_within("the node gone", Duration::from_secs(90), || async {
+        h.node(&node).await.is_none().then_some(())
+    })
+    .await;
+    let plans = h.plans_for(&node).await;
+    assert_eq!(plans.len(), 1, "one plan for the node: {plans:#?}");
+    let plan = h
+        .wait_plan(&plans[0].name_any(), TIMEOUT, |p| p.is_terminal())
+        .await;
+    let evicted: Vec<String> = h.accepted_evictions().into_iter().map(|(p, _)| p).collect();
+    for p in protected.keys() {
+        assert!(evicted.contains(p), "Karpenter evicted {p}: {evicted:?}");
+    }
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+    let refused = h
+        .audit()
+        .into_iter()
+        .filter(|e| e.resource == "pods/eviction" && e.code == Some(429))
+        .count();
+    assert!(refused > 0, "the gate refused Karpenter at least once");
+    assert!(
+        controller
+            .metrics
+            .render()
+            .contains("snapdrain_gate_decisions_total{decision=\"denied\"}"),
+    );
+}
+
+/// Cluster Autoscaler's scale-down of a node whose protected pods the user marked
+/// `safe-to-evict: "true"` (so snapdrain places no CA hold on them): CA drains through the Eviction API
+/// and retries refusals until `--max-pod-eviction-time` (kubernetes/autoscaler
+/// `cluster-autoscaler/core/scaledown/actuation/drain.go`); the gate holds each protected pod until its
+/// backup is verified, and CA's retry then gets through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_autoscaler_scale_down_waits_at_the_gate_for_the_verified_backup() {
+    let h = Harness::start().await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(h.client.clone(), "shop");
+    for key in protected.keys() {
+        let name = key.split_once('/').map(|(_, n)| n).expect("ns/name");
+        pods.patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                "cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}}})),
+        )
+        .await
+        .expect("the user's own annotation");
+    }
+    let _controller =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let ca = h
+        .cluster
+        .autoscaler
+        .as_ref()
+        .expect("every simulated world runs Cluster Autoscaler");
+    assert!(ca.scale_down(&node));
+    eventually_within(
+        "CA drained the protected pods",
+        Duration::from_secs(90),
+        || async {
+            let by_ca: Vec<String> = snapdrain_testkit::safety::accepted_evictions(&h.audit())
+                .into_iter()
+                .filter(|e| {
+                    e.user_agent.as_deref() == Some(snapdrain_sim::world::autoscaler::USER_AGENT)
+                })
+                .map(|e| e.pod)
+                .collect();
+            protected.keys().all(|p| by_ca.contains(p)).then_some(())
+        },
+    )
+    .await;
+    let plans = h.plans_for(&node).await;
+    assert_eq!(plans.len(), 1, "one plan for the node: {plans:#?}");
+    let refused = h
+        .audit()
+        .into_iter()
+        .filter(|e| {
+            e.resource == "pods/eviction"
+                && e.code == Some(429)
+                && e.user_agent.as_deref() == Some(snapdrain_sim::world::autoscaler::USER_AGENT)
+        })
+        .count();
+    assert!(
+        refused > 0,
+        "the gate refused Cluster Autoscaler at least once"
+    );
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plans[0]);
+}

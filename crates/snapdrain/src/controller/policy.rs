@@ -44,10 +44,12 @@ pub async fn wait_for_policy(policy: &mut watch::Receiver<DisruptionPolicySpec>)
     }
 }
 
-/// Follows the default policy until `until`; the receiver always holds the last valid spec.
+/// Follows the default policy until `until`; the receiver always holds the last valid spec. With a
+/// `recorder` (the Lease holder) an invalid update is also reported as a Warning Event; every replica's
+/// eviction gate follows the policy too, without one, so that it is reported once.
 pub async fn follow(
     client: Client,
-    recorder: Recorder,
+    recorder: Option<Recorder>,
     tx: watch::Sender<DisruptionPolicySpec>,
     until: impl std::future::Future<Output = ()>,
 ) {
@@ -70,7 +72,7 @@ pub async fn follow(
 }
 
 async fn accept(
-    recorder: &Recorder,
+    recorder: &Option<Recorder>,
     tx: &watch::Sender<DisruptionPolicySpec>,
     policy: &DisruptionPolicy,
     first: &mut bool,
@@ -91,6 +93,10 @@ async fn accept(
                 "DisruptionPolicy {DEFAULT_POLICY} is invalid, the previous rules stay in force: {}",
                 problems.join("; ")
             );
+            let Some(recorder) = recorder else {
+                tracing::debug!("{note}");
+                return;
+            };
             tracing::error!("{note}");
             let _ = recorder
                 .publish(

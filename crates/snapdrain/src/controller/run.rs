@@ -316,7 +316,7 @@ fn start_helpers(
         let until = stopped(acting);
         tokio::spawn(async move {
             policy::ensure_default(&client).await;
-            policy::follow(client, recorder, policy_tx, until).await;
+            policy::follow(client, Some(recorder), policy_tx, until).await;
         })
     };
     let keeper = tokio::spawn(holds::run(

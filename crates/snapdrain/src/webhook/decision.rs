@@ -77,6 +77,57 @@ fn plan_covers_node(plan: &DisruptionPlan, node: &str) -> bool {
             .is_some_and(|s| s.nodes.iter().any(|n| n.name == node))
 }
 
+/// True for a pod of Velero's node-agent: the DaemonSet `node-agent` whose pods carry `name: node-agent`,
+/// in both `velero install` (vmware-tanzu/velero `pkg/install/daemonset.go`) and the Helm chart
+/// (vmware-tanzu/helm-charts `charts/velero/templates/node-agent-daemonset.yaml`).
+pub fn is_backup_agent(pod: &Pod) -> bool {
+    let owned = crate::planning::inventory::controller_of(pod)
+        .is_some_and(|o| o.kind == "DaemonSet" && o.name == "node-agent");
+    owned && pod.labels().get("name").map(String::as_str) == Some("node-agent")
+}
+
+/// The running plan whose backups still need the node-agent pod `pod` (its node is being backed up and
+/// the backups are not complete: file-system backups of the node's pods run in that agent). Cluster
+/// Autoscaler evicts DaemonSet pods of a node it drains, best effort and without waiting
+/// (kubernetes/autoscaler `core/scaledown/actuation/drain.go`, `--daemonset-eviction-for-occupied-nodes`),
+/// and a node-agent gone mid-backup fails it; a 429 leaves the agent until the backup is done.
+pub fn agent_needed_by<P: Borrow<DisruptionPlan>>(pod: &Pod, plans: &[P]) -> Option<String> {
+    if !is_backup_agent(pod) {
+        return None;
+    }
+    let node = pod.spec.as_ref()?.node_name.as_deref()?;
+    plans
+        .iter()
+        .map(Borrow::borrow)
+        .find(|p| {
+            running(p)
+                && plan_covers_node(p, node)
+                && matches!(
+                    phase_of(p),
+                    PlanPhase::Pending | PlanPhase::Cordoning | PlanPhase::BackingUp
+                )
+        })
+        .map(|p| p.name_any())
+}
+
+/// The message of a 429 for a node-agent pod a plan still needs (`plan`), or that the node's protected
+/// pods will need once their plan starts (None).
+pub fn agent_message(pod: &Pod, plan: Option<&str>) -> String {
+    let why = match plan {
+        Some(plan) => format!("DisruptionPlan {plan} is backing up that node's volumes"),
+        None => "the node runs protected pods no verified backup covers yet".to_owned(),
+    };
+    format!(
+        "snapdrain holds the eviction of Velero's node-agent pod {}/{} on node {}: {why}, and their file-system backups run in this pod (expected wait: until the backup completes)",
+        pod.namespace().unwrap_or_default(),
+        pod.name_any(),
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or_default()
+    )
+}
+
 /// Decides an eviction of `pod` given every DisruptionPlan the gate knows.
 pub fn decide<P: Borrow<DisruptionPlan>>(
     pod: &Pod,
@@ -218,6 +269,61 @@ pub fn message(held: &Held, note: &PlanNote) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn agent(node: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "node-agent-x1", "namespace": "velero", "labels": {"name": "node-agent"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "node-agent",
+                                     "uid": "d1", "controller": true}]},
+            "spec": {"nodeName": node, "containers": []}
+        }))
+        .expect("a node-agent pod")
+    }
+
+    fn plan_in(phase: PlanPhase, node: &str) -> DisruptionPlan {
+        let mut p: DisruptionPlan = serde_json::from_value(serde_json::json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": format!("plan-{node}")}, "spec": {"nodes": [node]}
+        }))
+        .expect("a plan");
+        p.status = Some(crate::api::DisruptionPlanStatus {
+            phase,
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn the_node_agent_is_held_only_while_its_node_is_being_backed_up() {
+        let a = agent("n1");
+        assert_eq!(
+            agent_needed_by(&a, &[plan_in(PlanPhase::BackingUp, "n1")]).as_deref(),
+            Some("plan-n1")
+        );
+        assert_eq!(
+            agent_needed_by(&a, &[plan_in(PlanPhase::Verifying, "n1")]),
+            None
+        );
+        assert_eq!(
+            agent_needed_by(&a, &[plan_in(PlanPhase::BackingUp, "n2")]),
+            None
+        );
+        assert_eq!(
+            agent_needed_by(&a, &[plan_in(PlanPhase::Failed, "n1")]),
+            None
+        );
+        let mut other = a.clone();
+        other.metadata.labels = None;
+        assert_eq!(
+            agent_needed_by(&other, &[plan_in(PlanPhase::BackingUp, "n1")]),
+            None
+        );
+        let m = agent_message(&a, Some("plan-n1"));
+        assert!(
+            m.contains("velero/node-agent-x1") && m.contains("plan-n1"),
+            "{m}"
+        );
+    }
     use crate::planning::inventory::ProtectionRule;
     use serde_json::json;
 

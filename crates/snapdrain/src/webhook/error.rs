@@ -41,6 +41,14 @@ pub enum GateError {
         "cannot list DisruptionPlans while the gate's cache is still loading: {0} (is the DisruptionPlan CRD installed, and may snapdrain list disruptionplans?)"
     )]
     ListPlans(#[source] kube::Error),
+    #[error(
+        "cannot list the pods on node {node} to decide the eviction of Velero's node-agent there: {source} (may snapdrain list pods?)"
+    )]
+    ListNodePods {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// Making, storing or serving the webhook's certificates.

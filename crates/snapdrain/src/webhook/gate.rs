@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
@@ -15,11 +15,14 @@ use kube::{Client, Resource, ResourceExt};
 use super::decision::{self, Decision, PlanNote};
 use super::error::GateError;
 use super::review::{self, Answer, Target};
-use crate::api::{DisruptionPlan, DisruptionPlanSpec, PlanMode, PlanSource};
+use tokio::sync::watch;
+
+use crate::api::policy::DisruptionPolicySpec;
+use crate::api::{DisruptionPlan, PlanMode, PlanSource};
 use crate::signals::{NodeSignal, Outcome, join_or_create};
 use crate::telemetry::Metrics;
 
-/// Which pods the gate protects (a DisruptionPolicy will provide other rules).
+/// Which pods the gate protects (the DisruptionPolicy's rule).
 pub type Protects = Arc<dyn Fn(&Pod) -> bool + Send + Sync>;
 
 /// At most one denial Event per pod in this window: kubectl retries every 5 s and Karpenter faster, and
@@ -32,8 +35,8 @@ pub struct Gate {
     /// DisruptionPlans, kept by a reflector so a decision reads memory, not the API.
     pub plans: Store<DisruptionPlan>,
     pub protects: Protects,
-    /// The spec of plans the gate creates (a policy's defaults later).
-    pub defaults: DisruptionPlanSpec,
+    /// The policy in force: the spec of plans the gate creates comes from its defaults.
+    pub policy: watch::Receiver<DisruptionPolicySpec>,
     pub metrics: Metrics,
     pub recorder: Recorder,
     last_event: Mutex<HashMap<String, Instant>>,
@@ -44,7 +47,7 @@ impl Gate {
         client: Client,
         plans: Store<DisruptionPlan>,
         protects: Protects,
-        defaults: DisruptionPlanSpec,
+        policy: watch::Receiver<DisruptionPolicySpec>,
         metrics: Metrics,
         recorder: Recorder,
     ) -> Self {
@@ -52,7 +55,7 @@ impl Gate {
             client,
             plans,
             protects,
-            defaults,
+            policy,
             metrics,
             recorder,
             last_event: Mutex::new(HashMap::new()),
@@ -124,6 +127,9 @@ impl Gate {
         };
         let plans = self.current_plans().await?;
         let protects = self.protects.clone();
+        if decision::is_backup_agent(&pod) {
+            return self.judge_agent(&pod, &plans).await;
+        }
         let held = match decision::decide(&pod, |p| protects(p), &plans, jiff::Timestamp::now()) {
             Decision::Allow(_) => return Ok(None),
             Decision::Deny(held) => held,
@@ -139,6 +145,38 @@ impl Gate {
             self.event_once(&pod, &message).await;
         }
         Ok(Some(message))
+    }
+
+    /// Velero's node-agent runs the file-system backups of its node's pods: it stays while a plan backs
+    /// the node up, and while the node runs protected pods no verified backup covers yet (a drainer that
+    /// evicts every pod at once, as Cluster Autoscaler does, asks for the agent before the plan exists).
+    async fn judge_agent(
+        &self,
+        agent: &Pod,
+        plans: &[Arc<DisruptionPlan>],
+    ) -> Result<Option<String>, GateError> {
+        if let Some(plan) = decision::agent_needed_by(agent, plans) {
+            return Ok(Some(decision::agent_message(agent, Some(&plan))));
+        }
+        let Some(node) = agent.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+            return Ok(None);
+        };
+        let on_node = Api::<Pod>::all(self.client.clone())
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .map_err(|source| GateError::ListNodePods {
+                node: node.clone(),
+                source,
+            })?;
+        let protects = self.protects.clone();
+        let now = jiff::Timestamp::now();
+        let uncovered = on_node.items.iter().any(|p| {
+            matches!(
+                decision::decide(p, |p| protects(p), plans, now),
+                Decision::Deny(_)
+            )
+        });
+        Ok(uncovered.then(|| decision::agent_message(agent, None)))
     }
 
     /// The cached plans, or (while the reflector's first list is not in yet) a list from the API: an
@@ -173,7 +211,8 @@ impl Gate {
             mode: PlanMode::Release,
             deadline: None,
         };
-        match join_or_create(&self.client, &signal, &self.defaults, &[]).await {
+        let defaults = self.policy.borrow().plan_defaults();
+        match join_or_create(&self.client, &signal, &defaults, &[]).await {
             Ok(Outcome::Created(plan)) => {
                 tracing::info!(%node, %plan, "eviction gate started a plan");
                 PlanNote::Started(plan)

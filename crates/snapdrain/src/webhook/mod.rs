@@ -35,8 +35,13 @@ pub use certs::Lifetimes;
 pub use error::{CertError, GateError, ReviewError};
 pub use gate::{Gate, Protects};
 
-use crate::api::{DisruptionPlan, DisruptionPlanSpec};
-use crate::planning::inventory::ProtectionRule;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::runtime::reflector::ObjectRef;
+use tokio::sync::watch;
+
+use crate::api::DisruptionPlan;
+use crate::api::policy::{DisruptionPolicySpec, ProtectionSpec};
+use crate::planning::protection;
 use crate::telemetry::Metrics;
 
 /// How the gate is served.
@@ -129,14 +134,52 @@ pub async fn start(
     );
     keeper.sync().await?;
     let keeping = tokio::spawn(keeper.run());
-    let protects: Protects = Arc::new(|p| ProtectionRule::default().protects(p));
+    // The policy decides what is protected and the spec of plans the gate starts. Until it is read,
+    // and for a namespace not in the cache yet, the gate protects more, never less.
+    let (policy_tx, policy) = watch::channel(DisruptionPolicySpec::defaults());
+    let following = tokio::spawn(crate::controller::policy::follow(
+        client.clone(),
+        None,
+        policy_tx,
+        std::future::pending(),
+    ));
+    let (namespaces, ns_writer) = reflector::store::<Namespace>();
+    let ns_api: Api<Namespace> = Api::all(client.clone());
+    let ns_cache = tokio::spawn(async move {
+        reflector(ns_writer, watcher(ns_api, watcher::Config::default()))
+            .default_backoff()
+            .for_each(|ev| async move {
+                if let Err(e) = ev {
+                    tracing::debug!(error = %e, "eviction gate: namespace watch");
+                }
+            })
+            .await;
+    });
+    let protects: Protects = {
+        let policy = policy.clone();
+        Arc::new(move |p| {
+            let spec = policy.borrow().protection.clone();
+            let labels = p
+                .metadata
+                .namespace
+                .as_deref()
+                .and_then(|ns| namespaces.get(&ObjectRef::new(ns)))
+                .map(|n| n.metadata.labels.clone().unwrap_or_default());
+            match labels {
+                Some(labels) => protection::protects(&spec, p, Some(&labels)),
+                None => protection::protects(
+                    &ProtectionSpec {
+                        namespace_selector: None,
+                        ..spec
+                    },
+                    p,
+                    None,
+                ),
+            }
+        })
+    };
     let gate = Arc::new(Gate::new(
-        client,
-        plans,
-        protects,
-        DisruptionPlanSpec::default(),
-        metrics,
-        recorder,
+        client, plans, protects, policy, metrics, recorder,
     ));
     let (addr, server) = server::serve(config.addr, slot.clone(), gate)?;
     tracing::info!(%addr, "eviction gate serving");
@@ -144,6 +187,6 @@ pub async fn start(
         addr,
         slot,
         server,
-        tasks: vec![cache, keeping],
+        tasks: vec![cache, keeping, following, ns_cache],
     })
 }
