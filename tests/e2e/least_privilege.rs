@@ -1,9 +1,10 @@
 //! Least privilege, proven on the simulated cluster with RBAC enforced: the kustomize base is applied
 //! with the real `kubectl apply -k deploy/kustomize/base` (kubectl's embedded kustomize renders it), the
 //! controller runs in-process with the Deployment's own arguments and a kube client holding only the
-//! ServiceAccount's token (from a TokenRequest), and three flows complete: an
-//! Execute plan with replacement, a Release plan under a Karpenter drift, and the eviction gate under
-//! `kubectl drain`. Then:
+//! ServiceAccount's token (from a TokenRequest), and four flows complete: an
+//! Execute plan with replacement, an Execute plan on a node no autoscaler owns (snapdrain terminates
+//! the instance and deletes the Node), a Release plan under a Karpenter drift, and the eviction gate
+//! under `kubectl drain`. Then:
 //! - no request of the ServiceAccount was refused (the simulator's authorization log, which records
 //!   user, verb, resource, subresource, namespace and name as kube-apiserver's audit events do), and
 //! - no rule is unused: the recorded requests are replayed against the roles with one rule removed,
@@ -14,7 +15,7 @@
 //!
 //! Replaying instead of re-running each flow per removed rule: the authorizer is a pure function of the
 //! request and the role objects, so a request the narrower role refuses is a 403 the controller would
-//! have got at that point; re-running 30-odd flows would cost minutes of CI for the same verdict.
+//! have got at that point; re-running the flows for each of 60-odd verbs would cost minutes of CI for the same verdict.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -40,7 +41,7 @@ use super::kustomize::kustomize;
 
 const SA_USER: &str = "system:serviceaccount:snapdrain:snapdrain";
 
-/// Verbs of the base's roles that the three flows here never use, each with the path that does and
+/// Verbs of the base's roles that the flows here never use, each with the path that does and
 /// the e2e test that takes it (those run with the same roles through the chart: deploy.rs renders the
 /// same rules). (role, resource, verb).
 const RARE_PATHS: &[(&str, &str, &str, &str)] = &[
@@ -69,8 +70,6 @@ const RARE_PATHS: &[(&str, &str, &str, &str)] = &[
         "watch",
         "volumes still attached",
     ),
-    // A node no autoscaler owns is deleted after termination; the quickstart's nodes are Karpenter's.
-    ("snapdrain", "nodes", "delete", "non-Karpenter node"),
     // The serving certificate is renewed with a third of its life left (gate.rs rotation test).
     (
         "snapdrain-webhook",
@@ -226,6 +225,25 @@ async fn execute_with_replacement() -> Vec<Decision> {
     decisions(&h)
 }
 
+/// The quickstart's nodes without Karpenter: an Execute plan terminates the instance itself and deletes
+/// the Node.
+async fn execute_on_a_node_no_autoscaler_owns() -> Vec<Decision> {
+    let h = Harness::start_scenario("quickstart", |s| {
+        for group in &mut s.nodes {
+            group.karpenter = None;
+        }
+    })
+    .await;
+    let installed = install(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("lp-plain-node", serde_json::json!({"nodes": [node]}))
+        .await;
+    completed(&h, "lp-plain-node").await;
+    assert!(h.node(&node).await.is_none(), "the Node object was deleted");
+    installed.controller.shutdown().await;
+    decisions(&h)
+}
+
 async fn release_under_drift() -> Vec<Decision> {
     let h = Harness::start().await;
     let installed = install(&h).await;
@@ -376,6 +394,7 @@ fn shipped(roles: &(Vec<Value>, Vec<Value>, Vec<Value>, Vec<Value>)) -> Vec<(boo
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_kustomize_base_is_enough_and_every_rule_is_used() {
     let mut requests = execute_with_replacement().await;
+    requests.extend(execute_on_a_node_no_autoscaler_owns().await);
     requests.extend(release_under_drift().await);
     requests.extend(gate_under_kubectl_drain().await);
     let forbidden: Vec<&Decision> = requests.iter().filter(|d| !d.allowed).collect();
