@@ -112,7 +112,20 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{s:?} is not a usable lifetime (zero or too long)"))
 }
 
+impl ControllerArgs {
+    /// How the controller runs with these flags (tests start it in-process with a Deployment's args).
+    pub fn run_options(&self) -> RunOptions {
+        RunOptions {
+            metrics_addr: Some(self.metrics_addr),
+            lease_namespace: (!self.no_leader_election).then(|| self.lease_namespace.clone()),
+            webhook: self.webhook.config(),
+            ..RunOptions::default()
+        }
+    }
+}
+
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
+    let opts = args.run_options();
     let config = args.cluster.config().await?;
     let identity = args
         .identity
@@ -133,12 +146,6 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         api_server: args.api_server,
         cluster_certificate: args.cluster_certificate,
         ..Settings::default()
-    };
-    let opts = RunOptions {
-        metrics_addr: Some(args.metrics_addr),
-        lease_namespace: (!args.no_leader_election).then_some(args.lease_namespace),
-        webhook: args.webhook.config(),
-        ..RunOptions::default()
     };
     let handle = start(config, settings, opts).await?;
     tracing::info!(metrics = ?handle.metrics_addr, "snapdrain controller started");

@@ -6,7 +6,7 @@ pub mod abort;
 mod bench;
 pub mod cluster;
 pub mod completion;
-mod controller;
+pub mod controller;
 #[cfg(feature = "sim")]
 mod demo;
 pub mod drain;

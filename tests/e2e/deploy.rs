@@ -224,37 +224,30 @@ fn rbac_grants_exactly_what_the_controller_uses() {
         (
             "snapdrain.io",
             "disruptionplans",
-            &["get", "list", "watch", "patch", "create"],
+            &["list", "watch", "patch", "create"],
         ),
-        ("snapdrain.io", "disruptionplans/status", &["get", "patch"]),
+        ("snapdrain.io", "disruptionplans/status", &["patch"]),
         (
             "snapdrain.io",
             "disruptionpolicies",
-            &["get", "list", "watch", "create"],
+            &["list", "watch", "create"],
         ),
         (
             "velero.io",
             "backups",
             &["create", "get", "list", "watch", "delete"],
         ),
-        (
-            "velero.io",
-            "backupstoragelocations",
-            &["get", "list", "watch"],
-        ),
+        ("velero.io", "backupstoragelocations", &["get", "list"]),
         ("velero.io", "deletebackuprequests", &["create"]),
         ("", "nodes", &["get", "list", "watch", "patch", "delete"]),
         ("", "pods", &["get", "list", "watch", "patch"]),
-        ("", "namespaces", &["get", "list", "watch"]),
+        ("", "namespaces", &["list", "watch"]),
         ("", "pods/eviction", &["create"]),
-        ("", "persistentvolumeclaims", &["get", "list", "watch"]),
-        ("apps", "statefulsets", &["get", "list", "watch"]),
-        ("policy", "poddisruptionbudgets", &["get", "list", "watch"]),
-        (
-            "storage.k8s.io",
-            "volumeattachments",
-            &["get", "list", "watch"],
-        ),
+        ("", "persistentvolumeclaims", &["get", "list"]),
+        ("", "persistentvolumes", &["get"]),
+        ("apps", "statefulsets", &["get", "list"]),
+        ("policy", "poddisruptionbudgets", &["list"]),
+        ("storage.k8s.io", "volumeattachments", &["list", "watch"]),
         (
             "karpenter.sh",
             "nodeclaims",
@@ -293,11 +286,7 @@ fn rbac_grants_exactly_what_the_controller_uses() {
     let leases = role_docs("role-leader-election.yaml");
     assert_eq!(
         grants(&leases[0]["rules"]),
-        expect(&[(
-            "coordination.k8s.io",
-            "leases",
-            &["get", "create", "update", "patch"]
-        )])
+        expect(&[("coordination.k8s.io", "leases", &["get", "create", "patch"])])
     );
 }
 

@@ -80,3 +80,79 @@ async fn sim_serve_prints_every_endpoint_and_writes_a_working_aws_profile() {
     assert_eq!(instances, 6, "the quickstart scenario's six nodes");
     child.kill().await.expect("stop sim serve");
 }
+
+/// The README's path for a new user: `snapdrain sim serve`, then `kubectl apply -k` the kustomize base
+/// (and the default policy) with the kubeconfig it wrote; the Deployment rolls out on the simulated
+/// nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_kustomize_base_installs_on_sim_serve_with_kubectl_apply_k() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_snapdrain"))
+        .args(["sim", "serve", "--scenario", "quickstart", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("snapdrain runs");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let mut lines = BufReader::new(stdout).lines();
+    tokio::time::timeout(WAIT, lines.next_line())
+        .await
+        .expect("sim serve prints its endpoints")
+        .expect("stdout reads")
+        .expect("a line");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let kubectl = |args: Vec<String>| {
+        let kubeconfig = kubeconfig.clone();
+        let home = dir.path().to_path_buf();
+        async move {
+            let out = Command::new("kubectl")
+                .args(&args)
+                .env("KUBECONFIG", &kubeconfig)
+                .env("HOME", &home)
+                .stdin(Stdio::null())
+                .output();
+            let out = tokio::time::timeout(WAIT, out)
+                .await
+                .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in {WAIT:?}"))
+                .expect("kubectl runs");
+            assert!(
+                out.status.success(),
+                "kubectl {args:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).to_string()
+        }
+    };
+    for dir in ["deploy/kustomize/base", "deploy/kustomize/policy"] {
+        let path = root.join(dir).display().to_string();
+        kubectl(vec!["apply".into(), "-k".into(), path]).await;
+    }
+    let rolled = kubectl(
+        [
+            "rollout",
+            "status",
+            "deployment/snapdrain",
+            "-n",
+            "snapdrain",
+            "--timeout=60s",
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+    .await;
+    assert!(rolled.contains("successfully rolled out"), "{rolled}");
+    let policy = kubectl(
+        ["get", "disruptionpolicy", "default", "-o", "name"]
+            .map(String::from)
+            .to_vec(),
+    )
+    .await;
+    assert_eq!(policy.trim(), "disruptionpolicy.snapdrain.io/default");
+    child.kill().await.expect("stop sim serve");
+}

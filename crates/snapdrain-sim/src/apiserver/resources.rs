@@ -238,6 +238,18 @@ const BUILTINS: &[Builtin] = &[
         status: true,
         extra: &[],
     },
+    // Served so that installs which ship one (snapdrain's kustomize base: a quota admitting
+    // system-cluster-critical pods) apply; quotas are stored, not enforced.
+    Builtin {
+        group: "",
+        version: "v1",
+        kind: "ResourceQuota",
+        plural: "resourcequotas",
+        short: &["quota"],
+        namespaced: true,
+        status: true,
+        extra: &[],
+    },
     Builtin {
         group: "",
         version: "v1",

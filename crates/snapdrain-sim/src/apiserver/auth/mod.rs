@@ -72,10 +72,21 @@ impl UserInfo {
     }
 }
 
-/// Tokens and whether RBAC is enforced.
+/// One authorization decision for a user outside `system:masters`, as kube-apiserver's audit log
+/// records it at level Metadata (`user`, `verb`, `objectRef` and the response code; kubernetes
+/// `staging/src/k8s.io/apiserver/pkg/apis/audit/types.go` `Event`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub user: UserInfo,
+    pub attributes: Attributes,
+    pub allowed: bool,
+}
+
+/// Tokens, whether RBAC is enforced, and the decisions taken for non-admin users.
 pub struct Auth {
     tokens: Mutex<HashMap<String, UserInfo>>,
     enforce: AtomicBool,
+    decisions: Mutex<Vec<Decision>>,
 }
 
 impl Default for Auth {
@@ -84,6 +95,7 @@ impl Default for Auth {
         Self {
             tokens: Mutex::new(tokens),
             enforce: AtomicBool::new(true),
+            decisions: Mutex::new(Vec::new()),
         }
     }
 }
@@ -117,6 +129,15 @@ impl Auth {
             .ok_or_else(|| ApiError::new(401, "Unauthorized", "Unauthorized"))
     }
 
+    /// Every decision taken for a user outside `system:masters` (admins are not recorded), in order:
+    /// what least-privilege tests replay against a narrower policy with [`rbac::allows`].
+    pub fn decisions(&self) -> Vec<Decision> {
+        self.decisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Allows or refuses `attrs` for `user` with the server's 403.
     pub fn authorize(
         &self,
@@ -124,7 +145,23 @@ impl Auth {
         user: &UserInfo,
         attrs: &Attributes,
     ) -> Result<(), ApiError> {
-        if user.is_admin() || !self.enforce.load(Ordering::SeqCst) && user.authenticated() {
+        if user.is_admin() {
+            return Ok(());
+        }
+        let decision = self.decide(store, user, attrs);
+        self.decisions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Decision {
+                user: user.clone(),
+                attributes: attrs.clone(),
+                allowed: decision.is_ok(),
+            });
+        decision
+    }
+
+    fn decide(&self, store: &Store, user: &UserInfo, attrs: &Attributes) -> Result<(), ApiError> {
+        if !self.enforce.load(Ordering::SeqCst) && user.authenticated() {
             return Ok(());
         }
         if let Attributes::NonResource { path, .. } = attrs
@@ -245,5 +282,19 @@ mod tests {
         assert_eq!(e.code, 403);
         auth.set_enforced(false);
         assert!(auth.authorize(&store, &sa, &list_pods).is_ok());
+        let admin = UserInfo::admin();
+        assert!(auth.authorize(&store, &admin, &list_pods).is_ok());
+        let recorded: Vec<(String, bool)> = auth
+            .decisions()
+            .into_iter()
+            .filter(|d| d.attributes == list_pods)
+            .map(|d| (d.user.name, d.allowed))
+            .collect();
+        let sa_name = sa.name.clone();
+        assert_eq!(
+            recorded,
+            vec![(sa_name.clone(), false), (sa_name, true)],
+            "the ServiceAccount's decisions are recorded, the admin's are not"
+        );
     }
 }
