@@ -8,6 +8,7 @@ mod deploy;
 mod drain_cli;
 mod gate;
 mod gate_fuzz;
+mod holds_cli;
 mod real_backup;
 mod real_cloud;
 mod real_drain;
