@@ -9,6 +9,7 @@ mod drain_cli;
 mod gate;
 mod gate_fuzz;
 mod holds_cli;
+mod monitoring;
 mod real_backup;
 mod real_cloud;
 mod real_drain;
