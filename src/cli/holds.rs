@@ -5,7 +5,8 @@
 //! `do-not-disrupt` or `safe-to-evict` is never touched.
 //!
 //! A running controller's hold keeper places the holds again within seconds: scale the Deployment to 0
-//! (or uninstall it; the chart's pre-delete hook does this in order) before releasing.
+//! first, or pass `--stop-deployment` (the chart's pre-delete hook does, after
+//! `--delete-webhook-configuration`; see [`super::uninstall`]).
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -40,8 +41,24 @@ pub struct ReleaseArgs {
     /// Every pod in every namespace (required: releasing is all or nothing for now).
     #[arg(long, required = true)]
     pub all: bool,
+    /// First delete this ValidatingWebhookConfiguration (snapdrain's eviction gate), so a gate that is
+    /// going away never delays or refuses an eviction. The chart's pre-delete hook passes its own.
+    #[arg(long, value_name = "NAME")]
+    pub delete_webhook_configuration: Option<String>,
+    /// Then scale this controller Deployment to 0 and wait until its pods are gone, so its hold keeper
+    /// cannot place the holds again. The chart's pre-delete hook passes its own.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub stop_deployment: Option<String>,
+    /// How long to wait for the Deployment's pods to go (s, m, h or d).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = duration)]
+    pub stop_timeout: Duration,
     #[command(flatten)]
     pub cluster: ClusterArgs,
+}
+
+fn duration(value: &str) -> Result<Duration, String> {
+    snapdrain::api::validate::parse_duration(value)
+        .ok_or_else(|| format!("{value:?} is not a duration: a number then s, m, h or d (e.g. 5m)"))
 }
 
 /// What went wrong listing or patching pods.
@@ -227,6 +244,21 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
     // `--all` is required by clap; the flag keeps the command from doing everything by accident.
     debug_assert!(args.all);
     let client = args.cluster.client().await?;
+    // Checked before anything changes.
+    let stop = args
+        .stop_deployment
+        .as_deref()
+        .map(super::uninstall::deployment_ref)
+        .transpose()?;
+    if let Some(name) = &args.delete_webhook_configuration
+        && super::uninstall::delete_webhook_configuration(&client, name).await?
+    {
+        println!("deleted ValidatingWebhookConfiguration {name}");
+    }
+    if let Some((ns, name)) = &stop {
+        super::uninstall::stop_deployment(&client, ns, name, args.stop_timeout).await?;
+        println!("Deployment {ns}/{name} is scaled to 0 and its pods are gone");
+    }
     let candidates: Vec<(String, String)> = all_pods(&client)
         .await?
         .iter()
