@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
+use snapdrain_sim::apiserver::faults::FaultRule;
 use snapdrain_testkit::harness::{Harness, TIMEOUT};
 
 const BIN: &str = env!("CARGO_BIN_EXE_snapdrain");
@@ -105,6 +106,13 @@ async fn release_all_removes_exactly_snapdrains_holds_keeps_a_users_own_and_is_i
         .expect("the quickstart scenario runs web pods");
     annotate(&h, &web, SAFE_TO_EVICT, "false").await;
 
+    // Every pod's annotations before snapdrain ran: exactly what must be left in the end.
+    let before: BTreeMap<String, BTreeMap<String, String>> = shop_pods(&h)
+        .await
+        .iter()
+        .map(|p| (p.name_any(), p.annotations().clone()))
+        .collect();
+
     let controller = h.controller().await;
     let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
     h.wait_all(pods.clone(), "every StatefulSet pod held", |ps| {
@@ -152,12 +160,30 @@ async fn release_all_removes_exactly_snapdrains_holds_keeps_a_users_own_and_is_i
     // chart's pre-delete hook stop the controller before releasing.
     let early = snapdrain(&kc, &["holds", "release", "--all"]).await;
     assert_eq!(early.code, Some(0), "{}", early.stderr);
-    h.wait_all(pods.clone(), "the keeper's holds back", |ps| {
-        ps.iter().any(|p| annotation(p, HELD).is_some())
-    })
+    h.wait_all(
+        pods.clone(),
+        "the keeper's holds back on every StatefulSet pod",
+        |ps| {
+            ps.iter()
+                .filter(|p| is_statefulset_pod(p))
+                .filter(|p| annotation(p, HELD).is_some())
+                .count()
+                == 5
+        },
+    )
     .await;
 
     controller.shutdown().await;
+    // Two patches answered 409 Conflict, as for a concurrent writer: the command reads the pod again
+    // and retries.
+    h.cluster.faults.add(FaultRule {
+        verb: Some("patch".into()),
+        resource: Some("pods".into()),
+        error_rate: 1.0,
+        error_code: Some(409),
+        times: Some(2),
+        ..FaultRule::default()
+    });
     let release = snapdrain(&kc, &["holds", "release", "--all"]).await;
     assert_eq!(release.code, Some(0), "{}", release.stderr);
     assert!(
@@ -186,6 +212,12 @@ async fn release_all_removes_exactly_snapdrains_holds_keeps_a_users_own_and_is_i
             _ => assert_eq!((dnd, ste), (None, None), "{name}: snapdrain's holds go"),
         }
     }
+
+    let now: BTreeMap<String, BTreeMap<String, String>> = after
+        .iter()
+        .map(|p| (p.name_any(), p.annotations().clone()))
+        .collect();
+    assert_eq!(now, before, "every pod is as it was before snapdrain");
 
     // Idempotent: nothing left, nothing written.
     let versions = |ps: &[Pod]| -> BTreeMap<String, Option<String>> {
