@@ -35,7 +35,13 @@ impl ClusterArgs {
                     .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
                 kube::Config::from_custom_kubeconfig(kc, &options)
                     .await
-                    .with_context(|| format!("kubeconfig {} has no usable context", path.display()))?
+                    .with_context(|| match &self.context {
+                        Some(ctx) => format!(
+                            "kubeconfig {} has no usable context {ctx} (list them with `kubectl config get-contexts`)",
+                            path.display()
+                        ),
+                        None => format!("kubeconfig {} has no usable context", path.display()),
+                    })?
             }
             (None, Some(ctx)) => kube::Config::from_kubeconfig(&options)
                 .await

@@ -11,6 +11,7 @@ pub mod controller;
 mod demo;
 pub mod drain;
 pub mod follow;
+pub mod holds;
 pub mod invocation;
 mod plan;
 pub mod report;
@@ -19,6 +20,7 @@ mod signal;
 #[cfg(feature = "sim")]
 mod sim;
 pub mod status;
+pub mod uninstall;
 
 use clap::{Parser, Subcommand};
 
@@ -65,6 +67,11 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Back up and drain nodes now: create a DisruptionPlan and follow it live.
     Drain(Box<drain::DrainArgs>),
+    /// Snapdrain's holds on pods: list them, or release them all (before an uninstall).
+    Holds {
+        #[command(subcommand)]
+        command: holds::HoldsCommand,
+    },
     /// Print the man page (roff), e.g. `snapdrain man > snapdrain.1`.
     Man,
     /// Show what a DisruptionPlan for a node would back up and evict, without changing anything.
@@ -89,7 +96,11 @@ impl Command {
             #[cfg(feature = "sim")]
             Self::Demo(_) => "error,s3s=off,s3s_fs=off",
             // The user-facing commands tell their own story on stdout; logs would garble it.
-            Self::Drain(_) | Self::Status(_) | Self::Abort(_) | Self::Report(_) => "error",
+            Self::Drain(_)
+            | Self::Status(_)
+            | Self::Abort(_)
+            | Self::Report(_)
+            | Self::Holds { .. } => "error",
             _ => "info",
         }
     }
@@ -102,6 +113,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Drain(args) => return drain::run(*args).await.map(code),
         Command::Status(args) => status::run(args).await?,
         Command::Abort(args) => abort::run(args).await?,
+        Command::Holds { command } => holds::run(command).await?,
         Command::Report(args) => report::run(args).await?,
         Command::Completion(args) => completion::run_completion(args)?,
         Command::Man => completion::run_man()?,
@@ -135,6 +147,7 @@ async fn run_other(command: Command) -> anyhow::Result<()> {
         Command::Drain(_)
         | Command::Status(_)
         | Command::Abort(_)
+        | Command::Holds { .. }
         | Command::Report(_)
         | Command::Completion(_)
         | Command::Man => Ok(()),

@@ -1,6 +1,7 @@
 //! The deploy manifests cannot go stale silently: every plain YAML file under deploy/ parses, the chart's
 //! CRD is the committed one, every `.Values` path a template uses exists, template blocks balance, and
-//! the ClusterRole grants exactly the verbs the controller uses. (helm itself is not run here.)
+//! the ClusterRole grants exactly the verbs the controller uses, and the uninstall hook's RBAC exactly
+//! what its command uses. (helm itself is not run here.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -487,4 +488,401 @@ async fn without_the_eviction_rule_the_drain_is_refused_with_the_servers_403() {
         "{blocked:?} {:?}",
         status.message
     );
+}
+
+/// The chart's uninstall hook (ServiceAccount, RBAC, Job) as a default install renders it (release
+/// `snapdrain` in namespace `snapdrain`); lines that are only template control are dropped.
+fn rendered_hook() -> Vec<Value> {
+    let text = read(&chart().join("templates/uninstall-hook.yaml"))
+        .replace("{{ include \"snapdrain.fullname\" . }}", "snapdrain")
+        .replace("{{ .Release.Namespace }}", "snapdrain")
+        .replace("{{ .Release.Name }}", "snapdrain")
+        .replace("{{ .Chart.Name }}", "snapdrain")
+        .replace("{{ .Values.uninstall.stopTimeout }}", "2m")
+        .replace("{{ .Values.uninstall.backoffLimit }}", "2")
+        .replace("{{ .Values.uninstall.activeDeadlineSeconds }}", "280");
+    parse_all(&strip_template_lines(&text), "uninstall-hook.yaml")
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+fn hook_doc(docs: &[Value], kind: &str) -> Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .cloned()
+        .unwrap_or_else(|| panic!("uninstall-hook.yaml has no {kind}"))
+}
+
+/// What `snapdrain holds release --all --delete-webhook-configuration --stop-deployment` calls
+/// (src/cli/holds.rs, src/cli/uninstall.rs): cluster-wide, then in the release namespace.
+fn hook_grants() -> (Grants, Grants) {
+    (
+        expect(&[
+            (
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+                &["delete"],
+            ),
+            ("", "pods", &["list", "get", "patch"]),
+        ]),
+        expect(&[
+            ("apps", "deployments", &["get"]),
+            ("apps", "deployments/scale", &["patch"]),
+            ("", "pods", &["watch"]),
+        ]),
+    )
+}
+
+#[test]
+fn the_uninstall_hook_is_a_pre_delete_job_whose_rbac_goes_with_it() {
+    let docs = rendered_hook();
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+            "Job"
+        ]
+    );
+    let weight = |d: &Value| -> i64 {
+        d["metadata"]["annotations"]["helm.sh/hook-weight"]
+            .as_str()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("{} has no hook weight", d["kind"]))
+    };
+    let job = hook_doc(&docs, "Job");
+    for d in &docs {
+        let a = &d["metadata"]["annotations"];
+        assert_eq!(a["helm.sh/hook"], "pre-delete", "{}", d["kind"]);
+        let policy = a["helm.sh/hook-delete-policy"].as_str().unwrap_or_default();
+        assert!(
+            policy.contains("hook-succeeded") && policy.contains("before-hook-creation"),
+            "{}: {policy}",
+            d["kind"]
+        );
+        if d["kind"] != "Job" {
+            assert!(
+                weight(d) < weight(&job),
+                "{} is created after the Job",
+                d["kind"]
+            );
+        }
+    }
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "snapdrain-uninstall");
+    assert_eq!(pod["restartPolicy"], "Never");
+    let args: Vec<&str> = pod["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "holds",
+            "release",
+            "--all",
+            "--delete-webhook-configuration=snapdrain",
+            "--stop-deployment=snapdrain/snapdrain",
+            "--stop-timeout=2m"
+        ]
+    );
+    // The hook's own pod is not one of the Deployment's, which step 2 waits to see gone.
+    assert_eq!(
+        job["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"],
+        "snapdrain-uninstall"
+    );
+    // The controller's image.
+    let image_line = |file: &str| {
+        read(&chart().join("templates").join(file))
+            .lines()
+            .find(|l| l.trim_start().starts_with("image:"))
+            .map(str::trim)
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("{file} has no image"))
+    };
+    assert_eq!(
+        image_line("uninstall-hook.yaml"),
+        image_line("deployment.yaml")
+    );
+    let (cluster, namespaced) = hook_grants();
+    let cluster_role = hook_doc(&docs, "ClusterRole");
+    assert_eq!(grants(&cluster_role["rules"]), cluster);
+    assert_eq!(
+        cluster_role["rules"][0]["resourceNames"],
+        serde_json::json!(["snapdrain"])
+    );
+    let role = hook_doc(&docs, "Role");
+    assert_eq!(role["metadata"]["namespace"], "snapdrain");
+    assert_eq!(grants(&role["rules"]), namespaced);
+    for r in role["rules"].as_array().expect("rules") {
+        if r["apiGroups"] == serde_json::json!(["apps"]) {
+            assert_eq!(r["resourceNames"], serde_json::json!(["snapdrain"]), "{r}");
+        }
+    }
+}
+
+/// Runs the hook Job's command (the `snapdrain` binary, the Job's args) with a token of the hook's
+/// ServiceAccount against the simulated cluster, which enforces RBAC as kube-apiserver does.
+async fn run_hook_command(kubeconfig: &Path) -> (Option<i32>, String, String) {
+    let out = tokio::time::timeout(
+        snapdrain_testkit::harness::TIMEOUT,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_snapdrain"))
+            .args([
+                "holds",
+                "release",
+                "--all",
+                "--delete-webhook-configuration=snapdrain",
+                "--stop-deployment=snapdrain/snapdrain",
+                "--stop-timeout=30s",
+                "--kubeconfig",
+            ])
+            .arg(kubeconfig)
+            .env_remove("KUBECONFIG")
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the hook command finishes")
+    .expect("the hook command runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
+    use kube::ResourceExt;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    let h = snapdrain_testkit::harness::Harness::start().await;
+    let client = h.client.clone();
+    snapdrain_testkit::eviction::namespace(&client, "snapdrain", serde_json::json!({})).await;
+    // The release as installed: its gate configuration (failurePolicy Fail, no gate serving it) and its
+    // controller Deployment, whose pods the simulated kubelet runs.
+    let vwc: ValidatingWebhookConfiguration =
+        serde_json::from_value(rendered_webhook()[1].clone()).expect("the configuration");
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    vwcs.create(&PostParams::default(), &vwc)
+        .await
+        .expect("create the configuration");
+    let labels = serde_json::json!({"app.kubernetes.io/name": "snapdrain", "app.kubernetes.io/instance": "snapdrain"});
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "snapdrain", "namespace": "snapdrain"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "controller", "image": "snapdrain:test"}]}}}
+    }))
+    .expect("a Deployment");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "snapdrain");
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("create the Deployment");
+    let release_pods: Api<Pod> = Api::namespaced(client.clone(), "snapdrain");
+    h.wait_all(release_pods.clone(), "the controller's two pods", |ps| {
+        ps.len() == 2
+    })
+    .await;
+    // Holds placed by a controller, which then stops (as a crash or `--no-hooks` would leave them).
+    let controller = h.controller().await;
+    let shop: Api<Pod> = Api::namespaced(client.clone(), "shop");
+    let held = |p: &Pod| p.annotations().contains_key("snapdrain.io/held");
+    h.wait_all(shop.clone(), "the StatefulSet pods held", |ps| {
+        ps.iter().filter(|p| held(p)).count() == 5
+    })
+    .await;
+    controller.shutdown().await;
+
+    // The hook's ServiceAccount and RBAC, as the chart renders them.
+    let docs = rendered_hook();
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "snapdrain");
+    let sa: ServiceAccount =
+        serde_json::from_value(hook_doc(&docs, "ServiceAccount")).expect("a ServiceAccount");
+    sas.create(&PostParams::default(), &sa)
+        .await
+        .expect("create the hook's ServiceAccount");
+    let rbac: Vec<Value> = docs
+        .iter()
+        .filter(|d| d["kind"] != "ServiceAccount" && d["kind"] != "Job")
+        .cloned()
+        .collect();
+    apply(&client, &rbac).await;
+    let request: TokenRequest =
+        serde_json::from_value(serde_json::json!({"spec": {"audiences": []}})).expect("request");
+    let token = sas
+        .create_token_request("snapdrain-uninstall", &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("a token in the status")
+        .token;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let admin = h
+        .cluster
+        .write_kubeconfig(&dir.path().join("admin"))
+        .expect("kubeconfig");
+    let kubeconfig = dir.path().join("hook");
+    std::fs::write(
+        &kubeconfig,
+        read(&admin).replace(
+            &format!("token: {}", snapdrain_sim::apiserver::auth::ADMIN_TOKEN),
+            &format!("token: {token}"),
+        ),
+    )
+    .expect("write the hook's kubeconfig");
+
+    // Each rule taken away in turn (in the order the command needs them) stops it with the server's 403.
+    let cluster_roles: Api<ClusterRole> = Api::all(client.clone());
+    let roles: Api<Role> = Api::namespaced(client.clone(), "snapdrain");
+    let full_cluster = hook_doc(&docs, "ClusterRole")["rules"].clone();
+    let full_role = hook_doc(&docs, "Role")["rules"].clone();
+    let without = |rules: &Value, resource: &str, verb: &str| -> Value {
+        let mut out = Vec::new();
+        for r in rules.as_array().expect("rules") {
+            if r["resources"][0] != resource {
+                out.push(r.clone());
+                continue;
+            }
+            let mut r = r.clone();
+            let verbs: Vec<Value> = r["verbs"]
+                .as_array()
+                .expect("verbs")
+                .iter()
+                .filter(|v| *v != verb)
+                .cloned()
+                .collect();
+            if !verbs.is_empty() {
+                r["verbs"] = Value::Array(verbs);
+                out.push(r);
+            }
+        }
+        Value::Array(out)
+    };
+    let user = "system:serviceaccount:snapdrain:snapdrain-uninstall";
+    let cases: [(&str, &str, &str, &str); 7] = [
+        (
+            "ClusterRole",
+            "validatingwebhookconfigurations",
+            "delete",
+            "cannot delete ValidatingWebhookConfiguration snapdrain",
+        ),
+        ("Role", "deployments", "get", "cannot scale Deployment"),
+        (
+            "Role",
+            "deployments/scale",
+            "patch",
+            "cannot scale Deployment",
+        ),
+        ("Role", "pods", "watch", "cannot watch the pods"),
+        ("ClusterRole", "pods", "list", "cannot"),
+        (
+            "ClusterRole",
+            "pods",
+            "get",
+            "cannot remove snapdrain's holds",
+        ),
+        (
+            "ClusterRole",
+            "pods",
+            "patch",
+            "cannot remove snapdrain's holds",
+        ),
+    ];
+    let set_rules = |kind: &'static str, rules: Value| {
+        let cluster_roles = cluster_roles.clone();
+        let roles = roles.clone();
+        async move {
+            let patch = Patch::Merge(serde_json::json!({"rules": rules}));
+            let pp = PatchParams::default();
+            match kind {
+                "ClusterRole" => cluster_roles
+                    .patch("snapdrain-uninstall", &pp, &patch)
+                    .await
+                    .map(|_| ()),
+                _ => roles
+                    .patch("snapdrain-uninstall", &pp, &patch)
+                    .await
+                    .map(|_| ()),
+            }
+            .expect("patch the hook's rules");
+        }
+    };
+    for (kind, resource, verb, message) in cases {
+        let full = if kind == "ClusterRole" {
+            &full_cluster
+        } else {
+            &full_role
+        };
+        set_rules(kind, without(full, resource, verb)).await;
+        let (code, stdout, stderr) = run_hook_command(&kubeconfig).await;
+        assert_eq!(
+            code,
+            Some(1),
+            "without {verb} {resource} the command should fail: {stdout}{stderr}"
+        );
+        assert!(
+            stderr.contains(message) && stderr.contains(user),
+            "without {verb} {resource}: {stderr}"
+        );
+        if resource == "deployments" {
+            // The gate's configuration went first, while the controller still ran.
+            assert!(vwcs.get_opt("snapdrain").await.expect("get").is_none());
+            let d = deployments.get("snapdrain").await.expect("the Deployment");
+            assert_eq!(d.spec.and_then(|s| s.replicas), Some(2));
+        }
+        set_rules(kind, full.clone()).await;
+    }
+    let still_held = shop
+        .list(&Default::default())
+        .await
+        .expect("list")
+        .items
+        .iter()
+        .filter(|p| held(p))
+        .count();
+    assert_eq!(still_held, 5, "no hold went while a rule was missing");
+
+    // With every rule: the configuration is gone, the controller scaled to 0 with its pods gone, and
+    // every hold of snapdrain's removed.
+    let (code, stdout, stderr) = run_hook_command(&kubeconfig).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(
+        vwcs.get_opt("snapdrain").await.expect("get").is_none(),
+        "{stdout}"
+    );
+    let d = deployments.get("snapdrain").await.expect("the Deployment");
+    assert_eq!(d.spec.and_then(|s| s.replicas), Some(0));
+    assert!(
+        release_pods
+            .list(&Default::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
+    );
+    let pods = shop.list(&Default::default()).await.expect("list").items;
+    assert!(
+        pods.iter()
+            .all(|p| !held(p) && !p.annotations().contains_key("karpenter.sh/do-not-disrupt")),
+        "{stdout}"
+    );
+    // Run again (a retried hook): nothing left to do, still success.
+    let (code, stdout, stderr) = run_hook_command(&kubeconfig).await;
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("nothing to release"), "{stdout}");
 }

@@ -1,0 +1,374 @@
+//! `snapdrain holds list` and `snapdrain holds release --all`: the pods carrying snapdrain's holds, and
+//! taking every one of them away (before an uninstall). Which annotations are snapdrain's is
+//! [`snapdrain::planning::holds`]: only those listed in `snapdrain.io/held` and still at the value
+//! snapdrain wrote, plus its own `snapdrain.io/held` and `snapdrain.io/released-by`; a user's own
+//! `do-not-disrupt` or `safe-to-evict` is never touched.
+//!
+//! A running controller's hold keeper places the holds again within seconds: scale the Deployment to 0
+//! first, or pass `--stop-deployment` (the chart's pre-delete hook does, after
+//! `--delete-webhook-configuration`; see [`super::uninstall`]).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use clap::{Args, Subcommand};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+
+use super::cluster::ClusterArgs;
+use snapdrain::planning::holds::{self, AnnotationPatch, HoldState};
+
+#[derive(Debug, Subcommand)]
+pub enum HoldsCommand {
+    /// The pods carrying snapdrain's holds: namespace, pod, node, and which annotations are snapdrain's.
+    List(ListArgs),
+    /// Remove every hold snapdrain placed, and nothing else (a user's own annotations stay). Stop the
+    /// controller first (scale it to 0 or uninstall it), or its hold keeper places them again.
+    Release(ReleaseArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// Every pod in every namespace (required: releasing is all or nothing for now).
+    #[arg(long, required = true)]
+    pub all: bool,
+    /// First delete this ValidatingWebhookConfiguration (snapdrain's eviction gate), so a gate that is
+    /// going away never delays or refuses an eviction. The chart's pre-delete hook passes its own.
+    #[arg(long, value_name = "NAME")]
+    pub delete_webhook_configuration: Option<String>,
+    /// Then scale this controller Deployment to 0 and wait until its pods are gone, so its hold keeper
+    /// cannot place the holds again. The chart's pre-delete hook passes its own.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    pub stop_deployment: Option<String>,
+    /// How long to wait for the Deployment's pods to go (s, m, h or d).
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = duration)]
+    pub stop_timeout: Duration,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+fn duration(value: &str) -> Result<Duration, String> {
+    snapdrain::api::validate::parse_duration(value)
+        .ok_or_else(|| format!("{value:?} is not a duration: a number then s, m, h or d (e.g. 5m)"))
+}
+
+/// What went wrong listing or patching pods.
+#[derive(Debug, thiserror::Error)]
+pub enum HoldsError {
+    #[error(
+        "cannot list pods in all namespaces (the kubeconfig's user needs `list pods` cluster-wide: `kubectl auth can-i list pods -A`)"
+    )]
+    List(#[source] kube::Error),
+    #[error(
+        "cannot remove snapdrain's holds from pod {pod} (needs `get` and `patch` on pods: `kubectl auth can-i patch pods -n NAMESPACE`)"
+    )]
+    Patch {
+        pod: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "pod {pod} kept changing while its holds were removed; is a snapdrain controller still running? Scale it to 0 and run the command again"
+    )]
+    Conflicts { pod: String },
+}
+
+impl HoldsError {
+    /// A 409 (the pod changed since it was read): read it again and retry.
+    fn is_conflict(&self) -> bool {
+        matches!(self, Self::Patch { source: kube::Error::Api(s), .. } if s.code == 409)
+    }
+}
+
+/// One pod carrying snapdrain's holds, as `holds list` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldPod {
+    pub namespace: String,
+    pub pod: String,
+    pub node: String,
+    /// Which of the pod's annotations are snapdrain's.
+    pub ours: String,
+}
+
+/// The pod as a [`HeldPod`], or None when it carries nothing of snapdrain's.
+pub fn held_pod(pod: &Pod) -> Option<HeldPod> {
+    let ours = match holds::state(pod) {
+        HoldState::Unheld => return None,
+        HoldState::Held(short) => short.join(","),
+        HoldState::Released(plan) => format!("released by plan {plan}"),
+    };
+    Some(HeldPod {
+        namespace: pod.namespace().unwrap_or_default(),
+        pod: pod.name_any(),
+        node: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_else(|| "-".into()),
+        ours,
+    })
+}
+
+/// The table `holds list` prints (kubectl-like columns).
+pub fn table(rows: &[HeldPod]) -> String {
+    let header = ["NAMESPACE", "POD", "NODE", "SNAPDRAIN'S HOLDS"];
+    let cells: Vec<[&str; 4]> = rows
+        .iter()
+        .map(|r| [&r.namespace[..], &r.pod, &r.node, &r.ours])
+        .collect();
+    let mut widths = header.map(str::len);
+    for r in &cells {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for r in std::iter::once(&header).chain(&cells) {
+        let mut l = String::new();
+        for (i, c) in r.iter().enumerate() {
+            let _ = write!(l, "{c:<w$}   ", w = widths[i]);
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The line `holds release` prints for a pod it changed: the annotations it took away.
+pub fn removed_line(pod: &str, patch: &AnnotationPatch) -> String {
+    let keys: Vec<&str> = patch
+        .iter()
+        .filter(|(_, v)| v.is_none())
+        .map(|(k, _)| k.as_str())
+        .collect();
+    format!("{pod}: removed {}", keys.join(", "))
+}
+
+fn pod_name(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+async fn all_pods(client: &kube::Client) -> Result<Vec<Pod>, HoldsError> {
+    let api: Api<Pod> = Api::all(client.clone());
+    let mut pods = api
+        .list(&ListParams::default())
+        .await
+        .map_err(HoldsError::List)?
+        .items;
+    pods.sort_by_key(pod_name);
+    Ok(pods)
+}
+
+/// Removes snapdrain's holds from one pod, read afresh, with a patch guarded by its resourceVersion (a
+/// concurrent edit, e.g. a user's own annotation, makes it 409 rather than be overwritten). Returns the
+/// changes made, or None when the pod is gone or carries nothing of snapdrain's any more.
+async fn release_one(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<AnnotationPatch>, HoldsError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod_id = format!("{namespace}/{name}");
+    let patch_error = |source| HoldsError::Patch {
+        pod: pod_id.clone(),
+        source,
+    };
+    let Some(pod) = api.get_opt(name).await.map_err(patch_error)? else {
+        return Ok(None);
+    };
+    let Some(patch) = holds::remove(&pod) else {
+        return Ok(None);
+    };
+    let body = holds::merge_patch(&pod, &patch);
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+    {
+        Ok(_) => Ok(Some(patch)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(patch_error(e)),
+    }
+}
+
+/// `release_one`, read again and retried while the pod changes under it.
+async fn release_retrying(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<AnnotationPatch>, HoldsError> {
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(50))
+        .with_max_delay(Duration::from_secs(2))
+        .with_jitter()
+        .with_max_times(8);
+    let result = (|| release_one(client, namespace, name))
+        .retry(backoff)
+        .when(HoldsError::is_conflict)
+        .await;
+    match result {
+        Err(e) if e.is_conflict() => Err(HoldsError::Conflicts {
+            pod: format!("{namespace}/{name}"),
+        }),
+        other => other,
+    }
+}
+
+async fn list(args: ListArgs) -> anyhow::Result<()> {
+    let client = args.cluster.client().await?;
+    let rows: Vec<HeldPod> = all_pods(&client)
+        .await?
+        .iter()
+        .filter_map(held_pod)
+        .collect();
+    if rows.is_empty() {
+        println!("no pod carries snapdrain's holds");
+    } else {
+        print!("{}", table(&rows));
+    }
+    Ok(())
+}
+
+/// How many pods are patched at once.
+const PARALLEL: usize = 8;
+
+async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
+    // `--all` is required by clap; the flag keeps the command from doing everything by accident.
+    debug_assert!(args.all);
+    let client = args.cluster.client().await?;
+    // Checked before anything changes.
+    let stop = args
+        .stop_deployment
+        .as_deref()
+        .map(super::uninstall::deployment_ref)
+        .transpose()?;
+    if let Some(name) = &args.delete_webhook_configuration
+        && super::uninstall::delete_webhook_configuration(&client, name).await?
+    {
+        println!("deleted ValidatingWebhookConfiguration {name}");
+    }
+    if let Some((ns, name)) = &stop {
+        super::uninstall::stop_deployment(&client, ns, name, args.stop_timeout).await?;
+        println!("Deployment {ns}/{name} is scaled to 0 and its pods are gone");
+    }
+    let candidates: Vec<(String, String)> = all_pods(&client)
+        .await?
+        .iter()
+        .filter(|p| holds::remove(p).is_some())
+        .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
+        .collect();
+    if candidates.is_empty() {
+        println!("no pod carries snapdrain's holds; nothing to release");
+        return Ok(());
+    }
+    let results: Vec<(String, Result<Option<AnnotationPatch>, HoldsError>)> =
+        futures::stream::iter(candidates)
+            .map(|(ns, name)| {
+                let client = client.clone();
+                async move {
+                    let r = release_retrying(&client, &ns, &name).await;
+                    (format!("{ns}/{name}"), r)
+                }
+            })
+            .buffered(PARALLEL)
+            .collect()
+            .await;
+    let mut released = 0usize;
+    let mut failed = Vec::new();
+    for (pod, r) in results {
+        match r {
+            Ok(Some(patch)) => {
+                released += 1;
+                println!("{}", removed_line(&pod, &patch));
+            }
+            Ok(None) => {}
+            Err(e) => failed.push(e),
+        }
+    }
+    println!("released snapdrain's holds on {released} pods");
+    if let Some(first) = failed.into_iter().next() {
+        return Err(anyhow::Error::new(first).context(
+            "some pods still carry snapdrain's holds; fix the cause below and run `holds release --all` again",
+        ));
+    }
+    Ok(())
+}
+
+pub async fn run(command: HoldsCommand) -> anyhow::Result<()> {
+    match command {
+        HoldsCommand::List(args) => list(args).await,
+        HoldsCommand::Release(args) => release(args).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use snapdrain::planning::holds::{HELD_ANNOTATION, RELEASED_ANNOTATION};
+
+    fn pod(name: &str, annotations: &[(&str, &str)]) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("shop".into());
+        p.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        p
+    }
+
+    #[test]
+    fn held_and_released_pods_are_listed_and_a_users_own_is_not() {
+        let held = pod(
+            "postgres-0",
+            &[
+                ("karpenter.sh/do-not-disrupt", "true"),
+                (HELD_ANNOTATION, "do-not-disrupt"),
+            ],
+        );
+        let released = pod("redis-0", &[(RELEASED_ANNOTATION, "p1")]);
+        let users = pod("web-0", &[("karpenter.sh/do-not-disrupt", "true")]);
+        let rows: Vec<HeldPod> = [held, released, users]
+            .iter()
+            .filter_map(held_pod)
+            .collect();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].ours, "do-not-disrupt");
+        assert_eq!(rows[0].node, "-");
+        assert_eq!(rows[1].ours, "released by plan p1");
+        let t = table(&rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            "NAMESPACE   POD          NODE   SNAPDRAIN'S HOLDS"
+        );
+        assert_eq!(lines[1], "shop        postgres-0   -      do-not-disrupt");
+        assert_eq!(
+            lines[2],
+            "shop        redis-0      -      released by plan p1"
+        );
+    }
+
+    #[test]
+    fn the_removed_line_names_each_annotation_taken_away() {
+        let patch: AnnotationPatch = [
+            ("karpenter.sh/do-not-disrupt".to_string(), None),
+            (HELD_ANNOTATION.to_string(), None),
+        ]
+        .into();
+        assert_eq!(
+            removed_line("shop/postgres-0", &patch),
+            "shop/postgres-0: removed karpenter.sh/do-not-disrupt, snapdrain.io/held"
+        );
+    }
+}
