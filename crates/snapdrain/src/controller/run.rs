@@ -176,6 +176,7 @@ async fn lead_loop(
             r = leading.wait_for(|l| *l) => if r.is_err() { return },
         }
         tracing::info!(identity = %ctx.settings.identity, "leading: reconciling DisruptionPlans");
+        ctx.metrics.set_leading(true);
         let mut lost = leading.clone();
         let mut stop_now = stop.clone();
         let until = async move {
@@ -185,6 +186,7 @@ async fn lead_loop(
             }
         };
         run_controller(client.clone(), ctx.clone(), until).await;
+        ctx.metrics.set_leading(false);
         // Stopped on request, or the handle is gone (its sender dropped).
         if *stop.borrow() || stop.has_changed().is_err() {
             return;

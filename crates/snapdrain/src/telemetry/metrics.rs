@@ -35,6 +35,12 @@ pub struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertLabel {
+    /// serving | ca
+    pub certificate: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HoldLabel {
     /// placed | released | restored | removed (hold changes); held | released (pods now).
     pub action: String,
@@ -83,6 +89,10 @@ pub struct Metrics {
     /// Protected pods that left their node (deleted by the disruptor) between a forceful signal and the
     /// plan's first look, so no backup of this plan covers them.
     pub pods_left_unbacked: Counter,
+    /// 1 while this replica holds the Lease and reconciles, else 0.
+    pub leader: Gauge,
+    /// notAfter (Unix seconds) of the certificate the gate serves and of the CA it trusts.
+    pub webhook_cert_expiry: Family<CertLabel, Gauge>,
     /// Eviction gate answers: allowed, denied (429), error (unreadable request or no decision).
     pub gate_decisions: Family<DecisionLabel, Counter>,
     /// Time to answer one AdmissionReview.
@@ -174,6 +184,18 @@ impl Metrics {
             "Protected pods deleted by the disruptor before their plan could back them up",
             pods_left_unbacked.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica holds the Lease and reconciles DisruptionPlans, else 0",
+            leader.clone(),
+        );
+        let webhook_cert_expiry = Family::<CertLabel, Gauge>::default();
+        registry.register(
+            "webhook_certificate_expiry_timestamp_seconds",
+            "notAfter (Unix seconds) of the eviction gate's serving certificate and of its CA",
+            webhook_cert_expiry.clone(),
+        );
         let gate_decisions = Family::<DecisionLabel, Counter>::default();
         registry.register(
             "gate_decisions",
@@ -204,6 +226,29 @@ impl Metrics {
             signals,
             deadlines_missed,
             pods_left_unbacked,
+            leader,
+            webhook_cert_expiry,
+        }
+    }
+
+    /// This replica leads (or stopped leading). A replica that stops leading zeroes what only the leader
+    /// keeps (plans by phase, held pods), so a standby exports no stale figures.
+    pub fn set_leading(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+        if !leading {
+            self.plans.clear();
+            self.pods_held.clear();
+        }
+    }
+
+    /// The certificates the gate serves now.
+    pub fn set_certificate_expiry(&self, serving: jiff::Timestamp, ca: jiff::Timestamp) {
+        for (which, at) in [("serving", serving), ("ca", ca)] {
+            self.webhook_cert_expiry
+                .get_or_create(&CertLabel {
+                    certificate: which.into(),
+                })
+                .set(at.as_second());
         }
     }
 

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use super::certs::{self, Bundle, Issued, Lifetimes};
 use super::error::CertError;
 use super::server::CertSlot;
+use crate::telemetry::Metrics;
 
 const CA_CERT: &str = "ca.crt";
 const CA_KEY: &str = "ca.key";
@@ -54,14 +55,21 @@ pub struct Keeper {
     client: Client,
     config: KeeperConfig,
     slot: Arc<CertSlot>,
+    metrics: Metrics,
 }
 
 impl Keeper {
-    pub fn new(client: Client, config: KeeperConfig, slot: Arc<CertSlot>) -> Self {
+    pub fn new(
+        client: Client,
+        config: KeeperConfig,
+        slot: Arc<CertSlot>,
+        metrics: Metrics,
+    ) -> Self {
         Self {
             client,
             config,
             slot,
+            metrics,
         }
     }
 
@@ -145,6 +153,8 @@ impl Keeper {
         self.trust(&certs::ca_bundle(&bundle, now)).await?;
         self.slot
             .install(&bundle.serving.cert_pem, &bundle.serving.key_pem)?;
+        self.metrics
+            .set_certificate_expiry(bundle.serving.not_after, bundle.ca.not_after);
         Ok(certs::next_due(&bundle, self.promote_after()))
     }
 

@@ -131,6 +131,7 @@ pub async fn start(
             resync: config.resync,
         },
         slot.clone(),
+        metrics.clone(),
     );
     keeper.sync().await?;
     let keeping = tokio::spawn(keeper.run());

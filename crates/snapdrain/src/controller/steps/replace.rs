@@ -151,29 +151,39 @@ fn launch_request(
 
 /// Zones of the PersistentVolumes behind the plan's backed-up claims on `node` (their node affinity,
 /// as the EBS CSI driver and in-tree provisioners write it).
-async fn volume_zones(run: &PlanRun, node: &str) -> BTreeSet<String> {
+/// A claim or volume that is gone constrains nothing; a refused read (RBAC) is an error, not "no zone":
+/// a replacement in the wrong zone leaves the StatefulSet pod unschedulable.
+async fn volume_zones(run: &PlanRun, node: &str) -> Result<BTreeSet<String>, ControllerError> {
     let client = run.ctx.client.clone();
     let mut zones = BTreeSet::new();
     for b in &run.status.backups {
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &b.namespace);
         for claim in &b.pvcs {
             let claim = claim.rsplit('/').next().unwrap_or(claim);
-            let Ok(Some(pvc)) = pvcs.get_opt(claim).await else {
+            let pvc = pvcs
+                .get_opt(claim)
+                .await
+                .map_err(|source| ControllerError::Read {
+                    what: format!("PersistentVolumeClaim {}/{claim}", b.namespace),
+                    source,
+                })?;
+            let Some(pv_name) = pvc.and_then(|p| p.spec).and_then(|s| s.volume_name) else {
                 continue;
             };
-            let Some(pv_name) = pvc.spec.and_then(|s| s.volume_name) else {
-                continue;
-            };
-            if let Ok(Some(pv)) = Api::<PersistentVolume>::all(client.clone())
+            let pv = Api::<PersistentVolume>::all(client.clone())
                 .get_opt(&pv_name)
                 .await
-            {
+                .map_err(|source| ControllerError::Read {
+                    what: format!("PersistentVolume {pv_name}"),
+                    source,
+                })?;
+            if let Some(pv) = pv {
                 zones.extend(pv_zones(&pv));
             }
         }
     }
     tracing::debug!(plan = %run.name(), node, ?zones, "zones of the evicted pods' volumes");
-    zones
+    Ok(zones)
 }
 
 /// `topology.kubernetes.io/zone` (or the EBS CSI / legacy zone keys) in a PV's required node affinity.
@@ -277,7 +287,7 @@ pub async fn run(
                 return Ok(None);
             }
         };
-        let zones = volume_zones(run, &node.name).await;
+        let zones = volume_zones(run, &node.name).await?;
         let subnet_zones = if spec.subnets.len() > 1 && !zones.is_empty() {
             run.ctx.ec2().await?.subnet_zones(&spec.subnets).await?
         } else {
