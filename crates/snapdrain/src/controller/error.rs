@@ -31,6 +31,10 @@ pub enum ControllerError {
     Hold { pod: String, source: kube::Error },
     #[error("{0}")]
     Config(String),
+    /// An object changed between snapdrain's read and its guarded write (a 409 on resourceVersion):
+    /// the next pass reads it again.
+    #[error("{0}")]
+    Changed(String),
     /// The Lease was lost or the controller is stopping: the pass was cancelled before its next
     /// request. Steps are idempotent and progress is in the status, so the next leader resumes.
     #[error("this replica no longer leads (Lease lost or shutting down); the pass was cancelled")]
@@ -51,7 +55,7 @@ impl ControllerError {
             Self::Drain(e) => e.is_permanent(),
             Self::Cloud(e) => e.is_permanent(),
             Self::UserData(_) | Self::Config(_) => true,
-            Self::NotLeading => false,
+            Self::NotLeading | Self::Changed(_) => false,
         }
     }
 
@@ -69,6 +73,19 @@ impl ControllerError {
             Self::UserData(_) => "user_data",
             Self::Config(_) => "config",
             Self::NotLeading => "not_leading",
+            Self::Changed(_) => "changed",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_conflicting_write_is_retried_and_a_configuration_problem_is_not() {
+        assert!(!ControllerError::Changed("pod shop/db-0 changed".into()).is_permanent());
+        assert!(ControllerError::Config("no cluster name".into()).is_permanent());
+        assert!(!ControllerError::NotLeading.is_permanent());
     }
 }

@@ -68,7 +68,7 @@ pub async fn release_holds(run: &mut PlanRun) -> Result<(), ControllerError> {
                 })?;
             if !done {
                 // Changed meanwhile (the hold keeper, a person): the next pass tries again.
-                return Err(ControllerError::Config(format!(
+                return Err(ControllerError::Changed(format!(
                     "pod {ns}/{name} changed while its hold was released; retrying"
                 )));
             }
