@@ -136,6 +136,30 @@ impl Inner {
             .ok_or_else(|| ApiError::not_found(&key.group, &key.plural, name))
     }
 
+    /// The CRD object that defines the custom resource `def`.
+    fn crd_of(&self, def: &ResourceDef) -> Option<Arc<Value>> {
+        self.resources
+            .get(&ResKey::new(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+            ))?
+            .objects
+            .get(&(String::new(), format!("{}.{}", def.plural, def.group)))
+            .cloned()
+    }
+
+    /// Schema pruning, defaulting and validation of a client's write of a custom resource (the
+    /// simulated controllers' own writes are trusted: they model controllers that already passed).
+    fn admit_custom(&self, def: &ResourceDef, obj: &mut Value) -> ApiResult<()> {
+        let Some(crd) = self.crd_of(def) else {
+            return Ok(());
+        };
+        match super::schema::of_crd(&crd, def.storage_version()) {
+            Some(schema) => super::schema::admit(def, schema, obj),
+            None => Ok(()),
+        }
+    }
+
     /// The stored object `name` in `ns` with its storage key, or NotFound.
     fn existing(
         &mut self,
@@ -292,6 +316,11 @@ impl Store {
 
     pub fn current_rv(&self) -> u64 {
         self.read().rv
+    }
+
+    /// The CRD object behind a custom resource definition, if it is installed.
+    pub fn crd_of(&self, def: &ResourceDef) -> Option<Arc<Value>> {
+        self.read().crd_of(def)
     }
 
     pub fn registry(&self) -> Registry {
@@ -545,6 +574,9 @@ impl Store {
             }
         }
         validation::validate(&def, &obj)?;
+        if def.custom && !opts.internal {
+            inner.admit_custom(&def, &mut obj)?;
+        }
         let obj_key = (ns.clone().unwrap_or_default(), name.clone());
         if inner.state(key).objects.contains_key(&obj_key) {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));
@@ -804,6 +836,9 @@ impl Store {
             }
         };
         let mut merged = merged;
+        if def.custom && !opts.internal && sub != Some("scale") {
+            inner.admit_custom(def, &mut merged)?;
+        }
         merged["apiVersion"] = current["apiVersion"].clone();
         merged["kind"] = current["kind"].clone();
         set_meta(&mut merged, "resourceVersion", json!(current_rv));

@@ -1,0 +1,84 @@
+//! Custom resources as apiextensions-apiserver treats them, against the `openAPIV3Schema` of their CRD
+//! version: pruning of undeclared fields, defaulting, then validation. One concern per file.
+
+mod defaults;
+pub mod field;
+mod prune;
+mod validate;
+
+use serde_json::{Map, Value};
+
+use super::errors::Cause;
+
+pub use prune::prune_object_meta;
+
+/// What decoding a custom resource does to it before admission (`customresource_handler.go`,
+/// `unstructuredSchemaCoercer.apply`, then the codec's defaulter): prune, drop disallowed nulls, apply
+/// defaults. Returns the pruned paths for `fieldValidation`.
+pub fn coerce(obj: &mut Value, schema: &Value) -> Vec<String> {
+    let unknown = prune::prune(obj, schema);
+    defaults::prune_nulls(obj, Some(schema));
+    defaults::apply(obj, schema);
+    unknown
+}
+
+/// The schema's verdict on a coerced custom resource.
+pub fn validate(obj: &Value, schema: &Value) -> Vec<Cause> {
+    validate::validate(obj, schema)
+}
+
+fn properties(s: &Value) -> Option<&Map<String, Value>> {
+    s.get("properties").and_then(Value::as_object)
+}
+
+/// `additionalProperties` when it is a schema (`true` means "anything", handled by the callers).
+fn additional(s: &Value) -> Option<&Value> {
+    s.get("additionalProperties").filter(|a| a.is_object())
+}
+
+fn flag(s: &Value, name: &str) -> bool {
+    s.get(name) == Some(&Value::Bool(true))
+}
+
+/// `spec` + `replicas` → `spec.replicas`, as field paths and pruned paths are written.
+fn child(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn index(path: &str, i: usize) -> String {
+    format!("{path}[{i}]")
+}
+
+/// The schema that governs `def`'s stored objects, from its CRD: None for a CRD without one, or with
+/// the legacy `spec.preserveUnknownFields: true` (no pruning, no validation then).
+pub fn of_crd<'a>(crd: &'a Value, version: &str) -> Option<&'a Value> {
+    if crd.pointer("/spec/preserveUnknownFields") == Some(&Value::Bool(true)) {
+        return None;
+    }
+    super::openapi::schema_of(crd, version)
+}
+
+/// A client's write of a custom resource, as the real server stores it: coerced (pruned, defaulted),
+/// then validated; 422 Invalid with one cause per failure.
+pub fn admit(
+    def: &super::resources::ResourceDef,
+    schema: &Value,
+    obj: &mut Value,
+) -> super::errors::ApiResult<()> {
+    coerce(obj, schema);
+    let causes = validate(obj, schema);
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    Err(super::errors::ApiError::invalid(
+        &def.kind, &def.group, name, causes,
+    ))
+}
