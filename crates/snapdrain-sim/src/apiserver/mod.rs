@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod audit;
 pub mod auth;
+pub mod cel;
 mod control;
 pub mod errors;
 pub mod eviction;

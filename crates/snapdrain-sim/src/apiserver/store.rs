@@ -150,12 +150,17 @@ impl Inner {
 
     /// Schema pruning, defaulting and validation of a client's write of a custom resource (the
     /// simulated controllers' own writes are trusted: they model controllers that already passed).
-    fn admit_custom(&self, def: &ResourceDef, obj: &mut Value) -> ApiResult<()> {
+    fn admit_custom(
+        &self,
+        def: &ResourceDef,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> ApiResult<()> {
         let Some(crd) = self.crd_of(def) else {
             return Ok(());
         };
         match super::schema::of_crd(&crd, def.storage_version()) {
-            Some(schema) => super::schema::admit(def, schema, obj),
+            Some(schema) => super::schema::admit(def, schema, obj, old),
             None => Ok(()),
         }
     }
@@ -575,13 +580,17 @@ impl Store {
         }
         validation::validate(&def, &obj)?;
         if def.custom && !opts.internal {
-            inner.admit_custom(&def, &mut obj)?;
+            inner.admit_custom(&def, &mut obj, None)?;
         }
         let obj_key = (ns.clone().unwrap_or_default(), name.clone());
         if inner.state(key).objects.contains_key(&obj_key) {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));
         }
         if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {
+            let rule_errors = super::cel::check_crd(&obj);
+            if !rule_errors.is_empty() {
+                return Err(ApiError::invalid(&def.kind, &def.group, &name, rule_errors));
+            }
             let crd_def = def_from_crd(&obj).map_err(|msg| {
                 ApiError::invalid(
                     &def.kind,
@@ -837,7 +846,7 @@ impl Store {
         };
         let mut merged = merged;
         if def.custom && !opts.internal && sub != Some("scale") {
-            inner.admit_custom(def, &mut merged)?;
+            inner.admit_custom(def, &mut merged, Some(&current))?;
         }
         merged["apiVersion"] = current["apiVersion"].clone();
         merged["kind"] = current["kind"].clone();

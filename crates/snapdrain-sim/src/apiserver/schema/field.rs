@@ -38,6 +38,33 @@ pub fn invalid(path: &str, value: &Value, detail: &str) -> Cause {
     )
 }
 
+/// `Required` with a detail (a CEL rule's message).
+pub fn required_detail(path: &str, detail: &str) -> Cause {
+    cause(
+        "FieldValueRequired",
+        path,
+        format!("Required value: {detail}"),
+    )
+}
+
+/// `Duplicate`: the value, no detail.
+pub fn duplicate(path: &str, value: &Value) -> Cause {
+    cause(
+        "FieldValueDuplicate",
+        path,
+        format!("Duplicate value: {}", render(value)),
+    )
+}
+
+/// Invalid with the value left out (`field.OmitValueType`, for objects and arrays).
+pub fn invalid_omitted(path: &str, detail: &str) -> Cause {
+    cause(
+        "FieldValueInvalid",
+        path,
+        format!("Invalid value: {detail}"),
+    )
+}
+
 /// `TypeInvalid`: reads like Invalid, with its own reason.
 pub fn type_invalid(path: &str, value: &Value, detail: &str) -> Cause {
     cause(

@@ -68,9 +68,21 @@ pub fn admit(
     def: &super::resources::ResourceDef,
     schema: &Value,
     obj: &mut Value,
+    old: Option<&Value>,
 ) -> super::errors::ApiResult<()> {
     coerce(obj, schema);
-    let causes = validate(obj, schema);
+    let mut causes = validate(obj, schema);
+    // CEL rules run unless a type error would make them meaningless (apiextensions-apiserver
+    // `pkg/registry/customresource/strategy.go` `hasBlockingErr`).
+    if causes.iter().any(|c| c.reason == "FieldValueTypeInvalid") {
+        causes.push(field::invalid(
+            "<nil>",
+            &Value::Null,
+            "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+        ));
+    } else {
+        causes.extend(super::cel::validate(schema, obj, old));
+    }
     if causes.is_empty() {
         return Ok(());
     }
