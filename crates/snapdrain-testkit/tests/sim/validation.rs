@@ -202,3 +202,129 @@ async fn field_validation_reports_unknown_and_duplicate_fields_of_built_in_kinds
         "{stderr}"
     );
 }
+
+/// `spec` of a NodeClaim that passes Karpenter's schema.
+fn nodeclaim(name: &str, expire: &str) -> String {
+    json!({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": {"name": name},
+        "spec": {"expireAfter": expire,
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]}})
+    .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cel_rules_of_upstream_and_snapdrain_crds_refuse_what_the_real_server_refuses() {
+    let cluster = start_cluster().await;
+    let k = Kubectl::new(&cluster);
+    // Every rule of the real CRDs compiles here, or the CRDs would be refused (`cel/crd.rs`).
+    for crd in [
+        "karpenter.sh_nodepools.yaml",
+        "karpenter.sh_nodeclaims.yaml",
+        "karpenter.k8s.aws_ec2nodeclasses.yaml",
+        "velero.io_backups.yaml",
+        "velero.io_schedules.yaml",
+    ] {
+        k.ok(&["apply", "-f", &upstream_crd(crd)]).await;
+    }
+    let own = |f: &str| format!("{}/../../crds/{f}", env!("CARGO_MANIFEST_DIR"));
+    k.ok(&["apply", "-f", &own("disruptionplan.yaml")]).await;
+    k.ok(&["apply", "-f", &own("disruptionpolicy.yaml")]).await;
+
+    // NodePool: `self.all(x, has(x.schedule) == has(x.duration))` on budgets.
+    let scheduled = nodepool(
+        "scheduled",
+        json!({"consolidateAfter": "30s", "budgets": [{"nodes": "1", "schedule": "@daily"}]}),
+    );
+    let scheduled = k.file("scheduled.json", &scheduled.to_string());
+    let err = k.fails(&["create", "-f", &scheduled]).await;
+    assert!(
+        err.contains(
+            "spec.disruption.budgets: Invalid value: 'schedule' must be set with 'duration'"
+        ),
+        "{err}"
+    );
+    // NodePool requirements: a key in karpenter.sh's domain that Karpenter does not allow, with
+    // `find()` from the Kubernetes regex library.
+    let mut restricted = nodepool("restricted", json!({"consolidateAfter": "30s"}));
+    restricted["spec"]["template"]["spec"]["requirements"] =
+        json!([{"key": "karpenter.sh/custom", "operator": "Exists"}]);
+    let restricted = k.file("restricted.json", &restricted.to_string());
+    let err = k.fails(&["create", "-f", &restricted]).await;
+    assert!(
+        err.contains(
+            "spec.template.spec.requirements[0].key: Invalid value: \"karpenter.sh/custom\""
+        ),
+        "{err}"
+    );
+
+    // NodeClaim: `self == oldSelf` on spec, a transition rule: creating passes, changing refuses,
+    // metadata changes pass.
+    let claim = k.file("claim.json", &nodeclaim("claim", "720h"));
+    k.ok(&["create", "-f", &claim]).await;
+    let err = k
+        .fails(&[
+            "patch",
+            "nodeclaim",
+            "claim",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"expireAfter":"1h"}}"#,
+        ])
+        .await;
+    assert!(
+        err.contains("spec: Invalid value: spec is immutable"),
+        "{err}"
+    );
+    k.ok(&["label", "nodeclaim", "claim", "team=db"]).await;
+
+    // snapdrain's own DisruptionPlan: schema enums and its immutable node list.
+    let plan = |policy: &str, nodes: &[&str]| {
+        json!({"apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": "p", "namespace": "default"},
+            "spec": {"nodes": nodes, "backup": {"policy": policy}}})
+        .to_string()
+    };
+    let bad_plan = k.file("bad-plan.json", &plan("sometimes", &["node-a"]));
+    let err = k.fails(&["create", "-f", &bad_plan]).await;
+    assert!(
+        err.contains("spec.backup.policy: Unsupported value: \"sometimes\": supported values: \"required\", \"best-effort\", \"skip\""),
+        "{err}"
+    );
+    let good_plan = k.file("plan.json", &plan("required", &["node-a"]));
+    k.ok(&["create", "-f", &good_plan]).await;
+    let err = k
+        .fails(&[
+            "patch",
+            "disruptionplan",
+            "p",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"nodes":["node-b"]}}"#,
+        ])
+        .await;
+    assert!(
+        err.contains(
+            "spec.nodes: Invalid value: spec.nodes is immutable; create a new DisruptionPlan"
+        ),
+        "{err}"
+    );
+
+    // A rule calling a function the simulator lacks is refused when the CRD is written.
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.test.snapdrain.io"},
+        "spec": {"group": "test.snapdrain.io", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object", "properties": {"spec": {"type": "object",
+                    "properties": {"version": {"type": "string"}},
+                    "x-kubernetes-validations": [{"rule": "isSemver(self.version)"}]}}}}}]}});
+    let crd = k.file("widget-crd.json", &crd.to_string());
+    let err = k.fails(&["create", "-f", &crd]).await;
+    assert!(
+        err.contains("x-kubernetes-validations[0].rule")
+            && err.contains("does not implement CEL function(s) isSemver"),
+        "{err}"
+    );
+}
