@@ -131,6 +131,12 @@ pub async fn dispatch(state: Arc<ApiState>, req: Request) -> Reply {
             Ok(watch::respond(state, w))
         }
         ("GET", false, _) => list(&state, &req),
+        ("POST", false, None)
+            if t.def.group == "authorization.k8s.io"
+                && t.def.plural == "selfsubjectaccessreviews" =>
+        {
+            self_subject_access_review(&state, &req)
+        }
         ("POST", false, None) => create(&state, &req).await,
         ("POST", true, Some("eviction")) => {
             eviction::handle(
@@ -157,6 +163,21 @@ pub async fn dispatch(state: Arc<ApiState>, req: Request) -> Reply {
             t.resource_name()
         ))),
     }
+}
+
+/// SelfSubjectAccessReview (`kubectl auth can-i`): the authorizer's answer for the requesting user.
+/// Nothing is stored.
+fn self_subject_access_review(state: &ApiState, req: &Request) -> Reply {
+    let review = req.body_value()?;
+    let attrs = super::auth::review::attributes(&review)?;
+    let allowed = state
+        .auth
+        .authorize(&state.store, &req.user, &attrs)
+        .is_ok();
+    Ok(json_response(
+        StatusCode::CREATED,
+        &super::auth::review::answer(&review, allowed),
+    ))
 }
 
 /// TokenRequest (`kubectl create token`): a token that authenticates as the ServiceAccount. The
