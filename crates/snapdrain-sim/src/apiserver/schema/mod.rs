@@ -83,6 +83,13 @@ pub fn admit(
     } else {
         causes.extend(super::cel::validate(schema, obj, old));
     }
+    // Ratcheting (CRDValidationRatcheting, on by default since Kubernetes 1.30,
+    // apiextensions-apiserver `pkg/apiserver/validation/ratcheting.go`): on update, a failure at a
+    // value that did not change is not an error, so an object stored before a constraint existed can
+    // still have its status written.
+    if let Some(old) = old {
+        causes.retain(|c| at_path(obj, &c.field) != at_path(old, &c.field));
+    }
     if causes.is_empty() {
         return Ok(());
     }
@@ -93,4 +100,53 @@ pub fn admit(
     Err(super::errors::ApiError::invalid(
         &def.kind, &def.group, name, causes,
     ))
+}
+
+/// The value at a field path (`spec.list[0].name`); None when absent or the path is not one.
+fn at_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = obj;
+    for part in path.split('.') {
+        let (key, indexes) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !key.is_empty() {
+            cur = cur.get(key)?;
+        }
+        for idx in indexes.split('[').filter(|s| !s.is_empty()) {
+            let i: usize = idx.trim_end_matches(']').parse().ok()?;
+            cur = cur.get(i)?;
+        }
+    }
+    Some(cur)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unchanged_invalid_values_ratchet_on_update() {
+        let def = crate::apiserver::resources::Registry::with_builtins()
+            .all()
+            .next()
+            .cloned()
+            .expect("a definition");
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": 1}}}, "status": {"type": "object",
+            "properties": {"phase": {"type": "string"}}}}});
+        let old = json!({"metadata": {"name": "a"}, "spec": {"n": 0}});
+        let mut status_write =
+            json!({"metadata": {"name": "a"}, "spec": {"n": 0}, "status": {"phase": "Failed"}});
+        assert!(admit(&def, &schema, &mut status_write, Some(&old)).is_ok());
+        let mut changed = json!({"metadata": {"name": "a"}, "spec": {"n": -1}});
+        assert!(admit(&def, &schema, &mut changed, Some(&old)).is_err());
+        let mut created = old.clone();
+        assert!(admit(&def, &schema, &mut created, None).is_err());
+        assert_eq!(
+            at_path(&json!({"a": [{"b": 1}]}), "a[0].b"),
+            Some(&json!(1))
+        );
+    }
 }
