@@ -6,7 +6,8 @@
 //! Covered: type (with `nullable` and `x-kubernetes-int-or-string`), enum, required, pattern,
 //! minimum/maximum with exclusive bounds, multipleOf, min/maxLength, min/maxItems, min/maxProperties,
 //! integer format ranges (int32) and the string formats date-time, date, byte. Not covered: allOf /
-//! anyOf / oneOf / not beyond the int-or-string form, and the other string formats.
+//! anyOf / oneOf / not beyond the int-or-string form, and the other string formats. List types `set`
+//! and `map` are checked for repeats.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -275,6 +276,39 @@ fn array(s: &Value, items: &[Value], path: &str, errs: &mut Vec<Cause>) {
             node(item_schema, item, &index(path, i), errs);
         }
     }
+    list_type(s, items, path, errs);
+}
+
+/// `x-kubernetes-list-type: set` items and `map` keys are unique (apiextensions-apiserver
+/// `pkg/apiserver/schema/listtype/validation.go`): each repeat is a Duplicate at its index.
+fn list_type(s: &Value, items: &[Value], path: &str, errs: &mut Vec<Cause>) {
+    let key_of = |item: &Value| -> Option<Value> {
+        match s.get("x-kubernetes-list-type").and_then(Value::as_str)? {
+            "set" => Some(item.clone()),
+            "map" => {
+                let keys = s.get("x-kubernetes-list-map-keys")?.as_array()?;
+                let mut out = serde_json::Map::new();
+                for k in keys.iter().filter_map(Value::as_str) {
+                    if let Some(v) = item.get(k) {
+                        out.insert(k.to_string(), v.clone());
+                    }
+                }
+                Some(Value::Object(out))
+            }
+            _ => None,
+        }
+    };
+    let mut seen: Vec<Value> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let Some(key) = key_of(item) else {
+            return;
+        };
+        if seen.contains(&key) {
+            errs.push(field::duplicate(&index(path, i), &key));
+        } else {
+            seen.push(key);
+        }
+    }
 }
 
 fn object(s: &Value, map: &serde_json::Map<String, Value>, path: &str, errs: &mut Vec<Cause>) {
@@ -365,6 +399,20 @@ mod tests {
         assert_eq!(
             messages(json!({}), schema.clone()),
             vec!["spec: Required value"]
+        );
+        let lists = json!({"type": "object", "properties": {
+            "set": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "map": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                "items": {"type": "object"}}}});
+        assert_eq!(
+            messages(
+                json!({"set": ["a", "b", "a"], "map": [{"name": "x", "v": 1}, {"name": "x", "v": 2}]}),
+                lists
+            ),
+            vec![
+                "set[2]: Duplicate value: \"a\"",
+                "map[1]: Duplicate value: {\"name\":\"x\"}",
+            ]
         );
         assert!(messages(json!({"spec": {"mode": "a", "q": "10%", "n": 10}}), schema).is_empty());
     }
