@@ -292,6 +292,13 @@ async fn cel_rules_of_upstream_and_snapdrain_crds_refuse_what_the_real_server_re
         err.contains("spec.backup.policy: Unsupported value: \"sometimes\": supported values: \"required\", \"best-effort\", \"skip\""),
         "{err}"
     );
+    // `spec.nodes` is `x-kubernetes-list-type: set` (listtype/validation.go).
+    let twice = k.file("twice.json", &plan("required", &["node-a", "node-a"]));
+    let err = k.fails(&["create", "-f", &twice]).await;
+    assert!(
+        err.contains("spec.nodes[1]: Duplicate value: \"node-a\""),
+        "{err}"
+    );
     let good_plan = k.file("plan.json", &plan("required", &["node-a"]));
     k.ok(&["create", "-f", &good_plan]).await;
     let err = k
