@@ -320,11 +320,34 @@ async fn invalid_spec_is_marked_invalid_once_and_never_hot_loops() {
     let h = Harness::start().await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
-    h.create_plan(
-        "invalid",
-        json!({"nodes": [node], "drain": {"maxConcurrentEvictions": 0}}),
-    )
-    .await;
+    // The CRD schema (`minimum: 1`) makes the API server refuse this plan, as a real one does; the
+    // controller still meets such a plan when it was stored before the constraint existed, which is
+    // how it is stored here.
+    let invalid = json!({"apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+        "metadata": {"name": "invalid"},
+        "spec": {"nodes": [node], "drain": {"maxConcurrentEvictions": 0}}});
+    let refused = Api::<snapdrain::api::DisruptionPlan>::all(h.client.clone())
+        .create(
+            &Default::default(),
+            &serde_json::from_value(invalid.clone()).expect("plan JSON"),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422),
+        "{refused:?}"
+    );
+    h.cluster
+        .store
+        .create(
+            &snapdrain_sim::apiserver::resources::ResKey::new("snapdrain.io", "disruptionplans"),
+            None,
+            invalid,
+            snapdrain_sim::apiserver::store::WriteOptions {
+                dry_run: false,
+                internal: true,
+            },
+        )
+        .expect("store the plan as it was before the schema's minimum");
     let plan = h.wait_plan("invalid", TIMEOUT, |p| p.is_terminal()).await;
     let status = plan.status.unwrap();
     assert_eq!(status.phase, PlanPhase::Failed);

@@ -288,14 +288,28 @@ async fn a_deleted_nodeclaim_makes_a_plan_with_karpenters_deadline() {
     let protected_on_node = h.protected_pods_on(&node).await;
     let api = nodeclaims(&h);
     let claim = nodeclaim_of(&h, &node).await;
-    // A terminationGracePeriod, so Karpenter writes the termination timestamp on deletion.
-    api.patch(
-        &claim,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"terminationGracePeriod": "10m"}})),
-    )
-    .await
-    .expect("set terminationGracePeriod");
+    // A terminationGracePeriod, so Karpenter writes the termination timestamp on deletion. Karpenter
+    // copies it from the NodePool template when it creates the NodeClaim; a client cannot add it
+    // later (the NodeClaim CRD's CEL rule `self == oldSelf` makes spec immutable), so it is set here
+    // the way the simulated Karpenter's own writes are.
+    h.cluster
+        .store
+        .modify(
+            &snapdrain_sim::apiserver::resources::ResKey::new("karpenter.sh", "nodeclaims"),
+            None,
+            &claim,
+            None,
+            snapdrain_sim::apiserver::store::WriteOptions {
+                dry_run: false,
+                internal: true,
+            },
+            |c| {
+                let mut c = c.clone();
+                c["spec"]["terminationGracePeriod"] = json!("10m");
+                Ok(c)
+            },
+        )
+        .expect("set terminationGracePeriod");
     api.delete(&claim, &Default::default())
         .await
         .expect("delete the NodeClaim");

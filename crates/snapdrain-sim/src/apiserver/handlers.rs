@@ -18,7 +18,7 @@ use super::patch::{self, PatchType};
 use super::request::{Query, Target};
 use super::store::{DeleteOptions, Deleted, WriteOptions, meta_str};
 use super::watch::{self, WatchRequest};
-use super::{ApiState, eviction, present, table};
+use super::{ApiState, eviction, present, schema, strict, table};
 
 /// The verb as audit logs and fault rules name it.
 pub fn verb(method: &Method, target: &Target, query: &Query) -> &'static str {
@@ -131,6 +131,12 @@ pub async fn dispatch(state: Arc<ApiState>, req: Request) -> Reply {
             Ok(watch::respond(state, w))
         }
         ("GET", false, _) => list(&state, &req),
+        ("POST", false, None)
+            if t.def.group == "authorization.k8s.io"
+                && t.def.plural == "selfsubjectaccessreviews" =>
+        {
+            self_subject_access_review(&state, &req)
+        }
         ("POST", false, None) => create(&state, &req).await,
         ("POST", true, Some("eviction")) => {
             eviction::handle(
@@ -157,6 +163,21 @@ pub async fn dispatch(state: Arc<ApiState>, req: Request) -> Reply {
             t.resource_name()
         ))),
     }
+}
+
+/// SelfSubjectAccessReview (`kubectl auth can-i`): the authorizer's answer for the requesting user.
+/// Nothing is stored.
+fn self_subject_access_review(state: &ApiState, req: &Request) -> Reply {
+    let review = req.body_value()?;
+    let attrs = super::auth::review::attributes(&review)?;
+    let allowed = state
+        .auth
+        .authorize(&state.store, &req.user, &attrs)
+        .is_ok();
+    Ok(json_response(
+        StatusCode::CREATED,
+        &super::auth::review::answer(&review, allowed),
+    ))
 }
 
 /// TokenRequest (`kubectl create token`): a token that authenticates as the ServiceAccount. The
@@ -314,27 +335,42 @@ fn check_kind(req: &Request, body: &Value) -> ApiResult<()> {
     Ok(())
 }
 
-/// `fieldValidation=Strict` (what kubectl sends once OpenAPI advertises the parameter): fields a CRD's
-/// schema does not declare are rejected with the real server's message.
-fn check_fields(state: &ApiState, req: &Request, obj: &Value) -> ApiResult<()> {
-    if req.query.get("fieldValidation") != Some("Strict") {
-        return Ok(());
-    }
+/// Strict field validation (`strict/`), after a custom resource is coerced by its CRD schema (pruned
+/// and defaulted, as the real decoder does before admission). `raw` checks the request bytes for
+/// duplicate keys (a patch's bytes are not the object). Returns the warnings to send.
+fn check_fields(
+    state: &ApiState,
+    req: &Request,
+    obj: &mut Value,
+    raw: bool,
+) -> ApiResult<Vec<String>> {
+    let directive = strict::Directive::from_query(req.query.get("fieldValidation"))?;
     let t = &req.target;
-    let unknown = super::openapi::unknown_fields(&state.store, &t.def, &t.version, obj);
-    if unknown.is_empty() {
-        return Ok(());
+    let duplicates = if raw && !req.content_type().contains("yaml") {
+        strict::duplicate_fields(&req.body)
+    } else {
+        Vec::new()
+    };
+    let unknown = if t.def.custom {
+        let crd = state.store.crd_of(&t.def);
+        match crd.as_deref().and_then(|c| schema::of_crd(c, &t.version)) {
+            Some(s) => schema::coerce(obj, s),
+            None => Vec::new(),
+        }
+    } else {
+        strict::builtin_unknown_fields(&t.def.group, &t.def.kind, obj)
+    };
+    strict::Findings::new(&duplicates, &unknown).apply(directive, &t.def.kind, &t.version)
+}
+
+/// Adds one `Warning` header per warning, which kubectl prints and kube-rs logs.
+fn with_warnings(mut resp: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&strict::warning_header(w)) {
+            resp.headers_mut().append("warning", v);
+        }
     }
-    let fields: Vec<String> = unknown
-        .iter()
-        .map(|f| format!("unknown field \"{f}\""))
-        .collect();
-    let kind = &t.def.kind;
-    Err(ApiError::bad_request(format!(
-        "{kind} in version \"{}\" cannot be handled as a {kind}: strict decoding error: {}",
-        t.version,
-        fields.join(", ")
-    )))
+    resp
 }
 
 async fn create(state: &Arc<ApiState>, req: &Request) -> Reply {
@@ -345,9 +381,9 @@ async fn create(state: &Arc<ApiState>, req: &Request) -> Reply {
             t.def.plural, t.def.plural
         )));
     }
-    let body = req.body_value()?;
+    let mut body = req.body_value()?;
     check_kind(req, &body)?;
-    check_fields(state, req, &body)?;
+    let warnings = check_fields(state, req, &mut body, true)?;
     let name = meta_str(&body, "name").map(str::to_string);
     admission::admit(
         state,
@@ -368,15 +404,18 @@ async fn create(state: &Arc<ApiState>, req: &Request) -> Reply {
         state
             .store
             .create(&t.def.key(), t.namespace.as_deref(), body, req.write_opts())?;
-    Ok(object_response(req, StatusCode::CREATED, &created))
+    Ok(with_warnings(
+        object_response(req, StatusCode::CREATED, &created),
+        &warnings,
+    ))
 }
 
 async fn update(state: &Arc<ApiState>, req: &Request) -> Reply {
     let t = &req.target;
     let name = t.name.as_deref().unwrap_or("");
-    let body = req.body_value()?;
+    let mut body = req.body_value()?;
     check_kind(req, &body)?;
-    check_fields(state, req, &body)?;
+    let warnings = check_fields(state, req, &mut body, true)?;
     let old = state.store.get(&t.def.key(), t.namespace.as_deref(), name);
     admission::admit(
         state,
@@ -402,7 +441,10 @@ async fn update(state: &Arc<ApiState>, req: &Request) -> Reply {
         req.write_opts(),
         |current| super::patching::track_update(t, Some(current), body, Some(&manager)),
     )?;
-    Ok(object_response(req, StatusCode::OK, &updated))
+    Ok(with_warnings(
+        object_response(req, StatusCode::OK, &updated),
+        &warnings,
+    ))
 }
 
 async fn patch_object(state: &Arc<ApiState>, req: &Request) -> Reply {
@@ -427,7 +469,7 @@ async fn patch_object(state: &Arc<ApiState>, req: &Request) -> Reply {
         return Err(ApiError::not_found(&t.def.group, &t.def.plural, name));
     }
     // Admission sees the object as it will be after the patch.
-    let preview = match &old {
+    let mut preview = match &old {
         Some(o) => Some(super::patching::apply_patch(
             t,
             Some(o),
@@ -445,9 +487,10 @@ async fn patch_object(state: &Arc<ApiState>, req: &Request) -> Reply {
             force,
         )?),
     };
-    if let Some(p) = &preview {
-        check_fields(state, req, p)?;
-    }
+    let warnings = match preview.as_mut() {
+        Some(p) => check_fields(state, req, p, false)?,
+        None => Vec::new(),
+    };
     admission::admit(
         state,
         AdmissionAttributes {
@@ -485,7 +528,7 @@ async fn patch_object(state: &Arc<ApiState>, req: &Request) -> Reply {
     } else {
         StatusCode::OK
     };
-    Ok(object_response(req, code, &obj))
+    Ok(with_warnings(object_response(req, code, &obj), &warnings))
 }
 
 fn delete_options(req: &Request) -> ApiResult<DeleteOptions> {

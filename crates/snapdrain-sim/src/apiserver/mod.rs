@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod audit;
 pub mod auth;
+pub mod cel;
 mod control;
 pub mod errors;
 pub mod eviction;
@@ -22,8 +23,10 @@ mod patching;
 pub mod pdb;
 pub mod request;
 pub mod resources;
+pub mod schema;
 pub mod selectors;
 pub mod store;
+pub mod strict;
 pub mod table;
 pub mod validation;
 pub mod watch;

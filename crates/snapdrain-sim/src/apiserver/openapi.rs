@@ -243,67 +243,18 @@ fn resource_paths(def: &ResourceDef, version: &str, paths: &mut Map<String, Valu
     }
 }
 
-/// Fields of `obj` that the CRD schema of its kind does not declare, as `fieldValidation=Strict`
-/// reports them (`spec.foo`, `spec.hooks[0].bar`). Empty for built-in kinds and schemaless CRDs.
-pub fn unknown_fields(store: &Store, def: &ResourceDef, version: &str, obj: &Value) -> Vec<String> {
-    if !def.custom {
-        return Vec::new();
-    }
-    let Some(crd) = store.get(&crd_key(), None, &format!("{}.{}", def.plural, def.group)) else {
-        return Vec::new();
-    };
-    let Some(schema) = schema_of(&crd, version) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    if let Some(fields) = obj.as_object() {
-        for (k, v) in fields {
-            // TypeMeta and ObjectMeta are the server's own types, known whatever the CRD schema
-            // declares (apiextensions-apiserver's structural schemas never list them).
-            if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
-                continue;
-            }
-            unknown_in(schema, k, v, k, &mut out);
-        }
-    }
-    out
-}
-
-/// Checks field `key` (value `v`) of an object whose schema is `parent`.
-fn unknown_in(parent: &Value, key: &str, v: &Value, path: &str, out: &mut Vec<String>) {
-    if parent.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true)) {
-        return;
-    }
-    let declared = parent.get("properties").and_then(|p| p.get(key));
-    let schema = match (declared, parent.get("additionalProperties")) {
-        (Some(s), _) => s,
-        (None, Some(extra)) if extra.is_object() => extra,
-        (None, Some(Value::Bool(true))) => return,
-        (None, _) if parent.get("properties").is_none() => return,
-        (None, _) => {
-            out.push(path.to_string());
-            return;
-        }
-    };
-    check_value(schema, v, path, out);
-}
-
-fn check_value(schema: &Value, v: &Value, path: &str, out: &mut Vec<String>) {
-    match v {
-        Value::Object(fields) => {
-            for (k, child) in fields {
-                unknown_in(schema, k, child, &format!("{path}.{k}"), out);
-            }
-        }
-        Value::Array(items) => {
-            if let Some(item_schema) = schema.get("items") {
-                for (i, item) in items.iter().enumerate() {
-                    check_value(item_schema, item, &format!("{path}[{i}]"), out);
-                }
-            }
-        }
-        _ => {}
-    }
+/// A built-in kind's schema and the definitions it refers to, for strict field validation.
+pub fn builtin_root(
+    group: &str,
+    kind: &str,
+) -> Option<(&'static Map<String, Value>, &'static Value)> {
+    let schemas = builtin::schemas(group, kind)?;
+    let root = schemas.values().find(|s| {
+        s.pointer("/x-kubernetes-group-version-kind/0/kind")
+            .and_then(Value::as_str)
+            == Some(kind)
+    })?;
+    Some((schemas, root))
 }
 
 #[cfg(test)]
@@ -346,19 +297,5 @@ mod tests {
                 == "StatefulSet"
         );
         assert!(group_version_document(&store, &["apis", "apps", "v9"]).is_none());
-    }
-
-    #[test]
-    fn unknown_fields_follow_the_crd_schema() {
-        let schema = json!({"type": "object", "properties": {
-            "spec": {"type": "object", "properties": {
-                "items": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}},
-                "labels": {"type": "object", "additionalProperties": {"type": "string"}},
-                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}});
-        let obj = json!({"spec": {"items": [{"a": "x", "b": "y"}], "labels": {"any": "ok"},
-            "free": {"whatever": 1}, "bogus": true}});
-        let mut out = Vec::new();
-        unknown_in(&schema, "spec", &obj["spec"], "spec", &mut out);
-        assert_eq!(out, vec!["spec.items[0].b", "spec.bogus"]);
     }
 }

@@ -391,6 +391,16 @@ const BUILTINS: &[Builtin] = &[
         extra: &[],
     },
     Builtin {
+        group: "authorization.k8s.io",
+        version: "v1",
+        kind: "SelfSubjectAccessReview",
+        plural: "selfsubjectaccessreviews",
+        short: &[],
+        namespaced: false,
+        status: false,
+        extra: &[],
+    },
+    Builtin {
         group: "rbac.authorization.k8s.io",
         version: "v1",
         kind: "ClusterRole",

@@ -136,6 +136,35 @@ impl Inner {
             .ok_or_else(|| ApiError::not_found(&key.group, &key.plural, name))
     }
 
+    /// The CRD object that defines the custom resource `def`.
+    fn crd_of(&self, def: &ResourceDef) -> Option<Arc<Value>> {
+        self.resources
+            .get(&ResKey::new(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+            ))?
+            .objects
+            .get(&(String::new(), format!("{}.{}", def.plural, def.group)))
+            .cloned()
+    }
+
+    /// Schema pruning, defaulting and validation of a client's write of a custom resource (the
+    /// simulated controllers' own writes are trusted: they model controllers that already passed).
+    fn admit_custom(
+        &self,
+        def: &ResourceDef,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> ApiResult<()> {
+        let Some(crd) = self.crd_of(def) else {
+            return Ok(());
+        };
+        match super::schema::of_crd(&crd, def.storage_version()) {
+            Some(schema) => super::schema::admit(def, schema, obj, old),
+            None => Ok(()),
+        }
+    }
+
     /// The stored object `name` in `ns` with its storage key, or NotFound.
     fn existing(
         &mut self,
@@ -292,6 +321,11 @@ impl Store {
 
     pub fn current_rv(&self) -> u64 {
         self.read().rv
+    }
+
+    /// The CRD object behind a custom resource definition, if it is installed.
+    pub fn crd_of(&self, def: &ResourceDef) -> Option<Arc<Value>> {
+        self.read().crd_of(def)
     }
 
     pub fn registry(&self) -> Registry {
@@ -545,11 +579,18 @@ impl Store {
             }
         }
         validation::validate(&def, &obj)?;
+        if def.custom && !opts.internal {
+            inner.admit_custom(&def, &mut obj, None)?;
+        }
         let obj_key = (ns.clone().unwrap_or_default(), name.clone());
         if inner.state(key).objects.contains_key(&obj_key) {
             return Err(ApiError::already_exists(&def.group, &def.plural, &name));
         }
         if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {
+            let rule_errors = super::cel::check_crd(&obj);
+            if !rule_errors.is_empty() {
+                return Err(ApiError::invalid(&def.kind, &def.group, &name, rule_errors));
+            }
             let crd_def = def_from_crd(&obj).map_err(|msg| {
                 ApiError::invalid(
                     &def.kind,
@@ -804,6 +845,9 @@ impl Store {
             }
         };
         let mut merged = merged;
+        if def.custom && !opts.internal && sub != Some("scale") {
+            inner.admit_custom(def, &mut merged, Some(&current))?;
+        }
         merged["apiVersion"] = current["apiVersion"].clone();
         merged["kind"] = current["kind"].clone();
         set_meta(&mut merged, "resourceVersion", json!(current_rv));

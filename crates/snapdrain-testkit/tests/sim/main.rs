@@ -12,6 +12,7 @@ mod kubectl_gate;
 mod s3;
 mod scenario_runs;
 mod scenarios;
+mod validation;
 mod velero;
 mod velero_install;
 mod world;

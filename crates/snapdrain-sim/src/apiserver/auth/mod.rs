@@ -12,6 +12,7 @@
 //! is subject to RBAC.
 
 pub mod rbac;
+pub mod review;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -169,6 +170,9 @@ impl Auth {
         {
             return Ok(());
         }
+        if basic_user(attrs) && user.authenticated() {
+            return Ok(());
+        }
         let all = |plural: &str| -> Vec<Value> {
             let key = ResKey::new("rbac.authorization.k8s.io", plural);
             store
@@ -207,6 +211,14 @@ impl Auth {
         }
         Err(e)
     }
+}
+
+/// The bootstrap ClusterRole `system:basic-user` (bound to every authenticated user, kubernetes
+/// `plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`): asking what one may do.
+fn basic_user(attrs: &Attributes) -> bool {
+    matches!(attrs, Attributes::Resource { verb, group, resource, .. }
+        if verb == "create" && group == "authorization.k8s.io"
+            && matches!(resource.as_str(), "selfsubjectaccessreviews" | "selfsubjectrulesreviews"))
 }
 
 /// What the bootstrap ClusterRoles `system:discovery` (bound to every authenticated user) and
