@@ -288,27 +288,8 @@ async fn a_deleted_nodeclaim_makes_a_plan_with_karpenters_deadline() {
     let protected_on_node = h.protected_pods_on(&node).await;
     let api = nodeclaims(&h);
     let claim = nodeclaim_of(&h, &node).await;
-    // A terminationGracePeriod, so Karpenter writes the termination timestamp on deletion. Karpenter
-    // copies it from the NodePool template when it creates the NodeClaim; a client cannot add it
-    // later (the NodeClaim CRD's CEL rule `self == oldSelf` makes spec immutable), so it is set here
-    // the way the simulated Karpenter's own writes are.
-    h.cluster
-        .store
-        .modify(
-            &snapdrain_sim::apiserver::resources::ResKey::new("karpenter.sh", "nodeclaims"),
-            None,
-            &claim,
-            None,
-            snapdrain_sim::apiserver::store::WriteOptions {
-                dry_run: false,
-                internal: true,
-            },
-            |c| {
-                let mut c = c.clone();
-                c["spec"]["terminationGracePeriod"] = json!("10m");
-                Ok(c)
-            },
-        )
+    // A terminationGracePeriod, so Karpenter writes the termination timestamp on deletion.
+    snapdrain_testkit::karpenter::set_termination_grace_period(&h.cluster, &claim, "10m")
         .expect("set terminationGracePeriod");
     api.delete(&claim, &Default::default())
         .await
@@ -863,13 +844,8 @@ async fn a_deadline_too_short_for_the_backup_fails_the_plan_loudly() {
     let protected_on_node = h.protected_pods_on(&node).await;
     let api = nodeclaims(&h);
     let claim = nodeclaim_of(&h, &node).await;
-    api.patch(
-        &claim,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"terminationGracePeriod": "3s"}})),
-    )
-    .await
-    .expect("set terminationGracePeriod");
+    snapdrain_testkit::karpenter::set_termination_grace_period(&h.cluster, &claim, "3s")
+        .expect("set terminationGracePeriod");
     api.delete(&claim, &Default::default())
         .await
         .expect("delete the NodeClaim");

@@ -45,3 +45,31 @@ pub async fn mark_all_drifted(client: &Client) -> Result<usize, kube::Error> {
     }
     Ok(claims.items.len())
 }
+
+/// Gives NodeClaim `name` a `spec.terminationGracePeriod`, as Karpenter does when it creates the claim
+/// from its NodePool's template. A client cannot add it later (the NodeClaim CRD's CEL rule
+/// `self == oldSelf` makes the spec immutable), so this writes as the simulated Karpenter writes.
+pub fn set_termination_grace_period(
+    sim: &snapdrain_sim::SimCluster,
+    name: &str,
+    period: &str,
+) -> Result<(), String> {
+    sim.store
+        .modify(
+            &snapdrain_sim::apiserver::resources::ResKey::new("karpenter.sh", "nodeclaims"),
+            None,
+            name,
+            None,
+            snapdrain_sim::apiserver::store::WriteOptions {
+                dry_run: false,
+                internal: true,
+            },
+            |c| {
+                let mut c = c.clone();
+                c["spec"]["terminationGracePeriod"] = json!(period);
+                Ok(c)
+            },
+        )
+        .map(|_| ())
+        .map_err(|e| e.message)
+}
