@@ -14,6 +14,7 @@ mod iam_policy;
 mod kustomize;
 mod least_privilege;
 mod monitoring;
+mod notifications;
 mod real_backup;
 mod real_cloud;
 mod real_drain;

@@ -88,6 +88,7 @@ pub fn controller_settings(
         wait_slice: Duration::from_secs(5),
         backup_retry_cap: Duration::from_millis(300),
         capacity_retry_base: Duration::from_millis(200),
+        notification_retry_base: Duration::from_millis(100),
         aws: Some(own_aws_config(cluster)),
         velero_credentials_secret: None,
     })

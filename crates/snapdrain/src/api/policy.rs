@@ -64,6 +64,42 @@ pub struct DisruptionPolicySpec {
     /// Termination settings of signal plans in Execute mode.
     #[serde(default)]
     pub termination: TerminationSpec,
+
+    /// Where plan Events go besides Kubernetes Events (which are always written).
+    #[serde(default)]
+    pub notifications: NotificationsSpec,
+}
+
+/// Notifications of plan Events.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationsSpec {
+    /// POST every plan Event (of every plan, signal or manual) as JSON to a URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookNotification>,
+}
+
+/// A webhook receiving `{"kind": "DisruptionPlanEvent", "plan", "type", "reason", "message", "phase",
+/// "nodes", "time"}` for each plan Event.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookNotification {
+    /// An http or https URL. The policy is readable cluster-wide: do not put a secret in it that
+    /// everyone who may read DisruptionPolicies must not see.
+    #[schemars(length(min = 8, max = 2048))]
+    pub url: String,
+    /// Only Events with these reasons (e.g. PlanFailed, DeadlineMissed, ProtectedPodsLeft); none: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub reasons: Vec<String>,
+    /// Attempts after a failed one (unreachable, 5xx, 408, 429), 1 s apart doubling.
+    #[serde(default = "default_notification_retries")]
+    #[schemars(range(max = 20))]
+    pub retries: u32,
+}
+
+fn default_notification_retries() -> u32 {
+    5
 }
 
 /// A recurring window: opens when `schedule` (five-field cron: minute hour day-of-month month
@@ -221,6 +257,18 @@ impl DisruptionPolicySpec {
                 problems.push(format!("spec.maintenanceWindows[{i}]: {e}"));
             }
         }
+        if let Some(w) = &self.notifications.webhook {
+            match url::Url::parse(&w.url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
+                Ok(u) => problems.push(format!(
+                    "spec.notifications.webhook.url: scheme {} is not http or https",
+                    u.scheme()
+                )),
+                Err(e) => problems.push(format!(
+                    "spec.notifications.webhook.url: {e} (an absolute http or https URL)"
+                )),
+            }
+        }
         let mut sample = self.plan_defaults();
         sample.nodes = vec!["node".into()];
         if let Err(ps) = super::validate::validate(&sample) {
@@ -271,7 +319,8 @@ mod tests {
             "releaseWindow": "soon",
             "protection": {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Maybe"}]}},
             "drain": {"maxConcurrentEvictions": 0},
-            "maintenanceWindows": [{"schedule": "0 2 * *", "duration": "1h"}]
+            "maintenanceWindows": [{"schedule": "0 2 * *", "duration": "1h"}],
+            "notifications": {"webhook": {"url": "hooks.example/x"}}
         }))
         .expect("the shape is valid");
         let problems = bad.validate().expect_err("three problems").join("\n");
@@ -283,6 +332,10 @@ mod tests {
         assert!(problems.contains("maxConcurrentEvictions"), "{problems}");
         assert!(
             problems.contains("spec.maintenanceWindows[0]"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("spec.notifications.webhook.url"),
             "{problems}"
         );
     }

@@ -34,6 +34,8 @@ pub struct Settings {
     pub backup_retry_cap: Duration,
     /// First wait after an EC2 capacity error on a replacement launch (doubling after each).
     pub capacity_retry_base: Duration,
+    /// First wait before a notification is sent again (doubling after each failure).
+    pub notification_retry_base: Duration,
     /// snapdrain's own AWS configuration (identity, region, endpoint) for reading Velero's bucket when
     /// Velero has no credentials Secret (IRSA, EKS Pod Identity). None loads the AWS default chain on
     /// first use; tests pass their own so no process-wide environment is involved.
@@ -56,6 +58,7 @@ impl Default for Settings {
             wait_slice: Duration::from_secs(20),
             backup_retry_cap: Duration::from_secs(300),
             capacity_retry_base: Duration::from_secs(30),
+            notification_retry_base: Duration::from_secs(1),
             aws: None,
             velero_credentials_secret: None,
         }
@@ -69,6 +72,8 @@ pub struct Context {
     pub eviction_client: Client,
     pub metrics: Metrics,
     pub recorder: Recorder,
+    /// Plan Events for the policy's notification webhook.
+    pub notifier: crate::telemetry::Notifier,
     pub settings: Settings,
     ec2: OnceCell<Ec2Cloud>,
     aws: OnceCell<aws_config::SdkConfig>,
@@ -90,11 +95,14 @@ impl Context {
                 instance: Some(settings.identity.clone()),
             },
         );
+        let notifier =
+            crate::telemetry::Notifier::start(metrics.clone(), settings.notification_retry_base);
         Self {
             client,
             eviction_client,
             metrics,
             recorder,
+            notifier,
             settings,
             ec2: OnceCell::new(),
             aws: OnceCell::new(),

@@ -120,6 +120,23 @@ impl PlanRun {
     }
 
     pub async fn event(&self, type_: EventType, reason: &str, action: &str, note: String) {
+        let type_name = match type_ {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        };
+        let nodes: Vec<String> = if self.status.nodes.is_empty() {
+            self.plan.spec.nodes.clone()
+        } else {
+            self.status.nodes.iter().map(|n| n.name.clone()).collect()
+        };
+        self.ctx.notifier.send(crate::telemetry::Notification::new(
+            &self.name(),
+            type_name,
+            reason,
+            &note,
+            self.status.phase.as_str(),
+            &nodes,
+        ));
         let event = Event {
             type_,
             reason: reason.into(),

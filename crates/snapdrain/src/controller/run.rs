@@ -321,6 +321,7 @@ fn start_helpers(
             policy::follow(client, Some(recorder), policy_tx, until).await;
         })
     };
+    let policy_for_notify = policy.clone();
     let keeper = tokio::spawn(holds::run(
         client.clone(),
         plans.clone(),
@@ -336,7 +337,20 @@ fn start_helpers(
         ctx.recorder.clone(),
         stopped(acting),
     ));
-    vec![policy_task, keeper, watcher]
+    // The notification webhook follows the policy too.
+    let notify = {
+        let notifier = ctx.notifier.clone();
+        let mut policy = policy_for_notify;
+        tokio::spawn(async move {
+            loop {
+                notifier.configure(policy.borrow_and_update().notifications.webhook.clone());
+                if policy.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    vec![policy_task, keeper, watcher, notify]
 }
 
 #[cfg(test)]

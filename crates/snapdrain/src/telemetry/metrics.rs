@@ -35,6 +35,12 @@ pub struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    /// sent | failed | dropped
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CertLabel {
     /// serving | ca
     pub certificate: String,
@@ -89,6 +95,8 @@ pub struct Metrics {
     /// Protected pods that left their node (deleted by the disruptor) between a forceful signal and the
     /// plan's first look, so no backup of this plan covers them.
     pub pods_left_unbacked: Counter,
+    /// Notifications to the policy's webhook, by result (sent, failed, dropped).
+    pub notifications: Family<ResultLabel, Counter>,
     /// 1 while this replica holds the Lease and reconciles, else 0.
     pub leader: Gauge,
     /// notAfter (Unix seconds) of the certificate the gate serves and of the CA it trusts.
@@ -184,6 +192,12 @@ impl Metrics {
             "Protected pods deleted by the disruptor before their plan could back them up",
             pods_left_unbacked.clone(),
         );
+        let notifications = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "notifications",
+            "Plan Events POSTed to the DisruptionPolicy's notification webhook, by result (sent, failed after retries, dropped when the queue was full)",
+            notifications.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -228,6 +242,7 @@ impl Metrics {
             pods_left_unbacked,
             leader,
             webhook_cert_expiry,
+            notifications,
         }
     }
 
@@ -239,6 +254,14 @@ impl Metrics {
             self.plans.clear();
             self.pods_held.clear();
         }
+    }
+
+    pub fn notification(&self, result: &str) {
+        self.notifications
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
     }
 
     /// The certificates the gate serves now.

@@ -1,7 +1,9 @@
-//! Logs and metrics.
+//! Logs, metrics and notifications.
 
 mod logging;
 pub mod metrics;
+pub mod notify;
 
 pub use logging::{init_logging, init_logging_with_default};
 pub use metrics::Metrics;
+pub use notify::{Notification, Notifier};

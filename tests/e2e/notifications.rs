@@ -1,0 +1,150 @@
+//! The DisruptionPolicy's notification webhook: every plan Event is POSTed as JSON, in order, retried
+//! while the receiver answers 5xx, and filtered by `reasons`. The receiver is a real HTTP server here.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::post;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use snapdrain::api::DisruptionPolicy;
+use snapdrain::api::status::PlanPhase;
+use snapdrain_testkit::eventually_within;
+use snapdrain_testkit::harness::{Harness, TIMEOUT};
+
+/// What the receiver saw: every body, and how many requests it refused first.
+#[derive(Default)]
+struct Inbox {
+    bodies: Vec<Value>,
+    refuse_first: usize,
+    refused: usize,
+}
+
+async fn receive(State(inbox): State<Arc<Mutex<Inbox>>>, body: axum::body::Bytes) -> StatusCode {
+    let mut inbox = inbox.lock().expect("not poisoned");
+    if inbox.refused < inbox.refuse_first {
+        inbox.refused += 1;
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
+    match serde_json::from_slice(&body) {
+        Ok(v) => {
+            inbox.bodies.push(v);
+            StatusCode::OK
+        }
+        Err(_) => StatusCode::BAD_REQUEST,
+    }
+}
+
+async fn receiver(refuse_first: usize) -> (String, Arc<Mutex<Inbox>>) {
+    let inbox = Arc::new(Mutex::new(Inbox {
+        refuse_first,
+        ..Inbox::default()
+    }));
+    let app = Router::new()
+        .route("/hook", post(receive))
+        .with_state(inbox.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the receiver");
+    let addr = listener.local_addr().expect("bound");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/hook"), inbox)
+}
+
+async fn policy(h: &Harness, webhook: Value) {
+    let p: DisruptionPolicy = serde_json::from_value(json!({
+        "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPolicy",
+        "metadata": {"name": "default"}, "spec": {"notifications": {"webhook": webhook}}
+    }))
+    .expect("a policy");
+    Api::<DisruptionPolicy>::all(h.client.clone())
+        .create(&PostParams::default(), &p)
+        .await
+        .expect("create the policy");
+}
+
+fn reasons(inbox: &Mutex<Inbox>) -> Vec<String> {
+    inbox
+        .lock()
+        .expect("not poisoned")
+        .bodies
+        .iter()
+        .map(|b| b["reason"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_plan_event_reaches_the_webhook_in_order_despite_refusals() {
+    let h = Harness::start().await;
+    let (url, inbox) = receiver(2).await;
+    policy(&h, json!({"url": url, "retries": 5})).await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("notified", json!({"nodes": [node]})).await;
+    let done = h.wait_plan("notified", TIMEOUT, |p| p.is_terminal()).await;
+    assert_eq!(
+        done.status.as_ref().map(|s| s.phase),
+        Some(PlanPhase::Completed)
+    );
+    eventually_within(
+        "PlanCompleted notified",
+        Duration::from_secs(30),
+        || async {
+            reasons(&inbox)
+                .iter()
+                .any(|r| r == "PlanCompleted")
+                .then_some(())
+        },
+    )
+    .await;
+    let seen = reasons(&inbox);
+    let at = |r: &str| {
+        seen.iter()
+            .position(|x| x == r)
+            .unwrap_or_else(|| panic!("{r} was notified: {seen:?}"))
+    };
+    assert!(at("BackingUp") < at("BackupVerified"), "{seen:?}");
+    assert!(at("BackupVerified") < at("PlanCompleted"), "{seen:?}");
+    let bodies = inbox.lock().expect("not poisoned").bodies.clone();
+    let completed = bodies
+        .iter()
+        .find(|b| b["reason"] == "PlanCompleted")
+        .expect("found above");
+    assert_eq!(completed["kind"], "DisruptionPlanEvent");
+    assert_eq!(completed["plan"], "notified");
+    assert_eq!(completed["type"], "Normal");
+    assert_eq!(completed["nodes"], json!([node]));
+    assert_eq!(inbox.lock().expect("not poisoned").refused, 2);
+    let metrics = controller.metrics.render();
+    assert!(
+        metrics.contains("snapdrain_notifications_total{result=\"sent\"}"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reasons_narrow_what_the_webhook_receives() {
+    let h = Harness::start().await;
+    let (url, inbox) = receiver(0).await;
+    policy(
+        &h,
+        json!({"url": url, "reasons": ["PlanCompleted", "PlanFailed"]}),
+    )
+    .await;
+    let _controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("filtered", json!({"nodes": [node]})).await;
+    h.wait_plan("filtered", TIMEOUT, |p| p.is_terminal()).await;
+    eventually_within(
+        "PlanCompleted notified",
+        Duration::from_secs(30),
+        || async { (!reasons(&inbox).is_empty()).then_some(()) },
+    )
+    .await;
+    assert_eq!(reasons(&inbox), vec!["PlanCompleted".to_string()]);
+}
