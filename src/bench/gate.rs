@@ -39,7 +39,35 @@ where
     Ok(())
 }
 
-/// Times `REQUESTS` dry-run evictions of `ns/name`; each must get `want` (429 held, 201 allowed).
+/// Evictions in flight at once in the storm: Karpenter and Cluster Autoscaler evict a node's pods in
+/// parallel, and several nodes at a time.
+const STORM_CONCURRENCY: usize = 32;
+/// Evictions in the storm, per run.
+const STORM: usize = 400;
+
+/// Times one dry-run eviction of `ns/name`, which must get `want` (429 held, 201 allowed).
+async fn evict_once(client: &Client, ns: &str, name: &str, want: u16) -> anyhow::Result<Duration> {
+    let body = json!({"apiVersion": "policy/v1", "kind": "Eviction",
+        "metadata": {"name": name, "namespace": ns}, "deleteOptions": {"dryRun": ["All"]}});
+    let req = http::Request::post(format!(
+        "/api/v1/namespaces/{ns}/pods/{name}/eviction?dryRun=All"
+    ))
+    .header("content-type", "application/json")
+    .body(serde_json::to_vec(&body)?)?;
+    let started = Instant::now();
+    let code = match client.request::<kube::core::Status>(req).await {
+        Ok(_) => 201,
+        Err(kube::Error::Api(s)) => s.code,
+        Err(e) => bail!("dry-run eviction of {ns}/{name}: {e}"),
+    };
+    let took = started.elapsed();
+    if code != want {
+        bail!("dry-run eviction of {ns}/{name} answered {code}, expected {want}");
+    }
+    Ok(took)
+}
+
+/// Times `REQUESTS` sequential dry-run evictions of `ns/name`.
 async fn evictions(
     client: &Client,
     ns: &str,
@@ -48,29 +76,31 @@ async fn evictions(
 ) -> anyhow::Result<Vec<Duration>> {
     let mut out = Vec::with_capacity(REQUESTS);
     for _ in 0..REQUESTS {
-        let body = json!({"apiVersion": "policy/v1", "kind": "Eviction",
-            "metadata": {"name": name, "namespace": ns}, "deleteOptions": {"dryRun": ["All"]}});
-        let req = http::Request::post(format!(
-            "/api/v1/namespaces/{ns}/pods/{name}/eviction?dryRun=All"
-        ))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&body)?)?;
-        let started = Instant::now();
-        let code = match client.request::<kube::core::Status>(req).await {
-            Ok(_) => 201,
-            Err(kube::Error::Api(s)) => s.code,
-            Err(e) => bail!("dry-run eviction of {ns}/{name}: {e}"),
-        };
-        out.push(started.elapsed());
-        if code != want {
-            bail!("dry-run eviction of {ns}/{name} answered {code}, expected {want}");
-        }
+        out.push(evict_once(client, ns, name, want).await?);
     }
     Ok(out)
 }
 
+/// `STORM` dry-run evictions, `STORM_CONCURRENCY` at a time, alternating the held and the allowed pod.
+async fn storm(client: &Client, held: &str, allowed: &str) -> anyhow::Result<Vec<Duration>> {
+    use futures::StreamExt;
+    futures::stream::iter(0..STORM)
+        .map(|i| async move {
+            if i % 2 == 0 {
+                evict_once(client, "shop", held, 429).await
+            } else {
+                evict_once(client, "shop", allowed, 201).await
+            }
+        })
+        .buffer_unordered(STORM_CONCURRENCY)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
 pub async fn latency(runs: usize, report: &mut Report) -> anyhow::Result<()> {
-    let (mut held, mut allowed) = (Vec::new(), Vec::new());
+    let (mut held, mut allowed, mut stormed) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
         let scenario = snapdrain_sim::scenario::parse(scenarios::OVERHEAD, "bench-gate")?;
         let cluster = SimCluster::start(SimConfig {
@@ -143,6 +173,7 @@ pub async fn latency(runs: usize, report: &mut Report) -> anyhow::Result<()> {
         let result = async {
             held.extend(evictions(&client, "shop", &protected, 429).await?);
             allowed.extend(evictions(&client, "shop", &other, 201).await?);
+            stormed.extend(storm(&client, &protected, &other).await?);
             anyhow::Ok(())
         }
         .await;
@@ -159,6 +190,17 @@ pub async fn latency(runs: usize, report: &mut Report) -> anyhow::Result<()> {
         if let Some(s) = Summary::of(samples) {
             report.add_summary_ms(SECTION, name, &s, None, Some(&note));
         }
+    }
+    if let Some(s) = Summary::of(&stormed) {
+        report.add_summary_ms(
+            SECTION,
+            "dry-run eviction in a storm (held and allowed)",
+            &s,
+            None,
+            Some(&format!(
+                "{STORM} evictions per run, {STORM_CONCURRENCY} in flight, as Karpenter and Cluster Autoscaler send them"
+            )),
+        );
     }
     Ok(())
 }

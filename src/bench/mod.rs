@@ -6,10 +6,12 @@
 //! - [`controller`]: orchestration overhead of one plan, and drain speed against `kubectl drain`.
 //! - [`planning`]: `plan_node` on one node of the 150,000-pod inventory.
 //! - [`gate`]: what the eviction gate adds to each eviction (run with the controller section).
+//! - [`holds`]: how soon a new protected pod is held (run with the controller section).
 
 pub mod api;
 pub mod controller;
 pub mod gate;
+pub mod holds;
 pub mod planning;
 pub mod report;
 pub mod scenarios;
@@ -73,6 +75,9 @@ pub async fn run(opts: &Options) -> Report {
         }
         if let Err(e) = gate::latency(runs, &mut report).await {
             report.skipped("gate", "eviction gate latency", format!("failed: {e:#}"));
+        }
+        if let Err(e) = holds::latency(runs, &mut report).await {
+            report.skipped("holds", "hold latency", format!("failed: {e:#}"));
         }
     }
     report

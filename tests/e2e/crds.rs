@@ -4,7 +4,13 @@
 
 use std::path::PathBuf;
 
+use serde_json::Value;
+
 use snapdrain::api::{DisruptionPlan, DisruptionPlanSpec, crd_yaml, policy_crd_yaml};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
 
 fn committed_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("crds/disruptionplan.yaml")
@@ -158,5 +164,77 @@ async fn kubectl_creates_and_applies_a_plan_and_refuses_a_misspelt_field() {
     assert!(
         !err.contains("apiVersion") && !err.contains("\"kind\""),
         "{err}"
+    );
+}
+
+/// A CRD upgrade keeps what exists: plans and the policy written under the previous schema (here: the
+/// policy CRD without `notifications`, as before it was added) survive `kubectl apply` of the committed
+/// CRDs unchanged, the new field is accepted afterwards (it was pruned before, as kube-apiserver prunes
+/// unknown fields), and a controller started after the upgrade runs the old plan to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crd_upgrade_keeps_existing_plans_and_policies() {
+    let h = snapdrain_testkit::harness::Harness::start().await;
+    let kubectl = snapdrain_testkit::kubectl::Kubectl::new(&h.cluster);
+    let current = std::fs::read_to_string(root().join("crds/disruptionpolicy.yaml"))
+        .expect("the committed policy CRD");
+    let mut previous: Value = serde_saphyr::from_str(&current).expect("YAML");
+    let props = previous
+        .pointer_mut("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties")
+        .and_then(Value::as_object_mut)
+        .expect("the policy spec's properties");
+    assert!(props.remove("notifications").is_some());
+    let previous = kubectl.file(
+        "previous-policy-crd.yaml",
+        &serde_json::to_string(&previous).expect("JSON is YAML"),
+    );
+    kubectl.ok(&["apply", "-f", &previous]).await;
+    let objects = kubectl.file(
+        "objects.yaml",
+        "apiVersion: snapdrain.io/v1alpha1\nkind: DisruptionPolicy\nmetadata: {name: default}\nspec:\n  releaseWindow: 7m\n  notifications: {webhook: {url: \"http://127.0.0.1:9/hook\"}}\n---\napiVersion: snapdrain.io/v1alpha1\nkind: DisruptionPlan\nmetadata: {name: before-upgrade}\nspec:\n  nodes: [no-such-node]\n  dryRun: true\n",
+    );
+    // Under the previous schema the unknown field is dropped (kubectl warns), the rest is stored.
+    kubectl
+        .ok(&["apply", "--validate=false", "-f", &objects])
+        .await;
+    let before = kubectl
+        .json(&["get", "disruptionpolicy", "default", "-o", "json"])
+        .await;
+    assert_eq!(before["spec"]["releaseWindow"], "7m");
+    assert!(before["spec"].get("notifications").is_none(), "{before}");
+    let plan_before = kubectl
+        .json(&["get", "disruptionplan", "before-upgrade", "-o", "json"])
+        .await;
+
+    kubectl
+        .ok(&["apply", "-f", &root().join("crds").display().to_string()])
+        .await;
+    let after = kubectl
+        .json(&["get", "disruptionpolicy", "default", "-o", "json"])
+        .await;
+    assert_eq!(
+        after["spec"], before["spec"],
+        "the upgrade changed no stored policy"
+    );
+    let plan_after = kubectl
+        .json(&["get", "disruptionplan", "before-upgrade", "-o", "json"])
+        .await;
+    assert_eq!(plan_after["spec"], plan_before["spec"]);
+    kubectl.ok(&["apply", "-f", &objects]).await;
+    let updated = kubectl
+        .json(&["get", "disruptionpolicy", "default", "-o", "json"])
+        .await;
+    assert_eq!(
+        updated["spec"]["notifications"]["webhook"]["url"], "http://127.0.0.1:9/hook",
+        "the new field is kept once the CRD knows it"
+    );
+    let _controller = h.controller().await;
+    let done = h
+        .wait_plan_until("before-upgrade", snapdrain_testkit::harness::TIMEOUT, |p| {
+            p.status.is_some()
+        })
+        .await;
+    assert!(
+        done.status.is_some(),
+        "the old plan is reconciled after the upgrade"
     );
 }
