@@ -438,19 +438,7 @@ async fn the_gate_issues_its_certificates_once_and_patches_the_ca_bundle() {
         controller_with_gate(&h, "Ignore", Lifetimes::default(), Duration::from_secs(30)).await;
     let first = validity(&h.client).await.expect("the Secret exists");
     // A second replica finds the Secret and serves the same bundle: no second CA.
-    let second = h
-        .controller_with(
-            RunOptions {
-                lease_namespace: None,
-                webhook: Some(webhook_config(
-                    Lifetimes::default(),
-                    Duration::from_secs(30),
-                )),
-                ..RunOptions::default()
-            },
-            "snapdrain-1",
-        )
-        .await;
+    let second = second_replica(&h).await;
     assert_eq!(validity(&h.client).await, Some(first));
     let bundle = eventually_within("the caBundle is set", TIMEOUT, || async {
         ca_bundle(&h.client).await
@@ -468,6 +456,42 @@ async fn the_gate_issues_its_certificates_once_and_patches_the_ca_bundle() {
     assert_eq!(bundle, ca.0);
     second.shutdown().await;
     controller.shutdown().await;
+}
+
+/// A second replica of the controller with the gate (the Service still points at the first).
+async fn second_replica(h: &Harness) -> ControllerHandle {
+    h.controller_with(
+        RunOptions {
+            lease_namespace: None,
+            webhook: Some(webhook_config(
+                Lifetimes::default(),
+                Duration::from_secs(30),
+            )),
+            ..RunOptions::default()
+        },
+        "snapdrain-1",
+    )
+    .await
+}
+
+/// Sets annotation `key: value` on each `namespace/name` pod, as its user would.
+async fn users_own_annotation<'a>(
+    h: &Harness,
+    pods: impl IntoIterator<Item = &'a String>,
+    key: &str,
+    value: &str,
+) {
+    for pod in pods {
+        let (ns, name) = pod.split_once('/').expect("ns/name");
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(h.client.clone(), ns)
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+            )
+            .await
+            .expect("the user's own annotation");
+    }
 }
 
 /// Evicts `ns/name` once through the API (as a drainer does), returning the HTTP code of the answer.
@@ -546,19 +570,7 @@ async fn a_restart_of_every_replica_lets_no_eviction_through_early() {
     // No replica serves: the API server cannot call the webhook, and Fail refuses the eviction.
     let down = evict_code(&client, &ns, &pod).await;
     assert!(down >= 500, "refused while the gate is down, got {down}");
-    let second = h
-        .controller_with(
-            RunOptions {
-                lease_namespace: None,
-                webhook: Some(webhook_config(
-                    Lifetimes::default(),
-                    Duration::from_secs(30),
-                )),
-                ..RunOptions::default()
-            },
-            "snapdrain-1",
-        )
-        .await;
+    let second = second_replica(&h).await;
     // The Service now reaches the new replica.
     let addr = second.webhook_addr.expect("the gate listens");
     Api::<Service>::namespaced(h.client.clone(), NS)
@@ -692,19 +704,7 @@ async fn karpenters_forceful_termination_waits_at_the_gate_for_an_unheld_pod() {
     let h = Harness::start().await;
     let node = h.node_with_statefulset_pods().await;
     let protected = h.protected_pods_on(&node).await;
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(h.client.clone(), "shop");
-    for key in protected.keys() {
-        let name = key.split_once('/').map(|(_, n)| n).expect("ns/name");
-        pods.patch(
-            name,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(
-                json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "false"}}}),
-            ),
-        )
-        .await
-        .expect("the user's own annotation");
-    }
+    users_own_annotation(&h, protected.keys(), "karpenter.sh/do-not-disrupt", "false").await;
     let controller =
         controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
     let claim = h
@@ -758,18 +758,13 @@ async fn a_cluster_autoscaler_scale_down_waits_at_the_gate_for_the_verified_back
     let h = Harness::start().await;
     let node = h.node_with_statefulset_pods().await;
     let protected = h.protected_pods_on(&node).await;
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(h.client.clone(), "shop");
-    for key in protected.keys() {
-        let name = key.split_once('/').map(|(_, n)| n).expect("ns/name");
-        pods.patch(
-            name,
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
-                "cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}}})),
-        )
-        .await
-        .expect("the user's own annotation");
-    }
+    users_own_annotation(
+        &h,
+        protected.keys(),
+        "cluster-autoscaler.kubernetes.io/safe-to-evict",
+        "true",
+    )
+    .await;
     let _controller =
         controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
     let ca = h

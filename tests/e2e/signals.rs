@@ -64,6 +64,23 @@ async fn drift(h: &Harness, node: &str) {
         .expect("mark the NodeClaim drifted");
 }
 
+/// Karpenter's forceful path: the node's NodeClaim, given a terminationGracePeriod (so Karpenter
+/// writes the termination timestamp), is deleted. Returns the NodeClaims API and the claim's name.
+async fn delete_nodeclaim_with_grace(
+    h: &Harness,
+    node: &str,
+    period: &str,
+) -> (Api<DynamicObject>, String) {
+    let api = nodeclaims(h);
+    let claim = nodeclaim_of(h, node).await;
+    snapdrain_testkit::karpenter::set_termination_grace_period(&h.cluster, &claim, period)
+        .expect("set terminationGracePeriod");
+    api.delete(&claim, &Default::default())
+        .await
+        .expect("delete the NodeClaim");
+    (api, claim)
+}
+
 async fn wait_signal_plan(h: &Harness, node: &str) -> DisruptionPlan {
     let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
     let found = h
@@ -286,14 +303,7 @@ async fn a_deleted_nodeclaim_makes_a_plan_with_karpenters_deadline() {
     wait_all_protected_held(&h).await;
     let node = h.node_with_statefulset_pods().await;
     let protected_on_node = h.protected_pods_on(&node).await;
-    let api = nodeclaims(&h);
-    let claim = nodeclaim_of(&h, &node).await;
-    // A terminationGracePeriod, so Karpenter writes the termination timestamp on deletion.
-    snapdrain_testkit::karpenter::set_termination_grace_period(&h.cluster, &claim, "10m")
-        .expect("set terminationGracePeriod");
-    api.delete(&claim, &Default::default())
-        .await
-        .expect("delete the NodeClaim");
+    let (api, claim) = delete_nodeclaim_with_grace(&h, &node, "10m").await;
     let plan = wait_signal_plan(&h, &node).await;
     assert_eq!(plan.spec.reason.as_deref(), Some("NodeClaimDeleted"));
     // Karpenter writes the termination timestamp right after the deletion; the plan may have been made
@@ -842,13 +852,7 @@ async fn a_deadline_too_short_for_the_backup_fails_the_plan_loudly() {
     wait_all_protected_held(&h).await;
     let node = h.node_with_statefulset_pods().await;
     let protected_on_node = h.protected_pods_on(&node).await;
-    let api = nodeclaims(&h);
-    let claim = nodeclaim_of(&h, &node).await;
-    snapdrain_testkit::karpenter::set_termination_grace_period(&h.cluster, &claim, "3s")
-        .expect("set terminationGracePeriod");
-    api.delete(&claim, &Default::default())
-        .await
-        .expect("delete the NodeClaim");
+    delete_nodeclaim_with_grace(&h, &node, "3s").await;
     let plan = wait_signal_plan(&h, &node).await;
     let done = h
         .wait_plan(&plan.name_any(), TIMEOUT, PlanPhase::is_terminal)
