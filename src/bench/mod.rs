@@ -7,14 +7,19 @@
 //! - [`planning`]: `plan_node` on one node of the 150,000-pod inventory.
 //! - [`gate`]: what the eviction gate adds to each eviction (run with the controller section).
 //! - [`holds`]: how soon a new protected pod is held (run with the controller section).
+//! - [`limit`]: one plan against its physical limit (run with the controller section).
+//! - [`rollout`]: a 20-node Karpenter drift rollout, alone and guarded by snapdrain.
 
 pub mod api;
 pub mod controller;
 pub mod gate;
 pub mod holds;
+pub mod limit;
 pub mod planning;
 pub mod report;
+pub mod rollout;
 pub mod scenarios;
+pub mod sim;
 pub mod stats;
 
 pub use report::{Figure, Report};
@@ -24,6 +29,7 @@ pub enum Only {
     Api,
     Controller,
     Planning,
+    Rollout,
     All,
 }
 
@@ -73,12 +79,20 @@ pub async fn run(opts: &Options) -> Report {
         if let Err(e) = controller::drain_speed(runs, &mut report).await {
             report.skipped("controller", "drain speed", format!("failed: {e:#}"));
         }
+        if let Err(e) = limit::physical_limit(runs.min(3), &mut report).await {
+            report.skipped("controller", "physical limit", format!("failed: {e:#}"));
+        }
         if let Err(e) = gate::latency(runs, &mut report).await {
             report.skipped("gate", "eviction gate latency", format!("failed: {e:#}"));
         }
         if let Err(e) = holds::latency(runs, &mut report).await {
             report.skipped("holds", "hold latency", format!("failed: {e:#}"));
         }
+    }
+    if wants(Only::Rollout)
+        && let Err(e) = rollout::drift(&mut report).await
+    {
+        report.skipped("rollout", "drift rollout", format!("failed: {e:#}"));
     }
     report
 }

@@ -58,3 +58,36 @@ deployments:
 velero:
   bucket: velero
 "#;
+
+/// Three nodes with one 20 GiB StatefulSet replica each (3 CPUs a replica on 4-CPU nodes keeps them
+/// apart) and a few stateless pods, at the world's default timings: the plan's time is compared with
+/// what moving that node's own bytes and stopping its pods must take.
+pub const LIMIT: &str = r#"
+name: bench-limit
+description: Three nodes, one 20 GiB StatefulSet replica on each, for a plan against its physical limit.
+materialize: true
+nodePools:
+  - name: default
+    consolidationPolicy: WhenEmpty
+    consolidateAfter: 1h
+nodes:
+  - count: 3
+    instanceType: m6i.xlarge
+    zones: [us-east-1a, us-east-1b, us-east-1c]
+    karpenter: {nodePool: default}
+namespaces: [shop]
+statefulSets:
+  - name: db
+    namespace: shop
+    replicas: 3
+    podManagementPolicy: Parallel
+    pod: {image: "postgres:17", cpu: "3", memory: 4Gi, annotations: {backup.velero.io/backup-volumes: data}}
+    volumeClaimTemplates: [{name: data, size: 20Gi}]
+deployments:
+  - name: web
+    namespace: shop
+    replicas: 6
+    pod: {image: "nginx:1.27", cpu: 10m, memory: 16Mi}
+velero:
+  bucket: velero
+"#;

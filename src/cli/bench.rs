@@ -6,8 +6,8 @@ use crate::bench::{self, Only};
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Which measurements: the simulated API server at scale-5k, the controller's overhead and drain
-    /// speed, planning cost, or all of them.
+    /// Which measurements: the simulated API server at scale-5k, the controller's overhead, drain speed
+    /// and a plan against its physical limit, planning cost, a 20-node drift rollout, or all of them.
     #[arg(long, value_enum, default_value_t = Section::All)]
     pub only: Section,
     /// Pod status updates written for the watch fan-out measurement.
@@ -29,6 +29,7 @@ pub enum Section {
     Api,
     Controller,
     Planning,
+    Rollout,
     All,
 }
 
@@ -37,6 +38,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Section::Api => Only::Api,
         Section::Controller => Only::Controller,
         Section::Planning => Only::Planning,
+        Section::Rollout => Only::Rollout,
         Section::All => Only::All,
     };
     let report = bench::run(&bench::Options {

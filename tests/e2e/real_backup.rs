@@ -145,3 +145,65 @@ async fn sse_c_objects_are_read_with_the_customer_key() {
     let h = Harness::start_with_velero(|v| v.sse_c = true).await;
     drain_one(&h, "sse-c").await;
 }
+
+/// Backup scope `Pods` (the default; issue "Scale and speed"): a plan backs up the node's own replicas
+/// only. The quickstart's postgres and redis StatefulSets have replicas on other nodes too; Velero's
+/// record of what it backed up (the simulated Velero's Completed phase lists the PVCs its
+/// PodVolumeBackups uploaded, as `namespace/claim`) must name exactly the claims of the StatefulSet pods
+/// that were on the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plan_backs_up_only_the_replicas_on_its_node() {
+    let h = Harness::start().await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    let own: BTreeSet<String> = protected
+        .iter()
+        .flat_map(|(pod, claims)| {
+            let ns = pod.split('/').next().unwrap_or_default().to_string();
+            claims.iter().map(move |c| format!("{ns}/{c}"))
+        })
+        .collect();
+    let all_pvcs =
+        kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::all(h.client.clone())
+            .list(&Default::default())
+            .await
+            .expect("list PVCs")
+            .items
+            .len();
+    assert!(
+        !own.is_empty() && all_pvcs > own.len(),
+        "the node holds some replicas, not all: {own:?} of {all_pvcs} PVCs"
+    );
+    let plan = {
+        let _controller = h.controller().await;
+        h.create_plan("own-replicas", json!({"nodes": [node]}))
+            .await;
+        h.wait_plan("own-replicas", TIMEOUT, |p| p.is_terminal())
+            .await
+    };
+    assert_completed_and_verified(&h, &protected, &plan);
+    let names: BTreeSet<String> = plan
+        .status
+        .iter()
+        .flat_map(|s| s.backups.iter().map(|b| b.name.clone()))
+        .collect();
+    let uploaded: BTreeSet<String> = h
+        .audit()
+        .iter()
+        .filter(|e| e.source == "world" && e.resource == "backups.velero.io")
+        .filter(|e| e.detail["phase"] == "Completed")
+        .filter(|e| e.name.as_ref().is_some_and(|n| names.contains(n)))
+        .flat_map(|e| {
+            e.detail["pvcs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(
+        uploaded, own,
+        "Velero backed up exactly the PVCs of the node's own StatefulSet pods"
+    );
+}

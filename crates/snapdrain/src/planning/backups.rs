@@ -21,7 +21,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 
 use super::naming::{PlanRef, backup_name, label_value};
-use crate::api::plan::{BackupMethod, DisruptionPlanSpec};
+use super::node::POD_NAME_LABEL;
+use crate::api::plan::{BackupMethod, BackupScope, DisruptionPlanSpec};
 use crate::api::status::BackupRecord;
 use crate::api::velero::{self, BackupStatus};
 
@@ -98,6 +99,33 @@ impl ReusableBackup {
 pub struct Clock {
     pub decided_at: Timestamp,
     pub now: Timestamp,
+}
+
+/// What a Backup selects (`orLabelSelectors`) under `scope`. `Pods`: each of `pods` (`name` or
+/// `namespace/name`) by its `statefulset.kubernetes.io/pod-name` label, so only those pods and the PVCs
+/// and PVs Velero adds for them are backed up. `StatefulSet`: `sts_selectors`, the StatefulSets' own
+/// selectors, or the pods by name when none of the StatefulSets is left to read a selector from.
+pub fn scope_selectors(
+    scope: BackupScope,
+    pods: &[String],
+    sts_selectors: &[LabelSelector],
+) -> Vec<LabelSelector> {
+    let by_name = || {
+        pods.iter()
+            .map(|pod| LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    POD_NAME_LABEL.to_owned(),
+                    pod.rsplit('/').next().unwrap_or(pod).to_owned(),
+                )])),
+                match_expressions: None,
+            })
+            .collect()
+    };
+    match scope {
+        BackupScope::Pods => by_name(),
+        BackupScope::StatefulSet if sts_selectors.is_empty() => by_name(),
+        BackupScope::StatefulSet => sts_selectors.to_vec(),
+    }
 }
 
 /// The newest backup that may stand in for a new one: Completed and verified, in `location` (the BSL a new
@@ -460,6 +488,41 @@ pub fn backup_timeout_left(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scope_pods_selects_the_recorded_pods_by_name_whatever_the_statefulsets_select() {
+        let sts = LabelSelector {
+            match_labels: Some(BTreeMap::from([("app".to_owned(), "pg".to_owned())])),
+            match_expressions: None,
+        };
+        let pods = vec!["db/pg-1".to_owned(), "pg-2".to_owned()];
+        let names = |sels: Vec<LabelSelector>| -> Vec<String> {
+            sels.into_iter()
+                .flat_map(|s| s.match_labels.unwrap_or_default().into_iter())
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect()
+        };
+        assert_eq!(
+            names(scope_selectors(
+                BackupScope::Pods,
+                &pods,
+                std::slice::from_ref(&sts)
+            )),
+            [
+                "statefulset.kubernetes.io/pod-name=pg-1",
+                "statefulset.kubernetes.io/pod-name=pg-2"
+            ]
+        );
+        assert_eq!(
+            names(scope_selectors(BackupScope::StatefulSet, &pods, &[sts])),
+            ["app=pg"]
+        );
+        // The StatefulSet is gone: its pods by name rather than a Backup that selects everything.
+        assert_eq!(
+            names(scope_selectors(BackupScope::StatefulSet, &pods, &[])).len(),
+            2
+        );
+    }
     use serde_json::json;
 
     #[test]

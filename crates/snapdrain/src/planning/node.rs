@@ -11,7 +11,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
-use super::backups::{BackupNeed, Clock, ReusableBackup, find_reusable};
+use super::backups::{BackupNeed, Clock, ReusableBackup, find_reusable, scope_selectors};
 use super::evictions::{PlannedEviction, eviction_tier};
 use super::inventory::{
     DO_NOT_DISRUPT_ANNOTATION, PdbIndex, ProtectionRule, do_not_disrupt_active, has_empty_dir,
@@ -339,15 +339,13 @@ impl NeedBuilder {
         clock: Clock,
     ) -> BackupNeed {
         let pvcs: Vec<String> = self.pvcs.into_iter().collect();
-        let by_name = |pod: &String| LabelSelector {
-            match_labels: Some(BTreeMap::from([(POD_NAME_LABEL.to_owned(), pod.clone())])),
-            match_expressions: None,
-        };
-        let or_label_selectors: Vec<LabelSelector> = match spec.backup.scope {
-            BackupScope::Pods => self.pods.iter().map(by_name).collect(),
+        let pods: Vec<String> = self.pods.iter().cloned().collect();
+        let or_label_selectors = match spec.backup.scope {
+            BackupScope::Pods => scope_selectors(BackupScope::Pods, &pods, &[]),
+            // Pods whose StatefulSet is not in the cache are selected by name.
             BackupScope::StatefulSet => {
                 let mut all: Vec<LabelSelector> = self.selectors.values().cloned().collect();
-                all.extend(self.by_pod_name.iter().map(by_name));
+                all.extend(scope_selectors(BackupScope::Pods, &self.by_pod_name, &[]));
                 all
             }
         };

@@ -10,13 +10,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, MicroTime, T
 use kube::api::Api;
 use kube::runtime::events::EventType;
 
+use crate::api::plan::BackupScope;
 use crate::api::status::{AbandonedBackup, BackupRecord};
 use crate::backup::velero::{delete_backup_object, ensure_backup, get_backup, request_deletion};
 use crate::controller::error::ControllerError;
 use crate::controller::reconcile::PlanRun;
 use crate::planning::backups::{
     AbandonAction, REUSE_EXPIRY_MARGIN, ReuseCheck, abandon_action, backup_timeout_left,
-    build_delete_request, check_reused_backup, velero_deletes_in_phase,
+    build_delete_request, check_reused_backup, scope_selectors, velero_deletes_in_phase,
 };
 use crate::planning::{
     BackupNeed, BackupProgress, PhaseFacts, PlanRef, RetryDecision, backup_name, backup_retry,
@@ -52,40 +53,30 @@ pub(super) fn latest_index(records: &[BackupRecord], ns: &str) -> Option<usize> 
         .map(|(i, _)| i)
 }
 
-/// Rebuilds what a record's Backup must select: the StatefulSets' own selectors (read now), or each pod by
-/// name when its StatefulSet is gone.
+/// Rebuilds what a record's Backup must select under the plan's `backup.scope`: the recorded pods by
+/// name (`Pods`), or the StatefulSets' own selectors read now (`StatefulSet`; each pod by name when its
+/// StatefulSet is gone).
 async fn need_for(run: &PlanRun, record: &BackupRecord) -> Result<BackupNeed, ControllerError> {
-    let api: Api<StatefulSet> = Api::namespaced(run.ctx.client.clone(), &record.namespace);
-    let mut selectors: Vec<LabelSelector> = Vec::new();
-    for sts in &record.stateful_sets {
-        let found = api
-            .get_opt(sts)
-            .await
-            .map_err(|source| ControllerError::Read {
-                what: format!("StatefulSet {}/{sts}", record.namespace),
-                source,
-            })?;
-        if let Some(sel) = found.and_then(|s| s.spec).map(|s| s.selector)
-            && !selectors.contains(&sel)
-        {
-            selectors.push(sel);
+    let scope = run.plan.spec.backup.scope;
+    let mut sts_selectors: Vec<LabelSelector> = Vec::new();
+    if scope == BackupScope::StatefulSet {
+        let api: Api<StatefulSet> = Api::namespaced(run.ctx.client.clone(), &record.namespace);
+        for sts in &record.stateful_sets {
+            let found = api
+                .get_opt(sts)
+                .await
+                .map_err(|source| ControllerError::Read {
+                    what: format!("StatefulSet {}/{sts}", record.namespace),
+                    source,
+                })?;
+            if let Some(sel) = found.and_then(|s| s.spec).map(|s| s.selector)
+                && !sts_selectors.contains(&sel)
+            {
+                sts_selectors.push(sel);
+            }
         }
     }
-    if selectors.is_empty() {
-        for pod in &record.pods {
-            let name = pod.rsplit('/').next().unwrap_or(pod);
-            selectors.push(LabelSelector {
-                match_labels: Some(
-                    [(
-                        "statefulset.kubernetes.io/pod-name".to_string(),
-                        name.to_string(),
-                    )]
-                    .into(),
-                ),
-                match_expressions: None,
-            });
-        }
-    }
+    let selectors = scope_selectors(scope, &record.pods, &sts_selectors);
     Ok(BackupNeed {
         namespace: record.namespace.clone(),
         stateful_sets: record.stateful_sets.clone(),
