@@ -95,6 +95,39 @@ async fn kubectl_create_generators_send_protobuf_and_every_field_arrives() {
     assert_eq!(pod["containers"][0]["image"], "busybox:1.36", "{job}");
     assert_eq!(pod["containers"][0]["name"], "once", "{job}");
 
+    k.ok(&[
+        "create",
+        "service",
+        "clusterip",
+        "web",
+        "-n",
+        "team-a",
+        "--tcp=80:8080",
+    ])
+    .await;
+    let svc = k.json(&["get", "service", "web", "-n", "team-a"]).await;
+    assert_eq!(svc["spec"]["type"], "ClusterIP", "{svc}");
+    assert_eq!(svc["spec"]["selector"]["app"], "web", "{svc}");
+    assert_eq!(svc["spec"]["ports"][0]["port"], 80, "{svc}");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], 8080, "{svc}");
+
+    k.ok(&[
+        "create",
+        "pdb",
+        "web",
+        "-n",
+        "team-a",
+        "--selector=app=web",
+        "--max-unavailable=25%",
+    ])
+    .await;
+    let pdb = k.json(&["get", "pdb", "web", "-n", "team-a"]).await;
+    assert_eq!(pdb["spec"]["maxUnavailable"], "25%", "{pdb}");
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"]["app"], "web",
+        "{pdb}"
+    );
+
     // TokenRequest on the serviceaccounts/token subresource: audience and duration arrive.
     let token = k
         .json(&[
@@ -280,6 +313,17 @@ async fn a_protobuf_field_the_simulator_does_not_decode_is_refused_by_name() {
         !out.status.success(),
         "nothing was created: {}",
         answer(&out)
+    );
+    // A kind the simulator does not decode from protobuf: a 415 that names the accepted ones.
+    let err = k
+        .fails(&["create", "quota", "small", "--hard=pods=2"])
+        .await;
+    assert!(
+        err.contains("decodes protobuf bodies only for")
+            && err.contains("apps/v1/Deployment")
+            && err.contains("(got v1/ResourceQuota)")
+            && err.contains("JSON and YAML bodies are accepted for every kind"),
+        "{err}"
     );
     // The same object as JSON is accepted.
     let yaml = k

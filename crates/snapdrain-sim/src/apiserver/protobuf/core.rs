@@ -1,11 +1,11 @@
 //! core/v1 kinds (`k8s.io/api/core/v1/generated.proto`): what kubectl's generators send
 //! (`kubectl/pkg/cmd/create/create_namespace.go`, `create_configmap.go`, `create_secret*.go`,
-//! `create_serviceaccount.go`) and the pod template the workload generators fill.
+//! `create_serviceaccount.go`, `create_service.go`) and the pod template the workload generators fill.
 
 use k8s_pb::api::core::v1::{
     ConfigMap, Container, ContainerPort, EnvVar, LocalObjectReference, Namespace, NamespaceSpec,
-    PodSpec, PodTemplateSpec, ResourceRequirements, Secret, ServiceAccount, Toleration,
-    VolumeMount,
+    PodSpec, PodTemplateSpec, ResourceRequirements, Secret, Service, ServiceAccount, ServicePort,
+    ServiceSpec, Toleration, VolumeMount,
 };
 use serde_json::Value;
 
@@ -339,5 +339,96 @@ fn toleration(path: &str, t: Toleration) -> Result<Value> {
     o.string("value", value);
     o.string("effect", effect);
     o.ptr("tolerationSeconds", toleration_seconds);
+    o.done()
+}
+
+/// What `kubectl create service clusterip|nodeport|loadbalancer|externalname` sets (ports, selector,
+/// type, clusterIP, externalName) and the plain fields; session affinity config is refused when set.
+pub fn service(s: Service) -> Result<Value> {
+    let Service {
+        metadata,
+        spec,
+        status,
+    } = s;
+    let mut o = Obj::new("");
+    o.embedded("metadata", metadata, meta::object_meta)?;
+    o.embedded("spec", spec, service_spec)?;
+    o.unmapped("status", &status)?;
+    o.done()
+}
+
+fn service_spec(path: &str, s: ServiceSpec) -> Result<Value> {
+    let ServiceSpec {
+        ports,
+        selector,
+        cluster_ip,
+        cluster_ips,
+        r#type,
+        external_ips,
+        session_affinity,
+        load_balancer_ip,
+        load_balancer_source_ranges,
+        external_name,
+        external_traffic_policy,
+        health_check_node_port,
+        publish_not_ready_addresses,
+        session_affinity_config,
+        ip_families,
+        ip_family_policy,
+        allocate_load_balancer_node_ports,
+        load_balancer_class,
+        internal_traffic_policy,
+        traffic_distribution,
+    } = s;
+    let mut o = Obj::new(path);
+    o.list("ports", ports, service_port)?;
+    o.string_map("selector", selector);
+    o.string("clusterIP", cluster_ip);
+    o.strings("clusterIPs", cluster_ips);
+    o.string("type", r#type);
+    o.strings("externalIPs", external_ips);
+    o.string("sessionAffinity", session_affinity);
+    o.string("loadBalancerIP", load_balancer_ip);
+    o.strings("loadBalancerSourceRanges", load_balancer_source_ranges);
+    o.string("externalName", external_name);
+    o.string("externalTrafficPolicy", external_traffic_policy);
+    o.int("healthCheckNodePort", health_check_node_port);
+    o.flag("publishNotReadyAddresses", publish_not_ready_addresses);
+    o.unmapped("sessionAffinityConfig", &session_affinity_config)?;
+    o.strings("ipFamilies", ip_families);
+    o.ptr("ipFamilyPolicy", ip_family_policy);
+    o.ptr(
+        "allocateLoadBalancerNodePorts",
+        allocate_load_balancer_node_ports,
+    );
+    o.ptr("loadBalancerClass", load_balancer_class);
+    o.ptr("internalTrafficPolicy", internal_traffic_policy);
+    o.ptr("trafficDistribution", traffic_distribution);
+    o.done()
+}
+
+fn service_port(path: &str, p: ServicePort) -> Result<Value> {
+    let ServicePort {
+        name,
+        protocol,
+        app_protocol,
+        port,
+        target_port,
+        node_port,
+    } = p;
+    let mut o = Obj::new(path);
+    o.string("name", name);
+    o.string("protocol", protocol);
+    o.ptr("appProtocol", app_protocol);
+    // Not omitempty in the Go type: always written.
+    o.set("port", port.unwrap_or(0).into());
+    // A non-pointer IntOrString: its zero (int 0) means "same as port" and is omitted.
+    if let Some(t) = target_port {
+        let v = meta::int_or_string(&o.at("targetPort"), t)?;
+        if v != 0 && v != "" {
+            o.set("targetPort", v);
+        }
+    }
+    o.int("nodePort", node_port);
     o.done()
 }

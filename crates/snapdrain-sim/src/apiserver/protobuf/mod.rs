@@ -12,6 +12,7 @@ mod envelope;
 mod error;
 mod fields;
 mod meta;
+mod policy;
 mod rbac;
 
 use prost::Message;
@@ -25,9 +26,11 @@ pub const ACCEPTED_KINDS: &[&str] = &[
     "v1/ConfigMap",
     "v1/Secret",
     "v1/ServiceAccount",
+    "v1/Service",
     "apps/v1/Deployment",
     "batch/v1/Job",
     "batch/v1/CronJob",
+    "policy/v1/PodDisruptionBudget",
     "authentication.k8s.io/v1/TokenRequest",
     "authorization.k8s.io/v1/SelfSubjectAccessReview",
     "rbac.authorization.k8s.io/v1/Role",
@@ -45,9 +48,11 @@ pub fn to_json(body: &[u8]) -> Result<Value, ProtobufError> {
         ("v1", "ConfigMap") => core::config_map(decode(&env, raw)?),
         ("v1", "Secret") => core::secret(decode(&env, raw)?),
         ("v1", "ServiceAccount") => core::service_account(decode(&env, raw)?),
+        ("v1", "Service") => core::service(decode(&env, raw)?),
         ("apps/v1", "Deployment") => apps::deployment(decode(&env, raw)?),
         ("batch/v1", "Job") => batch::job(decode(&env, raw)?),
         ("batch/v1", "CronJob") => batch::cron_job(decode(&env, raw)?),
+        ("policy/v1", "PodDisruptionBudget") => policy::pod_disruption_budget(decode(&env, raw)?),
         ("authentication.k8s.io/v1", "TokenRequest") => auth::token_request(decode(&env, raw)?),
         ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => {
             auth::self_subject_access_review(decode(&env, raw)?)

@@ -12,8 +12,11 @@ use k8s_pb::api::core::v1::{
     ConfigMap, Container, ContainerPort, Namespace, NamespaceSpec, NamespaceStatus, PodSpec,
     PodTemplateSpec, Probe, ResourceRequirements, Secret,
 };
+use k8s_pb::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_pb::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_pb::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_pb::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
 use prost::Message;
 use serde_json::{Value, json};
 
@@ -311,4 +314,58 @@ fn an_unsupported_kind_is_a_415_naming_the_accepted_kinds() {
     assert_eq!(garbage.code, 400);
     let v: Value = serde_json::to_value(garbage.to_status()).unwrap();
     assert_eq!(v["reason"], "BadRequest");
+}
+
+#[test]
+fn service_and_pod_disruption_budget_with_int_or_string() {
+    let svc = Service {
+        metadata: meta("web", &[("app", "web")]),
+        spec: Some(ServiceSpec {
+            ports: vec![ServicePort {
+                name: Some("80-8080".into()),
+                protocol: Some("TCP".into()),
+                port: Some(80),
+                target_port: Some(IntOrString {
+                    r#type: Some(0),
+                    int_val: Some(8080),
+                    str_val: Some(String::new()),
+                }),
+                node_port: Some(0),
+                ..Default::default()
+            }],
+            selector: [("app".to_string(), "web".to_string())].into(),
+            cluster_ip: Some(String::new()),
+            r#type: Some("ClusterIP".into()),
+            session_affinity: Some(String::new()),
+            health_check_node_port: Some(0),
+            publish_not_ready_addresses: Some(false),
+            ..Default::default()
+        }),
+        status: Some(Default::default()),
+    };
+    assert_eq!(
+        to_json(&body("v1", "Service", &svc)).unwrap()["spec"],
+        json!({"ports": [{"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080}],
+               "selector": {"app": "web"}, "type": "ClusterIP"})
+    );
+    let pdb = PodDisruptionBudget {
+        metadata: meta("web", &[]),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString {
+                r#type: Some(1),
+                int_val: Some(0),
+                str_val: Some("25%".into()),
+            }),
+            selector: Some(LabelSelector {
+                match_labels: [("app".to_string(), "web".to_string())].into(),
+                match_expressions: vec![],
+            }),
+            ..Default::default()
+        }),
+        status: Some(Default::default()),
+    };
+    assert_eq!(
+        to_json(&body("policy/v1", "PodDisruptionBudget", &pdb)).unwrap()["spec"],
+        json!({"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": "25%"})
+    );
 }
