@@ -155,7 +155,8 @@ impl ApiError {
             415,
             "UnsupportedMediaType",
             format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf; got {content_type:?}"
+                "the body of the request was in an unknown format - accepted media types include: application/json and application/yaml (every kind), application/vnd.kubernetes.protobuf (only {}); got {content_type:?}",
+                super::protobuf::ACCEPTED_KINDS.join(", ")
             ),
         )
     }

@@ -62,10 +62,14 @@ impl Request {
         table::wants_table(self.header("accept"))
     }
 
-    /// The request body as JSON (or YAML where the content type says so).
+    /// The request body as JSON (or YAML, or protobuf for the kinds `protobuf` converts, where the
+    /// content type says so).
     fn body_value(&self) -> ApiResult<Value> {
         let ct = self.content_type();
-        if ct.contains("protobuf") || ct.contains("cbor") {
+        if ct.contains("protobuf") {
+            return Ok(super::protobuf::to_json(&self.body)?);
+        }
+        if ct.contains("cbor") {
             return Err(ApiError::unsupported_media_type(ct));
         }
         if self.body.is_empty() {
@@ -189,11 +193,16 @@ fn token_request(state: &ApiState, req: &Request) -> Reply {
     if state.store.get(&t.def.key(), Some(ns), name).is_none() {
         return Err(ApiError::not_found("", "serviceaccounts", name));
     }
-    let spec = req
-        .body_value()
-        .ok()
-        .and_then(|b| b.get("spec").cloned())
-        .unwrap_or_else(|| json!({}));
+    // An empty body asks for the defaults; a body that cannot be read is an error, not an empty
+    // spec (a protobuf body's audiences and duration would otherwise be lost).
+    let spec = if req.body.is_empty() {
+        json!({})
+    } else {
+        req.body_value()?
+            .get("spec")
+            .cloned()
+            .unwrap_or_else(|| json!({}))
+    };
     let seconds = spec
         .get("expirationSeconds")
         .and_then(Value::as_i64)

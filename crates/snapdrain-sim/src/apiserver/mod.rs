@@ -21,6 +21,7 @@ pub mod openapi;
 pub mod patch;
 mod patching;
 pub mod pdb;
+pub mod protobuf;
 pub mod request;
 pub mod resources;
 pub mod schema;

@@ -9,6 +9,7 @@ mod karpenter;
 mod kube_client;
 mod kubectl;
 mod kubectl_gate;
+mod protobuf;
 mod s3;
 mod scenario_runs;
 mod scenarios;
