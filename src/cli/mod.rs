@@ -101,6 +101,10 @@ impl Command {
             | Self::Abort(_)
             | Self::Report(_)
             | Self::Holds { .. } => "error",
+            // The bench runs controllers and simulated clusters in process: their logs would bury the
+            // report (RUST_LOG shows them).
+            #[cfg(feature = "sim")]
+            Self::Bench(_) => "warn,s3s=off,s3s_fs=off",
             _ => "info",
         }
     }

@@ -502,7 +502,8 @@ async fn graceful_signals_wait_for_a_maintenance_window_and_a_free_slot() {
         "no plan outside the window"
     );
     // Open every hour's minute: now the drift gets its plan, and a second drifted node waits for the
-    // one slot (maxPlans 1) until the first plan is over.
+    // one slot (maxPlans 1) until the first plan's backups are verified (a Release plan then only waits
+    // for Karpenter and frees its slot, so Velero can start on the second node).
     policies
         .patch(
             "default",
@@ -525,21 +526,25 @@ async fn graceful_signals_wait_for_a_maintenance_window_and_a_free_slot() {
         .find(|n| n != &first)
         .expect("another node runs a protected pod");
     drift(&h, &second).await;
-    let done = h
-        .wait_plan(
-            &plan.name_any(),
-            Duration::from_secs(120),
-            PlanPhase::is_terminal,
-        )
+    let next = wait_signal_plan(&h, &second).await;
+    let first_now = h
+        .wait_plan_until(&plan.name_any(), Duration::from_secs(120), |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| !s.backups.is_empty() && s.backups.iter().all(|b| b.verified))
+        })
         .await;
-    // The terminal phase's start is when the first plan ended.
-    let finished = done
+    let verified = first_now
         .status
         .as_ref()
-        .and_then(|s| s.phase_started_at.as_ref())
+        .and_then(|s| {
+            s.backups
+                .iter()
+                .filter_map(|b| b.verified_at.as_ref())
+                .max()
+        })
         .map(|t| t.0)
-        .expect("a finished plan records when");
-    let next = wait_signal_plan(&h, &second).await;
+        .expect("a verified backup records when");
     let created = next
         .metadata
         .creation_timestamp
@@ -548,8 +553,8 @@ async fn graceful_signals_wait_for_a_maintenance_window_and_a_free_slot() {
         .0;
     // creationTimestamp has whole seconds.
     assert!(
-        created >= finished - jiff::SignedDuration::from_secs(1),
-        "the second plan started at {created} while the first ran until {finished}"
+        created >= verified - jiff::SignedDuration::from_secs(1),
+        "the second plan started at {created}, before the first plan's backups were verified at {verified}"
     );
 }
 

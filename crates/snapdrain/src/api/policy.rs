@@ -177,7 +177,10 @@ pub struct SignalsSpec {
     pub node_termination_handler: SignalAction,
 }
 
-/// Limits on signal plans running at once (not Completed, Failed or Aborted). 0 means no limit.
+/// Limits on signal plans running at once. A plan takes a slot until its backups are verified, and an
+/// Execute plan until it ends; a Release plan past verification only waits for the disruptor (whose own
+/// budget paces it) and frees its slot, so Velero is not left idle while the next signals wait. 0 means
+/// no limit.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct ConcurrencySpec {

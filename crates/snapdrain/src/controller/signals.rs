@@ -19,7 +19,7 @@ use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::planning::protection;
 use crate::signals::detect::{detect, node_pool_of, nodeclaim_of, nodeclaim_resource, nodeclaims};
-use crate::signals::limits::{Running, admit};
+use crate::signals::limits::{Running, admit, takes_slot};
 use crate::signals::plan::{Choice, NODE_LABEL, NodeSignal, Outcome, choose, source_name};
 use crate::signals::window;
 use crate::signals::{join_or_create, spec_for};
@@ -57,13 +57,8 @@ impl Watcher {
             .collect();
         let mut r = Running::default();
         for p in self.plans.state() {
-            let over = p
-                .status
-                .as_ref()
-                .map(|s| s.phase)
-                .unwrap_or_default()
-                .is_terminal();
-            if over || !p.labels().contains_key(NODE_LABEL) {
+            let phase = p.status.as_ref().map(|s| s.phase).unwrap_or_default();
+            if !takes_slot(phase, p.spec.mode) || !p.labels().contains_key(NODE_LABEL) {
                 continue;
             }
             r.total += 1;

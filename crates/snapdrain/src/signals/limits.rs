@@ -1,7 +1,9 @@
 //! Concurrency of signal plans: a graceful signal waits while the cluster-wide or its NodePool's limit is
 //! reached; a forceful one (with a deadline) never waits, because the node goes anyway.
 
+use crate::api::plan::PlanMode;
 use crate::api::policy::ConcurrencySpec;
+use crate::api::status::PlanPhase;
 
 /// The running signal plans counted against the limits.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -9,6 +11,22 @@ pub struct Running {
     pub total: u32,
     /// Running plans on nodes of the signal's NodePool.
     pub in_pool: u32,
+}
+
+/// Whether a running signal plan takes one of the limits' slots: every plan until its backups are
+/// verified (those are what Velero's one worker serves), and an Execute plan until it ends (snapdrain
+/// drains that node itself). A Release plan past verification only waits for the disruptor, whose own
+/// budget paces it; holding a slot then would leave Velero idle while the next signals wait.
+pub fn takes_slot(phase: PlanPhase, mode: PlanMode) -> bool {
+    match phase {
+        PlanPhase::Completed | PlanPhase::Failed | PlanPhase::Aborted => false,
+        PlanPhase::Pending | PlanPhase::Cordoning | PlanPhase::BackingUp | PlanPhase::Verifying => {
+            true
+        }
+        PlanPhase::Draining | PlanPhase::Terminating | PlanPhase::Replacing => {
+            mode == PlanMode::Execute
+        }
+    }
 }
 
 /// `Ok` when a plan may start now, else why it waits (for logs and the node's Event).
@@ -34,6 +52,22 @@ pub fn admit(limits: &ConcurrencySpec, running: &Running, forceful: bool) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn release_plans_free_their_slot_once_verified_and_execute_plans_when_done() {
+        use PlanPhase::*;
+        for phase in [Pending, Cordoning, BackingUp, Verifying] {
+            assert!(takes_slot(phase, PlanMode::Release), "{phase:?}");
+            assert!(takes_slot(phase, PlanMode::Execute), "{phase:?}");
+        }
+        for phase in [Draining, Terminating, Replacing] {
+            assert!(!takes_slot(phase, PlanMode::Release), "{phase:?}");
+            assert!(takes_slot(phase, PlanMode::Execute), "{phase:?}");
+        }
+        for phase in [Completed, Failed, Aborted] {
+            assert!(!takes_slot(phase, PlanMode::Execute), "{phase:?}");
+        }
+    }
 
     #[test]
     fn graceful_signals_wait_for_a_slot_and_forceful_ones_never() {
