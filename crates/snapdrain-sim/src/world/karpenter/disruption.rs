@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{
-    DISRUPTED_TAINT, DO_NOT_DISRUPT, KarpenterConfig, KarpenterHandle, NODEPOOL_LABEL, budgets,
+    DISRUPTED_TAINT, DO_NOT_DISRUPT, KarpenterConfig, KarpenterHandle, NODEPOOL_POINTER, budgets,
     condition_true, consolidatable, consolidation, lock, modify_claim, modify_node, node_of,
     nodeclaim_from_pool, nodeclaims, nodepools, pods_on, remove_condition, set_condition,
 };
@@ -144,14 +144,7 @@ pub(super) fn pass(
         let pool_name = meta_str(&pool, "name").unwrap_or("");
         let members: Vec<(Arc<Value>, Option<Arc<Value>>)> = claims
             .iter()
-            .filter(|c| {
-                c.pointer(&format!(
-                    "/metadata/labels/{}",
-                    NODEPOOL_LABEL.replace('/', "~1")
-                ))
-                .and_then(Value::as_str)
-                    == Some(pool_name)
-            })
+            .filter(|c| c.pointer(NODEPOOL_POINTER).and_then(Value::as_str) == Some(pool_name))
             .map(|c| (c.clone(), node_of(ctx, c)))
             .collect();
         let total = members.len();
