@@ -304,17 +304,20 @@ fn list(state: &ApiState, req: &Request) -> Reply {
     buf.extend_from_slice(b",\"metadata\":");
     serde_json::to_writer(&mut buf, &meta).map_err(|e| ApiError::internal(e.to_string()))?;
     buf.extend_from_slice(b",\"items\":[");
-    let same_version = t.version == t.def.storage_version();
-    for (i, item) in page.items.iter().enumerate() {
-        if i > 0 {
-            buf.push(b',');
-        }
-        let res = if same_version {
-            serde_json::to_writer(&mut buf, item.as_ref())
-        } else {
+    if t.version == t.def.storage_version() {
+        // Each object's JSON is cached in the store until it changes: a list concatenates bytes.
+        state
+            .store
+            .write_json(&t.def.key(), &page.items, &mut buf)
+            .map_err(|e| ApiError::internal(e.to_string()))?;
+    } else {
+        for (i, item) in page.items.iter().enumerate() {
+            if i > 0 {
+                buf.push(b',');
+            }
             serde_json::to_writer(&mut buf, &present(item, t))
-        };
-        res.map_err(|e| ApiError::internal(e.to_string()))?;
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+        }
     }
     buf.extend_from_slice(b"]}");
     Ok(Response::builder()

@@ -17,6 +17,7 @@ pub mod faults;
 pub mod filter;
 pub mod handlers;
 pub mod label_selector;
+pub mod objects;
 pub mod openapi;
 pub mod patch;
 mod patching;

@@ -6,7 +6,7 @@
 //! controllers of the world (kubelet, scheduler, Velero, ...) write through this type, so every change is
 //! seen by watchers the same way.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::errors::{ApiError, ApiResult, Cause};
+use super::objects::{Field, Objects};
 use super::resources::{Registry, ResKey, ResourceDef, def_from_crd};
 use super::validation;
 
@@ -99,10 +100,12 @@ pub struct ListPage {
     pub next: Option<(String, String)>,
 }
 
-type ObjKey = (String, String);
+type ObjKey = super::objects::ObjKey;
 
 struct ResState {
-    objects: BTreeMap<ObjKey, Arc<Value>>,
+    objects: Objects,
+    /// The resourceVersion of the last change to this resource (0: none yet).
+    last_change_rv: u64,
     history: VecDeque<Arc<WatchEvent>>,
     /// Events at or below this resourceVersion are no longer in `history`.
     compacted_rv: u64,
@@ -110,10 +113,11 @@ struct ResState {
 }
 
 impl ResState {
-    fn new() -> Self {
+    fn new(key: &ResKey) -> Self {
         let (tx, _) = broadcast::channel(SUBSCRIBER_BUFFER);
         Self {
-            objects: BTreeMap::new(),
+            objects: Objects::new(key),
+            last_change_rv: 0,
             history: VecDeque::new(),
             compacted_rv: 0,
             tx,
@@ -186,7 +190,7 @@ impl Inner {
     fn state(&mut self, key: &ResKey) -> &mut ResState {
         self.resources
             .entry(key.clone())
-            .or_insert_with(ResState::new)
+            .or_insert_with(|| ResState::new(key))
     }
 
     fn emit(
@@ -198,6 +202,7 @@ impl Inner {
     ) {
         let rv = self.rv;
         let state = self.state(key);
+        state.last_change_rv = rv;
         let event = Arc::new(WatchEvent {
             rv,
             type_,
@@ -370,6 +375,42 @@ impl Store {
             .cloned()
     }
 
+    /// Objects of `key` whose `field` has `value`, in list order: from the store's index when the
+    /// field is indexed for the resource (`objects::indexed_fields`), else by a scan.
+    pub fn by_field(&self, key: &ResKey, field: Field, value: &str) -> Vec<Arc<Value>> {
+        let inner = self.read();
+        inner
+            .resources
+            .get(key)
+            .map(|s| s.objects.by_field(field, value))
+            .unwrap_or_default()
+    }
+
+    /// How many objects `key` holds and the resourceVersion of its last change: equal answers mean
+    /// nothing of that resource changed in between.
+    pub fn change_mark(&self, key: &ResKey) -> (usize, u64) {
+        let inner = self.read();
+        inner
+            .resources
+            .get(key)
+            .map_or((0, 0), |s| (s.objects.len(), s.last_change_rv))
+    }
+
+    /// Writes `items` (objects of `key`, as a list returned them) as comma-separated JSON, from the
+    /// serialized form the store caches per object until it changes.
+    pub fn write_json(
+        &self,
+        key: &ResKey,
+        items: &[Arc<Value>],
+        buf: &mut Vec<u8>,
+    ) -> serde_json::Result<()> {
+        let inner = self.read();
+        match inner.resources.get(key) {
+            Some(s) => s.objects.write_json(items, buf),
+            None => Objects::new(key).write_json(items, buf),
+        }
+    }
+
     /// A page of objects in key order, starting after `after`, keeping those `keep` accepts.
     pub fn list(
         &self,
@@ -395,7 +436,7 @@ impl Store {
         };
         let mut items = Vec::new();
         let mut next = None;
-        for ((obj_ns, name), obj) in state.objects.range((start, std::ops::Bound::Unbounded)) {
+        for ((obj_ns, name), obj) in state.objects.range(start) {
             if let Some(ns) = ns
                 && obj_ns != ns
             {
@@ -889,7 +930,7 @@ impl Store {
             let objects: Vec<(ObjKey, Arc<Value>)> = inner
                 .resources
                 .get_mut(&key)
-                .map(|s| std::mem::take(&mut s.objects).into_iter().collect())
+                .map(|s| s.objects.take_all())
                 .unwrap_or_default();
             for (_, o) in objects {
                 inner.next_rv();

@@ -44,7 +44,7 @@ pub(super) struct Simulation {
 }
 
 impl Simulation {
-    pub(super) fn new(nodes: Vec<Arc<Value>>, by_node: &HashMap<&str, Vec<Arc<Value>>>) -> Self {
+    pub(super) fn new(nodes: Vec<Arc<Value>>, by_node: &HashMap<String, Vec<Arc<Value>>>) -> Self {
         let mut nodes = nodes;
         nodes.sort_by(|a, b| meta_str(a, "name").cmp(&meta_str(b, "name")));
         let usage = by_node
@@ -111,14 +111,4 @@ impl Simulation {
         }
         Ok(())
     }
-}
-
-/// (count, highest resourceVersion) of a list: changes whenever an object is added, changed or removed.
-pub(super) fn fingerprint(objs: &[Arc<Value>]) -> (usize, u64) {
-    let max = objs
-        .iter()
-        .filter_map(|o| meta_str(o, "resourceVersion")?.parse::<u64>().ok())
-        .max()
-        .unwrap_or(0);
-    (objs.len(), max)
 }

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{
-    DISRUPTED_TAINT, DO_NOT_DISRUPT, KarpenterConfig, KarpenterHandle, NODEPOOL_LABEL, budgets,
+    DISRUPTED_TAINT, DO_NOT_DISRUPT, KarpenterConfig, KarpenterHandle, NODEPOOL_POINTER, budgets,
     condition_true, consolidatable, consolidation, lock, modify_claim, modify_node, node_of,
-    nodeclaim_from_pool, nodeclaims, nodepools, remove_condition, set_condition,
+    nodeclaim_from_pool, nodeclaims, nodepools, pods_on, remove_condition, set_condition,
 };
 use crate::apiserver::resources::ResKey;
 use crate::apiserver::store::{DeleteOptions, meta_str};
@@ -21,15 +21,7 @@ use crate::world::velero::scope::labels_of;
 /// A NodeClaim, its Node and the pods on it.
 type Candidate = (Arc<Value>, Arc<Value>, Vec<Arc<Value>>);
 
-pub(super) fn pods_on(pods: &[Arc<Value>], node: &str) -> Vec<Arc<Value>> {
-    pods.iter()
-        .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node))
-        .filter(|p| !is_terminal(p))
-        .cloned()
-        .collect()
-}
-
-fn is_terminal(p: &Value) -> bool {
+pub(super) fn is_terminal(p: &Value) -> bool {
     matches!(
         p.pointer("/status/phase").and_then(Value::as_str),
         Some("Succeeded" | "Failed")
@@ -132,17 +124,6 @@ pub(super) fn pass(
 ) {
     let (pools, _) = ctx.store.snapshot(&nodepools());
     let (claims, _) = ctx.store.snapshot(&nodeclaims());
-    let (pods, _) = ctx.store.snapshot(&ResKey::core("pods"));
-    // One pass over the pods: candidate checks look nodes up instead of scanning every pod per node
-    // (5,000 nodes x 150,000 pods in scale-5k).
-    let mut by_node: HashMap<&str, Vec<Arc<Value>>> = HashMap::new();
-    for p in &pods {
-        if let Some(node) = p.pointer("/spec/nodeName").and_then(Value::as_str)
-            && !is_terminal(p)
-        {
-            by_node.entry(node).or_default().push(p.clone());
-        }
-    }
     let (pdbs, _) = ctx
         .store
         .snapshot(&ResKey::new("policy", "poddisruptionbudgets"));
@@ -150,22 +131,20 @@ pub(super) fn pass(
     let mut simulation: Option<consolidation::Simulation> = None;
     // Like Karpenter's cluster consolidation state: a pass that found nothing to consolidate is not
     // repeated until pods, nodes, NodeClaims or PDBs change (5,000 candidates would cost seconds).
-    let (nodes_now, _) = ctx.store.snapshot(&ResKey::core("nodes"));
-    let state = [&pods, &nodes_now, &claims, &pdbs].map(|objs| consolidation::fingerprint(objs));
+    let state = [
+        ResKey::core("pods"),
+        ResKey::core("nodes"),
+        nodeclaims(),
+        ResKey::new("policy", "poddisruptionbudgets"),
+    ]
+    .map(|k| ctx.store.change_mark(&k));
     let settled = *lock(&handle.shared.consolidated) == Some(state);
     let mut consolidated_any = false;
     for pool in pools {
         let pool_name = meta_str(&pool, "name").unwrap_or("");
         let members: Vec<(Arc<Value>, Option<Arc<Value>>)> = claims
             .iter()
-            .filter(|c| {
-                c.pointer(&format!(
-                    "/metadata/labels/{}",
-                    NODEPOOL_LABEL.replace('/', "~1")
-                ))
-                .and_then(Value::as_str)
-                    == Some(pool_name)
-            })
+            .filter(|c| c.pointer(NODEPOOL_POINTER).and_then(Value::as_str) == Some(pool_name))
             .map(|c| (c.clone(), node_of(ctx, c)))
             .collect();
         let total = members.len();
@@ -178,12 +157,16 @@ pub(super) fn pass(
                     || n.as_ref().is_some_and(|n| has_taint(n) || not_ready(n))
             })
             .count();
-        // Candidates: initialized, not deleting, not already being disrupted, with a Node.
+        // Candidates: initialized, not deleting, not already being disrupted, with a Node. Only a
+        // Consolidatable (Emptiness, Underutilized) or Drifted NodeClaim can be picked by a method, so
+        // only theirs have their pods looked up (from the store's index of pods by node).
         let candidates: Vec<Candidate> = members
             .iter()
             .filter(|(c, _)| {
                 condition_true(c, "Initialized")
                     && c.pointer("/metadata/deletionTimestamp").is_none()
+                    && (condition_true(c, consolidatable::CONSOLIDATABLE)
+                        || condition_true(c, "Drifted"))
             })
             .filter(|(c, _)| !in_flight.contains(meta_str(c, "name").unwrap_or("")))
             .filter_map(|(c, n)| {
@@ -191,10 +174,7 @@ pub(super) fn pass(
                 if has_taint(&n) {
                     return None;
                 }
-                let on = by_node
-                    .get(meta_str(&n, "name").unwrap_or(""))
-                    .cloned()
-                    .unwrap_or_default();
+                let on = pods_on(ctx, meta_str(&n, "name").unwrap_or(""));
                 Some((c.clone(), n, on))
             })
             .collect();
@@ -274,6 +254,11 @@ pub(super) fn pass(
         let allowed = budgets::allowed(&pool, "Underutilized", total, disrupting);
         let sim = simulation.get_or_insert_with(|| {
             let (nodes, _) = ctx.store.snapshot(&ResKey::core("nodes"));
+            let by_node: HashMap<String, Vec<Arc<Value>>> = nodes
+                .iter()
+                .filter_map(|n| meta_str(n, "name"))
+                .map(|n| (n.to_string(), pods_on(ctx, n)))
+                .collect();
             consolidation::Simulation::new(nodes, &by_node)
         });
         let mut consolidated = false;

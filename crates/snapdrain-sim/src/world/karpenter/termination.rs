@@ -9,12 +9,13 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::disruption::{do_not_disrupt, is_daemonset_pod, pods_on};
+use super::disruption::{do_not_disrupt, is_daemonset_pod};
 use super::{
     DISRUPTED_TAINT, KarpenterConfig, KarpenterError, TERMINATION_TIMESTAMP, add_finalizer,
-    condition_true, modify_claim, modify_node, node_of, nodeclaims, remove_finalizer,
+    condition_true, modify_claim, modify_node, node_of, nodeclaims, pods_on, remove_finalizer,
     set_condition,
 };
+use crate::apiserver::objects::ATTACHMENT_NODE;
 use crate::apiserver::resources::ResKey;
 use crate::apiserver::store::{DeleteOptions, meta_str};
 use crate::world::{WorldContext, go_duration};
@@ -108,8 +109,7 @@ async fn run(
             let node_name = meta_str(node, "name").unwrap_or("").to_string();
             prepare_node(ctx, node, &node_name)?;
             // awaitDrain
-            let (pods, _) = ctx.store.snapshot(&ResKey::core("pods"));
-            let drainable: Vec<Arc<Value>> = pods_on(&pods, &node_name)
+            let drainable: Vec<Arc<Value>> = pods_on(ctx, &node_name)
                 .into_iter()
                 .filter(|p| !tolerates_disrupted(p))
                 .collect();
@@ -263,21 +263,17 @@ fn pvs_of(ctx: &WorldContext, pod: &Value) -> Vec<String> {
 
 fn attachments(ctx: &WorldContext, node: &str, pvs: &HashSet<String>) -> Vec<String> {
     ctx.store
-        .list(
+        .by_field(
             &ResKey::new("storage.k8s.io", "volumeattachments"),
-            None,
-            &|va| {
-                va.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node)
-                    && va
-                        .pointer("/spec/source/persistentVolumeName")
-                        .and_then(Value::as_str)
-                        .is_some_and(|pv| pvs.contains(pv))
-            },
-            None,
-            None,
+            ATTACHMENT_NODE,
+            node,
         )
-        .items
         .iter()
+        .filter(|va| {
+            va.pointer("/spec/source/persistentVolumeName")
+                .and_then(Value::as_str)
+                .is_some_and(|pv| pvs.contains(pv))
+        })
         .filter_map(|va| meta_str(va, "name").map(str::to_string))
         .collect()
 }
