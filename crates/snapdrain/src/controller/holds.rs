@@ -170,9 +170,15 @@ pub async fn run(
     };
     let mut sweep = tokio::time::interval(SWEEP);
     let mut until = std::pin::pin!(until);
+    let mut synced = caches.pods.synced();
     loop {
         tokio::select! {
             _ = &mut until => return,
+            // The pods of the first list were not followed: look at them all as soon as it is in.
+            in_now = caches.pods.wait_synced(SWEEP), if !synced => if in_now {
+                synced = true;
+                sweep.reset_immediately();
+            },
             event = changed.recv() => match event {
                 Ok(pod) => keeper.ensure(&pod).await,
                 // Missed changes are caught up by looking at every pod now.
