@@ -244,10 +244,10 @@ fn rbac_grants_exactly_what_the_controller_uses() {
         ("", "pods", &["get", "list", "watch", "patch"]),
         ("", "namespaces", &["list", "watch"]),
         ("", "pods/eviction", &["create"]),
-        ("", "persistentvolumeclaims", &["get", "list"]),
+        ("", "persistentvolumeclaims", &["get", "list", "watch"]),
         ("", "persistentvolumes", &["get"]),
-        ("apps", "statefulsets", &["get", "list"]),
-        ("policy", "poddisruptionbudgets", &["list"]),
+        ("apps", "statefulsets", &["get", "list", "watch"]),
+        ("policy", "poddisruptionbudgets", &["list", "watch"]),
         ("storage.k8s.io", "volumeattachments", &["list", "watch"]),
         (
             "karpenter.sh",

@@ -1,6 +1,7 @@
 //! snapdrain against the simulated cluster, through real interfaces: the controller over HTTP with a kube
 //! client, the demo, the CRD and the Helm chart. One test binary, one module per subject.
 
+mod caches;
 mod controller;
 mod crds;
 mod demo;

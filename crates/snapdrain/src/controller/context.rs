@@ -79,6 +79,8 @@ pub struct Context {
     aws: OnceCell<aws_config::SdkConfig>,
     /// Consecutive reconcile failures per plan, for the error policy's backoff.
     pub failures: Mutex<HashMap<String, u32>>,
+    /// What the steps read about the cluster (pods, PVCs, StatefulSets, PDBs, VolumeAttachments, Nodes).
+    pub caches: super::cache::Caches,
 }
 
 impl Context {
@@ -87,6 +89,7 @@ impl Context {
         eviction_client: Client,
         metrics: Metrics,
         settings: Settings,
+        caches: super::cache::Caches,
     ) -> Self {
         let recorder = Recorder::new(
             client.clone(),
@@ -107,7 +110,18 @@ impl Context {
             ec2: OnceCell::new(),
             aws: OnceCell::new(),
             failures: Mutex::new(HashMap::new()),
+            caches,
         }
+    }
+
+    /// The caches, once their first lists are in (at most one wait slice): a step never reads an
+    /// unfilled cache as "nothing there".
+    pub async fn synced_caches(&self) -> Result<&super::cache::Caches, ControllerError> {
+        self.caches
+            .wait_synced(self.settings.wait_slice)
+            .await
+            .map_err(ControllerError::CacheNotSynced)?;
+        Ok(&self.caches)
     }
 
     /// snapdrain's own AWS configuration: [`Settings::aws`], or the default chain (loaded on first use,

@@ -37,6 +37,9 @@ pub enum ControllerError {
     Changed(String),
     /// The Lease was lost or the controller is stopping: the pass was cancelled before its next
     /// request. Steps are idempotent and progress is in the status, so the next leader resumes.
+    /// A shared cache has not finished its first list: retried (the plan waits, it does not act blind).
+    #[error(transparent)]
+    CacheNotSynced(#[from] super::cache::NotSynced),
     #[error("this replica no longer leads (Lease lost or shutting down); the pass was cancelled")]
     NotLeading,
 }
@@ -55,7 +58,7 @@ impl ControllerError {
             Self::Drain(e) => e.is_permanent(),
             Self::Cloud(e) => e.is_permanent(),
             Self::UserData(_) | Self::Config(_) => true,
-            Self::NotLeading | Self::Changed(_) => false,
+            Self::NotLeading | Self::Changed(_) | Self::CacheNotSynced(_) => false,
         }
     }
 
@@ -74,6 +77,7 @@ impl ControllerError {
             Self::Config(_) => "config",
             Self::NotLeading => "not_leading",
             Self::Changed(_) => "changed",
+            Self::CacheNotSynced(_) => "cache_not_synced",
         }
     }
 }

@@ -11,13 +11,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
+
+use super::cache::{Cache, Caches};
 
 use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
@@ -79,7 +79,7 @@ async fn plan_running(client: &Client, plans: &Store<DisruptionPlan>, name: &str
 struct Keeper {
     client: Client,
     plans: Store<DisruptionPlan>,
-    namespaces: Store<Namespace>,
+    namespaces: Cache<Namespace>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
 }
@@ -93,7 +93,7 @@ impl Keeper {
         let protection = self.policy.borrow().protection.clone();
         let ns_labels = self
             .namespaces
-            .get(&ObjectRef::new(&pod.namespace().unwrap_or_default()))
+            .get("", &pod.namespace().unwrap_or_default())
             .map(|n| n.labels().clone());
         if protection.namespace_selector.is_some() && ns_labels.is_none() {
             // The namespace is not cached yet (start-up): deciding now could take a hold away.
@@ -148,55 +148,49 @@ impl Keeper {
     }
 }
 
-/// Keeps the holds until `until` resolves.
+/// Keeps the holds until `until` resolves: each pod the shared cache adds or changes is looked at at
+/// once, and every cached pod on each sweep (and after a burst the follower could not keep up with).
 pub async fn run(
     client: Client,
+    caches: Caches,
     plans: Store<DisruptionPlan>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
     until: impl std::future::Future<Output = ()>,
 ) {
-    let (namespaces, ns_writer) = reflector::store();
-    let ns_stream = reflector::reflector(
-        ns_writer,
-        watcher(
-            Api::<Namespace>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .for_each(|_| async {});
-    let (pods, pod_writer) = reflector::store();
-    let pod_events = reflector::reflector(
-        pod_writer,
-        watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .applied_objects();
+    let mut changed = caches.pods.follow();
     let mut policy = policy;
     super::policy::wait_for_policy(&mut policy).await;
     let keeper = Keeper {
         client,
         plans,
-        namespaces,
+        namespaces: caches.namespaces.clone(),
         policy,
         metrics,
     };
-    let mut pod_events = std::pin::pin!(pod_events);
     let mut sweep = tokio::time::interval(SWEEP);
     let mut until = std::pin::pin!(until);
-    let mut ns_stream = std::pin::pin!(ns_stream);
+    let mut synced = caches.pods.synced();
     loop {
         tokio::select! {
             _ = &mut until => return,
-            _ = &mut ns_stream => {}
-            event = pod_events.next() => match event {
-                Some(Ok(pod)) => keeper.ensure(&pod).await,
-                Some(Err(e)) => tracing::debug!(error = %e, "pod watch"),
-                None => return,
+            // The pods of the first list were not followed: look at them all as soon as it is in.
+            in_now = caches.pods.wait_synced(SWEEP), if !synced => if in_now {
+                synced = true;
+                sweep.reset_immediately();
+            },
+            event = changed.recv() => match event {
+                Ok(pod) => keeper.ensure(&pod).await,
+                // Missed changes are caught up by looking at every pod now.
+                Err(broadcast::error::RecvError::Lagged(_)) => sweep.reset_immediately(),
+                Err(broadcast::error::RecvError::Closed) => return,
             },
             _ = sweep.tick() => {
-                let all = pods.state();
+                // Before the first list, an empty cache is not "no pods": nothing to count or look at.
+                if !caches.pods.synced() {
+                    continue;
+                }
+                let all = caches.pods.all();
                 keeper.count(&all);
                 for pod in &all {
                     keeper.ensure(pod).await;

@@ -11,6 +11,7 @@
 //! - [`preview`]: what a plan would do, without doing it (`snapdrain plan NODE`).
 //! - [`server`]: metrics and health.
 
+pub mod cache;
 pub mod context;
 pub mod error;
 pub mod holds;

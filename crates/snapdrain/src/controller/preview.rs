@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::error::ControllerError;
-use super::steps::inventory::node_inventory;
+use super::steps::inventory::listed_inventory;
 use crate::api::{DisruptionPlanSpec, problems_message, validate};
 use crate::planning::{Clock, NodeInputs, SkipReason, plan_node};
 
@@ -17,7 +17,7 @@ pub async fn describe(
     let valid = validate(spec).map_err(|p| {
         ControllerError::Config(format!("invalid plan spec: {}", problems_message(&p)))
     })?;
-    let inv = node_inventory(client, node).await?.ok_or_else(|| {
+    let inv = listed_inventory(client, node).await?.ok_or_else(|| {
         ControllerError::Config(format!(
             "node {node} does not exist; list nodes with `kubectl get nodes`"
         ))

@@ -60,6 +60,19 @@ pub struct ControllerHandle {
     /// Where the eviction gate listens, when served.
     pub webhook_addr: Option<SocketAddr>,
     webhook: Option<crate::webhook::WebhookHandle>,
+    /// The shared caches' watches: stopped with the handle however it goes.
+    _caches: CacheTasks,
+}
+
+/// Aborts the cache watches when dropped (shutdown, kill, or the handle dropped).
+struct CacheTasks(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for CacheTasks {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
 }
 
 impl ControllerHandle {
@@ -131,20 +144,28 @@ pub async fn start(
             (rx, Some(tx), None)
         }
     };
+    // One set of caches for the process: the gate (every replica) and the leader's steps share them,
+    // and a standby's are warm when it takes over.
+    let (caches, cache_tasks) = super::cache::Caches::start(&client, &metrics);
     let ctx = Arc::new(Context::new(
         client.clone(),
         eviction_client,
         metrics.clone(),
         settings,
+        caches.clone(),
     ));
     // Every replica serves the gate: its decisions read a cache and its plan creation is idempotent.
     let webhook = match opts.webhook {
         Some(cfg) => Some(
-            crate::webhook::start(client.clone(), metrics.clone(), ctx.recorder.clone(), cfg)
-                .await
-                .map_err(|e| {
-                    ControllerError::Config(format!("cannot start the eviction gate: {e}"))
-                })?,
+            crate::webhook::start(
+                client.clone(),
+                metrics.clone(),
+                ctx.recorder.clone(),
+                caches.clone(),
+                cfg,
+            )
+            .await
+            .map_err(|e| ControllerError::Config(format!("cannot start the eviction gate: {e}")))?,
         ),
         None => None,
     };
@@ -160,6 +181,7 @@ pub async fn start(
         lease_task,
         webhook_addr: webhook.as_ref().map(|w| w.addr),
         webhook,
+        _caches: CacheTasks(cache_tasks),
     })
 }
 
@@ -324,6 +346,7 @@ fn start_helpers(
     let policy_for_notify = policy.clone();
     let keeper = tokio::spawn(holds::run(
         client.clone(),
+        ctx.caches.clone(),
         plans.clone(),
         policy.clone(),
         ctx.metrics.clone(),
@@ -331,6 +354,7 @@ fn start_helpers(
     ));
     let watcher = tokio::spawn(signals::run(
         client.clone(),
+        ctx.caches.clone(),
         plans,
         policy,
         ctx.metrics.clone(),

@@ -6,19 +6,19 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::watch;
+
+use super::cache::{Cache, Caches};
 
 use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::planning::protection;
-use crate::signals::detect::{detect, node_pool_of, nodeclaim_of, nodeclaim_resource, nodeclaims};
+use crate::signals::detect::{detect, node_pool_of, nodeclaim_of};
 use crate::signals::limits::{Running, admit, takes_slot};
 use crate::signals::plan::{Choice, NODE_LABEL, NodeSignal, Outcome, choose, source_name};
 use crate::signals::window;
@@ -35,8 +35,9 @@ const DEBOUNCE: Duration = Duration::from_millis(250);
 struct Watcher {
     client: Client,
     plans: Store<DisruptionPlan>,
-    nodes: Store<Node>,
-    claims: Store<DynamicObject>,
+    nodes: Cache<Node>,
+    claims: Cache<DynamicObject>,
+    pods: Cache<Pod>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
     recorder: Recorder,
@@ -51,7 +52,7 @@ impl Watcher {
     fn running(&self, pool: Option<&str>) -> Running {
         let pools: BTreeMap<String, Option<String>> = self
             .nodes
-            .state()
+            .all()
             .iter()
             .map(|n| (n.name_any(), node_pool_of(n).map(str::to_owned)))
             .collect();
@@ -77,10 +78,19 @@ impl Watcher {
     /// The pods on the node the policy protects, as `namespace/name` (no plan is needed for a node
     /// without one).
     async fn protected_pods(&self, node: &str) -> Result<Vec<String>, kube::Error> {
-        let pods: Api<Pod> = Api::all(self.client.clone());
-        let list = pods
-            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-            .await?;
+        // The shared cache once it is filled; the API before (an empty cache is not "no pods").
+        let on_node: Vec<Pod> = if self.pods.synced() {
+            self.pods
+                .indexed(node)
+                .iter()
+                .map(|p| (**p).clone())
+                .collect()
+        } else {
+            Api::<Pod>::all(self.client.clone())
+                .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+                .await?
+                .items
+        };
         let spec = self.policy.borrow().protection.clone();
         // Namespace labels are not at hand here: a namespace selector is applied by the hold keeper and
         // the plan; a plan for a node whose pods it then finds unprotected completes at once.
@@ -88,8 +98,7 @@ impl Watcher {
             namespace_selector: None,
             ..spec
         };
-        Ok(list
-            .items
+        Ok(on_node
             .iter()
             .filter(|p| protection::protects(&spec, p, None))
             .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
@@ -106,12 +115,9 @@ impl Watcher {
             .iter()
             .filter_map(|w| window::Window::new(w).ok())
             .collect();
-        for node in self.nodes.state() {
+        for node in self.nodes.all() {
             let claim = nodeclaim_of(&node)
-                .and_then(|c| {
-                    self.claims
-                        .get(&ObjectRef::new_with(c, nodeclaim_resource()))
-                })
+                .and_then(|c| self.claims.get("", c))
                 .and_then(|c| serde_json::to_value(&*c).ok());
             let Some(signal) = detect(&node, claim.as_ref(), &policy.signals, now) else {
                 self.waiting.remove(&node.name_any());
@@ -219,58 +225,46 @@ impl Watcher {
     }
 }
 
-/// Watches for signals until `until` resolves.
+/// Watches for signals until `until` resolves, on the shared Node and NodeClaim caches.
 pub async fn run(
     client: Client,
+    caches: Caches,
     plans: Store<DisruptionPlan>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
     recorder: Recorder,
     until: impl std::future::Future<Output = ()>,
 ) {
-    let (nodes, node_writer) = reflector::store();
-    let node_events = reflector::reflector(
-        node_writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
-    let claim_writer = reflector::store::Writer::new(nodeclaim_resource());
-    let claims = claim_writer.as_reader();
+    let mut node_changes = caches.nodes.changes();
     // Without Karpenter the NodeClaim watch fails and backs off; other signals still work.
-    let claim_events = reflector::reflector(
-        claim_writer,
-        watcher(nodeclaims(&client), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
+    let mut claim_changes = caches.node_claims.changes();
     let mut policy = policy;
     super::policy::wait_for_policy(&mut policy).await;
     let mut w = Watcher {
         client,
         plans,
-        nodes,
-        claims,
+        nodes: caches.nodes.clone(),
+        claims: caches.node_claims.clone(),
+        pods: caches.pods.clone(),
         policy,
         metrics,
         recorder,
         unprotected: BTreeMap::new(),
         waiting: BTreeSet::new(),
     };
-    let mut node_events = std::pin::pin!(node_events);
-    let mut claim_events = std::pin::pin!(claim_events);
     let mut until = std::pin::pin!(until);
-    // Events only mark the view dirty: a look covers every node, so a burst of Node updates costs one.
+    // Changes only mark the view dirty: a look covers every node, so a burst of Node updates costs one.
     let mut tick = tokio::time::interval(DEBOUNCE);
     let mut dirty = true;
     let mut last = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = &mut until => return,
-            Some(_) = node_events.next() => dirty = true,
-            Some(_) = claim_events.next() => dirty = true,
+            Ok(()) = node_changes.changed() => dirty = true,
+            Ok(()) = claim_changes.changed() => dirty = true,
             _ = tick.tick() => {
-                if dirty || last.elapsed() >= TICK {
+                // Before the Node cache's first list there is nothing to look at yet.
+                if (dirty || last.elapsed() >= TICK) && w.nodes.synced() {
                     dirty = false;
                     last = tokio::time::Instant::now();
                     w.look().await;

@@ -59,6 +59,12 @@ pub struct SignalLabel {
     pub outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    /// Pod, PersistentVolumeClaim, StatefulSet, PodDisruptionBudget, VolumeAttachment, Node, ...
+    pub kind: String,
+}
+
 fn step_histogram() -> Histogram {
     // 10 ms to about 3 hours: steps range from instant evictions to long backups.
     Histogram::new(exponential_buckets(0.01, 2.5, 14))
@@ -105,6 +111,10 @@ pub struct Metrics {
     pub gate_decisions: Family<DecisionLabel, Counter>,
     /// Time to answer one AdmissionReview.
     pub gate_latency: Histogram,
+    /// Objects in each shared cache (controller::cache), after trimming.
+    pub cache_objects: Family<KindLabel, Gauge>,
+    /// Complete lists each cache took in: 1 once synced, one more per relist (a 410 Gone).
+    pub cache_lists: Family<KindLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -223,8 +233,22 @@ impl Metrics {
             "Time the eviction gate takes to answer an AdmissionReview",
             gate_latency.clone(),
         );
+        let cache_objects = Family::<KindLabel, Gauge>::default();
+        registry.register(
+            "cache_objects",
+            "Objects in snapdrain's shared caches, by kind (present once the cache's first list is in)",
+            cache_objects.clone(),
+        );
+        let cache_lists = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "cache_lists",
+            "Complete lists taken in by each shared cache: 1 at sync, one more per relist",
+            cache_lists.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            cache_objects,
+            cache_lists,
             gate_decisions,
             gate_latency,
             plans,
@@ -254,6 +278,18 @@ impl Metrics {
             self.plans.clear();
             self.pods_held.clear();
         }
+    }
+
+    pub fn cache_objects(&self, kind: &str, objects: usize) {
+        self.cache_objects
+            .get_or_create(&KindLabel { kind: kind.into() })
+            .set(i64::try_from(objects).unwrap_or(i64::MAX));
+    }
+
+    pub fn cache_listed(&self, kind: &str) {
+        self.cache_lists
+            .get_or_create(&KindLabel { kind: kind.into() })
+            .inc();
     }
 
     pub fn notification(&self, result: &str) {

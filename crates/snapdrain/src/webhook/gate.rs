@@ -19,6 +19,7 @@ use tokio::sync::watch;
 
 use crate::api::policy::DisruptionPolicySpec;
 use crate::api::{DisruptionPlan, PlanMode, PlanSource};
+use crate::controller::cache::Cache;
 use crate::signals::{NodeSignal, Outcome, join_or_create};
 use crate::telemetry::Metrics;
 
@@ -34,6 +35,8 @@ pub struct Gate {
     pub client: Client,
     /// DisruptionPlans, kept by a reflector so a decision reads memory, not the API.
     pub plans: Store<DisruptionPlan>,
+    /// The process's shared pod cache (indexed by node), for the node-agent decision.
+    pub pods: Cache<Pod>,
     pub protects: Protects,
     /// The policy in force: the spec of plans the gate creates comes from its defaults.
     pub policy: watch::Receiver<DisruptionPolicySpec>,
@@ -46,6 +49,7 @@ impl Gate {
     pub fn new(
         client: Client,
         plans: Store<DisruptionPlan>,
+        pods: Cache<Pod>,
         protects: Protects,
         policy: watch::Receiver<DisruptionPolicySpec>,
         metrics: Metrics,
@@ -54,6 +58,7 @@ impl Gate {
         Self {
             client,
             plans,
+            pods,
             protects,
             policy,
             metrics,
@@ -161,16 +166,26 @@ impl Gate {
         let Some(node) = agent.spec.as_ref().and_then(|s| s.node_name.clone()) else {
             return Ok(None);
         };
-        let on_node = Api::<Pod>::all(self.client.clone())
-            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-            .await
-            .map_err(|source| GateError::ListNodePods {
-                node: node.clone(),
-                source,
-            })?;
+        // The shared pod cache's node index once it is filled; the API before (an empty cache would
+        // let the agent go while protected pods are still uncovered).
+        let on_node: Vec<Arc<Pod>> = if self.pods.synced() {
+            self.pods.indexed(&node)
+        } else {
+            Api::<Pod>::all(self.client.clone())
+                .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+                .await
+                .map_err(|source| GateError::ListNodePods {
+                    node: node.clone(),
+                    source,
+                })?
+                .items
+                .into_iter()
+                .map(Arc::new)
+                .collect()
+        };
         let protects = self.protects.clone();
         let now = jiff::Timestamp::now();
-        let uncovered = on_node.items.iter().any(|p| {
+        let uncovered = on_node.iter().any(|p| {
             matches!(
                 decision::decide(p, |p| protects(p), plans, now),
                 Decision::Deny(_)

@@ -35,8 +35,6 @@ pub use certs::Lifetimes;
 pub use error::{CertError, GateError, ReviewError};
 pub use gate::{Gate, Protects};
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 
 use crate::api::DisruptionPlan;
@@ -104,6 +102,7 @@ pub async fn start(
     client: Client,
     metrics: Metrics,
     recorder: Recorder,
+    caches: crate::controller::cache::Caches,
     config: WebhookConfig,
 ) -> Result<WebhookHandle, CertError> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -144,18 +143,7 @@ pub async fn start(
         policy_tx,
         std::future::pending(),
     ));
-    let (namespaces, ns_writer) = reflector::store::<Namespace>();
-    let ns_api: Api<Namespace> = Api::all(client.clone());
-    let ns_cache = tokio::spawn(async move {
-        reflector(ns_writer, watcher(ns_api, watcher::Config::default()))
-            .default_backoff()
-            .for_each(|ev| async move {
-                if let Err(e) = ev {
-                    tracing::debug!(error = %e, "eviction gate: namespace watch");
-                }
-            })
-            .await;
-    });
+    let namespaces = caches.namespaces.clone();
     let protects: Protects = {
         let policy = policy.clone();
         Arc::new(move |p| {
@@ -164,7 +152,7 @@ pub async fn start(
                 .metadata
                 .namespace
                 .as_deref()
-                .and_then(|ns| namespaces.get(&ObjectRef::new(ns)))
+                .and_then(|ns| namespaces.get("", ns))
                 .map(|n| n.metadata.labels.clone().unwrap_or_default());
             match labels {
                 Some(labels) => protection::protects(&spec, p, Some(&labels)),
@@ -180,7 +168,13 @@ pub async fn start(
         })
     };
     let gate = Arc::new(Gate::new(
-        client, plans, protects, policy, metrics, recorder,
+        client,
+        plans,
+        caches.pods.clone(),
+        protects,
+        policy,
+        metrics,
+        recorder,
     ));
     let (addr, server) = server::serve(config.addr, slot.clone(), gate)?;
     tracing::info!(%addr, "eviction gate serving");
@@ -188,6 +182,6 @@ pub async fn start(
         addr,
         slot,
         server,
-        tasks: vec![cache, keeping, following, ns_cache],
+        tasks: vec![cache, keeping, following],
     })
 }

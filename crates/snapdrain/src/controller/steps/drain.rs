@@ -11,20 +11,18 @@ use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::events::EventType;
-use kube::runtime::watcher;
 
 use super::inventory;
 use crate::api::plan::PlanMode;
 use crate::api::status::{EvictionTarget, NodePhase};
+use crate::controller::cache::Caches;
 use crate::controller::error::ControllerError;
 use crate::controller::reconcile::PlanRun;
 use crate::drain::evict::evict;
-use crate::drain::wait::wait_for;
 use crate::planning::drain::{
     Batch, drain_verdict, eviction_targets, record_refusal, remaining_targets, select_batch,
     targeted, waiting_message,
@@ -117,8 +115,9 @@ fn claims_of(pod: &Pod) -> Vec<String> {
 
 async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, ControllerError> {
     let client = run.ctx.client.clone();
+    let caches = run.ctx.synced_caches().await?.clone();
     let node_name = run.status.nodes[index].name.clone();
-    let Some(inv) = inventory::node_inventory(&client, &node_name).await? else {
+    let Some(inv) = inventory::node_inventory(&client, &caches, &node_name).await? else {
         // The node is already gone (someone else terminated it): nothing left to drain.
         return Ok(NodeDrain::Done);
     };
@@ -244,31 +243,27 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
                     .collect::<Vec<_>>()
             })
             .collect();
-        return wait_volumes(run, &node_name, &inv.pvcs, &staying).await;
+        return Ok(wait_volumes(run, &caches, &node_name, &inv.pvcs, &staying).await);
     }
     let remaining_refs: Vec<&EvictionTarget> = remaining.iter().collect();
     let message = waiting_message(&node_name, &remaining_refs, targets.len(), &blocked);
     // Wait (by watch) for the targets to leave, bounded by the slice; the next pass continues.
     let uids: BTreeSet<String> = remaining.iter().map(|t| t.uid.clone()).collect();
-    let pods: Api<Pod> = Api::all(client);
-    let wc = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
     let slice = if blocked.is_empty() {
         budget
     } else {
         Duration::from_millis(500)
     };
-    let gone = wait_for(
-        pods,
-        wc,
-        "pods leaving the node",
-        slice,
-        |pods: &[Arc<Pod>]| {
+    // The pod cache's node index: re-checked after every pod change, no watch of our own.
+    let gone = caches
+        .pods
+        .wait_until(slice, |pods| {
             !pods
+                .indexed(&node_name)
                 .iter()
                 .any(|p| p.uid().is_some_and(|u| uids.contains(&u)))
-        },
-    )
-    .await?;
+        })
+        .await;
     Ok(if gone && blocked.is_empty() {
         NodeDrain::Progress
     } else {
@@ -318,10 +313,11 @@ async fn evict_with_retry(
 /// StatefulSet pod rescheduled elsewhere can attach its volume.
 async fn wait_volumes(
     run: &PlanRun,
+    caches: &Caches,
     node: &str,
     pvcs: &[k8s_openapi::api::core::v1::PersistentVolumeClaim],
     staying_claims: &BTreeSet<String>,
-) -> Result<NodeDrain, ControllerError> {
+) -> NodeDrain {
     // PVs used by pods that stay (DaemonSets) keep their attachments.
     let staying_pvs: BTreeSet<String> = pvcs
         .iter()
@@ -341,16 +337,13 @@ async fn wait_volumes(
             })
             .count()
     };
-    let api: Api<VolumeAttachment> = Api::all(run.ctx.client.clone());
-    let done = wait_for(
-        api,
-        watcher::Config::default(),
-        "VolumeAttachments",
-        run.ctx.settings.wait_slice,
-        |vas| pending(vas) == 0,
-    )
-    .await?;
-    Ok(if done {
+    let done = caches
+        .volume_attachments
+        .wait_until(run.ctx.settings.wait_slice, |vas| {
+            pending(&vas.indexed(node)) == 0
+        })
+        .await;
+    if done {
         NodeDrain::Done
     } else {
         NodeDrain::Waiting {
@@ -362,7 +355,16 @@ async fn wait_volumes(
                 "node {node}: waiting for VolumeAttachments to detach"
             )],
         }
-    })
+    }
+}
+
+async fn all_gone(run: &PlanRun, names: &BTreeSet<String>) -> Result<bool, ControllerError> {
+    for n in names {
+        if inventory::get_node(&run.ctx.client, n).await?.is_some() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Release mode: the holds of the pods the verified backups cover are released; Karpenter (or whoever
@@ -389,18 +391,19 @@ async fn release(
         .valid
         .release_window
         .saturating_sub(PlanRun::now().duration_since(released_at).unsigned_abs());
-    let api: Api<Node> = Api::all(run.ctx.client.clone());
-    let nodes_gone = wait_for(
-        api,
-        watcher::Config::default(),
-        "released nodes to go",
-        run.ctx
-            .settings
-            .wait_slice
-            .min(window_left.max(Duration::from_millis(100))),
-        |nodes| !nodes.iter().any(|n| names.contains(&n.name_any())),
-    )
-    .await?;
+    let caches = run.ctx.synced_caches().await?.clone();
+    let cached_gone = caches
+        .nodes
+        .wait_until(
+            run.ctx
+                .settings
+                .wait_slice
+                .min(window_left.max(Duration::from_millis(100))),
+            |nodes| names.iter().all(|n| nodes.get("", n).is_none()),
+        )
+        .await;
+    // "Gone" ends the plan: confirmed by the API, never concluded from the cache alone.
+    let nodes_gone = cached_gone && all_gone(run, &names).await?;
     if nodes_gone {
         for n in run.status.nodes.iter_mut() {
             n.phase = NodePhase::Gone;

@@ -1,5 +1,6 @@
-//! Reading what planning needs about a node from the API: the node, its pods, and the StatefulSets,
-//! PVCs and PDBs of their namespaces (the "dereference" step; planning itself is pure).
+//! Reading what planning needs about a node: the node (from the API: "gone" is never concluded from a
+//! cache), its pods, and the StatefulSets, PVCs and PDBs of their namespaces from the shared caches once
+//! they are synced (the "dereference" step; planning itself is pure).
 
 use std::collections::BTreeSet;
 
@@ -9,6 +10,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
+use crate::controller::cache::{Cache, Caches};
 use crate::controller::error::ControllerError;
 
 /// Everything [`crate::planning::plan_node`] looks at for one node, owned.
@@ -32,45 +34,86 @@ pub async fn get_node(client: &Client, name: &str) -> Result<Option<Node>, Contr
         .map_err(read_err(format!("node {name}")))
 }
 
-pub async fn pods_on_node(client: &Client, node: &str) -> Result<Vec<Pod>, ControllerError> {
-    let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
-    Ok(Api::<Pod>::all(client.clone())
-        .list(&lp)
-        .await
-        .map_err(read_err(format!("pods on node {node}")))?
-        .items)
+fn owned<K: Clone>(objects: Vec<std::sync::Arc<K>>) -> Vec<K> {
+    objects.into_iter().map(|o| (*o).clone()).collect()
 }
 
-/// The node and what its pods refer to; None when the node does not exist.
+/// The pods bound to `node`, from the synced cache.
+pub fn pods_on_node(caches: &Caches, node: &str) -> Vec<Pod> {
+    owned(caches.pods.indexed(node))
+}
+
+fn in_namespaces<K: kube::Resource + Clone>(
+    cache: &Cache<K>,
+    namespaces: &BTreeSet<String>,
+) -> Vec<K> {
+    namespaces
+        .iter()
+        .flat_map(|ns| owned(cache.indexed(ns)))
+        .collect()
+}
+
+/// The node and what its pods refer to; None when the node does not exist. `caches` must be synced
+/// ([`crate::controller::Context::synced_caches`]).
 pub async fn node_inventory(
+    client: &Client,
+    caches: &Caches,
+    name: &str,
+) -> Result<Option<NodeInventory>, ControllerError> {
+    let Some(node) = get_node(client, name).await? else {
+        return Ok(None);
+    };
+    let pods = pods_on_node(caches, name);
+    let namespaces: BTreeSet<String> = pods.iter().filter_map(|p| p.namespace()).collect();
+    Ok(Some(NodeInventory {
+        node,
+        pods,
+        stateful_sets: in_namespaces(&caches.stateful_sets, &namespaces),
+        pvcs: in_namespaces(&caches.pvcs, &namespaces),
+        pdbs: in_namespaces(&caches.pdbs, &namespaces),
+    }))
+}
+
+/// The same inventory read by listing through the API, for one-shot commands without caches
+/// (`snapdrain plan NODE`): the pods by field selector, the rest per namespace.
+pub async fn listed_inventory(
     client: &Client,
     name: &str,
 ) -> Result<Option<NodeInventory>, ControllerError> {
     let Some(node) = get_node(client, name).await? else {
         return Ok(None);
     };
-    let pods = pods_on_node(client, name).await?;
+    let lp = ListParams::default().fields(&format!("spec.nodeName={name}"));
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&lp)
+        .await
+        .map_err(read_err(format!("pods on node {name}")))?
+        .items;
     let namespaces: BTreeSet<String> = pods.iter().filter_map(|p| p.namespace()).collect();
-    let mut stateful_sets = Vec::new();
-    let mut pvcs = Vec::new();
-    let mut pdbs = Vec::new();
+    let mut inv = NodeInventory {
+        node,
+        pods,
+        stateful_sets: Vec::new(),
+        pvcs: Vec::new(),
+        pdbs: Vec::new(),
+    };
+    let lp = ListParams::default();
     for ns in &namespaces {
-        let lp = ListParams::default();
-        stateful_sets.extend(
+        inv.stateful_sets.extend(
             Api::<StatefulSet>::namespaced(client.clone(), ns)
                 .list(&lp)
                 .await
                 .map_err(read_err(format!("StatefulSets in {ns}")))?
                 .items,
         );
-        pvcs.extend(
+        inv.pvcs.extend(
             Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
                 .list(&lp)
                 .await
                 .map_err(read_err(format!("PVCs in {ns}")))?
                 .items,
         );
-        pdbs.extend(
+        inv.pdbs.extend(
             Api::<PodDisruptionBudget>::namespaced(client.clone(), ns)
                 .list(&lp)
                 .await
@@ -78,38 +121,28 @@ pub async fn node_inventory(
                 .items,
         );
     }
-    Ok(Some(NodeInventory {
-        node,
-        pods,
-        stateful_sets,
-        pvcs,
-        pdbs,
-    }))
+    Ok(Some(inv))
 }
 
 /// Names of the nodes a plan is about: `spec.nodes`, or the nodes matching `spec.nodeSelector` when the
-/// plan was decided (kept in status from then on).
-pub async fn select_nodes(
-    client: &Client,
+/// plan was decided (kept in status from then on), from the synced Node cache, in name order.
+pub fn select_nodes(
+    caches: &Caches,
     selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
 ) -> Result<Vec<String>, ControllerError> {
-    let mut parts = Vec::new();
-    for (k, v) in selector.match_labels.clone().unwrap_or_default() {
-        parts.push(format!("{k}={v}"));
-    }
-    for e in selector.match_expressions.clone().unwrap_or_default() {
-        let values = e.values.unwrap_or_default().join(",");
-        parts.push(match e.operator.as_str() {
-            "In" => format!("{} in ({values})", e.key),
-            "NotIn" => format!("{} notin ({values})", e.key),
-            "Exists" => e.key.clone(),
-            _ => format!("!{}", e.key),
-        });
-    }
-    let lp = ListParams::default().labels(&parts.join(","));
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&lp)
-        .await
-        .map_err(read_err("nodes matching spec.nodeSelector"))?;
-    Ok(nodes.items.iter().map(|n| n.name_any()).collect())
+    use kube::core::{Selector, SelectorExt};
+    let selector = Selector::try_from(selector.clone()).map_err(|e| {
+        ControllerError::Config(format!(
+            "spec.nodeSelector is not a valid label selector ({e}); fix it or list the nodes in spec.nodes"
+        ))
+    })?;
+    let mut names: Vec<String> = caches
+        .nodes
+        .all()
+        .iter()
+        .filter(|n| selector.matches(n.labels()))
+        .map(|n| n.name_any())
+        .collect();
+    names.sort();
+    Ok(names)
 }

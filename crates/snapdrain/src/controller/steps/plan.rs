@@ -23,10 +23,9 @@ pub async fn run(
     facts: &mut PhaseFacts,
 ) -> Result<Option<Duration>, ControllerError> {
     let client = run.ctx.client.clone();
+    let caches = run.ctx.synced_caches().await?.clone();
     let names = match &run.plan.spec.node_selector {
-        Some(sel) if run.plan.spec.nodes.is_empty() => {
-            inventory::select_nodes(&client, sel).await?
-        }
+        Some(sel) if run.plan.spec.nodes.is_empty() => inventory::select_nodes(&caches, sel)?,
         _ => run.plan.spec.nodes.clone(),
     };
     let decided_at = run
@@ -50,7 +49,7 @@ pub async fn run(
     let mut refusals = Vec::new();
     let mut on_nodes = Vec::new();
     for name in &names {
-        let Some(inv) = inventory::node_inventory(&client, name).await? else {
+        let Some(inv) = inventory::node_inventory(&client, &caches, name).await? else {
             missing.push(name.clone());
             continue;
         };

@@ -123,17 +123,13 @@ pub async fn release_newcomers(run: &mut PlanRun) -> Result<Vec<String>, Control
         .iter()
         .map(|p| (p.namespace.clone(), p.name.clone()))
         .collect();
-    let pods: Api<Pod> = Api::all(run.ctx.client.clone());
+    let caches = run.ctx.synced_caches().await?.clone();
     let mut newcomers = Vec::new();
     for node in &nodes {
-        let list = pods
-            .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
-            .await
-            .map_err(|source| ControllerError::Read {
-                what: format!("pods on node {node}"),
-                source,
-            })?;
-        newcomers.extend(list.items.into_iter().filter(|p| {
+        // From the pod cache's node index. A release patch carries the cached resourceVersion, so a
+        // pod that changed since is not written (409) and is looked at again on the next pass.
+        let on_node = super::inventory::pods_on_node(&caches, node);
+        newcomers.extend(on_node.into_iter().filter(|p| {
             matches!(holds::state(p), holds::HoldState::Held(_))
                 && !known.contains(&(p.namespace().unwrap_or_default(), p.name_any()))
                 && !crate::planning::inventory::is_terminating(p)
@@ -192,15 +188,22 @@ pub async fn release_newcomers(run: &mut PlanRun) -> Result<Vec<String>, Control
     Ok(uncovered)
 }
 
-/// True when every released pod has left its node: gone, replaced (another uid) or moved.
+/// True when every released pod has left its node: gone, replaced (another uid) or moved. Read from the
+/// pod cache (a lagging cache only says "still there" a moment longer), confirmed by the API before it
+/// says "all gone", which completes the plan.
 pub async fn released_pods_gone(run: &PlanRun) -> Result<bool, ControllerError> {
     if run.status.released_pods.is_empty() {
         return Ok(false);
     }
+    let caches = run.ctx.synced_caches().await?;
+    let still = |pod: Option<&Pod>, uid: &str| pod.is_some_and(|p| p.uid().as_deref() == Some(uid));
     for p in &run.status.released_pods {
-        if let Some(pod) = get(run, &p.namespace, &p.name).await?
-            && pod.uid().as_deref() == Some(p.uid.as_str())
-        {
+        if still(caches.pods.get(&p.namespace, &p.name).as_deref(), &p.uid) {
+            return Ok(false);
+        }
+    }
+    for p in &run.status.released_pods {
+        if still(get(run, &p.namespace, &p.name).await?.as_ref(), &p.uid) {
             return Ok(false);
         }
     }

@@ -12,7 +12,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
-use kube::runtime::watcher;
 
 use super::instance::record_instance;
 use crate::api::parse_duration;
@@ -26,7 +25,6 @@ use crate::cloud::ec2::{
 use crate::controller::context::Settings;
 use crate::controller::error::ControllerError;
 use crate::controller::reconcile::PlanRun;
-use crate::drain::wait::wait_for;
 use crate::planning::replacement::{
     DEFAULT_JOIN_TIMEOUT, JoinWait, join_settings, join_wait, launch_subnets,
 };
@@ -465,7 +463,7 @@ pub async fn run(
             }
         }
     }
-    // Wait (by watch) for a Ready Node carrying each launched instance's providerID.
+    // Wait (on the shared Node cache) for a Ready Node carrying each launched instance's providerID.
     let wanted: BTreeSet<String> = run
         .status
         .nodes
@@ -475,7 +473,6 @@ pub async fn run(
         .flat_map(|r| r.instance_ids.clone())
         .collect();
     if !wanted.is_empty() {
-        let api: Api<Node> = Api::all(run.ctx.client.clone());
         let ready_for = |nodes: &[std::sync::Arc<Node>], id: &str| -> Option<String> {
             nodes
                 .iter()
@@ -495,25 +492,27 @@ pub async fn run(
         };
         let wanted_vec: Vec<String> = wanted.iter().cloned().collect();
         let found = std::sync::Mutex::new(BTreeMap::<String, String>::new());
-        let done = wait_for(
-            api,
-            watcher::Config::default(),
-            "replacement nodes to be Ready",
-            run.ctx
-                .settings
-                .wait_slice
-                .min(next_check.max(Duration::from_millis(100))),
-            |nodes| {
-                let mut f = found.lock().unwrap_or_else(|e| e.into_inner());
-                for id in &wanted_vec {
-                    if let Some(name) = ready_for(nodes, id) {
-                        f.insert(id.clone(), name);
+        let caches = run.ctx.synced_caches().await?.clone();
+        let done = caches
+            .nodes
+            .wait_until(
+                run.ctx
+                    .settings
+                    .wait_slice
+                    .min(next_check.max(Duration::from_millis(100))),
+                |cache| {
+                    let nodes = cache.all();
+                    let nodes = nodes.as_slice();
+                    let mut f = found.lock().unwrap_or_else(|e| e.into_inner());
+                    for id in &wanted_vec {
+                        if let Some(name) = ready_for(nodes, id) {
+                            f.insert(id.clone(), name);
+                        }
                     }
-                }
-                f.len() == wanted_vec.len()
-            },
-        )
-        .await?;
+                    f.len() == wanted_vec.len()
+                },
+            )
+            .await;
         let found = found.into_inner().unwrap_or_else(|e| e.into_inner());
         for n in run.status.nodes.iter_mut() {
             if let Some(r) = n.replacement.as_mut()

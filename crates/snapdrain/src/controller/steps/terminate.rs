@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::events::EventType;
-use kube::runtime::watcher;
 
 use super::instance::record_instance;
 use super::inventory::get_node;
@@ -19,7 +18,6 @@ use crate::api::status::NodePhase;
 use crate::cloud::ec2::CloudError;
 use crate::controller::error::ControllerError;
 use crate::controller::reconcile::PlanRun;
-use crate::drain::wait::wait_for;
 use crate::planning::PhaseFacts;
 use crate::planning::replacement::decrement_desired_capacity;
 use crate::signals::detect::{nodeclaim_of, nodeclaims};
@@ -171,13 +169,12 @@ pub async fn run(
         .iter()
         .map(|n| (n.name.clone(), n.uid.clone()))
         .collect();
-    let api: Api<Node> = Api::all(client);
-    let gone = wait_for(
-        api,
-        watcher::Config::default(),
-        "terminated nodes to go",
-        run.ctx.settings.wait_slice,
-        |nodes| {
+    // The shared Node cache, re-checked after every Node change (no watch of our own per pass).
+    let caches = run.ctx.synced_caches().await?.clone();
+    let gone = caches
+        .nodes
+        .wait_until(run.ctx.settings.wait_slice, |cache| {
+            let nodes = cache.all();
             // A Node of that name with another uid does not count: it is not the one being terminated.
             !nodes.iter().any(|n| {
                 names.contains(&n.name_any())
@@ -185,9 +182,8 @@ pub async fn run(
                         *name == n.name_any() && is_other_node(uid.as_deref(), n)
                     })
             })
-        },
-    )
-    .await?;
+        })
+        .await;
     if gone {
         for n in run
             .status

@@ -1,0 +1,228 @@
+//! Shared caches of what snapdrain reads about the cluster, each kept by one watch per process
+//! (kube-runtime `watcher`, the informer pattern of client-go tools/cache): Pods (indexed by node),
+//! PVCs, StatefulSets and PDBs (by namespace), VolumeAttachments (by node), Nodes, NodeClaims and
+//! Namespaces. Planning, drain waits, release, the hold keeper, the signal watcher and the eviction
+//! gate read them instead of listing through the API on every pass (at 150,000 pods each list is a
+//! scan on the server).
+//!
+//! - [`store`]: one kind's objects and index, swapped whole on a relist.
+//! - [`trim`]: the fields dropped before an object is cached.
+//!
+//! Fail closed: a cache whose first list is not in is never read as "nothing there"; readers wait for
+//! it ([`Caches::wait_synced`]) or read the API. Writes never send a cached object back: they are
+//! patches guarded by its resourceVersion, so a stale cache costs a 409 and a retry, never an overwrite.
+
+pub mod store;
+pub mod trim;
+
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+pub use store::Cache;
+
+use crate::telemetry::Metrics;
+
+/// Every cache of the process. Cheap to clone.
+#[derive(Clone)]
+pub struct Caches {
+    pub pods: Cache<Pod>,
+    pub pvcs: Cache<PersistentVolumeClaim>,
+    pub stateful_sets: Cache<StatefulSet>,
+    pub pdbs: Cache<PodDisruptionBudget>,
+    pub volume_attachments: Cache<VolumeAttachment>,
+    pub nodes: Cache<Node>,
+    /// Karpenter NodeClaims: never synced in a cluster without Karpenter (the watch fails and backs
+    /// off), which only means no NodeClaim signal is seen.
+    pub node_claims: Cache<DynamicObject>,
+    pub namespaces: Cache<Namespace>,
+}
+
+fn pod_node(p: &Pod) -> Option<String> {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty())
+}
+
+fn attachment_node(v: &VolumeAttachment) -> Option<String> {
+    Some(v.spec.node_name.clone())
+}
+
+fn namespace_of<K: Resource>(o: &K) -> Option<String> {
+    o.namespace()
+}
+
+fn none<K>(_: &K) -> Option<String> {
+    None
+}
+
+/// A cache's first list did not come in within the wait.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the {kind} cache has not finished its first list after {waited:?}; snapdrain does not act on a cache it has not filled (check that snapdrain may list and watch {kind} cluster-wide, and the API server's health)"
+)]
+pub struct NotSynced {
+    pub kind: &'static str,
+    pub waited: Duration,
+}
+
+impl Caches {
+    /// Empty caches, not synced (tests feed them events; [`Caches::start`] watches).
+    pub fn new() -> Self {
+        Self {
+            pods: Cache::new("Pod", pod_node),
+            pvcs: Cache::new("PersistentVolumeClaim", namespace_of),
+            stateful_sets: Cache::new("StatefulSet", namespace_of),
+            pdbs: Cache::new("PodDisruptionBudget", namespace_of),
+            volume_attachments: Cache::new("VolumeAttachment", attachment_node),
+            nodes: Cache::new("Node", none),
+            node_claims: Cache::new("NodeClaim", none),
+            namespaces: Cache::new("Namespace", none),
+        }
+    }
+
+    /// Starts one watch per kind. The tasks run until aborted.
+    pub fn start(client: &Client, metrics: &Metrics) -> (Self, Vec<tokio::task::JoinHandle<()>>) {
+        let c = Self::new();
+        let started = Instant::now();
+        let tasks = vec![
+            follow(
+                c.pods.clone(),
+                Api::all(client.clone()),
+                trim::pod,
+                metrics,
+                started,
+            ),
+            follow(
+                c.pvcs.clone(),
+                Api::all(client.clone()),
+                trim::pvc,
+                metrics,
+                started,
+            ),
+            follow(
+                c.stateful_sets.clone(),
+                Api::all(client.clone()),
+                trim::stateful_set,
+                metrics,
+                started,
+            ),
+            follow(
+                c.pdbs.clone(),
+                Api::all(client.clone()),
+                trim::pdb,
+                metrics,
+                started,
+            ),
+            follow(
+                c.volume_attachments.clone(),
+                Api::all(client.clone()),
+                trim::volume_attachment,
+                metrics,
+                started,
+            ),
+            follow(
+                c.nodes.clone(),
+                Api::all(client.clone()),
+                trim::node,
+                metrics,
+                started,
+            ),
+            follow(
+                c.node_claims.clone(),
+                crate::signals::detect::nodeclaims(client),
+                trim::dynamic,
+                metrics,
+                started,
+            ),
+            follow(
+                c.namespaces.clone(),
+                Api::all(client.clone()),
+                trim::namespace,
+                metrics,
+                started,
+            ),
+        ];
+        (c, tasks)
+    }
+
+    /// Waits up to `timeout` for the caches planning and draining read (all but NodeClaims).
+    pub async fn wait_synced(&self, timeout: Duration) -> Result<(), NotSynced> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        macro_rules! wait {
+            ($($c:ident),*) => {$(
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if !self.$c.wait_synced(left).await {
+                    return Err(NotSynced { kind: self.$c.kind(), waited: timeout });
+                }
+            )*};
+        }
+        wait!(
+            pods,
+            pvcs,
+            stateful_sets,
+            pdbs,
+            volume_attachments,
+            nodes,
+            namespaces
+        );
+        Ok(())
+    }
+}
+
+impl Default for Caches {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Feeds one kind's watch into its cache, trimmed, and keeps `snapdrain_cache_objects{kind}` and
+/// `snapdrain_cache_lists_total{kind}`. Logs the first sync (with its duration) at info, relists at debug.
+fn follow<K>(
+    cache: Cache<K>,
+    api: Api<K>,
+    trim: fn(&mut K),
+    metrics: &Metrics,
+    started: Instant,
+) -> tokio::task::JoinHandle<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let metrics = metrics.clone();
+    tokio::spawn(async move {
+        let kind = cache.kind();
+        let stream = watcher(api, watcher::Config::default())
+            .modify(trim)
+            .default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => {
+                    let listed = matches!(event, watcher::Event::InitDone);
+                    cache.apply(event);
+                    metrics.cache_objects(kind, cache.len());
+                    if listed {
+                        metrics.cache_listed(kind);
+                        if cache.lists() == 1 {
+                            tracing::info!(kind, objects = cache.len(), elapsed = ?started.elapsed(), "cache synced");
+                        } else {
+                            tracing::debug!(kind, objects = cache.len(), "cache relisted");
+                        }
+                    }
+                }
+                // The backoff retries; a 410 Gone makes the watcher relist (Init..InitDone).
+                Err(e) => tracing::debug!(kind, error = %e, "cache watch"),
+            }
+        }
+    })
+}

@@ -1,0 +1,304 @@
+//! What is dropped from an object before it is cached. At 150,000 pods most of a pod is fields snapdrain
+//! never reads (containers, env, conditions, managedFields). Every field a decision reads stays:
+//! planning (`planning::inventory`, `planning::node`, `planning::taint`, `planning::protection`), the
+//! drain step, the hold keeper, the signal watcher and the gate's decision. The tests below run those
+//! decisions on trimmed and untrimmed objects and compare; a field read by new code must be kept here.
+//!
+//! A cached object is never written back: writes are patches of a few keys guarded by the cached
+//! resourceVersion (the hold annotations), so a trimmed field can never be lost on the server.
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Container, Namespace, Node, PersistentVolumeClaim, Pod, Volume};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::DynamicObject;
+
+/// Written by `kubectl apply`: a copy of the whole object, read by nothing in snapdrain.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+fn meta(m: &mut ObjectMeta) {
+    m.managed_fields = None;
+    if let Some(a) = m.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
+/// Keeps metadata (labels, annotations, owners, deletion, resourceVersion), `spec.nodeName`,
+/// `spec.volumes` (their PVC claim and emptyDir), `spec.tolerations`, `spec.priorityClassName`,
+/// `spec.priority`, container names, `status.phase` and `status.startTime`.
+pub fn pod(p: &mut Pod) {
+    meta(&mut p.metadata);
+    if let Some(spec) = p.spec.take() {
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            node_name: spec.node_name,
+            tolerations: spec.tolerations,
+            priority_class_name: spec.priority_class_name,
+            priority: spec.priority,
+            volumes: spec.volumes.map(|vs| {
+                vs.into_iter()
+                    .map(|v| Volume {
+                        name: v.name,
+                        persistent_volume_claim: v.persistent_volume_claim,
+                        empty_dir: v.empty_dir,
+                        ..Volume::default()
+                    })
+                    .collect()
+            }),
+            containers: spec
+                .containers
+                .into_iter()
+                .map(|c| Container {
+                    name: c.name,
+                    ..Container::default()
+                })
+                .collect(),
+            ..Default::default()
+        });
+    }
+    if let Some(status) = p.status.take() {
+        p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: status.phase,
+            start_time: status.start_time,
+            ..Default::default()
+        });
+    }
+}
+
+/// Keeps everything but the pod template's spec (planning reads `spec.selector` only; the backup step
+/// reads StatefulSets from the API).
+pub fn stateful_set(s: &mut StatefulSet) {
+    meta(&mut s.metadata);
+    if let Some(spec) = s.spec.as_mut() {
+        spec.template.spec = None;
+        for t in spec.volume_claim_templates.iter_mut().flatten() {
+            meta(&mut t.metadata);
+        }
+    }
+}
+
+/// Keeps everything but the image list (a node lists every image it pulled: kilobytes each).
+pub fn node(n: &mut Node) {
+    meta(&mut n.metadata);
+    if let Some(status) = n.status.as_mut() {
+        status.images = None;
+    }
+}
+
+pub fn pvc(c: &mut PersistentVolumeClaim) {
+    meta(&mut c.metadata);
+}
+
+pub fn pdb(p: &mut PodDisruptionBudget) {
+    meta(&mut p.metadata);
+}
+
+pub fn volume_attachment(v: &mut VolumeAttachment) {
+    meta(&mut v.metadata);
+}
+
+pub fn namespace(n: &mut Namespace) {
+    meta(&mut n.metadata);
+}
+
+/// NodeClaims: the signal watcher reads their conditions, annotations and deletion from the whole
+/// object; only metadata is trimmed.
+pub fn dynamic(o: &mut DynamicObject) {
+    meta(&mut o.metadata);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LAST_APPLIED;
+    use crate::planning::inventory::fixtures::*;
+    use crate::planning::inventory::{is_critical, is_terminal, pvc_claims};
+    use crate::planning::taint::tolerates_drain_taint;
+    use crate::planning::{Clock, NodeInputs, plan_node};
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use serde_json::json;
+
+    /// A pod as the API server returns it: the fixture plus what real pods carry.
+    fn full(p: Pod, extra: serde_json::Value) -> Pod {
+        let mut p = with(
+            p,
+            json!({
+                "metadata": {
+                    "resourceVersion": "42",
+                    "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1"}],
+                    "annotations": {LAST_APPLIED: "{}", "keep": "me"}
+                },
+                "spec": {
+                    "containers": [{"name": "main", "image": "postgres:17",
+                                    "env": [{"name": "PGDATA", "value": "/data"}]}],
+                    "serviceAccountName": "db",
+                    "nodeSelector": {"zone": "a"}
+                },
+                "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                           "podIP": "10.0.0.1", "startTime": "2026-05-20T09:00:00Z"}
+            }),
+        );
+        if !extra.is_null() {
+            p = with(p, extra);
+        }
+        p
+    }
+
+    fn trimmed(p: &Pod) -> Pod {
+        let mut t = p.clone();
+        super::pod(&mut t);
+        t
+    }
+
+    fn pods() -> Vec<Pod> {
+        vec![
+            full(sts_pod("db", "pg", 0, &["data"]), json!(null)),
+            full(
+                sts_pod("db", "redis", 1, &["data", "aof"]),
+                json!({"spec": {"volumes": [
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data-redis-1"}},
+                    {"name": "aof", "persistentVolumeClaim": {"claimName": "aof-redis-1", "readOnly": true}},
+                    {"name": "cfg", "configMap": {"name": "redis"}},
+                    {"name": "tmp", "emptyDir": {}}
+                ]}}),
+            ),
+            full(
+                deploy_pod("web", "api"),
+                json!({"spec": {"tolerations": [{"operator": "Exists"}]}}),
+            ),
+            full(
+                ds_pod("kube-system", "cni", Some("system-node-critical")),
+                json!({"spec": {"priority": 2000001000}}),
+            ),
+            full(
+                deploy_pod("web", "pinned"),
+                json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}),
+            ),
+            full(
+                deploy_pod("batch", "job-1"),
+                json!({"status": {"phase": "Succeeded"}}),
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_trimmed_pod_keeps_every_field_a_decision_reads() {
+        for p in pods() {
+            let t = trimmed(&p);
+            let claims = |p: &Pod| pvc_claims(p).map(str::to_owned).collect::<Vec<_>>();
+            assert_eq!(claims(&t), claims(&p));
+            assert_eq!(
+                crate::planning::inventory::has_empty_dir(&t),
+                crate::planning::inventory::has_empty_dir(&p)
+            );
+            assert_eq!(is_terminal(&t), is_terminal(&p));
+            assert_eq!(is_critical(&t), is_critical(&p));
+            assert_eq!(tolerates_drain_taint(&t), tolerates_drain_taint(&p));
+            assert_eq!(
+                crate::planning::ProtectionRule::default().protects(&t),
+                crate::planning::ProtectionRule::default().protects(&p)
+            );
+            assert_eq!(t.metadata.labels, p.metadata.labels);
+            assert_eq!(t.metadata.owner_references, p.metadata.owner_references);
+            assert_eq!(t.metadata.resource_version, p.metadata.resource_version);
+            assert_eq!(
+                t.spec.as_ref().and_then(|s| s.node_name.clone()),
+                p.spec.as_ref().and_then(|s| s.node_name.clone())
+            );
+            assert_eq!(
+                t.status.as_ref().and_then(|s| s.start_time.clone()),
+                p.status.as_ref().and_then(|s| s.start_time.clone())
+            );
+            assert_eq!(
+                t.spec.as_ref().and_then(|s| s.priority),
+                p.spec.as_ref().and_then(|s| s.priority)
+            );
+            // What goes: managedFields, the kubectl copy, container details, conditions.
+            assert!(t.metadata.managed_fields.is_none());
+            let annotations = t.metadata.annotations.clone().unwrap_or_default();
+            assert!(!annotations.contains_key(LAST_APPLIED));
+            assert_eq!(annotations.get("keep").map(String::as_str), Some("me"));
+            let spec = t.spec.as_ref().expect("the spec stays");
+            assert!(
+                spec.containers
+                    .iter()
+                    .all(|c| c.env.is_none() && c.image.is_none())
+            );
+            assert!(t.status.as_ref().is_some_and(|s| s.conditions.is_none()));
+        }
+    }
+
+    #[test]
+    fn a_node_planned_from_trimmed_objects_is_planned_the_same() {
+        let pods = pods();
+        let trimmed_pods: Vec<Pod> = pods.iter().map(trimmed).collect();
+        let sts: Vec<StatefulSet> = [statefulset("db", "pg"), statefulset("db", "redis")].into();
+        let trimmed_sts: Vec<StatefulSet> = sts
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                super::stateful_set(&mut s);
+                s
+            })
+            .collect();
+        let pvcs = vec![
+            pvc("db", "data-pg-0", "pv-pg-0"),
+            pvc("db", "data-redis-1", "pv-redis-1"),
+            pvc("db", "aof-redis-1", "pv-aof-1"),
+        ];
+        let pdbs = vec![pdb("db", "pg", json!({"matchLabels": {"app": "pg"}}))];
+        let mut n = node("n1");
+        let mut trimmed_node = n.clone();
+        super::node(&mut trimmed_node);
+        n.metadata.managed_fields = Some(vec![Default::default()]);
+        let clock = Clock {
+            decided_at: "2026-05-20T10:00:00Z".parse().expect("a valid timestamp"),
+            now: "2026-05-20T10:01:00Z".parse().expect("a valid timestamp"),
+        };
+        for extra in [
+            json!({}),
+            json!({"drain": {"deleteEmptyDirData": true, "force": true}}),
+            json!({"backup": {"scope": "StatefulSet"}}),
+            json!({"drain": {"ignoreDaemonSets": false}}),
+        ] {
+            let mut spec = json!({"nodes": ["n1"]});
+            if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+                s.extend(e.clone());
+            }
+            let spec: crate::api::DisruptionPlanSpec =
+                serde_json::from_value(spec).expect("a valid plan spec");
+            let valid = crate::api::validate(&spec).expect("a valid plan spec");
+            let plan = |node: &Node, pods: &[Pod], sts: &[StatefulSet]| {
+                plan_node(
+                    &NodeInputs {
+                        node,
+                        pods,
+                        stateful_sets: sts,
+                        pvcs: &pvcs,
+                        pdbs: &pdbs,
+                        existing_backups: &[],
+                    },
+                    &spec,
+                    &valid,
+                    clock,
+                )
+            };
+            assert_eq!(
+                plan(&trimmed_node, &trimmed_pods, &trimmed_sts),
+                plan(&n, &pods, &sts),
+                "plan spec {extra}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_statefulset_keeps_its_selector_and_loses_its_pod_template_spec() {
+        let mut s = statefulset("db", "pg");
+        let selector = s.spec.as_ref().map(|s| s.selector.clone());
+        super::stateful_set(&mut s);
+        let spec = s.spec.as_ref().expect("the spec stays");
+        assert_eq!(Some(spec.selector.clone()), selector);
+        assert!(spec.template.spec.is_none());
+        assert!(spec.template.metadata.is_some());
+    }
+}
