@@ -9,6 +9,7 @@
 //! - [`holds`]: how soon a new protected pod is held (run with the controller section).
 //! - [`limit`]: one plan against its physical limit (run with the controller section).
 //! - [`rollout`]: a 20-node Karpenter drift rollout, alone and guarded by snapdrain.
+//! - [`scale`]: the controller process at `scale-5k`: cache sync, memory, a plan's drain.
 
 pub mod api;
 pub mod controller;
@@ -18,6 +19,7 @@ pub mod limit;
 pub mod planning;
 pub mod report;
 pub mod rollout;
+pub mod scale;
 pub mod scenarios;
 pub mod sim;
 pub mod stats;
@@ -30,6 +32,7 @@ pub enum Only {
     Controller,
     Planning,
     Rollout,
+    Scale,
     All,
 }
 
@@ -88,6 +91,11 @@ pub async fn run(opts: &Options) -> Report {
         if let Err(e) = holds::latency(runs, &mut report).await {
             report.skipped("holds", "hold latency", format!("failed: {e:#}"));
         }
+    }
+    if wants(Only::Scale)
+        && let Err(e) = scale::controller(&mut report).await
+    {
+        report.skipped("scale", "controller at scale-5k", format!("failed: {e:#}"));
     }
     if wants(Only::Rollout)
         && let Err(e) = rollout::drift(&mut report).await

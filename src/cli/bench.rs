@@ -7,7 +7,7 @@ use crate::bench::{self, Only};
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Which measurements: the simulated API server at scale-5k, the controller's overhead, drain speed
-    /// and a plan against its physical limit, planning cost, a 20-node drift rollout, or all of them.
+    /// and a plan against its physical limit, planning cost, a 20-node drift rollout, the controller process at scale-5k, or all of them.
     #[arg(long, value_enum, default_value_t = Section::All)]
     pub only: Section,
     /// Pod status updates written for the watch fan-out measurement.
@@ -30,6 +30,7 @@ pub enum Section {
     Controller,
     Planning,
     Rollout,
+    Scale,
     All,
 }
 
@@ -39,6 +40,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Section::Controller => Only::Controller,
         Section::Planning => Only::Planning,
         Section::Rollout => Only::Rollout,
+        Section::Scale => Only::Scale,
         Section::All => Only::All,
     };
     let report = bench::run(&bench::Options {

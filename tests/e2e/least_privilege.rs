@@ -45,6 +45,15 @@ const SA_USER: &str = "system:serviceaccount:snapdrain:snapdrain";
 /// the e2e test that takes it (those run with the same roles through the chart: deploy.rs renders the
 /// same rules). (role, resource, verb).
 const RARE_PATHS: &[(&str, &str, &str, &str)] = &[
+    // `backup.scope: StatefulSet` reads each StatefulSet's selector when the Backup is created
+    // (controller::steps::backups need_for); planning's unit tests cover that scope, the default (Pods)
+    // selects the pods by name and reads none.
+    (
+        "snapdrain",
+        "statefulsets",
+        "get",
+        "backup.scope StatefulSet",
+    ),
     // An abandoned backup attempt Velero never started is deleted (controller::steps::backups);
     // real_velero.rs / resilience.rs abandon attempts.
     ("snapdrain", "backups", "delete", "abandoned backup attempt"),

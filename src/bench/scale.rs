@@ -1,0 +1,170 @@
+//! The controller at `scale-5k` (5,000 nodes, 150,000 pods), run as its own process as in a cluster: how
+//! long its caches take to sync, its memory once synced and after a plan, and how soon a plan on one node
+//! drains it once its backups are verified.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::report::Report;
+use super::sim::{PodsGone, on_node, owned_by, start_scenario, wait_store};
+use snapdrain_sim::apiserver::resources::ResKey;
+
+const SECTION: &str = "scale";
+const SYNC_TIMEOUT: Duration = Duration::from_secs(600);
+/// The kinds whose first list the controller waits for (NodeClaims too: scale-5k runs Karpenter).
+const KINDS: usize = 8;
+
+/// Resident and peak memory of process `pid`, MiB (Linux `/proc/PID/status`).
+fn rss_of(pid: u32) -> Option<(f64, f64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib = |key: &str| {
+        text.lines()
+            .find(|l| l.starts_with(key))?
+            .split_whitespace()
+            .nth(1)?
+            .parse::<f64>()
+            .ok()
+    };
+    Some((kib("VmRSS:")? / 1024.0, kib("VmHWM:")? / 1024.0))
+}
+
+pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
+    let scenario = snapdrain_sim::scenario::builtin::scale_5k();
+    let timings = scenario.timings.clone().unwrap_or_default();
+    let b = start_scenario(scenario, "built-in scale-5k", timings).await?;
+    let store = &b.cluster.store;
+    let pods = store.snapshot(&ResKey::core("pods")).0;
+    let node = pods
+        .iter()
+        .find(|p| owned_by(p, "StatefulSet"))
+        .and_then(|p| p.pointer("/spec/nodeName").and_then(Value::as_str))
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow!("scale-5k has no StatefulSet pod on a node"))?;
+    let on = pods.iter().filter(|p| on_node(p, &node)).count();
+    drop(pods);
+    let ec2 = b
+        .cluster
+        .ec2
+        .as_ref()
+        .ok_or_else(|| anyhow!("the simulated world runs no EC2 endpoint"))?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = b.cluster.write_kubeconfig(&dir.path().join("kubeconfig"))?;
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+        .arg("controller")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--no-leader-election", "--metrics-addr", "127.0.0.1:0"])
+        .arg("--ec2-endpoint")
+        .arg(ec2.endpoint())
+        .arg("--region")
+        .arg(&ec2.config().region)
+        .env("RUST_LOG", "snapdrain=info")
+        .env("AWS_ACCESS_KEY_ID", "sim")
+        .env("AWS_SECRET_ACCESS_KEY", "sim")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting `snapdrain controller`")?;
+    let pid = child
+        .id()
+        .ok_or_else(|| anyhow!("the controller exited at once"))?;
+    let stdout = child.stdout.take().context("the controller's stdout")?;
+    let mut lines = BufReader::new(stdout).lines();
+    let mut synced = std::collections::BTreeSet::new();
+    let sync = async {
+        while let Some(line) = lines.next_line().await? {
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if v["fields"]["message"] == "cache synced"
+                && let Some(kind) = v["fields"]["kind"].as_str()
+            {
+                synced.insert(kind.to_owned());
+                if synced.len() == KINDS {
+                    return Ok(started.elapsed());
+                }
+            }
+        }
+        bail!("the controller exited before its caches synced ({synced:?} did)")
+    };
+    let sync_time = tokio::time::timeout(SYNC_TIMEOUT, sync)
+        .await
+        .map_err(|_| anyhow!("caches not synced within {SYNC_TIMEOUT:?}"))??;
+    // Keep reading its output so the pipe never fills and blocks it.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let f = report.add(
+        SECTION,
+        "controller process start -> every cache synced (scale-5k)",
+        sync_time.as_secs_f64(),
+        "s",
+    );
+    f.target = Some("< 30 s".into());
+    f.note = Some(format!("{KINDS} kinds; 150,000 pods"));
+    if let Some((rss, _)) = rss_of(pid) {
+        let f = report.add(
+            SECTION,
+            "controller RSS, caches synced (scale-5k)",
+            rss,
+            "MiB",
+        );
+        f.target = Some("< 300 MiB".into());
+    }
+
+    let gone = tokio::spawn(PodsGone::subscribe(store, &node).wait());
+    let plans = ResKey::new("snapdrain.io", "disruptionplans");
+    let plan: snapdrain::api::DisruptionPlan = serde_json::from_value(serde_json::json!({
+        "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+        "metadata": {"name": "scale-plan"}, "spec": {"nodes": [node]}
+    }))?;
+    let created = Instant::now();
+    kube::Api::<snapdrain::api::DisruptionPlan>::all(b.client.clone())
+        .create(&Default::default(), &plan)
+        .await
+        .context("creating the plan")?;
+    let verified = wait_store(
+        store,
+        &plans,
+        "the plan's backups verified",
+        SYNC_TIMEOUT,
+        |ps| {
+            ps.iter().any(|p| {
+                p.pointer("/status/backups")
+                    .and_then(Value::as_array)
+                    .is_some_and(|bs| !bs.is_empty() && bs.iter().all(|b| b["verified"] == true))
+            })
+        },
+    )
+    .await?;
+    let (drained, count) = tokio::time::timeout(SYNC_TIMEOUT, gone)
+        .await
+        .map_err(|_| anyhow!("node {node} not drained within {SYNC_TIMEOUT:?}"))???;
+    let f = report.add(
+        SECTION,
+        "plan on one node: backups verified -> pods gone (scale-5k)",
+        drained.saturating_duration_since(verified).as_secs_f64() * 1000.0,
+        "ms",
+    );
+    f.target = Some("< 2000 ms".into());
+    f.note = Some(format!(
+        "{on} pods on the node, {count} evicted; plan created -> verified {:.1} s",
+        verified.saturating_duration_since(created).as_secs_f64()
+    ));
+    if let Some((rss, peak)) = rss_of(pid) {
+        let f = report.add(
+            SECTION,
+            "controller RSS after the plan (scale-5k)",
+            rss,
+            "MiB",
+        );
+        f.target = Some("< 300 MiB".into());
+        f.note = Some(format!("peak {peak:.0} MiB"));
+    }
+    child.kill().await.ok();
+    Ok(())
+}
