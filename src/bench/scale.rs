@@ -93,9 +93,15 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
         }
         bail!("the controller exited before its caches synced ({synced:?} did)")
     };
-    let sync_time = tokio::time::timeout(SYNC_TIMEOUT, sync)
-        .await
-        .map_err(|_| anyhow!("caches not synced within {SYNC_TIMEOUT:?}"))??;
+    let sync_time = match tokio::time::timeout(SYNC_TIMEOUT, sync).await {
+        Ok(r) => r?,
+        Err(_) => {
+            let rss = rss_of(pid).map_or("unknown".into(), |(r, _)| format!("{r:.0} MiB"));
+            bail!(
+                "caches not synced within {SYNC_TIMEOUT:?}: synced {synced:?} of {KINDS} kinds; controller RSS {rss}"
+            )
+        }
+    };
     // Keep reading its output so the pipe never fills and blocks it.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     let f = report.add(
