@@ -66,16 +66,17 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
         .env("RUST_LOG", "snapdrain=info")
         .env("AWS_ACCESS_KEY_ID", "sim")
         .env("AWS_SECRET_ACCESS_KEY", "sim")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        // Its JSON logs go to stderr (telemetry/logging.rs).
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .context("starting `snapdrain controller`")?;
     let pid = child
         .id()
         .ok_or_else(|| anyhow!("the controller exited at once"))?;
-    let stdout = child.stdout.take().context("the controller's stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
+    let logs = child.stderr.take().context("the controller's stderr")?;
+    let mut lines = BufReader::new(logs).lines();
     let mut synced = std::collections::BTreeSet::new();
     let sync = async {
         while let Some(line) = lines.next_line().await? {
