@@ -847,9 +847,12 @@ async fn aborting_a_release_plan_restores_the_holds_it_released() {
 /// Event and a metric, and snapdrain releases nothing to an eviction.
 #[tokio::test]
 async fn a_deadline_too_short_for_the_backup_fails_the_plan_loudly() {
-    // Velero needs 30 s per backup; Karpenter grants 3 s.
+    // Velero needs 30 s per backup; Karpenter grants 3 s. A database takes seconds to stop on SIGTERM
+    // (5 s here, within its 30 s grace): with the fast timings' 50 ms the pods could be gone before the
+    // watcher's first look, and a node without protected pods gets no plan at all.
     let h = Harness::start_with(snapdrain_sim::world::Timings {
         backup_overhead: Duration::from_secs(30),
+        pod_stop: Duration::from_secs(5),
         ..snapdrain_testkit::harness::fast_timings()
     })
     .await;
