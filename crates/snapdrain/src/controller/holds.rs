@@ -8,7 +8,6 @@
 //! event or sweep).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -128,15 +127,8 @@ impl Keeper {
         }
     }
 
-    fn count(&self, pods: &[Arc<Pod>]) {
-        let mut by_state: BTreeMap<&str, i64> = [("held", 0), ("released", 0)].into();
-        for p in pods {
-            match holds::state(p) {
-                HoldState::Held(_) => *by_state.entry("held").or_default() += 1,
-                HoldState::Released(_) => *by_state.entry("released").or_default() += 1,
-                HoldState::Unheld => {}
-            }
-        }
+    /// Publishes `snapdrain_pods_held{action}` from one sweep's counts.
+    fn count(&self, by_state: BTreeMap<&str, i64>) {
         for (state, n) in by_state {
             self.metrics
                 .pods_held
@@ -180,7 +172,7 @@ pub async fn run(
                 sweep.reset_immediately();
             },
             event = changed.recv() => match event {
-                Ok(pod) => keeper.ensure(&pod).await,
+                Ok(pod) => keeper.ensure(&pod.to_pod()).await,
                 // Missed changes are caught up by looking at every pod now.
                 Err(broadcast::error::RecvError::Lagged(_)) => sweep.reset_immediately(),
                 Err(broadcast::error::RecvError::Closed) => return,
@@ -190,11 +182,18 @@ pub async fn run(
                 if !caches.pods.synced() {
                     continue;
                 }
-                let all = caches.pods.all();
-                keeper.count(&all);
-                for pod in &all {
-                    keeper.ensure(pod).await;
+                // One pod at a time back to the Pod form: the cache stays the only copy of them all.
+                let mut by_state: BTreeMap<&str, i64> = [("held", 0), ("released", 0)].into();
+                for cached in caches.pods.all() {
+                    let pod = cached.to_pod();
+                    match holds::state(&pod) {
+                        HoldState::Held(_) => *by_state.entry("held").or_default() += 1,
+                        HoldState::Released(_) => *by_state.entry("released").or_default() += 1,
+                        HoldState::Unheld => {}
+                    }
+                    keeper.ensure(&pod).await;
                 }
+                keeper.count(by_state);
             }
         }
     }

@@ -13,7 +13,7 @@ use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::watch;
 
-use super::cache::{Cache, Caches};
+use super::cache::{Cache, CachedPod, Caches};
 
 use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
@@ -37,7 +37,7 @@ struct Watcher {
     plans: Store<DisruptionPlan>,
     nodes: Cache<Node>,
     claims: Cache<DynamicObject>,
-    pods: Cache<Pod>,
+    pods: Cache<CachedPod>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
     recorder: Recorder,
@@ -80,11 +80,7 @@ impl Watcher {
     async fn protected_pods(&self, node: &str) -> Result<Vec<String>, kube::Error> {
         // The shared cache once it is filled; the API before (an empty cache is not "no pods").
         let on_node: Vec<Pod> = if self.pods.synced() {
-            self.pods
-                .indexed(node)
-                .iter()
-                .map(|p| (**p).clone())
-                .collect()
+            self.pods.indexed(node).iter().map(|p| p.to_pod()).collect()
         } else {
             Api::<Pod>::all(self.client.clone())
                 .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))

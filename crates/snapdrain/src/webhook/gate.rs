@@ -19,7 +19,7 @@ use tokio::sync::watch;
 
 use crate::api::policy::DisruptionPolicySpec;
 use crate::api::{DisruptionPlan, PlanMode, PlanSource};
-use crate::controller::cache::Cache;
+use crate::controller::cache::{Cache, CachedPod};
 use crate::signals::{NodeSignal, Outcome, join_or_create};
 use crate::telemetry::Metrics;
 
@@ -36,7 +36,7 @@ pub struct Gate {
     /// DisruptionPlans, kept by a reflector so a decision reads memory, not the API.
     pub plans: Store<DisruptionPlan>,
     /// The process's shared pod cache (indexed by node), for the node-agent decision.
-    pub pods: Cache<Pod>,
+    pub pods: Cache<CachedPod>,
     pub protects: Protects,
     /// The policy in force: the spec of plans the gate creates comes from its defaults.
     pub policy: watch::Receiver<DisruptionPolicySpec>,
@@ -49,7 +49,7 @@ impl Gate {
     pub fn new(
         client: Client,
         plans: Store<DisruptionPlan>,
-        pods: Cache<Pod>,
+        pods: Cache<CachedPod>,
         protects: Protects,
         policy: watch::Receiver<DisruptionPolicySpec>,
         metrics: Metrics,
@@ -168,8 +168,12 @@ impl Gate {
         };
         // The shared pod cache's node index once it is filled; the API before (an empty cache would
         // let the agent go while protected pods are still uncovered).
-        let on_node: Vec<Arc<Pod>> = if self.pods.synced() {
-            self.pods.indexed(&node)
+        let on_node: Vec<Pod> = if self.pods.synced() {
+            self.pods
+                .indexed(&node)
+                .iter()
+                .map(|p| p.to_pod())
+                .collect()
         } else {
             Api::<Pod>::all(self.client.clone())
                 .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
@@ -179,9 +183,6 @@ impl Gate {
                     source,
                 })?
                 .items
-                .into_iter()
-                .map(Arc::new)
-                .collect()
         };
         let protects = self.protects.clone();
         let now = jiff::Timestamp::now();

@@ -6,12 +6,14 @@
 //! scan on the server).
 //!
 //! - [`store`]: one kind's objects and index, swapped whole on a relist.
-//! - [`trim`]: the fields dropped before an object is cached.
+//! - [`pod`]: pods in a compact form, decoded straight from the API's JSON.
+//! - [`trim`]: the fields dropped from the other kinds before an object is cached.
 //!
 //! Fail closed: a cache whose first list is not in is never read as "nothing there"; readers wait for
 //! it ([`Caches::wait_synced`]) or read the API. Writes never send a cached object back: they are
 //! patches guarded by its resourceVersion, so a stale cache costs a 409 and a retry, never an overwrite.
 
+pub mod pod;
 pub mod store;
 pub mod trim;
 
@@ -20,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Api, DynamicObject};
@@ -28,6 +30,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+pub use pod::CachedPod;
 pub use store::Cache;
 
 use crate::telemetry::Metrics;
@@ -35,7 +38,8 @@ use crate::telemetry::Metrics;
 /// Every cache of the process. Cheap to clone.
 #[derive(Clone)]
 pub struct Caches {
-    pub pods: Cache<Pod>,
+    /// Pods in their compact form ([`CachedPod::to_pod`] gives a `Pod`).
+    pub pods: Cache<CachedPod>,
     pub pvcs: Cache<PersistentVolumeClaim>,
     pub stateful_sets: Cache<StatefulSet>,
     pub pdbs: Cache<PodDisruptionBudget>,
@@ -47,11 +51,8 @@ pub struct Caches {
     pub namespaces: Cache<Namespace>,
 }
 
-fn pod_node(p: &Pod) -> Option<String> {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .filter(|n| !n.is_empty())
+fn pod_node(p: &CachedPod) -> Option<String> {
+    p.node_name().map(str::to_owned)
 }
 
 fn attachment_node(v: &VolumeAttachment) -> Option<String> {
@@ -99,7 +100,8 @@ impl Caches {
             follow(
                 c.pods.clone(),
                 Api::all(client.clone()),
-                trim::pod,
+                // Decoding into a CachedPod is the trim.
+                |_| {},
                 metrics,
                 started,
             ),
@@ -141,7 +143,7 @@ impl Caches {
             follow(
                 c.node_claims.clone(),
                 crate::signals::detect::nodeclaims(client),
-                trim::dynamic,
+                trim::node_claim,
                 metrics,
                 started,
             ),

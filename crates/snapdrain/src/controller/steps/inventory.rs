@@ -40,7 +40,12 @@ fn owned<K: Clone>(objects: Vec<std::sync::Arc<K>>) -> Vec<K> {
 
 /// The pods bound to `node`, from the synced cache.
 pub fn pods_on_node(caches: &Caches, node: &str) -> Vec<Pod> {
-    owned(caches.pods.indexed(node))
+    caches
+        .pods
+        .indexed(node)
+        .iter()
+        .map(|p| p.to_pod())
+        .collect()
 }
 
 fn in_namespaces<K: kube::Resource + Clone>(

@@ -196,14 +196,18 @@ pub async fn released_pods_gone(run: &PlanRun) -> Result<bool, ControllerError> 
         return Ok(false);
     }
     let caches = run.ctx.synced_caches().await?;
-    let still = |pod: Option<&Pod>, uid: &str| pod.is_some_and(|p| p.uid().as_deref() == Some(uid));
+    let still = |found: Option<String>, uid: &str| found.as_deref() == Some(uid);
     for p in &run.status.released_pods {
-        if still(caches.pods.get(&p.namespace, &p.name).as_deref(), &p.uid) {
+        let cached = caches.pods.get(&p.namespace, &p.name);
+        if still(cached.and_then(|c| c.uid()), &p.uid) {
             return Ok(false);
         }
     }
     for p in &run.status.released_pods {
-        if still(get(run, &p.namespace, &p.name).await?.as_ref(), &p.uid) {
+        if still(
+            get(run, &p.namespace, &p.name).await?.and_then(|c| c.uid()),
+            &p.uid,
+        ) {
             return Ok(false);
         }
     }
