@@ -48,6 +48,14 @@ fn nodeclaims(h: &Harness) -> Api<DynamicObject> {
     snapdrain_testkit::karpenter::nodeclaims(&h.client)
 }
 
+fn nodepools(h: &Harness) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
+    Api::all_with(
+        h.client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "nodepools"),
+    )
+}
+
 async fn nodeclaim_of(h: &Harness, node: &str) -> String {
     let n = h.node(node).await.expect("the node exists");
     n.owner_references()
@@ -209,12 +217,7 @@ async fn a_drifted_node_is_released_to_karpenter_only_after_its_backup_is_verifi
 async fn the_release_window_restores_the_holds_and_the_next_run_reuses_the_backup() {
     let h = Harness::start().await;
     // Karpenter may disrupt nothing (budget 0), so a released node is never taken.
-    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
-    let pools: Api<DynamicObject> = Api::all_with(
-        h.client.clone(),
-        &ApiResource::from_gvk_with_plural(&gvk, "nodepools"),
-    );
-    pools
+    nodepools(&h)
         .patch(
             "default",
             &PatchParams::default(),
@@ -501,6 +504,20 @@ async fn graceful_signals_wait_for_a_maintenance_window_and_a_free_slot() {
         h.plans_for(&first).await.is_empty(),
         "no plan outside the window"
     );
+    // Karpenter may now disrupt nothing in the pool: a released node is never taken, so the first plan
+    // stays running after its backups are verified. Karpenter v1 paces graceful disruption by the
+    // NodePool's `spec.disruption.budgets` (kubernetes-sigs/karpenter `pkg/controllers/disruption/
+    // helpers.go` `BuildDisruptionBudgetMapping`, `pkg/apis/v1/nodepool.go` `GetAllowedDisruptionsByReason`;
+    // research/karpenter.md §2). Without this, a fast Karpenter ends the first plan before the second
+    // signal is looked at, and a rule that holds the slot to the end would pass too.
+    nodepools(&h)
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"disruption": {"budgets": [{"nodes": "0"}]}}})),
+        )
+        .await
+        .expect("set the budget to 0");
     // Open every hour's minute: now the drift gets its plan, and a second drifted node waits for the
     // one slot (maxPlans 1) until the first plan's backups are verified (a Release plan then only waits
     // for Karpenter and frees its slot, so Velero can start on the second node).
@@ -527,6 +544,34 @@ async fn graceful_signals_wait_for_a_maintenance_window_and_a_free_slot() {
         .expect("another node runs a protected pod");
     drift(&h, &second).await;
     let next = wait_signal_plan(&h, &second).await;
+    // The second plan gets its backups while the first still waits for Karpenter: a verified Release
+    // plan holds no slot (a plan holding it to its end would keep the second from ever starting here).
+    let started = h
+        .wait_plan_until(&next.name_any(), TIMEOUT, |p| {
+            p.status.as_ref().is_some_and(|s| !s.backups.is_empty())
+        })
+        .await;
+    assert_ne!(
+        started.status.as_ref().map(|s| s.phase),
+        Some(PlanPhase::Pending)
+    );
+    let first_then = Api::<DisruptionPlan>::all(h.client.clone())
+        .get(&plan.name_any())
+        .await
+        .expect("the first plan");
+    let first_phase = first_then
+        .status
+        .as_ref()
+        .map(|s| s.phase)
+        .unwrap_or_default();
+    assert!(
+        !first_phase.is_terminal(),
+        "the first plan ended ({first_phase:?}) although Karpenter may take no node"
+    );
+    assert!(
+        h.node(&first).await.is_some(),
+        "Karpenter took the first node despite its budget of 0"
+    );
     let first_now = h
         .wait_plan_until(&plan.name_any(), Duration::from_secs(120), |p| {
             p.status
