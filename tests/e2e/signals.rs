@@ -819,7 +819,7 @@ async fn holds_stay_through_a_controller_restart_and_pods_made_meanwhile_are_hel
 #[tokio::test]
 async fn aborting_a_release_plan_restores_the_holds_it_released() {
     let h = Harness::start().await;
-    let _controller = h.controller().await;
+    let controller = h.controller().await;
     wait_all_protected_held(&h).await;
     let node = h.node_with_statefulset_pods().await;
     // No autoscaler signal: the released node is not taken, so the rollback is what the test sees.
@@ -868,6 +868,24 @@ async fn aborting_a_release_plan_restores_the_holds_it_released() {
     assert_eq!(
         done.status.as_ref().map(|s| s.phase),
         Some(PlanPhase::Aborted)
+    );
+    // Stopped on purpose is not a failure: counted apart from plans_failed (which nothing here fails).
+    let text = controller.metrics.render();
+    let samples = |name: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert!(
+        samples("snapdrain_plans_failed_total").is_empty(),
+        "an aborted plan counted as failed: {:?}",
+        samples("snapdrain_plans_failed_total")
+    );
+    assert_eq!(
+        samples("snapdrain_plans_aborted_total").len(),
+        1,
+        "one aborted plan, counted by the phase it left:\n{text}"
     );
     let after = pods
         .list(&Default::default())
