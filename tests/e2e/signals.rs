@@ -636,16 +636,44 @@ async fn cluster_autoscaler_leaves_a_node_with_held_pods_alone() {
     assert!(h.accepted_evictions().is_empty(), "nothing was evicted");
 }
 
-/// quickstart with Karpenter consolidating after 1 s (its NodePool's `consolidateAfter`), so the
-/// simulated Karpenter finds underutilized nodes at once (kubernetes-sigs/karpenter
-/// `pkg/controllers/disruption/singlenodeconsolidation.go`).
+/// quickstart with consolidation off (`consolidateAfter: Never`) until [`start_consolidating`]. Started
+/// with 1 s, Karpenter consolidated a node with protected pods before the controller's first hold
+/// whenever the machine was busy (the product cannot hold what it has not seen yet; the test must not
+/// race it).
 async fn consolidating_quickstart() -> Harness {
     Harness::start_scenario("quickstart", |s| {
         for pool in &mut s.node_pools {
-            pool.consolidate_after = "1s".into();
+            pool.consolidate_after = "Never".into();
         }
     })
     .await
+}
+
+/// Every NodePool consolidates after 1 s, so the simulated Karpenter finds underutilized nodes at once
+/// (kubernetes-sigs/karpenter `pkg/controllers/nodeclaim/disruption/consolidation.go` sets
+/// Consolidatable once `consolidateAfter` has passed since the last pod event;
+/// `pkg/controllers/disruption/singlenodeconsolidation.go` picks from those).
+async fn start_consolidating(h: &Harness) {
+    let pools = nodepools(h);
+    let names: Vec<String> = pools
+        .list(&Default::default())
+        .await
+        .expect("list NodePools")
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert!(!names.is_empty(), "quickstart has NodePools");
+    for name in names {
+        pools
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"disruption": {"consolidateAfter": "1s"}}})),
+            )
+            .await
+            .expect("turn consolidation on");
+    }
 }
 
 /// Nodes running protected pods, by the oracle's own rule.
@@ -666,6 +694,7 @@ async fn consolidation_of_a_node_with_protected_pods_is_held_by_default() {
     let h = consolidating_quickstart().await;
     let _controller = h.controller().await;
     wait_all_protected_held(&h).await;
+    start_consolidating(&h).await;
     let held_nodes = protected_nodes(&h).await;
     // Karpenter judges the held nodes and refuses them (do-not-disrupt), while it may take others.
     let blocked = snapdrain_testkit::eventually("Karpenter refusing a held node", || async {
@@ -727,6 +756,8 @@ async fn consolidation_allowed_by_the_policy_backs_up_then_releases_the_node() {
         snapdrain_testkit::safety::protected_pods(&pods)
     };
     let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    start_consolidating(&h).await;
     // A Consolidatable node with protected pods gets a Release plan; Karpenter then consolidates it.
     let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
     let done = h
