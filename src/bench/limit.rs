@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use serde_json::Value;
@@ -16,33 +16,12 @@ use super::sim::{Bench, PodsGone, on_node, owned_by, run_plan, start_cluster, st
 use super::stats::Summary;
 use snapdrain_sim::apiserver::resources::ResKey;
 use snapdrain_sim::world::Timings;
+use snapdrain_sim::world::velero::scope::pvc_bytes;
 
 const SECTION: &str = "controller";
 /// The steps a plan cannot do without waiting on the API server in turn: create the plan, cordon,
 /// create the Backup, read it Completed, read the bucket, evict.
 const SEQUENTIAL_ROUND_TRIPS: u32 = 6;
-
-/// Bytes of a Kubernetes quantity as PVCs carry it (`20Gi`, `500M`, `1073741824`).
-fn quantity_bytes(q: &str) -> Option<u64> {
-    let split = q
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(q.len());
-    let (num, unit) = q.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let mult: f64 = match unit {
-        "" => 1.0,
-        "Ki" => 1024.0,
-        "Mi" => 1024.0 * 1024.0,
-        "Gi" => 1024.0 * 1024.0 * 1024.0,
-        "Ti" => 1024.0_f64.powi(4),
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        _ => return None,
-    };
-    Some((n * mult) as u64)
-}
 
 /// What the node's StatefulSet pods hold: their PVCs' sizes (capacity, else the request), and the
 /// longest any of the node's pods may take to stop in this world (`podStop`, never more than grace).
@@ -67,12 +46,11 @@ fn node_load(b: &Bench, t: &Timings) -> anyhow::Result<(u64, usize, Duration)> {
             let pvc = store
                 .get(&ResKey::core("persistentvolumeclaims"), ns, claim)
                 .ok_or_else(|| anyhow!("PVC {claim} of a pod on {} is missing", b.node))?;
-            let size = pvc
-                .pointer("/status/capacity/storage")
-                .or_else(|| pvc.pointer("/spec/resources/requests/storage"))
-                .and_then(Value::as_str)
-                .and_then(quantity_bytes)
-                .ok_or_else(|| anyhow!("PVC {claim} has no size"))?;
+            // The size the simulated Velero moves for this PVC, so the limit is the world's own.
+            let size = pvc_bytes(&pvc);
+            if size == 0 {
+                bail!("PVC {claim} has no size");
+            }
             bytes += size;
         }
     }
@@ -155,18 +133,4 @@ pub async fn physical_limit(runs: usize, report: &mut Report) -> anyhow::Result<
         f.note = Some(format!("runs: {}", runs.join(", ")));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::quantity_bytes;
-
-    #[test]
-    fn quantities_in_binary_and_decimal_units() {
-        assert_eq!(quantity_bytes("20Gi"), Some(20 << 30));
-        assert_eq!(quantity_bytes("500M"), Some(500_000_000));
-        assert_eq!(quantity_bytes("1024"), Some(1024));
-        assert_eq!(quantity_bytes("1.5Gi"), Some(3 << 29));
-        assert_eq!(quantity_bytes("20GB"), None);
-    }
 }

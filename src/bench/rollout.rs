@@ -3,6 +3,12 @@
 //! one backup at a time, so the floor is the rollout's backups run back to back plus Karpenter's own
 //! replacement time; the target is 1.5x that. Also reported: how long Velero sat idle while a Backup was
 //! queued, from the audit log's Backup phases.
+//!
+//! One at a time is Velero's own queue: vmware-tanzu/velero `pkg/controller/backup_queue_controller.go`
+//! `Reconcile` leaves a Backup `Queued` while `backupTracker.RunningCount() >= concurrentBackups`, and
+//! `pkg/cmd/server/config/config.go` sets `--concurrent-backups` to `DefaultConcurrentBackups = 1`
+//! (before 1.18 only one Backup could be InProgress at all: velero
+//! `design/Implemented/concurrent-backup-processing.md`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

@@ -16,6 +16,7 @@ use tokio::sync::broadcast;
 use snapdrain::api::DisruptionPlan;
 use snapdrain::controller::ControllerHandle;
 use snapdrain::controller::run::RunOptions;
+use snapdrain::telemetry::metrics::KindLabel;
 use snapdrain_sim::apiserver::audit::AuditEntry;
 use snapdrain_sim::apiserver::resources::ResKey;
 use snapdrain_sim::apiserver::store::{EventType, Store, WatchEvent, meta_str};
@@ -24,9 +25,19 @@ use snapdrain_sim::world::Timings;
 use snapdrain_sim::{ScenarioSource, SimCluster, SimConfig};
 
 pub const PLAN_TIMEOUT: Duration = Duration::from_secs(120);
-/// Time for a freshly started controller to list and watch before a plan is created, so that the
-/// measured latency is the controller's reaction, not its start-up.
-const CONTROLLER_SETTLE: Duration = Duration::from_millis(500);
+/// Longest a freshly started controller may take to fill its caches before a plan is created (a plan
+/// created earlier would measure the controller's start-up, not its reaction).
+const CACHE_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+/// The kinds whose caches planning and draining wait for (`Caches::wait_synced`; NodeClaims aside).
+const SYNCED_KINDS: &[&str] = &[
+    "Pod",
+    "PersistentVolumeClaim",
+    "StatefulSet",
+    "PodDisruptionBudget",
+    "VolumeAttachment",
+    "Node",
+    "Namespace",
+];
 
 pub struct Bench {
     pub cluster: SimCluster,
@@ -83,8 +94,45 @@ pub async fn start_controller(b: &Bench) -> anyhow::Result<ControllerHandle> {
         ..RunOptions::default()
     };
     let handle = snapdrain::controller::start(b.cluster.kube_config(), settings, opts).await?;
-    tokio::time::sleep(CONTROLLER_SETTLE).await;
+    wait_caches_synced(&handle).await?;
     Ok(handle)
+}
+
+/// Kinds whose cache has not finished a first list, by the controller's own
+/// `snapdrain_cache_lists_total{kind}` (the handle does not expose its caches).
+fn unsynced_kinds(handle: &ControllerHandle) -> Vec<&'static str> {
+    SYNCED_KINDS
+        .iter()
+        .copied()
+        .filter(|kind| {
+            handle
+                .metrics
+                .cache_lists
+                .get_or_create(&KindLabel {
+                    kind: (*kind).into(),
+                })
+                .get()
+                == 0
+        })
+        .collect()
+}
+
+/// Waits until every cache the controller's plans read has listed once (polling its in-process
+/// metrics: the counters offer no change notification).
+async fn wait_caches_synced(handle: &ControllerHandle) -> anyhow::Result<()> {
+    let deadline = Instant::now() + CACHE_SYNC_TIMEOUT;
+    loop {
+        let left = unsynced_kinds(handle);
+        if left.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "the controller's caches of {left:?} did not finish a first list within {CACHE_SYNC_TIMEOUT:?} (see its log for the watch errors)"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Waits, in process, until every pod that was on the node (DaemonSet pods aside) is gone.

@@ -246,7 +246,7 @@ fn rbac_grants_exactly_what_the_controller_uses() {
         ("", "pods/eviction", &["create"]),
         ("", "persistentvolumeclaims", &["get", "list", "watch"]),
         ("", "persistentvolumes", &["get"]),
-        ("apps", "statefulsets", &["get", "list", "watch"]),
+        ("apps", "statefulsets", &["list", "watch"]),
         ("policy", "poddisruptionbudgets", &["list", "watch"]),
         ("storage.k8s.io", "volumeattachments", &["list", "watch"]),
         (

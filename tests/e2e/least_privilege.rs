@@ -45,15 +45,6 @@ const SA_USER: &str = "system:serviceaccount:snapdrain:snapdrain";
 /// the e2e test that takes it (those run with the same roles through the chart: deploy.rs renders the
 /// same rules). (role, resource, verb).
 const RARE_PATHS: &[(&str, &str, &str, &str)] = &[
-    // `backup.scope: StatefulSet` reads each StatefulSet's selector when the Backup is created
-    // (controller::steps::backups need_for); planning's unit tests cover that scope, the default (Pods)
-    // selects the pods by name and reads none.
-    (
-        "snapdrain",
-        "statefulsets",
-        "get",
-        "backup.scope StatefulSet",
-    ),
     // An abandoned backup attempt Velero never started is deleted (controller::steps::backups);
     // real_velero.rs / resilience.rs abandon attempts.
     ("snapdrain", "backups", "delete", "abandoned backup attempt"),
@@ -235,7 +226,9 @@ async fn execute_with_replacement() -> Vec<Decision> {
 }
 
 /// The quickstart's nodes without Karpenter: an Execute plan terminates the instance itself and deletes
-/// the Node.
+/// the Node. Its Backup selects whole StatefulSets (`backup.scope: StatefulSet`), whose selectors come
+/// from the controller's StatefulSet cache: the roles grant no `get` on StatefulSets, so a GET per
+/// StatefulSet would be refused here.
 async fn execute_on_a_node_no_autoscaler_owns() -> Vec<Decision> {
     let h = Harness::start_scenario("quickstart", |s| {
         for group in &mut s.nodes {
@@ -245,9 +238,32 @@ async fn execute_on_a_node_no_autoscaler_owns() -> Vec<Decision> {
     .await;
     let installed = install(&h).await;
     let node = h.node_with_statefulset_pods().await;
-    h.create_plan("lp-plain-node", serde_json::json!({"nodes": [node]}))
-        .await;
+    h.create_plan(
+        "lp-plain-node",
+        serde_json::json!({"nodes": [node], "backup": {"scope": "StatefulSet"}}),
+    )
+    .await;
     completed(&h, "lp-plain-node").await;
+    // The StatefulSets' own selectors, not the pods by name (what the scope falls back to when it
+    // finds no StatefulSet).
+    let backups: Api<snapdrain::api::velero::Backup> = Api::namespaced(h.client.clone(), "velero");
+    let selectors: Vec<_> = backups
+        .list(&ListParams::default().labels("snapdrain.io/plan=lp-plain-node"))
+        .await
+        .expect("list the plan's Backups")
+        .items
+        .into_iter()
+        .flat_map(|b| b.spec.or_label_selectors)
+        .collect();
+    assert!(
+        !selectors.is_empty()
+            && selectors.iter().all(|sel| {
+                sel.match_labels
+                    .as_ref()
+                    .is_none_or(|l| !l.contains_key("statefulset.kubernetes.io/pod-name"))
+            }),
+        "the Backups select by the StatefulSets' selectors: {selectors:?}"
+    );
     assert!(h.node(&node).await.is_none(), "the Node object was deleted");
     installed.controller.shutdown().await;
     decisions(&h)

@@ -48,6 +48,14 @@ fn nodeclaims(h: &Harness) -> Api<DynamicObject> {
     snapdrain_testkit::karpenter::nodeclaims(&h.client)
 }
 
+fn nodepools(h: &Harness) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
+    Api::all_with(
+        h.client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "nodepools"),
+    )
+}
+
 async fn nodeclaim_of(h: &Harness, node: &str) -> String {
     let n = h.node(node).await.expect("the node exists");
     n.owner_references()
@@ -209,12 +217,7 @@ async fn a_drifted_node_is_released_to_karpenter_only_after_its_backup_is_verifi
 async fn the_release_window_restores_the_holds_and_the_next_run_reuses_the_backup() {
     let h = Harness::start().await;
     // Karpenter may disrupt nothing (budget 0), so a released node is never taken.
-    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
-    let pools: Api<DynamicObject> = Api::all_with(
-        h.client.clone(),
-        &ApiResource::from_gvk_with_plural(&gvk, "nodepools"),
-    );
-    pools
+    nodepools(&h)
         .patch(
             "default",
             &PatchParams::default(),
@@ -501,6 +504,20 @@ async fn graceful_signals_wait_for_a_maintenance_window_and_a_free_slot() {
         h.plans_for(&first).await.is_empty(),
         "no plan outside the window"
     );
+    // Karpenter may now disrupt nothing in the pool: a released node is never taken, so the first plan
+    // stays running after its backups are verified. Karpenter v1 paces graceful disruption by the
+    // NodePool's `spec.disruption.budgets` (kubernetes-sigs/karpenter `pkg/controllers/disruption/
+    // helpers.go` `BuildDisruptionBudgetMapping`, `pkg/apis/v1/nodepool.go` `GetAllowedDisruptionsByReason`;
+    // research/karpenter.md §2). Without this, a fast Karpenter ends the first plan before the second
+    // signal is looked at, and a rule that holds the slot to the end would pass too.
+    nodepools(&h)
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"disruption": {"budgets": [{"nodes": "0"}]}}})),
+        )
+        .await
+        .expect("set the budget to 0");
     // Open every hour's minute: now the drift gets its plan, and a second drifted node waits for the
     // one slot (maxPlans 1) until the first plan's backups are verified (a Release plan then only waits
     // for Karpenter and frees its slot, so Velero can start on the second node).
@@ -527,6 +544,34 @@ async fn graceful_signals_wait_for_a_maintenance_window_and_a_free_slot() {
         .expect("another node runs a protected pod");
     drift(&h, &second).await;
     let next = wait_signal_plan(&h, &second).await;
+    // The second plan gets its backups while the first still waits for Karpenter: a verified Release
+    // plan holds no slot (a plan holding it to its end would keep the second from ever starting here).
+    let started = h
+        .wait_plan_until(&next.name_any(), TIMEOUT, |p| {
+            p.status.as_ref().is_some_and(|s| !s.backups.is_empty())
+        })
+        .await;
+    assert_ne!(
+        started.status.as_ref().map(|s| s.phase),
+        Some(PlanPhase::Pending)
+    );
+    let first_then = Api::<DisruptionPlan>::all(h.client.clone())
+        .get(&plan.name_any())
+        .await
+        .expect("the first plan");
+    let first_phase = first_then
+        .status
+        .as_ref()
+        .map(|s| s.phase)
+        .unwrap_or_default();
+    assert!(
+        !first_phase.is_terminal(),
+        "the first plan ended ({first_phase:?}) although Karpenter may take no node"
+    );
+    assert!(
+        h.node(&first).await.is_some(),
+        "Karpenter took the first node despite its budget of 0"
+    );
     let first_now = h
         .wait_plan_until(&plan.name_any(), Duration::from_secs(120), |p| {
             p.status
@@ -591,16 +636,44 @@ async fn cluster_autoscaler_leaves_a_node_with_held_pods_alone() {
     assert!(h.accepted_evictions().is_empty(), "nothing was evicted");
 }
 
-/// quickstart with Karpenter consolidating after 1 s (its NodePool's `consolidateAfter`), so the
-/// simulated Karpenter finds underutilized nodes at once (kubernetes-sigs/karpenter
-/// `pkg/controllers/disruption/singlenodeconsolidation.go`).
+/// quickstart with consolidation off (`consolidateAfter: Never`) until [`start_consolidating`]. Started
+/// with 1 s, Karpenter consolidated a node with protected pods before the controller's first hold
+/// whenever the machine was busy (the product cannot hold what it has not seen yet; the test must not
+/// race it).
 async fn consolidating_quickstart() -> Harness {
     Harness::start_scenario("quickstart", |s| {
         for pool in &mut s.node_pools {
-            pool.consolidate_after = "1s".into();
+            pool.consolidate_after = "Never".into();
         }
     })
     .await
+}
+
+/// Every NodePool consolidates after 1 s, so the simulated Karpenter finds underutilized nodes at once
+/// (kubernetes-sigs/karpenter `pkg/controllers/nodeclaim/disruption/consolidation.go` sets
+/// Consolidatable once `consolidateAfter` has passed since the last pod event;
+/// `pkg/controllers/disruption/singlenodeconsolidation.go` picks from those).
+async fn start_consolidating(h: &Harness) {
+    let pools = nodepools(h);
+    let names: Vec<String> = pools
+        .list(&Default::default())
+        .await
+        .expect("list NodePools")
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert!(!names.is_empty(), "quickstart has NodePools");
+    for name in names {
+        pools
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"disruption": {"consolidateAfter": "1s"}}})),
+            )
+            .await
+            .expect("turn consolidation on");
+    }
 }
 
 /// Nodes running protected pods, by the oracle's own rule.
@@ -621,6 +694,7 @@ async fn consolidation_of_a_node_with_protected_pods_is_held_by_default() {
     let h = consolidating_quickstart().await;
     let _controller = h.controller().await;
     wait_all_protected_held(&h).await;
+    start_consolidating(&h).await;
     let held_nodes = protected_nodes(&h).await;
     // Karpenter judges the held nodes and refuses them (do-not-disrupt), while it may take others.
     let blocked = snapdrain_testkit::eventually("Karpenter refusing a held node", || async {
@@ -682,6 +756,8 @@ async fn consolidation_allowed_by_the_policy_backs_up_then_releases_the_node() {
         snapdrain_testkit::safety::protected_pods(&pods)
     };
     let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    start_consolidating(&h).await;
     // A Consolidatable node with protected pods gets a Release plan; Karpenter then consolidates it.
     let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
     let done = h
@@ -774,7 +850,7 @@ async fn holds_stay_through_a_controller_restart_and_pods_made_meanwhile_are_hel
 #[tokio::test]
 async fn aborting_a_release_plan_restores_the_holds_it_released() {
     let h = Harness::start().await;
-    let _controller = h.controller().await;
+    let controller = h.controller().await;
     wait_all_protected_held(&h).await;
     let node = h.node_with_statefulset_pods().await;
     // No autoscaler signal: the released node is not taken, so the rollback is what the test sees.
@@ -823,6 +899,24 @@ async fn aborting_a_release_plan_restores_the_holds_it_released() {
     assert_eq!(
         done.status.as_ref().map(|s| s.phase),
         Some(PlanPhase::Aborted)
+    );
+    // Stopped on purpose is not a failure: counted apart from plans_failed (which nothing here fails).
+    let text = controller.metrics.render();
+    let samples = |name: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert!(
+        samples("snapdrain_plans_failed_total").is_empty(),
+        "an aborted plan counted as failed: {:?}",
+        samples("snapdrain_plans_failed_total")
+    );
+    assert_eq!(
+        samples("snapdrain_plans_aborted_total").len(),
+        1,
+        "one aborted plan, counted by the phase it left:\n{text}"
     );
     let after = pods
         .list(&Default::default())

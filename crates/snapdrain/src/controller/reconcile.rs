@@ -245,9 +245,14 @@ impl PlanRun {
         match to {
             PlanPhase::Failed | PlanPhase::Aborted => {
                 self.set_condition(condition::DONE, false, to.as_str(), note.clone());
-                self.ctx
-                    .metrics
-                    .plans_failed
+                // An aborted plan was stopped on purpose: counted apart, so the failure rate (and
+                // anything alerting on it) sees only plans that went wrong.
+                let counter = if to == PlanPhase::Failed {
+                    &self.ctx.metrics.plans_failed
+                } else {
+                    &self.ctx.metrics.plans_aborted
+                };
+                counter
                     .get_or_create(&ReasonLabel {
                         reason: format!("from_{from}"),
                     })

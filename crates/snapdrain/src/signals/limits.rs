@@ -17,6 +17,10 @@ pub struct Running {
 /// verified (those are what Velero's one worker serves), and an Execute plan until it ends (snapdrain
 /// drains that node itself). A Release plan past verification only waits for the disruptor, whose own
 /// budget paces it; holding a slot then would leave Velero idle while the next signals wait.
+///
+/// Karpenter paces a released node by its NodePool's `spec.disruption.budgets` (kubernetes-sigs/karpenter
+/// `pkg/apis/v1/nodepool.go` `GetAllowedDisruptionsByReason`, applied per pass in
+/// `pkg/controllers/disruption/helpers.go` `BuildDisruptionBudgetMapping`; research/karpenter.md §2).
 pub fn takes_slot(phase: PlanPhase, mode: PlanMode) -> bool {
     match phase {
         PlanPhase::Completed | PlanPhase::Failed | PlanPhase::Aborted => false,

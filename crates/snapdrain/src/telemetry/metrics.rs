@@ -88,6 +88,8 @@ pub struct Metrics {
     pub reconcile_errors: Family<ReasonLabel, Counter>,
     /// Plans that ended Failed, by reason.
     pub plans_failed: Family<ReasonLabel, Counter>,
+    /// Plans that ended Aborted (a person or a policy stopped them: not a failure), by the phase left.
+    pub plans_aborted: Family<ReasonLabel, Counter>,
     /// Reconciles running now: 0 on a standby or a deposed leader.
     pub reconciles_in_flight: Gauge,
     /// Hold annotation changes snapdrain made, by action.
@@ -165,6 +167,12 @@ impl Metrics {
             "plans_failed",
             "Plans that ended Failed, by reason",
             plans_failed.clone(),
+        );
+        let plans_aborted = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "plans_aborted",
+            "Plans that ended Aborted (stopped on purpose, not failed), by the phase they left",
+            plans_aborted.clone(),
         );
         let reconciles_in_flight = Gauge::default();
         registry.register(
@@ -258,6 +266,7 @@ impl Metrics {
             evictions,
             reconcile_errors,
             plans_failed,
+            plans_aborted,
             reconciles_in_flight,
             hold_changes,
             pods_held,

@@ -27,8 +27,8 @@ fn meta(m: &mut ObjectMeta) {
     }
 }
 
-/// Keeps everything but the pod template's spec (planning reads `spec.selector` only; the backup step
-/// reads StatefulSets from the API).
+/// Keeps everything but the pod template's spec (planning and the backup step, for the StatefulSet
+/// scope's selectors, read `spec.selector` only).
 pub fn stateful_set(s: &mut StatefulSet) {
     meta(&mut s.metadata);
     if let Some(spec) = s.spec.as_mut() {

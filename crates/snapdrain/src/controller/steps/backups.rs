@@ -5,9 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, MicroTime, Time};
-use kube::api::Api;
 use kube::runtime::events::EventType;
 
 use crate::api::plan::BackupScope;
@@ -54,25 +52,25 @@ pub(super) fn latest_index(records: &[BackupRecord], ns: &str) -> Option<usize> 
 }
 
 /// Rebuilds what a record's Backup must select under the plan's `backup.scope`: the recorded pods by
-/// name (`Pods`), or the StatefulSets' own selectors read now (`StatefulSet`; each pod by name when its
-/// StatefulSet is gone).
+/// name (`Pods`), or the StatefulSets' own selectors (`StatefulSet`; each pod by name when its
+/// StatefulSet is gone). The selectors come from the shared StatefulSet cache, not one GET each:
+/// `spec.selector` is immutable (kubernetes `pkg/apis/apps/validation/validation.go`
+/// `ValidateStatefulSetUpdate`), so a cache a moment behind gives the same selector, and a StatefulSet
+/// not in it is taken as gone (its pods by name).
 async fn need_for(run: &PlanRun, record: &BackupRecord) -> Result<BackupNeed, ControllerError> {
     let scope = run.plan.spec.backup.scope;
     let mut sts_selectors: Vec<LabelSelector> = Vec::new();
     if scope == BackupScope::StatefulSet {
-        let api: Api<StatefulSet> = Api::namespaced(run.ctx.client.clone(), &record.namespace);
+        let caches = run.ctx.synced_caches().await?;
         for sts in &record.stateful_sets {
-            let found = api
-                .get_opt(sts)
-                .await
-                .map_err(|source| ControllerError::Read {
-                    what: format!("StatefulSet {}/{sts}", record.namespace),
-                    source,
-                })?;
-            if let Some(sel) = found.and_then(|s| s.spec).map(|s| s.selector)
-                && !sts_selectors.contains(&sel)
+            let found = caches.stateful_sets.get(&record.namespace, sts);
+            if let Some(sel) = found
+                .as_deref()
+                .and_then(|s| s.spec.as_ref())
+                .map(|s| &s.selector)
+                && !sts_selectors.contains(sel)
             {
-                sts_selectors.push(sel);
+                sts_selectors.push(sel.clone());
             }
         }
     }
