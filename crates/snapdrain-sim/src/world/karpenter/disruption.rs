@@ -279,7 +279,8 @@ fn pass_once(
         if under.is_empty() {
             continue;
         }
-        under.sort_by_key(|(c, _, on)| {
+        // Cached: the key counts a node's pods, and a sort of 5,000 candidates asks for it ~130,000 times.
+        under.sort_by_cached_key(|(c, _, on)| {
             (
                 on.iter()
                     .filter(|p| consolidation::reschedulable(p))

@@ -349,6 +349,7 @@ pub async fn run(ctx: Arc<WorldContext>, config: KarpenterConfig, handle: Karpen
     let (mut claim_feed, initial_claims) = Feed::open(&ctx.store, nodeclaims());
     let (mut pool_feed, _) = Feed::open(&ctx.store, nodepools());
     let mut queue = queue::WorkQueue::default();
+    let mut pass: Option<tokio::task::JoinHandle<()>> = None;
     for c in &initial_claims {
         queue.add(&c.key.1);
     }
@@ -377,7 +378,17 @@ pub async fn run(ctx: Arc<WorldContext>, config: KarpenterConfig, handle: Karpen
             changes = claim_feed.recv() => enqueue_claims(&mut queue, &changes),
             changes = pool_feed.recv() => enqueue_pools(&ctx, &mut queue, &changes),
             _ = timer => {}
-            _ = disruption.tick() => disruption::pass(&ctx, &config, &handle),
+            _ = disruption.tick() => {
+                // The disruption controller runs beside the lifecycle controllers, as in Karpenter: a
+                // pass over 5,000 candidates takes seconds here and must not hold up terminations. One
+                // pass at a time, on a blocking thread.
+                if pass.as_ref().is_none_or(|p| p.is_finished()) {
+                    let (ctx, config, handle) = (ctx.clone(), config.clone(), handle.clone());
+                    pass = Some(tokio::task::spawn_blocking(move || {
+                        disruption::pass(&ctx, &config, &handle)
+                    }));
+                }
+            }
         }
         enqueue_claims(&mut queue, &claim_feed.try_recv());
         let pools = pool_feed.try_recv();
