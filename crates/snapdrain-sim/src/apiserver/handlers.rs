@@ -294,7 +294,8 @@ fn list(state: &ApiState, req: &Request) -> Reply {
     if let Some(c) = &cont {
         meta["continue"] = json!(c);
     }
-    let mut buf = Vec::with_capacity(page.items.len() * 1024 + 256);
+    // `write_json` reserves what the cached items need; others grow the buffer as they go.
+    let mut buf = Vec::with_capacity(4096);
     buf.extend_from_slice(b"{\"kind\":");
     serde_json::to_writer(&mut buf, &format!("{}List", t.def.kind))
         .map_err(|e| ApiError::internal(e.to_string()))?;

@@ -298,7 +298,8 @@ fn discovery(state: &ApiState, method: &Method, path: &str) -> Option<Response> 
         .filter(|s| !s.is_empty())
         .collect();
     let ok = |v: Value| Some(json_response(StatusCode::OK, &v));
-    let registry = state.store.registry();
+    // Only discovery documents need the registry: cloning it for every request showed in profiles.
+    let registry = || state.store.registry();
     match segments.as_slice() {
         ["version"] => ok(version_info()),
         ["healthz"] | ["readyz"] | ["livez"] => Some(
@@ -308,9 +309,9 @@ fn discovery(state: &ApiState, method: &Method, path: &str) -> Option<Response> 
                 .body(axum::body::Body::from("ok"))
                 .unwrap_or_else(|_| Response::new(axum::body::Body::empty())),
         ),
-        ["api"] => ok(registry.core_versions(state.address.trim_start_matches("http://"))),
-        ["apis"] => ok(registry.group_list()),
-        ["api", version] => Some(match registry.resource_list("", version) {
+        ["api"] => ok(registry().core_versions(state.address.trim_start_matches("http://"))),
+        ["apis"] => ok(registry().group_list()),
+        ["api", version] => Some(match registry().resource_list("", version) {
             Some(v) => json_response(StatusCode::OK, &v),
             None => error_response(&ApiError::new(
                 404,
@@ -318,7 +319,7 @@ fn discovery(state: &ApiState, method: &Method, path: &str) -> Option<Response> 
                 "the server could not find the requested resource",
             )),
         }),
-        ["apis", group] => Some(match registry.group(group) {
+        ["apis", group] => Some(match registry().group(group) {
             Some(v) => json_response(StatusCode::OK, &v),
             None => error_response(&ApiError::new(
                 404,
@@ -326,7 +327,7 @@ fn discovery(state: &ApiState, method: &Method, path: &str) -> Option<Response> 
                 "the server could not find the requested resource",
             )),
         }),
-        ["apis", group, version] => Some(match registry.resource_list(group, version) {
+        ["apis", group, version] => Some(match registry().resource_list(group, version) {
             Some(v) => json_response(StatusCode::OK, &v),
             None => error_response(&ApiError::new(
                 404,

@@ -2,6 +2,7 @@
 //! describe them. Built-in kinds are a fixed table; CustomResourceDefinitions add entries at runtime.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
@@ -133,7 +134,9 @@ impl ResourceDef {
 /// All kinds currently served.
 #[derive(Clone, Debug, Default)]
 pub struct Registry {
-    defs: BTreeMap<ResKey, ResourceDef>,
+    /// Shared definitions: the registry is copied for discovery and every write reads a definition,
+    /// so a copy is of pointers (cloning ~70 definitions' strings showed in profiles).
+    defs: BTreeMap<ResKey, Arc<ResourceDef>>,
 }
 
 fn col(name: &str, type_: &str, json_path: &str, priority: i64) -> PrinterColumn {
@@ -576,19 +579,25 @@ impl Registry {
                 printer_columns: builtin_columns(b.kind),
                 custom: false,
             };
-            reg.defs.insert(def.key(), def);
+            reg.defs.insert(def.key(), Arc::new(def));
         }
         reg
     }
 
     pub fn get(&self, key: &ResKey) -> Option<&ResourceDef> {
-        self.defs.get(key)
+        self.defs.get(key).map(Arc::as_ref)
+    }
+
+    /// The shared definition of `key`.
+    pub fn get_shared(&self, key: &ResKey) -> Option<Arc<ResourceDef>> {
+        self.defs.get(key).cloned()
     }
 
     /// Finds the definition serving `plural` in `group/version`.
     pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceDef> {
         self.defs
             .get(&ResKey::new(group, plural))
+            .map(Arc::as_ref)
             .filter(|d| d.serves(version))
     }
 
@@ -597,19 +606,20 @@ impl Registry {
         let (group, version) = split_api_version(api_version);
         self.defs
             .values()
+            .map(Arc::as_ref)
             .find(|d| d.group == group && d.kind == kind && d.serves(version))
     }
 
     pub fn insert(&mut self, def: ResourceDef) {
-        self.defs.insert(def.key(), def);
+        self.defs.insert(def.key(), Arc::new(def));
     }
 
     pub fn remove(&mut self, key: &ResKey) -> Option<ResourceDef> {
-        self.defs.remove(key)
+        self.defs.remove(key).map(Arc::unwrap_or_clone)
     }
 
     pub fn all(&self) -> impl Iterator<Item = &ResourceDef> {
-        self.defs.values()
+        self.defs.values().map(Arc::as_ref)
     }
 
     /// `/api` (core group versions).

@@ -133,10 +133,9 @@ struct Inner {
 
 impl Inner {
     /// The definition serving `key`, or the NotFound a request for `name` gets.
-    fn def(&self, key: &ResKey, name: &str) -> ApiResult<ResourceDef> {
+    fn def(&self, key: &ResKey, name: &str) -> ApiResult<Arc<ResourceDef>> {
         self.registry
-            .get(key)
-            .cloned()
+            .get_shared(key)
             .ok_or_else(|| ApiError::not_found(&key.group, &key.plural, name))
     }
 
@@ -339,6 +338,11 @@ impl Store {
 
     pub fn def(&self, key: &ResKey) -> Option<ResourceDef> {
         self.read().registry.get(key).cloned()
+    }
+
+    /// The definition serving `kind` in `api_version`, without copying the whole registry.
+    pub fn def_by_kind(&self, api_version: &str, kind: &str) -> Option<ResourceDef> {
+        self.read().registry.by_kind(api_version, kind).cloned()
     }
 
     pub fn lookup(&self, group: &str, version: &str, plural: &str) -> Option<ResourceDef> {

@@ -312,9 +312,7 @@ impl Ctx<'_> {
         let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
         let def = self
             .store
-            .registry()
-            .by_kind(api_version, kind)
-            .cloned()
+            .def_by_kind(api_version, kind)
             .ok_or_else(|| err(format!("no resource serves {api_version} {kind}")))?;
         let ns = def.namespaced.then(|| namespace(&obj).to_string());
         let opts = WriteOptions {

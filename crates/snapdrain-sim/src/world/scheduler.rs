@@ -4,7 +4,8 @@
 //! zone of the pod's bound volumes. Unbound claims are provisioned in the chosen node's zone before the
 //! pod is bound (WaitForFirstConsumer, like the real VolumeBinding plugin's PreBind). Among the nodes
 //! that fit it prefers the one with the fewest pods of the same owner, then the most free CPU, so
-//! replicas spread.
+//! replicas spread. Like kube-scheduler in large clusters it stops looking once it has found
+//! [`feasible_nodes_to_find`] nodes that fit, starting each search where the last one stopped.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -55,6 +56,21 @@ struct Scheduler {
     /// The Unschedulable message last written per pod, to write only changes.
     reported: HashMap<ObjKey, String>,
     dirty: bool,
+    /// Where the next search for feasible nodes starts (kube-scheduler's `nextStartNodeIndex`).
+    next_start: usize,
+}
+
+/// K: kubernetes pkg/scheduler/schedule_one.go `numFeasibleNodesToFind` with the default
+/// `percentageOfNodesToScore` (0, adaptive): every node below 100 nodes, else 50% minus 1% per 125
+/// nodes, at least 5% and at least 100 nodes (500 of scale-5k's 5,000).
+pub(crate) fn feasible_nodes_to_find(all: usize) -> usize {
+    const MIN_NODES: usize = 100;
+    const MIN_PERCENT: usize = 5;
+    if all < MIN_NODES {
+        return all;
+    }
+    let percent = 50usize.saturating_sub(all / 125).max(MIN_PERCENT);
+    (all * percent / 100).max(MIN_NODES)
 }
 
 pub async fn run(ctx: Arc<WorldContext>) {
@@ -70,6 +86,7 @@ pub async fn run(ctx: Arc<WorldContext>) {
         seq: 0,
         reported: HashMap::new(),
         dirty: true,
+        next_start: 0,
     };
     for c in initial {
         s.on_pod(&c);
@@ -201,7 +218,7 @@ impl Scheduler {
     }
 
     fn pick<'a>(
-        &self,
+        &mut self,
         pod: &Value,
         node_list: &[&'a Arc<Value>],
     ) -> Result<&'a Arc<Value>, String> {
@@ -210,12 +227,20 @@ impl Scheduler {
         let volume_terms = volume_constraints(&self.ctx, pod)?;
         let mut reasons: HashMap<String, usize> = HashMap::new();
         let mut best: Option<(&Arc<Value>, (i64, i64))> = None;
-        for node in node_list {
+        let (all, want) = (node_list.len(), feasible_nodes_to_find(node_list.len()));
+        let (mut feasible, mut processed) = (0, 0);
+        let start = if all == 0 { 0 } else { self.next_start % all };
+        for node in node_list[start..].iter().chain(&node_list[..start]) {
+            if feasible >= want {
+                break;
+            }
+            processed += 1;
             let used = self.usage.get(name(node)).copied().unwrap_or_default();
             if let Err(r) = fits(pod, node, used, &volume_terms) {
                 *reasons.entry(r).or_default() += 1;
                 continue;
             }
+            feasible += 1;
             let a_cpu = node
                 .pointer("/status/allocatable/cpu")
                 .map_or(0, cpu_millis);
@@ -236,6 +261,9 @@ impl Scheduler {
             if best.as_ref().is_none_or(|(_, s)| score > *s) {
                 best = Some((node, score));
             }
+        }
+        if all > 0 {
+            self.next_start = (start + processed) % all;
         }
         if let Some((node, _)) = best {
             return Ok(node);
@@ -406,4 +434,20 @@ fn with_node(pod: &Value, node: &str) -> Value {
     let mut p = pod.clone();
     p["spec"]["nodeName"] = json!(node);
     p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // K: kubernetes pkg/scheduler/schedule_one.go numFeasibleNodesToFind (adaptive percentage).
+    #[test]
+    fn large_clusters_search_a_share_of_their_nodes() {
+        assert_eq!(feasible_nodes_to_find(0), 0);
+        assert_eq!(feasible_nodes_to_find(99), 99);
+        assert_eq!(feasible_nodes_to_find(100), 100);
+        assert_eq!(feasible_nodes_to_find(1000), 420);
+        assert_eq!(feasible_nodes_to_find(5000), 500);
+        assert_eq!(feasible_nodes_to_find(20_000), 1000);
+    }
 }

@@ -930,3 +930,119 @@ async fn scenario_nodepool_durations_expire_the_node_in_the_running_world() {
             .any(|e| e.verb == "eviction-attempt" && e.name.as_deref() == Some("pg-0"))
     );
 }
+
+/// Whether the store's NodeClaim indexes (by `status.nodeName`, which pod events are recorded
+/// through, and by `status.providerID`) answer what a full scan of the NodeClaims answers, for every
+/// value now present and for `extra` values that NodeClaims have left.
+fn claim_indexes_agree_with_scan(env: &Env, extra: &[String]) -> bool {
+    use snapdrain_sim::apiserver::objects::{CLAIM_NODE, CLAIM_PROVIDER_ID};
+    let key = ResKey::new("karpenter.sh", "nodeclaims");
+    let (all, _) = env.ctx.store.snapshot(&key);
+    let names = |objs: &[Arc<Value>]| -> Vec<String> {
+        let mut v: Vec<String> = objs
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap_or("").to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    [CLAIM_NODE, CLAIM_PROVIDER_ID].iter().all(|field| {
+        let mut values: BTreeSet<String> = all
+            .iter()
+            .flat_map(|o| field.values(o))
+            .map(str::to_string)
+            .collect();
+        values.extend(extra.iter().cloned());
+        values.iter().all(|v| {
+            let scan: Vec<Arc<Value>> = all
+                .iter()
+                .filter(|o| field.values(o).contains(&v.as_str()))
+                .cloned()
+                .collect();
+            names(&env.ctx.store.by_field(&key, *field, v)) == names(&scan)
+        })
+    })
+}
+
+/// The simulated Karpenter reconciles NodeClaims from a work queue fed by changes (controller-runtime
+/// pkg/internal/controller/controller.go, `RequeueAfter`), not by a pass over all of them every
+/// 200 ms: a NodeClaim deleted and re-created under the same name is launched and registered again,
+/// a NodePool change (consolidateAfter from Never to 1s) reaches every NodeClaim of the pool with
+/// nothing else changing, and the clock of consolidateAfter fires on its own. The store's NodeClaim
+/// indexes, through which pod events find their NodeClaim, agree with a full scan throughout.
+// K: pkg/controllers/nodeclaim/disruption/consolidation.go, pkg/controllers/nodeclaim/podevents/controller.go
+#[tokio::test]
+async fn nodeclaim_work_queue_follows_recreates_and_pool_changes() {
+    let env = Env::with_pools(vec![
+        NodePool::new("default")
+            .budget("0%")
+            .consolidation("WhenEmpty", "Never")
+            .build(),
+    ])
+    .await;
+    let claims = ResKey::new("karpenter.sh", "nodeclaims");
+    let node_a = env.node("default-a").await;
+    env.pod("web-0", &node_a, json!({}), None);
+    let first_b = env.node("default-b").await;
+    let first_b_pid = env.claim("default-b").unwrap()["status"]["providerID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    env.wait_for("a pod event on default-a", |e| {
+        e.claim("default-a")
+            .is_some_and(|c| c["status"]["lastPodEventTime"].is_string())
+    })
+    .await;
+
+    // Deleted (its finalizer runs: the Node goes) and re-created under the same name.
+    env.ctx
+        .store
+        .delete(&claims, None, "default-b", &DeleteOptions::default())
+        .unwrap();
+    env.wait_for("default-b gone", |e| {
+        e.claim("default-b").is_none() && e.node_obj(&first_b).is_none()
+    })
+    .await;
+    let second_b = env.node("default-b").await;
+    assert_ne!(second_b, first_b, "the re-created NodeClaim has a new Node");
+    assert!(claim_indexes_agree_with_scan(
+        &env,
+        &[first_b.clone(), first_b_pid.clone()]
+    ));
+    // A pod on the new Node is recorded on the re-created NodeClaim, found through the index.
+    env.pod("web-1", &second_b, json!({}), None);
+    env.wait_for("a pod event on the re-created default-b", |e| {
+        e.claim("default-b")
+            .is_some_and(|c| c["status"]["lastPodEventTime"].is_string())
+    })
+    .await;
+    assert!(
+        env.claim("default-a")
+            .is_some_and(|c| condition(&c, "Consolidatable").is_none())
+    );
+
+    // Only the NodePool changes: both NodeClaims become Consolidatable once 1s has passed since
+    // their last pod event.
+    env.ctx
+        .store
+        .modify(
+            &ResKey::new("karpenter.sh", "nodepools"),
+            None,
+            "default",
+            None,
+            INTERNAL,
+            |cur| {
+                let mut v = cur.clone();
+                v["spec"]["disruption"]["consolidateAfter"] = json!("1s");
+                Ok(v)
+            },
+        )
+        .unwrap();
+    env.wait_for("both NodeClaims Consolidatable", |e| {
+        ["default-a", "default-b"]
+            .iter()
+            .all(|n| e.claim(n).is_some_and(|c| consolidatable(&c)))
+    })
+    .await;
+    assert!(claim_indexes_agree_with_scan(&env, &[first_b, first_b_pid]));
+}

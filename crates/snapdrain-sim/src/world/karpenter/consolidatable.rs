@@ -8,13 +8,13 @@
 //!   no pod event was seen); cleared otherwise, and never set when `consolidateAfter: Never`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::disruption::is_daemonset_pod;
-use super::{condition_true, modify_claim, remove_condition, set_condition};
+use super::{condition_true, modify_claim, nodeclaims, remove_condition, set_condition};
+use crate::apiserver::objects::CLAIM_NODE;
 use crate::apiserver::store::meta_str;
 use crate::world::feed::Change;
 use crate::world::go_duration;
@@ -73,12 +73,9 @@ fn event(c: &Change, now: jiff::Timestamp) -> Option<(String, jiff::Timestamp)> 
     Some((node, ltt.parse().ok()?))
 }
 
-/// Writes `status.lastPodEventTime` for the NodeClaims whose nodes saw pod events.
-pub(super) fn record_pod_events(
-    ctx: &crate::world::WorldContext,
-    changes: &[Change],
-    claims: &[Arc<Value>],
-) {
+/// Writes `status.lastPodEventTime` for the NodeClaims whose nodes saw pod events, found through the
+/// store's index of NodeClaims by `status.nodeName` (not a pass over every NodeClaim).
+pub(super) fn record_pod_events(ctx: &crate::world::WorldContext, changes: &[Change]) {
     if changes.is_empty() {
         return;
     }
@@ -88,29 +85,21 @@ pub(super) fn record_pod_events(
         let e = latest.entry(node).or_insert(t);
         *e = (*e).max(t);
     }
-    if latest.is_empty() {
-        return;
-    }
-    for claim in claims {
-        let Some(t) = claim
-            .pointer("/status/nodeName")
-            .and_then(Value::as_str)
-            .and_then(|n| latest.get(n))
-        else {
-            continue;
-        };
+    for (node, t) in &latest {
         let at = rfc3339(*t);
-        if claim
-            .pointer("/status/lastPodEventTime")
-            .and_then(Value::as_str)
-            == Some(&at)
-        {
-            continue;
+        for claim in ctx.store.by_field(&nodeclaims(), CLAIM_NODE, node) {
+            if claim
+                .pointer("/status/lastPodEventTime")
+                .and_then(Value::as_str)
+                == Some(&at)
+            {
+                continue;
+            }
+            let name = meta_str(&claim, "name").unwrap_or("");
+            let _ = modify_claim(ctx, name, |v| {
+                v["status"]["lastPodEventTime"] = json!(at);
+            });
         }
-        let name = meta_str(claim, "name").unwrap_or("");
-        let _ = modify_claim(ctx, name, |v| {
-            v["status"]["lastPodEventTime"] = json!(at);
-        });
     }
 }
 
@@ -134,24 +123,37 @@ fn initialized_at(claim: &Value) -> Option<jiff::Timestamp> {
         .ok()
 }
 
-/// Whether the NodeClaim should carry Consolidatable=True now.
-fn wanted(pool: Option<&Value>, claim: &Value, now: jiff::Timestamp) -> bool {
+/// From when the NodeClaim should carry Consolidatable=True (None: never, as things stand).
+fn wanted_from(pool: Option<&Value>, claim: &Value) -> Option<jiff::Timestamp> {
     let (Some(after), Some(init)) = (pool.and_then(consolidate_after), initialized_at(claim))
     else {
-        return false;
+        return None;
     };
     let since = claim
         .pointer("/status/lastPodEventTime")
         .and_then(Value::as_str)
         .and_then(|t| t.parse::<jiff::Timestamp>().ok())
         .unwrap_or(init);
-    let after = jiff::SignedDuration::try_from(after).unwrap_or(jiff::SignedDuration::MAX);
-    now.duration_since(since) >= after
+    let after = jiff::SignedDuration::try_from(after).ok()?;
+    since.checked_add(after).ok()
 }
 
-/// Sets or clears Consolidatable on one NodeClaim, writing only when it changes.
-pub(super) fn reconcile(ctx: &crate::world::WorldContext, pool: Option<&Value>, claim: &Value) {
-    let want = wanted(pool, claim, jiff::Timestamp::now());
+/// Whether the NodeClaim should carry Consolidatable=True now.
+#[cfg(test)]
+fn wanted(pool: Option<&Value>, claim: &Value, now: jiff::Timestamp) -> bool {
+    wanted_from(pool, claim).is_some_and(|from| now >= from)
+}
+
+/// Sets or clears Consolidatable on one NodeClaim, writing only when it changes. Returns when it is
+/// due to turn True if it is not yet (the consolidation controller's RequeueAfter).
+pub(super) fn reconcile(
+    ctx: &crate::world::WorldContext,
+    pool: Option<&Value>,
+    claim: &Value,
+) -> Option<jiff::Timestamp> {
+    let now = jiff::Timestamp::now();
+    let from = wanted_from(pool, claim);
+    let want = from.is_some_and(|f| now >= f);
     let has = claim
         .pointer("/status/conditions")
         .and_then(Value::as_array)
@@ -164,10 +166,13 @@ pub(super) fn reconcile(ctx: &crate::world::WorldContext, pool: Option<&Value>, 
     } else if !want && has {
         let _ = modify_claim(ctx, name, |v| remove_condition(v, CONSOLIDATABLE));
     }
+    from.filter(|_| !want)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     fn claim(init: &str, last_pod: Option<&str>) -> Value {

@@ -11,6 +11,7 @@ mod consolidation;
 mod disruption;
 pub mod ec2;
 mod evict;
+mod queue;
 mod termination;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -126,6 +127,9 @@ struct Shared {
     blocked: Mutex<HashMap<String, String>>,
     /// Fingerprints of pods, nodes, NodeClaims and PDBs when consolidation last found nothing to do.
     consolidated: Mutex<Option<[(usize, u64); 4]>>,
+    /// What the last disruption pass saw when it started no command: the same state again would make
+    /// the same decisions, so the pass is skipped (5,000 NodeClaims and their pods every second).
+    idle: Mutex<Option<disruption::Seen>>,
 }
 
 /// Controls of a running simulated Karpenter.
@@ -332,31 +336,96 @@ fn requirement(claim: &Value, key: &str) -> Option<String> {
 }
 
 /// Runs Karpenter until the task is dropped.
+///
+/// The lifecycle controllers reconcile one NodeClaim at a time from a work queue: when it changes
+/// (its feed), when pods on its node change (pod events write `lastPodEventTime`, which changes it),
+/// when its NodePool changes, and when a time it waits for comes. The 200 ms tick only looks at spot
+/// interruptions and finished terminations.
 pub async fn run(ctx: Arc<WorldContext>, config: KarpenterConfig, handle: KarpenterHandle) {
     let config = Arc::new(config);
     let mut lifecycle = tokio::time::interval(config.requeue);
     let mut disruption = tokio::time::interval(config.disruption_interval);
     let (mut pod_feed, initial) = Feed::open(&ctx.store, ResKey::core("pods"));
+    let (mut claim_feed, initial_claims) = Feed::open(&ctx.store, nodeclaims());
+    let (mut pool_feed, _) = Feed::open(&ctx.store, nodepools());
+    let mut queue = queue::WorkQueue::default();
+    let mut pass: Option<tokio::task::JoinHandle<()>> = None;
+    for c in &initial_claims {
+        queue.add(&c.key.1);
+    }
     let mut pod_changes = initial;
     loop {
+        let next_due = queue.next_due();
+        let timer = async move {
+            match next_due {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = lifecycle.tick() => {
                 pod_changes.extend(pod_feed.try_recv());
-                reconcile_claims(&ctx, &config, &handle, &std::mem::take(&mut pod_changes));
+                consolidatable::record_pod_events(&ctx, &std::mem::take(&mut pod_changes));
+                interruptions(&ctx, &handle);
+                // A termination that ended with its NodeClaim still there (an error) starts again.
+                lock(&handle.shared.terminating).retain(|name, t| {
+                    if t.is_finished() {
+                        queue.add(name);
+                    }
+                    !t.is_finished()
+                });
             }
-            _ = disruption.tick() => disruption::pass(&ctx, &config, &handle),
+            changes = claim_feed.recv() => enqueue_claims(&mut queue, &changes),
+            changes = pool_feed.recv() => enqueue_pools(&ctx, &mut queue, &changes),
+            _ = timer => {}
+            _ = disruption.tick() => {
+                // The disruption controller runs beside the lifecycle controllers, as in Karpenter: a
+                // pass over 5,000 candidates takes seconds here and must not hold up terminations. One
+                // pass at a time, on a blocking thread.
+                if pass.as_ref().is_none_or(|p| p.is_finished()) {
+                    let (ctx, config, handle) = (ctx.clone(), config.clone(), handle.clone());
+                    pass = Some(tokio::task::spawn_blocking(move || {
+                        disruption::pass(&ctx, &config, &handle)
+                    }));
+                }
+            }
+        }
+        enqueue_claims(&mut queue, &claim_feed.try_recv());
+        let pools = pool_feed.try_recv();
+        enqueue_pools(&ctx, &mut queue, &pools);
+        for name in queue.take(tokio::time::Instant::now()) {
+            if let Some(at) = reconcile_claim(&ctx, &config, &handle, &name) {
+                queue.add_at(&name, at);
+            }
         }
     }
 }
 
-/// Launch, registration, initialization, pod events, Consolidatable, expiry, interruption and
-/// termination of every NodeClaim.
-fn reconcile_claims(
-    ctx: &Arc<WorldContext>,
-    config: &Arc<KarpenterConfig>,
-    handle: &KarpenterHandle,
-    pod_changes: &[Change],
-) {
+fn enqueue_claims(queue: &mut queue::WorkQueue, changes: &[Change]) {
+    for c in changes.iter().filter(|c| c.new.is_some()) {
+        queue.add(&c.key.1);
+    }
+}
+
+/// A NodePool's change (its consolidateAfter, say) concerns every NodeClaim of the pool.
+fn enqueue_pools(ctx: &WorldContext, queue: &mut queue::WorkQueue, changes: &[Change]) {
+    if changes.is_empty() {
+        return;
+    }
+    let names: HashSet<&str> = changes.iter().map(|c| c.key.1.as_str()).collect();
+    for claim in ctx.store.snapshot(&nodeclaims()).0 {
+        if claim
+            .pointer(NODEPOOL_POINTER)
+            .and_then(Value::as_str)
+            .is_some_and(|p| names.contains(p))
+        {
+            queue.add(meta_str(&claim, "name").unwrap_or(""));
+        }
+    }
+}
+
+/// Spot interruption notices: the NodeClaim is deleted (forceful, no budgets).
+fn interruptions(ctx: &WorldContext, handle: &KarpenterHandle) {
     let interrupted: Vec<String> = std::mem::take(&mut *lock(&handle.shared.interrupt));
     for name in interrupted {
         ctx.audit.world(
@@ -370,70 +439,101 @@ fn reconcile_claims(
             .store
             .delete(&nodeclaims(), None, &name, &DeleteOptions::default());
     }
-    let (claims, _) = ctx.store.snapshot(&nodeclaims());
-    consolidatable::record_pod_events(ctx, pod_changes, &claims);
-    let (pools, _) = ctx.store.snapshot(&nodepools());
-    let pools: HashMap<&str, &Arc<Value>> = pools
-        .iter()
-        .map(|p| (meta_str(p, "name").unwrap_or(""), p))
-        .collect();
-    lock(&handle.shared.terminating).retain(|_, t| !t.is_finished());
-    for claim in claims {
-        let name = meta_str(&claim, "name").unwrap_or("").to_string();
-        if claim.pointer("/metadata/deletionTimestamp").is_some() {
-            lock(&handle.shared.terminating)
-                .entry(name.clone())
-                .or_insert_with(|| {
-                    tokio::spawn(termination::terminate(ctx.clone(), config.clone(), name))
-                });
-            continue;
+}
+
+/// Launch, registration, initialization, Consolidatable, expiry and termination of one NodeClaim.
+/// Returns when it must be looked at again if nothing changes before (a NodeClaim waiting for its
+/// Node, for consolidateAfter or for expireAfter).
+fn reconcile_claim(
+    ctx: &Arc<WorldContext>,
+    config: &Arc<KarpenterConfig>,
+    handle: &KarpenterHandle,
+    name: &str,
+) -> Option<tokio::time::Instant> {
+    let claim = ctx.store.get(&nodeclaims(), None, name)?;
+    if claim.pointer("/metadata/deletionTimestamp").is_some() {
+        lock(&handle.shared.terminating)
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                tokio::spawn(termination::terminate(
+                    ctx.clone(),
+                    config.clone(),
+                    name.to_string(),
+                ))
+            });
+        return None;
+    }
+    if claim.pointer("/status/providerID").is_none() {
+        // The launch task writes the providerID (or deletes the NodeClaim): that change requeues it.
+        launch(ctx, config, handle, &claim, name);
+        return None;
+    }
+    let mut next: Option<jiff::Timestamp> = None;
+    let mut waiting_for_node = false;
+    if !condition_true(&claim, "Initialized") {
+        register(ctx, &claim, name);
+        // Registration waits for the Node to join and turn Ready: look again after the requeue period,
+        // as the old every-tick pass did.
+        waiting_for_node = true;
+    }
+    // Read back: registration may have just written it.
+    if let Some(current) = ctx.store.get(&nodeclaims(), None, name) {
+        let pool = current
+            .pointer(NODEPOOL_POINTER)
+            .and_then(Value::as_str)
+            .and_then(|p| ctx.store.get(&nodepools(), None, p));
+        next = consolidatable::reconcile(ctx, pool.as_deref(), &current);
+        if condition_true(&current, "Initialized") {
+            waiting_for_node = false;
         }
-        if claim.pointer("/status/providerID").is_none() {
-            launch(ctx, config, handle, &claim, &name);
-            continue;
-        }
-        if !condition_true(&claim, "Initialized") {
-            register(ctx, &claim, &name);
-        }
-        // Read back: the pod events above may have just moved lastPodEventTime.
-        if let Some(current) = ctx.store.get(&nodeclaims(), None, &name) {
-            let pool = claim
-                .pointer(NODEPOOL_POINTER)
-                .and_then(Value::as_str)
-                .and_then(|p| pools.get(p).map(|p| p.as_ref()));
-            consolidatable::reconcile(ctx, pool, &current);
-        }
-        // Expiration (K: pkg/controllers/nodeclaim/expiration/controller.go): forceful, so no budgets
-        // and no do-not-disrupt check; the termination flow holds such pods until the TGP.
-        if expired(&claim) {
+    }
+    // Expiration (K: pkg/controllers/nodeclaim/expiration/controller.go): forceful, so no budgets
+    // and no do-not-disrupt check; the termination flow holds such pods until the TGP.
+    match expires_at(&claim) {
+        Some(at) if jiff::Timestamp::now() >= at => {
             ctx.audit.world(
                 "disruption-started",
                 "nodeclaims.karpenter.sh",
                 None,
-                Some(&name),
+                Some(name),
                 json!({"reason": "Expired", "forceful": true}),
             );
             let _ = ctx
                 .store
-                .delete(&nodeclaims(), None, &name, &DeleteOptions::default());
+                .delete(&nodeclaims(), None, name, &DeleteOptions::default());
+            return None;
         }
+        Some(at) => next = Some(next.map_or(at, |n| n.min(at))),
+        None => {}
     }
+    let mut at = next.map(instant_of);
+    if waiting_for_node {
+        let soon = tokio::time::Instant::now() + config.requeue;
+        at = Some(at.map_or(soon, |a| a.min(soon)));
+    }
+    at
 }
 
-fn expired(claim: &Value) -> bool {
-    let Some(after) = claim.pointer("/spec/expireAfter").and_then(Value::as_str) else {
-        return false;
-    };
+/// The monotonic instant of a wall-clock time (now when it has passed).
+fn instant_of(t: jiff::Timestamp) -> tokio::time::Instant {
+    let left = t.duration_since(jiff::Timestamp::now());
+    let left = Duration::try_from(left).unwrap_or(Duration::ZERO);
+    tokio::time::Instant::now() + left
+}
+
+/// When the NodeClaim expires (creationTimestamp + expireAfter), unless `Never` or unparsable.
+fn expires_at(claim: &Value) -> Option<jiff::Timestamp> {
+    let after = claim.pointer("/spec/expireAfter").and_then(Value::as_str)?;
     if after == "Never" {
-        return false;
+        return None;
     }
-    let (Some(created), Some(d)) = (
-        meta_str(claim, "creationTimestamp").and_then(|c| c.parse::<jiff::Timestamp>().ok()),
-        super::go_duration(after),
-    ) else {
-        return false;
-    };
-    jiff::Timestamp::now() >= created + jiff::SignedDuration::try_from(d).unwrap_or_default()
+    let created = meta_str(claim, "creationTimestamp")?
+        .parse::<jiff::Timestamp>()
+        .ok()?;
+    let d = super::go_duration(after)?;
+    created
+        .checked_add(jiff::SignedDuration::try_from(d).ok()?)
+        .ok()
 }
 
 fn launch(
