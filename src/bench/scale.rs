@@ -3,6 +3,7 @@
 //! drains it once its backups are verified.
 
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
@@ -17,6 +18,18 @@ const SECTION: &str = "scale";
 const SYNC_TIMEOUT: Duration = Duration::from_secs(600);
 /// The kinds whose first list the controller waits for (NodeClaims too: scale-5k runs Karpenter).
 const KINDS: usize = 8;
+
+/// A controller log line that marks a plan's progress: a phase change (`-> Draining`) or accepted
+/// evictions (`evicted 12`).
+fn step_mark(line: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    let f = &v["fields"];
+    match f["message"].as_str()? {
+        "plan phase changed" => Some(format!("-> {}", f["to"].as_str()?)),
+        "evictions accepted" => Some(format!("evicted {}", f["evicted"])),
+        _ => None,
+    }
+}
 
 /// Resident and peak memory of process `pid`, MiB (Linux `/proc/PID/status`).
 fn rss_of(pid: u32) -> Option<(f64, f64)> {
@@ -103,8 +116,18 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
             )
         }
     };
-    // Keep reading its output so the pipe never fills and blocks it.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    // Keep reading its output so the pipe never fills and blocks it, and note when the plan's steps
+    // happened, to say where the drain's time goes.
+    let marks: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+    let marks_in = marks.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(mark) = step_mark(&line) {
+                let mut m = marks_in.lock().unwrap_or_else(|e| e.into_inner());
+                m.push((Instant::now(), mark));
+            }
+        }
+    });
     let f = report.add(
         SECTION,
         "controller process start -> every cache synced (scale-5k)",
@@ -158,9 +181,22 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
         "ms",
     );
     f.target = Some("< 2000 ms".into());
+    let after: Vec<String> = marks
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(at, _)| *at >= verified)
+        .map(|(at, mark)| {
+            format!(
+                "{mark} +{:.0} ms",
+                at.saturating_duration_since(verified).as_secs_f64() * 1000.0
+            )
+        })
+        .collect();
     f.note = Some(format!(
-        "{on} pods on the node, {count} evicted; plan created -> verified {:.1} s",
-        verified.saturating_duration_since(created).as_secs_f64()
+        "{on} pods on the node, {count} evicted; plan created -> verified {:.1} s; after verification: {}",
+        verified.saturating_duration_since(created).as_secs_f64(),
+        if after.is_empty() { "no step logged".to_string() } else { after.join(", ") }
     ));
     if let Some((rss, peak)) = rss_of(pid) {
         let f = report.add(

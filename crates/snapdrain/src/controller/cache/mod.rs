@@ -7,12 +7,14 @@
 //!
 //! - [`store`]: one kind's objects and index, swapped whole on a relist.
 //! - [`pod`]: pods in a compact form, decoded straight from the API's JSON.
+//! - [`intern`]: one copy of the strings pods repeat (namespaces, nodes, label keys, owners).
 //! - [`trim`]: the fields dropped from the other kinds before an object is cached.
 //!
 //! Fail closed: a cache whose first list is not in is never read as "nothing there"; readers wait for
 //! it ([`Caches::wait_synced`]) or read the API. Writes never send a cached object back: they are
 //! patches guarded by its resourceVersion, so a stale cache costs a 409 and a retry, never an overwrite.
 
+pub mod intern;
 pub mod pod;
 pub mod store;
 pub mod trim;
@@ -31,7 +33,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
 pub use pod::CachedPod;
-pub use store::Cache;
+pub use store::{Cache, Stored};
 
 use crate::telemetry::Metrics;
 
@@ -99,58 +101,79 @@ impl Caches {
         let tasks = vec![
             follow(
                 c.pods.clone(),
-                Api::all(client.clone()),
-                // Decoding into a CachedPod is the trim.
-                |_| {},
+                Api::<pod::WirePod>::all(client.clone()),
+                // Decoding into a WirePod is the trim; the cache keeps its compact form.
+                CachedPod::from,
                 metrics,
                 started,
             ),
             follow(
                 c.pvcs.clone(),
                 Api::all(client.clone()),
-                trim::pvc,
+                |mut o| {
+                    trim::pvc(&mut o);
+                    o
+                },
                 metrics,
                 started,
             ),
             follow(
                 c.stateful_sets.clone(),
                 Api::all(client.clone()),
-                trim::stateful_set,
+                |mut o| {
+                    trim::stateful_set(&mut o);
+                    o
+                },
                 metrics,
                 started,
             ),
             follow(
                 c.pdbs.clone(),
                 Api::all(client.clone()),
-                trim::pdb,
+                |mut o| {
+                    trim::pdb(&mut o);
+                    o
+                },
                 metrics,
                 started,
             ),
             follow(
                 c.volume_attachments.clone(),
                 Api::all(client.clone()),
-                trim::volume_attachment,
+                |mut o| {
+                    trim::volume_attachment(&mut o);
+                    o
+                },
                 metrics,
                 started,
             ),
             follow(
                 c.nodes.clone(),
                 Api::all(client.clone()),
-                trim::node,
+                |mut o| {
+                    trim::node(&mut o);
+                    o
+                },
                 metrics,
                 started,
             ),
             follow(
                 c.node_claims.clone(),
                 crate::signals::detect::nodeclaims(client),
-                trim::node_claim,
+                |mut o| {
+                    trim::node_claim(&mut o);
+                    o
+                },
                 metrics,
                 started,
             ),
             follow(
                 c.namespaces.clone(),
                 Api::all(client.clone()),
-                trim::namespace,
+                |mut o| {
+                    trim::namespace(&mut o);
+                    o
+                },
                 metrics,
                 started,
             ),
@@ -188,30 +211,41 @@ impl Default for Caches {
     }
 }
 
-/// Feeds one kind's watch into its cache, trimmed, and keeps `snapdrain_cache_objects{kind}` and
+/// What the cache keeps of one watched object: `W` as the watch decoded it, `K` as the cache holds it.
+fn keep_event<W, K>(event: watcher::Event<W>, keep: fn(W) -> K) -> watcher::Event<K> {
+    use watcher::Event;
+    match event {
+        Event::Init => Event::Init,
+        Event::InitApply(o) => Event::InitApply(keep(o)),
+        Event::InitDone => Event::InitDone,
+        Event::Apply(o) => Event::Apply(keep(o)),
+        Event::Delete(o) => Event::Delete(keep(o)),
+    }
+}
+
+/// Feeds one kind's watch into its cache, trimmed by `keep`, and keeps `snapdrain_cache_objects{kind}` and
 /// `snapdrain_cache_lists_total{kind}`. Logs the first sync (with its duration) at info, relists at debug.
-fn follow<K>(
+fn follow<W, K>(
     cache: Cache<K>,
-    api: Api<K>,
-    trim: fn(&mut K),
+    api: Api<W>,
+    keep: fn(W) -> K,
     metrics: &Metrics,
     started: Instant,
 ) -> tokio::task::JoinHandle<()>
 where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    W: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    K: Stored + Send + Sync + 'static,
 {
     let metrics = metrics.clone();
     tokio::spawn(async move {
         let kind = cache.kind();
-        let stream = watcher(api, watcher::Config::default())
-            .modify(trim)
-            .default_backoff();
+        let stream = watcher(api, watcher::Config::default()).default_backoff();
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => {
                     let listed = matches!(event, watcher::Event::InitDone);
-                    cache.apply(event);
+                    cache.apply(keep_event(event, keep));
                     metrics.cache_objects(kind, cache.len());
                     if listed {
                         metrics.cache_listed(kind);

@@ -1,12 +1,18 @@
 //! Pods as the cache keeps them. At 150,000 pods the cache is most of the controller's memory, and a
-//! `k8s_openapi` Pod is large even when trimmed: its structs lay out every optional field inline (a
-//! Container, a Volume or a PodSpec is kilobytes with all of them `None`). [`CachedPod`] holds only the
-//! fields snapdrain's decisions read (the list in [`super::trim`]) and is decoded straight from the API
-//! server's JSON, so the rest of each pod is skipped by the parser and never allocated. Readers get a
-//! `Pod` back with [`CachedPod::to_pod`], for the few pods they look at (one node's).
+//! `k8s_openapi` Pod is large even when trimmed: its structs lay out every optional field inline (an
+//! ObjectMeta is hundreds of bytes with all of them `None`, a label map a B-tree node of eleven slots).
+//!
+//! - [`WirePod`] is what the watch decodes: only the fields snapdrain's decisions read (the list in
+//!   [`super::trim`]), straight from the API server's JSON, so the rest of each pod is skipped by the
+//!   parser and never allocated. It has an ObjectMeta because kube-runtime's watcher needs one.
+//! - [`CachedPod`] is what the cache holds: the same fields in boxed slices, with the strings pods
+//!   repeat interned ([`super::intern`]).
+//!
+//! Readers get a `Pod` back with [`CachedPod::to_pod`], for the few pods they look at (one node's).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodStatus, Toleration,
@@ -15,11 +21,12 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
 
-use super::trim::LAST_APPLIED;
+use super::intern::intern;
+use crate::planning::inventory::MIRROR_ANNOTATION;
 
-/// A pod, reduced to what snapdrain reads. Decodes from a Pod's JSON (a list item or a watch event).
+/// A pod as the watch decodes it (a list item or a watch event), reduced to what snapdrain reads.
 #[derive(Clone, Debug, Default, Deserialize)]
-pub struct CachedPod {
+pub struct WirePod {
     #[serde(default, deserialize_with = "lean_meta")]
     metadata: ObjectMeta,
     #[serde(default)]
@@ -28,23 +35,59 @@ pub struct CachedPod {
     status: Option<Status>,
 }
 
+/// A pod as the cache holds it. Decodes from a Pod's JSON too (through [`WirePod`]).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(from = "WirePod")]
+pub struct CachedPod {
+    meta: Meta,
+    spec: Option<Spec>,
+    status: Option<Status>,
+}
+
+/// The metadata decisions read. `None` and empty stay apart where the API keeps them apart.
+#[derive(Clone, Debug, Default)]
+struct Meta {
+    name: Option<Arc<str>>,
+    namespace: Option<Arc<str>>,
+    uid: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
+    /// In key order, as the map they came from.
+    labels: Option<Box<[(Arc<str>, Box<str>)]>>,
+    annotations: Option<Box<[(Box<str>, Box<str>)]>>,
+    owner_references: Option<Box<[Owner]>>,
+    deletion_timestamp: Option<Time>,
+}
+
+#[derive(Clone, Debug)]
+struct Owner {
+    api_version: Arc<str>,
+    kind: Arc<str>,
+    name: Arc<str>,
+    uid: Box<str>,
+    controller: Option<bool>,
+    block_owner_deletion: Option<bool>,
+}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Spec {
-    node_name: Option<String>,
-    volumes: Option<Vec<CachedVolume>>,
+    #[serde(default, deserialize_with = "interned")]
+    node_name: Option<Arc<str>>,
+    #[serde(default, deserialize_with = "claim_volumes")]
+    volumes: Option<Box<[CachedVolume]>>,
     #[serde(default, deserialize_with = "drain_tolerations")]
-    tolerations: Option<Vec<Toleration>>,
-    priority_class_name: Option<String>,
+    tolerations: Option<Box<[Toleration]>>,
+    #[serde(default, deserialize_with = "interned")]
+    priority_class_name: Option<Arc<str>>,
     priority: Option<i32>,
     // No containers: no decision reads them (`to_pod` gives an empty list).
 }
 
-/// A volume's name and the two sources planning reads; others (configMap, projected...) keep the name.
+/// A volume with one of the two sources planning reads (others, configMap or projected, are not kept).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct CachedVolume {
-    name: String,
+    name: Box<str>,
     persistent_volume_claim: Option<PersistentVolumeClaimVolumeSource>,
     empty_dir: Option<EmptyDirVolumeSource>,
 }
@@ -52,14 +95,29 @@ struct CachedVolume {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Status {
-    phase: Option<String>,
+    #[serde(default, deserialize_with = "interned")]
+    phase: Option<Arc<str>>,
     start_time: Option<Time>,
+}
+
+fn interned<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Arc<str>>, D::Error> {
+    Ok(Option::<Cow<'de, str>>::deserialize(d)?.map(|s| intern(&s)))
+}
+
+/// Only the PVC and emptyDir volumes: the other sources (the service-account token, configMaps,
+/// secrets) are what a pod mostly mounts, and no decision reads them.
+fn claim_volumes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<[CachedVolume]>>, D::Error> {
+    Ok(Option::<Vec<CachedVolume>>::deserialize(d)?.map(|vs| {
+        vs.into_iter()
+            .filter(|v| v.persistent_volume_claim.is_some() || v.empty_dir.is_some())
+            .collect()
+    }))
 }
 
 /// Only the tolerations that tolerate snapdrain's drain taint: that is all a decision asks of them
 /// ([`crate::planning::taint::tolerates_drain_taint`]), and every pod carries two that never do (the
 /// `not-ready`/`unreachable` NoExecute ones the DefaultTolerationSeconds admission plugin adds).
-fn drain_tolerations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Toleration>>, D::Error> {
+fn drain_tolerations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<[Toleration]>>, D::Error> {
     let taint = crate::planning::taint::drain_taint();
     Ok(Option::<Vec<Toleration>>::deserialize(d)?.map(|ts| {
         ts.into_iter()
@@ -68,17 +126,27 @@ fn drain_tolerations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<Toler
     }))
 }
 
-/// ObjectMeta without managedFields (skipped by the parser) and without kubectl's last-applied copy.
+/// The pod annotations some decision reads: snapdrain's own, Karpenter's (`karpenter.sh/do-not-disrupt`),
+/// Cluster Autoscaler's (`safe-to-evict`, which the holds place and restore) and the static-pod mirror
+/// marker. Real pods carry many others (CNI and service-mesh state, config checksums, scrape hints,
+/// kubectl's last-applied copy), often the bulk of their metadata: at 150,000 pods they are not kept.
+fn read_annotation(key: &str) -> bool {
+    const DOMAINS: [&str; 3] = [
+        "snapdrain.io/",
+        "karpenter.sh/",
+        "cluster-autoscaler.kubernetes.io/",
+    ];
+    DOMAINS.iter().any(|d| key.starts_with(d)) || key == MIRROR_ANNOTATION
+}
+
+/// ObjectMeta with what [`Meta`] keeps: no managedFields (skipped by the parser), only the annotations
+/// decisions read, and nothing of creation, generation or finalizers (no decision reads them of a pod).
 fn lean_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Lean {
         annotations: Option<BTreeMap<String, String>>,
-        creation_timestamp: Option<Time>,
-        deletion_grace_period_seconds: Option<i64>,
         deletion_timestamp: Option<Time>,
-        finalizers: Option<Vec<String>>,
-        generation: Option<i64>,
         labels: Option<BTreeMap<String, String>>,
         name: Option<String>,
         namespace: Option<String>,
@@ -89,17 +157,18 @@ fn lean_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     let Some(m) = Option::<Lean>::deserialize(d)? else {
         return Ok(ObjectMeta::default());
     };
-    let annotations = m.annotations.map(|mut a| {
-        a.remove(LAST_APPLIED);
-        a
-    });
+    // Collected anew: a map whose entries all go allocates nothing (`retain` would keep its node).
+    let annotations = m
+        .annotations
+        .map(|a| {
+            a.into_iter()
+                .filter(|(k, _)| read_annotation(k))
+                .collect::<BTreeMap<_, _>>()
+        })
+        .filter(|a| !a.is_empty());
     Ok(ObjectMeta {
         annotations,
-        creation_timestamp: m.creation_timestamp,
-        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
         deletion_timestamp: m.deletion_timestamp,
-        finalizers: m.finalizers,
-        generation: m.generation,
         labels: m.labels,
         name: m.name,
         namespace: m.namespace,
@@ -110,20 +179,99 @@ fn lean_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
     })
 }
 
+fn boxed(s: String) -> Box<str> {
+    s.into_boxed_str()
+}
+
+impl From<WirePod> for CachedPod {
+    fn from(w: WirePod) -> Self {
+        let m = w.metadata;
+        let meta = Meta {
+            name: m.name.as_deref().map(intern),
+            namespace: m.namespace.as_deref().map(intern),
+            uid: m.uid.map(boxed),
+            resource_version: m.resource_version.map(boxed),
+            labels: m.labels.map(|ls| {
+                ls.into_iter()
+                    .map(|(k, v)| (intern(&k), boxed(v)))
+                    .collect()
+            }),
+            annotations: m.annotations.map(|a| {
+                a.into_iter()
+                    .map(|(k, v)| (boxed(k), boxed(v)))
+                    .collect()
+            }),
+            owner_references: m.owner_references.map(|os| {
+                os.into_iter()
+                    .map(|o| Owner {
+                        api_version: intern(&o.api_version),
+                        kind: intern(&o.kind),
+                        name: intern(&o.name),
+                        uid: boxed(o.uid),
+                        controller: o.controller,
+                        block_owner_deletion: o.block_owner_deletion,
+                    })
+                    .collect()
+            }),
+            deletion_timestamp: m.deletion_timestamp,
+        };
+        Self {
+            meta,
+            spec: w.spec,
+            status: w.status,
+        }
+    }
+}
+
+fn string(s: &str) -> String {
+    s.to_owned()
+}
+
 impl CachedPod {
     /// The pod as a `k8s_openapi` Pod with the cached fields set (the others `None`).
     pub fn to_pod(&self) -> Pod {
+        let m = &self.meta;
+        let metadata = ObjectMeta {
+            name: m.name.as_deref().map(string),
+            namespace: m.namespace.as_deref().map(string),
+            uid: m.uid.as_deref().map(string),
+            resource_version: m.resource_version.as_deref().map(string),
+            labels: m.labels.as_ref().map(|ls| {
+                ls.iter()
+                    .map(|(k, v)| (string(k), string(v)))
+                    .collect()
+            }),
+            annotations: m.annotations.as_ref().map(|a| {
+                a.iter()
+                    .map(|(k, v)| (string(k), string(v)))
+                    .collect()
+            }),
+            owner_references: m.owner_references.as_ref().map(|os| {
+                os.iter()
+                    .map(|o| OwnerReference {
+                        api_version: string(&o.api_version),
+                        kind: string(&o.kind),
+                        name: string(&o.name),
+                        uid: string(&o.uid),
+                        controller: o.controller,
+                        block_owner_deletion: o.block_owner_deletion,
+                    })
+                    .collect()
+            }),
+            deletion_timestamp: m.deletion_timestamp.clone(),
+            ..ObjectMeta::default()
+        };
         Pod {
-            metadata: self.metadata.clone(),
+            metadata,
             spec: self.spec.as_ref().map(|s| PodSpec {
-                node_name: s.node_name.clone(),
-                tolerations: s.tolerations.clone(),
-                priority_class_name: s.priority_class_name.clone(),
+                node_name: s.node_name.as_deref().map(string),
+                tolerations: s.tolerations.as_ref().map(|ts| ts.to_vec()),
+                priority_class_name: s.priority_class_name.as_deref().map(string),
                 priority: s.priority,
                 volumes: s.volumes.as_ref().map(|vs| {
                     vs.iter()
                         .map(|v| Volume {
-                            name: v.name.clone(),
+                            name: string(&v.name),
                             persistent_volume_claim: v.persistent_volume_claim.clone(),
                             empty_dir: v.empty_dir.clone(),
                             ..Volume::default()
@@ -133,7 +281,7 @@ impl CachedPod {
                 ..PodSpec::default()
             }),
             status: self.status.as_ref().map(|s| PodStatus {
-                phase: s.phase.clone(),
+                phase: s.phase.as_deref().map(string),
                 start_time: s.start_time.clone(),
                 ..PodStatus::default()
             }),
@@ -147,10 +295,32 @@ impl CachedPod {
             .and_then(|s| s.node_name.as_deref())
             .filter(|n| !n.is_empty())
     }
+
+    pub fn uid(&self) -> Option<&str> {
+        self.meta.uid.as_deref()
+    }
 }
 
-/// The API coordinates are Pod's: `Api<CachedPod>` lists and watches `/api/v1/pods`.
-impl kube::Resource for CachedPod {
+/// Its namespace and name key the cache.
+impl super::store::Stored for CachedPod {
+    fn namespace_name(&self) -> (&str, &str) {
+        (
+            self.meta.namespace.as_deref().unwrap_or(""),
+            self.meta.name.as_deref().unwrap_or(""),
+        )
+    }
+
+    fn key(&self) -> (Arc<str>, Arc<str>) {
+        // The interned copies: no allocation per pod for the cache's key.
+        (
+            self.meta.namespace.clone().unwrap_or_else(|| intern("")),
+            self.meta.name.clone().unwrap_or_else(|| intern("")),
+        )
+    }
+}
+
+/// The API coordinates are Pod's: `Api<WirePod>` lists and watches `/api/v1/pods`.
+impl kube::Resource for WirePod {
     type DynamicType = ();
     type Scope = k8s_openapi::NamespaceResourceScope;
 
@@ -176,6 +346,7 @@ impl kube::Resource for CachedPod {
 
 #[cfg(test)]
 mod tests {
+    use super::super::trim::LAST_APPLIED;
     use super::*;
     use serde_json::json;
 
@@ -190,7 +361,12 @@ mod tests {
             "metadata": {
                 "name": "pg-0", "namespace": "db", "uid": "u1", "resourceVersion": "7",
                 "labels": {"app": "pg"},
-                "annotations": {LAST_APPLIED: "{\"big\": true}", "karpenter.sh/do-not-disrupt": "true"},
+                "annotations": {LAST_APPLIED: "{\"big\": true}", "karpenter.sh/do-not-disrupt": "true",
+                                "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+                                "snapdrain.io/held": "do-not-disrupt",
+                                "kubernetes.io/config.mirror": "abc",
+                                "prometheus.io/scrape": "true",
+                                "checksum/config": "0f3a9c"},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "pg",
                                      "uid": "s1", "controller": true}],
                 "managedFields": [{"manager": "kubelet", "operation": "Update"}],
@@ -220,8 +396,17 @@ mod tests {
         assert!(m.deletion_timestamp.is_some());
         assert!(m.managed_fields.is_none());
         let annotations = m.annotations.clone().unwrap_or_default();
-        assert!(!annotations.contains_key(LAST_APPLIED));
-        assert!(annotations.contains_key("karpenter.sh/do-not-disrupt"));
+        let keys: Vec<&str> = annotations.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "cluster-autoscaler.kubernetes.io/safe-to-evict",
+                "karpenter.sh/do-not-disrupt",
+                "kubernetes.io/config.mirror",
+                "snapdrain.io/held"
+            ],
+            "the annotations decisions read, and no others"
+        );
         assert_eq!(m.owner_references.as_ref().map(Vec::len), Some(1));
         let spec = pod.spec.as_ref().expect("the spec stays");
         assert_eq!(spec.priority, Some(5));
@@ -233,7 +418,7 @@ mod tests {
         );
         assert!(spec.containers.is_empty());
         let volumes = spec.volumes.as_ref().expect("volumes stay");
-        assert_eq!(volumes.len(), 3);
+        assert_eq!(volumes.len(), 2, "the projected token volume goes");
         assert_eq!(
             volumes[0]
                 .persistent_volume_claim
@@ -242,7 +427,6 @@ mod tests {
             Some("data-pg-0")
         );
         assert!(volumes[1].empty_dir.is_some());
-        assert!(volumes[2].projected.is_none());
         let status = pod.status.as_ref().expect("the status stays");
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert!(status.start_time.is_some());
@@ -259,9 +443,52 @@ mod tests {
         assert_eq!(p.node_name(), None);
         let pod = p.to_pod();
         assert!(pod.metadata.annotations.is_none());
+        let unread = decode(json!({"metadata": {"annotations": {"prometheus.io/port": "9090"}}}));
+        assert!(
+            unread.to_pod().metadata.annotations.is_none(),
+            "no empty map is kept"
+        );
         assert!(pod.spec.as_ref().is_some_and(|s| s.volumes.is_none()));
         assert!(pod.status.is_none());
         let bare = decode(json!({}));
         assert!(bare.to_pod().spec.is_none());
+    }
+
+    #[test]
+    fn pods_share_the_strings_they_repeat_and_give_them_back_whole() {
+        let pod = |name: &str| {
+            decode(json!({
+                "metadata": {"name": name, "namespace": "tenant-07", "uid": format!("uid-{name}"),
+                             "labels": {"app": "web", "pod-template-hash": "5d8f"},
+                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                                  "name": "web-5d8f", "uid": "rs1", "controller": true}]},
+                "spec": {"nodeName": "ip-10-0-1-7.ec2.internal", "priorityClassName": "tier-2"},
+                "status": {"phase": "Running"}
+            }))
+        };
+        let (a, b) = (pod("web-1"), pod("web-2"));
+        let shared = |x: &Option<Arc<str>>, y: &Option<Arc<str>>| match (x, y) {
+            (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+            _ => false,
+        };
+        assert!(shared(&a.meta.namespace, &b.meta.namespace));
+        let (sa, sb) = (a.spec.as_ref(), b.spec.as_ref());
+        assert!(shared(&sa.and_then(|s| s.node_name.clone()), &sb.and_then(|s| s.node_name.clone())));
+        let owner = |p: &CachedPod| p.meta.owner_references.as_ref().map(|o| o[0].name.clone());
+        assert!(shared(&owner(&a), &owner(&b)));
+        let label_key = |p: &CachedPod| p.meta.labels.as_ref().map(|l| l[0].0.clone());
+        assert!(shared(&label_key(&a), &label_key(&b)));
+
+        // Back as a Pod, nothing is lost or reordered.
+        let back = a.to_pod();
+        assert_eq!(back.metadata.name.as_deref(), Some("web-1"));
+        assert_eq!(back.metadata.namespace.as_deref(), Some("tenant-07"));
+        let labels = back.metadata.labels.unwrap_or_default();
+        assert_eq!(labels.get("pod-template-hash").map(String::as_str), Some("5d8f"));
+        let owners = back.metadata.owner_references.unwrap_or_default();
+        assert_eq!(owners[0].kind, "ReplicaSet");
+        assert_eq!(owners[0].controller, Some(true));
+        assert_eq!(a.uid(), Some("uid-web-1"));
+        assert_eq!(super::super::Stored::namespace_name(&b), ("tenant-07", "web-2"));
     }
 }

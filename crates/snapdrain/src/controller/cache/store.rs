@@ -11,20 +11,39 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use kube::ResourceExt;
 use kube::runtime::watcher::Event;
 use tokio::sync::{broadcast, watch};
 
-/// namespace ("" for cluster-scoped kinds) and name.
-pub type Key = (String, String);
+/// What a cache can hold: an object with a namespace ("" for cluster-scoped kinds) and a name. Every
+/// `kube::Resource` is one; [`super::CachedPod`] is one without being a Resource.
+pub trait Stored {
+    fn namespace_name(&self) -> (&str, &str);
+
+    /// The cache's key for the object; a type that holds its names shared gives them without a copy.
+    fn key(&self) -> (Arc<str>, Arc<str>) {
+        let (namespace, name) = self.namespace_name();
+        (Arc::from(namespace), Arc::from(name))
+    }
+}
+
+impl<K: kube::Resource> Stored for K {
+    fn namespace_name(&self) -> (&str, &str) {
+        let m = self.meta();
+        (
+            m.namespace.as_deref().unwrap_or(""),
+            m.name.as_deref().unwrap_or(""),
+        )
+    }
+}
 
 /// What the index is keyed by: `None` leaves an object out of the index (an unscheduled pod).
 pub type IndexFn<K> = fn(&K) -> Option<String>;
 
-/// The objects of one list, with their index. The index holds the same `Arc`s as `by_key` (no copy of
-/// any key or object: at 150,000 pods a second set of namespace/name strings is tens of MiB).
+/// The objects of one list, by namespace then name, with their index. The index holds the same `Arc`s
+/// (no copy of any key or object: at 150,000 pods a second set of namespace/name strings is tens of MiB).
 struct Objects<K> {
-    by_key: HashMap<Key, Arc<K>>,
+    by_key: HashMap<Arc<str>, HashMap<Arc<str>, Arc<K>>>,
+    len: usize,
     index: HashMap<String, Vec<Arc<K>>>,
 }
 
@@ -32,29 +51,49 @@ impl<K> Default for Objects<K> {
     fn default() -> Self {
         Self {
             by_key: HashMap::new(),
+            len: 0,
             index: HashMap::new(),
         }
     }
 }
 
-impl<K: kube::Resource> Objects<K> {
-    fn insert(&mut self, index_by: IndexFn<K>, obj: K) {
-        let key = key_of(&obj);
+impl<K: Stored> Objects<K> {
+    fn get(&self, namespace: &str, name: &str) -> Option<&Arc<K>> {
+        self.by_key.get(namespace)?.get(name)
+    }
+
+    fn insert(&mut self, index_by: IndexFn<K>, obj: K) -> Arc<K> {
+        let (namespace, name) = obj.key();
         let obj = Arc::new(obj);
-        if let Some(old) = self.by_key.get(&key).cloned() {
-            self.unindex(index_by, &old);
-        }
         if let Some(b) = index_by(&obj) {
             self.index.entry(b).or_default().push(obj.clone());
         }
-        self.by_key.insert(key, obj);
+        let old = self
+            .by_key
+            .entry(namespace)
+            .or_default()
+            .insert(name, obj.clone());
+        match old {
+            Some(old) => self.unindex(index_by, &old),
+            None => self.len += 1,
+        }
+        obj
     }
 
     fn remove(&mut self, index_by: IndexFn<K>, obj: &K) {
         // The stored object, not the deleted one, says where it is indexed (a final state may differ).
-        if let Some(old) = self.by_key.remove(&key_of(obj)) {
-            self.unindex(index_by, &old);
+        let (namespace, name) = obj.namespace_name();
+        let Some(names) = self.by_key.get_mut(namespace) else {
+            return;
+        };
+        let Some(old) = names.remove(name) else {
+            return;
+        };
+        if names.is_empty() {
+            self.by_key.remove(namespace);
         }
+        self.len -= 1;
+        self.unindex(index_by, &old);
     }
 
     fn unindex(&mut self, index_by: IndexFn<K>, stored: &Arc<K>) {
@@ -70,16 +109,6 @@ impl<K: kube::Resource> Objects<K> {
     }
 }
 
-/// Namespace/name order, without copying either.
-fn order_of<K: kube::Resource>(obj: &K) -> (Option<&str>, Option<&str>) {
-    let m = obj.meta();
-    (m.namespace.as_deref(), m.name.as_deref())
-}
-
-fn key_of<K: kube::Resource>(obj: &K) -> Key {
-    (obj.namespace().unwrap_or_default(), obj.name_any())
-}
-
 /// The cache's state; [`State::apply`] is the whole of its logic.
 pub struct State<K> {
     live: Objects<K>,
@@ -92,7 +121,7 @@ pub struct State<K> {
     index_by: IndexFn<K>,
 }
 
-impl<K: kube::Resource> State<K> {
+impl<K: Stored> State<K> {
     pub fn new(index_by: IndexFn<K>) -> Self {
         Self {
             live: Objects::default(),
@@ -104,10 +133,7 @@ impl<K: kube::Resource> State<K> {
     }
 
     /// Applies one watcher event. Returns the object when it was added or changed (for followers).
-    pub fn apply(&mut self, event: Event<K>) -> Option<Arc<K>>
-    where
-        K: Clone,
-    {
+    pub fn apply(&mut self, event: Event<K>) -> Option<Arc<K>> {
         let index_by = self.index_by;
         match event {
             Event::Init => {
@@ -115,10 +141,8 @@ impl<K: kube::Resource> State<K> {
                 None
             }
             Event::InitApply(obj) => {
-                let key = key_of(&obj);
                 let building = self.building.get_or_insert_with(Objects::default);
-                building.insert(index_by, obj);
-                building.by_key.get(&key).cloned()
+                Some(building.insert(index_by, obj))
             }
             Event::InitDone => {
                 self.live = self.building.take().unwrap_or_default();
@@ -126,11 +150,7 @@ impl<K: kube::Resource> State<K> {
                 self.lists += 1;
                 None
             }
-            Event::Apply(obj) => {
-                let key = key_of(&obj);
-                self.live.insert(index_by, obj);
-                self.live.by_key.get(&key).cloned()
-            }
+            Event::Apply(obj) => Some(self.live.insert(index_by, obj)),
             Event::Delete(obj) => {
                 self.live.remove(index_by, &obj);
                 None
@@ -139,29 +159,30 @@ impl<K: kube::Resource> State<K> {
     }
 
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
-        self.live
-            .by_key
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned()
+        self.live.get(namespace, name).cloned()
     }
 
     /// The objects whose index key is `bucket` (the pods of a node), in namespace/name order.
     pub fn indexed(&self, bucket: &str) -> Vec<Arc<K>> {
         let mut objs = self.live.index.get(bucket).cloned().unwrap_or_default();
-        objs.sort_by(|a, b| order_of(&**a).cmp(&order_of(&**b)));
+        objs.sort_by(|a, b| a.namespace_name().cmp(&b.namespace_name()));
         objs
     }
 
     pub fn all(&self) -> Vec<Arc<K>> {
-        self.live.by_key.values().cloned().collect()
+        self.live
+            .by_key
+            .values()
+            .flat_map(|names| names.values().cloned())
+            .collect()
     }
 
     pub fn len(&self) -> usize {
-        self.live.by_key.len()
+        self.live.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.live.by_key.is_empty()
+        self.live.len == 0
     }
 }
 
@@ -188,7 +209,7 @@ impl<K> Clone for Cache<K> {
     }
 }
 
-impl<K: kube::Resource + Clone> Cache<K> {
+impl<K: Stored> Cache<K> {
     pub fn new(kind: &'static str, index_by: IndexFn<K>) -> Self {
         let (changed, _) = watch::channel(0);
         let (applied, _) = broadcast::channel(1024);
@@ -294,6 +315,7 @@ impl<K: kube::Resource + Clone> Cache<K> {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::Pod;
+    use kube::ResourceExt;
     use serde_json::json;
 
     fn pod(name: &str, node: Option<&str>) -> Pod {

@@ -1,5 +1,5 @@
 //! What is dropped from an object before it is cached. Pods are cached as [`super::CachedPod`], which
-//! keeps metadata (labels, annotations, owners, deletion, resourceVersion), `spec.nodeName`,
+//! keeps metadata (labels, the annotations decisions read, owners, deletion, resourceVersion), `spec.nodeName`,
 //! `spec.volumes` (their PVC claim and emptyDir), the tolerations of the drain taint, `spec.priorityClassName`,
 //! `spec.priority`, `status.phase` and `status.startTime`; the other kinds lose managedFields and what
 //! the functions below say. Every field a decision reads stays: planning (`planning::inventory`,
@@ -97,7 +97,7 @@ mod tests {
                 "metadata": {
                     "resourceVersion": "42",
                     "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1"}],
-                    "annotations": {LAST_APPLIED: "{}", "keep": "me"}
+                    "annotations": {LAST_APPLIED: "{}", "checksum/config": "9f2c"}
                 },
                 "spec": {
                     "containers": [{"name": "main", "image": "postgres:17",
@@ -150,6 +150,18 @@ mod tests {
                 json!({"metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "true"}}}),
             ),
             full(
+                deploy_pod("web", "held"),
+                json!({"metadata": {"annotations": {
+                    "karpenter.sh/do-not-disrupt": "true",
+                    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+                    "snapdrain.io/held": "do-not-disrupt,safe-to-evict"
+                }}}),
+            ),
+            full(
+                deploy_pod("kube-system", "etcd-n1"),
+                json!({"metadata": {"annotations": {"kubernetes.io/config.mirror": "abc"}}}),
+            ),
+            full(
                 deploy_pod("batch", "job-1"),
                 json!({"status": {"phase": "Succeeded"}}),
             ),
@@ -188,11 +200,20 @@ mod tests {
                 t.spec.as_ref().and_then(|s| s.priority),
                 p.spec.as_ref().and_then(|s| s.priority)
             );
-            // What goes: managedFields, the kubectl copy, container details, conditions.
+            assert_eq!(
+                crate::planning::holds::state(&t),
+                crate::planning::holds::state(&p)
+            );
+            assert_eq!(
+                crate::planning::inventory::is_mirror(&t),
+                crate::planning::inventory::is_mirror(&p)
+            );
+            // What goes: managedFields, the kubectl copy and annotations nothing reads, container
+            // details, conditions.
             assert!(t.metadata.managed_fields.is_none());
             let annotations = t.metadata.annotations.clone().unwrap_or_default();
             assert!(!annotations.contains_key(LAST_APPLIED));
-            assert_eq!(annotations.get("keep").map(String::as_str), Some("me"));
+            assert!(!annotations.contains_key("checksum/config"));
             let spec = t.spec.as_ref().expect("the spec stays");
             assert!(
                 spec.containers

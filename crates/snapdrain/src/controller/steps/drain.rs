@@ -261,7 +261,7 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
             !pods
                 .indexed(&node_name)
                 .iter()
-                .any(|p| p.uid().is_some_and(|u| uids.contains(&u)))
+                .any(|p| p.uid().is_some_and(|u| uids.contains(u)))
         })
         .await;
     Ok(if gone && blocked.is_empty() {

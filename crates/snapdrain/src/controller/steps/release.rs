@@ -199,7 +199,7 @@ pub async fn released_pods_gone(run: &PlanRun) -> Result<bool, ControllerError> 
     let still = |found: Option<String>, uid: &str| found.as_deref() == Some(uid);
     for p in &run.status.released_pods {
         let cached = caches.pods.get(&p.namespace, &p.name);
-        if still(cached.and_then(|c| c.uid()), &p.uid) {
+        if still(cached.and_then(|c| c.uid().map(str::to_owned)), &p.uid) {
             return Ok(false);
         }
     }
