@@ -185,18 +185,23 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
-        .filter(|(at, _)| *at >= verified)
+        .filter(|(at, _)| *at >= created)
         .map(|(at, mark)| {
-            format!(
-                "{mark} +{:.0} ms",
-                at.saturating_duration_since(verified).as_secs_f64() * 1000.0
-            )
+            // Relative to verification as the bench saw it (the status write that carried it).
+            let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+            let offset = ms(at.saturating_duration_since(verified))
+                - ms(verified.saturating_duration_since(*at));
+            format!("{mark} {offset:+.0} ms")
         })
         .collect();
     f.note = Some(format!(
-        "{on} pods on the node, {count} evicted; plan created -> verified {:.1} s; after verification: {}",
+        "{on} pods on the node, {count} evicted; plan created -> verified {:.1} s; steps from verification: {}",
         verified.saturating_duration_since(created).as_secs_f64(),
-        if after.is_empty() { "no step logged".to_string() } else { after.join(", ") }
+        if after.is_empty() {
+            "no step logged".to_string()
+        } else {
+            after.join(", ")
+        }
     ));
     if let Some((rss, peak)) = rss_of(pid) {
         let f = report.add(

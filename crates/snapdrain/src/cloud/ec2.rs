@@ -650,7 +650,7 @@ impl Ec2Cloud {
         for f in &outcome.override_failures {
             tracing::warn!(
                 instance_type = ?f.instance_type, subnet = ?f.subnet_id, zone = ?f.zone,
-                code = %f.code, message = %f.message,
+                code = %f.code, ec2_message = %f.message,
                 "EC2 could not use a launch override; another one was used"
             );
         }

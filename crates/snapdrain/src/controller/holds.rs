@@ -172,7 +172,8 @@ pub async fn run(
                 sweep.reset_immediately();
             },
             event = changed.recv() => match event {
-                Ok(pod) => keeper.ensure(&pod.to_pod()).await,
+                Ok(pod) if pod.may_be_held() => keeper.ensure(&pod.to_pod()).await,
+                Ok(_) => {}
                 // Missed changes are caught up by looking at every pod now.
                 Err(broadcast::error::RecvError::Lagged(_)) => sweep.reset_immediately(),
                 Err(broadcast::error::RecvError::Closed) => return,
@@ -185,6 +186,9 @@ pub async fn run(
                 // One pod at a time back to the Pod form: the cache stays the only copy of them all.
                 let mut by_state: BTreeMap<&str, i64> = [("held", 0), ("released", 0)].into();
                 for cached in caches.pods.all() {
+                    if !cached.may_be_held() {
+                        continue;
+                    }
                     let pod = cached.to_pod();
                     match holds::state(&pod) {
                         HoldState::Held(_) => *by_state.entry("held").or_default() += 1,

@@ -237,7 +237,8 @@ impl PlanRun {
             }
             None => {}
         }
-        tracing::info!(plan = %self.name(), from = %from, to = %to, message = ?decision.message, "plan phase changed");
+        // Not a field named `message`: it would replace the event's own text in the JSON logs.
+        tracing::info!(plan = %self.name(), from = %from, to = %to, detail = decision.message.as_deref().unwrap_or(""), "plan phase changed");
         let note = decision
             .message
             .clone()

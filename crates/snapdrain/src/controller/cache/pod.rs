@@ -44,6 +44,9 @@ pub struct CachedPod {
     status: Option<Status>,
 }
 
+/// Key/value pairs in key order, as the map they came from.
+type Pairs<K> = Box<[(K, Box<str>)]>;
+
 /// The metadata decisions read. `None` and empty stay apart where the API keeps them apart.
 #[derive(Clone, Debug, Default)]
 struct Meta {
@@ -51,9 +54,8 @@ struct Meta {
     namespace: Option<Arc<str>>,
     uid: Option<Box<str>>,
     resource_version: Option<Box<str>>,
-    /// In key order, as the map they came from.
-    labels: Option<Box<[(Arc<str>, Box<str>)]>>,
-    annotations: Option<Box<[(Box<str>, Box<str>)]>>,
+    labels: Option<Pairs<Arc<str>>>,
+    annotations: Option<Pairs<Box<str>>>,
     owner_references: Option<Box<[Owner]>>,
     deletion_timestamp: Option<Time>,
 }
@@ -117,7 +119,9 @@ fn claim_volumes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<[CachedVo
 /// Only the tolerations that tolerate snapdrain's drain taint: that is all a decision asks of them
 /// ([`crate::planning::taint::tolerates_drain_taint`]), and every pod carries two that never do (the
 /// `not-ready`/`unreachable` NoExecute ones the DefaultTolerationSeconds admission plugin adds).
-fn drain_tolerations<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<[Toleration]>>, D::Error> {
+fn drain_tolerations<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Box<[Toleration]>>, D::Error> {
     let taint = crate::planning::taint::drain_taint();
     Ok(Option::<Vec<Toleration>>::deserialize(d)?.map(|ts| {
         ts.into_iter()
@@ -196,11 +200,9 @@ impl From<WirePod> for CachedPod {
                     .map(|(k, v)| (intern(&k), boxed(v)))
                     .collect()
             }),
-            annotations: m.annotations.map(|a| {
-                a.into_iter()
-                    .map(|(k, v)| (boxed(k), boxed(v)))
-                    .collect()
-            }),
+            annotations: m
+                .annotations
+                .map(|a| a.into_iter().map(|(k, v)| (boxed(k), boxed(v))).collect()),
             owner_references: m.owner_references.map(|os| {
                 os.into_iter()
                     .map(|o| Owner {
@@ -236,16 +238,14 @@ impl CachedPod {
             namespace: m.namespace.as_deref().map(string),
             uid: m.uid.as_deref().map(string),
             resource_version: m.resource_version.as_deref().map(string),
-            labels: m.labels.as_ref().map(|ls| {
-                ls.iter()
-                    .map(|(k, v)| (string(k), string(v)))
-                    .collect()
-            }),
-            annotations: m.annotations.as_ref().map(|a| {
-                a.iter()
-                    .map(|(k, v)| (string(k), string(v)))
-                    .collect()
-            }),
+            labels: m
+                .labels
+                .as_ref()
+                .map(|ls| ls.iter().map(|(k, v)| (string(k), string(v))).collect()),
+            annotations: m
+                .annotations
+                .as_ref()
+                .map(|a| a.iter().map(|(k, v)| (string(k), string(v))).collect()),
             owner_references: m.owner_references.as_ref().map(|os| {
                 os.iter()
                     .map(|o| OwnerReference {
@@ -298,6 +298,24 @@ impl CachedPod {
 
     pub fn uid(&self) -> Option<&str> {
         self.meta.uid.as_deref()
+    }
+
+    /// Whether the hold keeper may have anything to do with this pod: it mounts a PVC (only such pods
+    /// are protected, `planning::ProtectionRule`) or carries one of snapdrain's annotations (marks to
+    /// remove). Most pods do neither, and the keeper's sweep skips them without converting them.
+    pub fn may_be_held(&self) -> bool {
+        let claims = self
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .is_some_and(|vs| vs.iter().any(|v| v.persistent_volume_claim.is_some()));
+        let marked = self
+            .meta
+            .annotations
+            .iter()
+            .flatten()
+            .any(|(k, _)| k.starts_with("snapdrain.io/"));
+        claims || marked
     }
 }
 
@@ -473,7 +491,10 @@ mod tests {
         };
         assert!(shared(&a.meta.namespace, &b.meta.namespace));
         let (sa, sb) = (a.spec.as_ref(), b.spec.as_ref());
-        assert!(shared(&sa.and_then(|s| s.node_name.clone()), &sb.and_then(|s| s.node_name.clone())));
+        assert!(shared(
+            &sa.and_then(|s| s.node_name.clone()),
+            &sb.and_then(|s| s.node_name.clone())
+        ));
         let owner = |p: &CachedPod| p.meta.owner_references.as_ref().map(|o| o[0].name.clone());
         assert!(shared(&owner(&a), &owner(&b)));
         let label_key = |p: &CachedPod| p.meta.labels.as_ref().map(|l| l[0].0.clone());
@@ -484,11 +505,17 @@ mod tests {
         assert_eq!(back.metadata.name.as_deref(), Some("web-1"));
         assert_eq!(back.metadata.namespace.as_deref(), Some("tenant-07"));
         let labels = back.metadata.labels.unwrap_or_default();
-        assert_eq!(labels.get("pod-template-hash").map(String::as_str), Some("5d8f"));
+        assert_eq!(
+            labels.get("pod-template-hash").map(String::as_str),
+            Some("5d8f")
+        );
         let owners = back.metadata.owner_references.unwrap_or_default();
         assert_eq!(owners[0].kind, "ReplicaSet");
         assert_eq!(owners[0].controller, Some(true));
         assert_eq!(a.uid(), Some("uid-web-1"));
-        assert_eq!(super::super::Stored::namespace_name(&b), ("tenant-07", "web-2"));
+        assert_eq!(
+            super::super::Stored::namespace_name(&b),
+            ("tenant-07", "web-2")
+        );
     }
 }

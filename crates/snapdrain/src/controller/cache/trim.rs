@@ -169,6 +169,34 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_the_hold_keeper_skips_has_nothing_for_it_to_do() {
+        let released = full(
+            deploy_pod("web", "was-held"),
+            json!({"metadata": {"annotations": {"snapdrain.io/released-by": "plan-1"}}}),
+        );
+        let mut skipped = 0;
+        for p in pods().into_iter().chain([released]) {
+            let json = serde_json::to_value(&p).expect("a Pod serializes");
+            let cached: super::super::CachedPod =
+                serde_json::from_value(json).expect("a Pod's JSON decodes as a CachedPod");
+            if cached.may_be_held() {
+                continue;
+            }
+            skipped += 1;
+            let name = p.metadata.name.clone().unwrap_or_default();
+            assert!(
+                !crate::planning::ProtectionRule::default().protects(&p),
+                "{name} is protected"
+            );
+            assert!(
+                crate::planning::holds::remove(&p).is_none(),
+                "{name} has marks to remove"
+            );
+        }
+        assert!(skipped > 0, "some fixture pod is skipped");
+    }
+
+    #[test]
     fn a_trimmed_pod_keeps_every_field_a_decision_reads() {
         for p in pods() {
             let t = trimmed(&p);

@@ -355,7 +355,7 @@ pub async fn run(
         for f in &outcome.override_failures {
             tracing::warn!(
                 instance_type = ?f.instance_type, subnet = ?f.subnet_id, code = %f.code,
-                message = %f.message, "EC2 could not use a launch override; another one was used"
+                ec2_message = %f.message, "EC2 could not use a launch override; another one was used"
             );
         }
         // The template only carried this launch: deleting it keeps the region's template quota free.
