@@ -11,7 +11,7 @@
 //! resourceVersion (the hold annotations), so a trimmed field can never be lost on the server.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeStatus, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -39,11 +39,17 @@ pub fn stateful_set(s: &mut StatefulSet) {
     }
 }
 
-/// Keeps everything but the image list (a node lists every image it pulled: kilobytes each).
+/// Keeps metadata, the spec (providerID, taints, unschedulable) and the status's conditions (a
+/// replacement is ready at Ready=True, `steps::replace`). The rest of a Node's status is what no
+/// decision reads and most of its size: every image it pulled, system info, capacity and allocatable,
+/// addresses, attached volumes.
 pub fn node(n: &mut Node) {
     meta(&mut n.metadata);
     if let Some(status) = n.status.as_mut() {
-        status.images = None;
+        *status = NodeStatus {
+            conditions: status.conditions.take(),
+            ..NodeStatus::default()
+        };
     }
 }
 
@@ -166,6 +172,40 @@ mod tests {
                 json!({"status": {"phase": "Succeeded"}}),
             ),
         ]
+    }
+
+    #[test]
+    fn a_trimmed_node_keeps_its_spec_labels_and_conditions() {
+        let mut n: Node = serde_json::from_value(json!({
+            "metadata": {"name": "ip-10-0-1-7", "labels": {"karpenter.sh/nodepool": "default"},
+                         "managedFields": [{"manager": "kubelet"}]},
+            "spec": {"providerID": "aws:///us-east-1a/i-0abc", "unschedulable": true,
+                     "taints": [{"key": "snapdrain.io/draining", "effect": "NoSchedule"}]},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "images": [{"names": ["public.ecr.aws/karpenter/controller:1.8.0"], "sizeBytes": 1}],
+                "nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "6.1",
+                             "osImage": "Bottlerocket OS 1.50.0", "containerRuntimeVersion": "containerd://2.0",
+                             "kubeletVersion": "v1.35.0", "kubeProxyVersion": "", "operatingSystem": "linux",
+                             "architecture": "amd64"},
+                "capacity": {"cpu": "16", "memory": "64Gi"},
+                "addresses": [{"type": "InternalIP", "address": "10.0.1.7"}]
+            }
+        }))
+        .expect("a node");
+        let before = n.clone();
+        super::node(&mut n);
+        assert_eq!(n.spec, before.spec);
+        assert_eq!(n.metadata.labels, before.metadata.labels);
+        assert!(n.metadata.managed_fields.is_none());
+        let status = n.status.expect("the status stays");
+        assert_eq!(
+            status.conditions,
+            before.status.and_then(|s| s.conditions),
+            "Ready is read of a replacement"
+        );
+        assert!(status.images.is_none() && status.node_info.is_none());
+        assert!(status.capacity.is_none() && status.addresses.is_none());
     }
 
     #[test]
