@@ -901,7 +901,13 @@ async fn aborting_a_release_plan_restores_the_holds_it_released() {
         Some(PlanPhase::Aborted)
     );
     // Stopped on purpose is not a failure: counted apart from plans_failed (which nothing here fails).
-    let text = controller.metrics.render();
+    // Counted once the Aborted phase is written, so it may follow the phase by a moment.
+    let text = snapdrain_testkit::eventually("the aborted plan counted", || async {
+        let text = controller.metrics.render();
+        text.contains("snapdrain_plans_aborted_total{")
+            .then_some(text)
+    })
+    .await;
     let samples = |name: &str| -> Vec<String> {
         text.lines()
             .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))

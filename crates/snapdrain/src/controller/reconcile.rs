@@ -207,7 +207,8 @@ impl PlanRun {
         }
     }
 
-    /// Moves to the decided phase: timings, message, events, metrics, rollback.
+    /// Moves to the decided phase: timings, message, rollback, then (once the new phase is written)
+    /// the log line, Event and metrics.
     async fn transition(&mut self, decision: PhaseDecision) -> Result<(), ControllerError> {
         let from = self.status.phase;
         let to = decision.phase;
@@ -216,7 +217,6 @@ impl PlanRun {
             Some(start) => Self::now().duration_since(start.0).as_secs_f64().max(0.0),
             None => self.phase_clock.elapsed().as_secs_f64(),
         };
-        self.ctx.metrics.observe_step(from.as_str(), seconds);
         *self
             .status
             .step_timings
@@ -237,15 +237,28 @@ impl PlanRun {
             }
             None => {}
         }
-        // Not a field named `message`: it would replace the event's own text in the JSON logs.
-        tracing::info!(plan = %self.name(), from = %from, to = %to, detail = decision.message.as_deref().unwrap_or(""), "plan phase changed");
         let note = decision
             .message
             .clone()
             .unwrap_or_else(|| format!("{from} → {to}"));
         match to {
             PlanPhase::Failed | PlanPhase::Aborted => {
-                self.set_condition(condition::DONE, false, to.as_str(), note.clone());
+                self.set_condition(condition::DONE, false, to.as_str(), note.clone())
+            }
+            PlanPhase::Completed => {
+                self.set_condition(condition::DONE, true, "Completed", note.clone())
+            }
+            _ => {}
+        }
+        // Reported only once written: a pass that started from a stale copy of the plan (the cache
+        // behind this controller's own last write) is refused with a 409 and retried, and must not log,
+        // count or announce the same transition a second time.
+        self.save().await?;
+        self.ctx.metrics.observe_step(from.as_str(), seconds);
+        // Not a field named `message`: it would replace the event's own text in the JSON logs.
+        tracing::info!(plan = %self.name(), from = %from, to = %to, detail = decision.message.as_deref().unwrap_or(""), "plan phase changed");
+        match to {
+            PlanPhase::Failed | PlanPhase::Aborted => {
                 // An aborted plan was stopped on purpose: counted apart, so the failure rate (and
                 // anything alerting on it) sees only plans that went wrong.
                 let counter = if to == PlanPhase::Failed {
@@ -262,7 +275,6 @@ impl PlanRun {
                     .await;
             }
             PlanPhase::Completed => {
-                self.set_condition(condition::DONE, true, "Completed", note.clone());
                 self.event(EventType::Normal, "PlanCompleted", "Finish", note)
                     .await;
             }
@@ -271,7 +283,7 @@ impl PlanRun {
                     .await
             }
         }
-        self.save().await
+        Ok(())
     }
 }
 
