@@ -696,6 +696,100 @@ async fn an_nth_spot_drain_waits_at_the_gate_for_the_verified_backup() {
     assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
 }
 
+/// A spot interruption warning where Karpenter reads an interruption queue: Karpenter deletes the
+/// instance's NodeClaim at once (aws/karpenter-provider-aws `pkg/controllers/interruption/controller.go`,
+/// `handleNodeClaim`), and its termination drains the node, skipping held pods. snapdrain's plan for the
+/// deleted NodeClaim backs the node up and releases the holds once verified; Karpenter's evictions of
+/// protected pods come after that, and all of it before EC2 takes the instance at the end of the notice.
+/// Without the queue Karpenter does nothing with the notice (the simulator's former behaviour): this test
+/// then times out waiting for the NodeClaim's deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_spot_interruption_karpenter_acts_on_is_backed_up_before_its_pods_go() {
+    let h = Harness::start_scenario("quickstart", |s| {
+        s.karpenter = Some(snapdrain_sim::world::karpenter::KarpenterSettings {
+            interruption_queue: Some("karpenter-interruptions".into()),
+        });
+    })
+    .await;
+    let _controller =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    eventually_within("the node's pods held", TIMEOUT, || async {
+        let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(h.client.clone())
+            .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .ok()?;
+        pods.items
+            .iter()
+            .filter(|p| protected.contains_key(&format!("shop/{}", p.name_any())))
+            .all(|p| p.annotations().contains_key("snapdrain.io/held"))
+            .then_some(())
+    })
+    .await;
+    let claim = h
+        .node(&node)
+        .await
+        .expect("the node")
+        .owner_references()
+        .iter()
+        .find(|o| o.kind == "NodeClaim")
+        .map(|o| o.name.clone())
+        .expect("a Karpenter node");
+    let answer = h
+        .cluster
+        .act(
+            &snapdrain_sim::scenario::timeline::Action::SpotInterruption {
+                node: node.clone(),
+                notice: 90_000,
+            },
+        )
+        .expect("the spot interruption");
+    assert_eq!(answer["karpenter"], true, "{answer}");
+    eventually_within(
+        "Karpenter deleted the NodeClaim on the warning",
+        Duration::from_secs(30),
+        || async {
+            h.audit()
+                .iter()
+                .any(|e| {
+                    e.source == "world"
+                        && e.verb == "disruption-started"
+                        && e.name.as_deref() == Some(claim.as_str())
+                        && e.detail["reason"] == "SpotInterruption"
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    eventually_within("the node gone", Duration::from_secs(90), || async {
+        h.node(&node).await.is_none().then_some(())
+    })
+    .await;
+    let plans = h.plans_for(&node).await;
+    assert_eq!(plans.len(), 1, "one plan for the node: {plans:#?}");
+    assert_eq!(
+        plans[0].spec.source,
+        PlanSource::Karpenter,
+        "{:?}",
+        plans[0].spec
+    );
+    let plan = h
+        .wait_plan(&plans[0].name_any(), TIMEOUT, |p| p.is_terminal())
+        .await;
+    let evicted: Vec<String> = h.accepted_evictions().into_iter().map(|(p, _)| p).collect();
+    for p in protected.keys() {
+        assert!(evicted.contains(p), "Karpenter evicted {p}: {evicted:?}");
+    }
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+    assert!(
+        !h.audit()
+            .iter()
+            .any(|e| e.verb == "spot-instance-reclaimed"),
+        "the node was drained before EC2 took the instance"
+    );
+}
+
 /// Karpenter's forceful termination (a deleted NodeClaim) evicts through the Eviction API and skips
 /// do-not-disrupt pods until terminationGracePeriod (kubernetes-sigs/karpenter
 /// `pkg/controllers/node/termination/terminator`). A pod whose user set `do-not-disrupt: "false"` gets no

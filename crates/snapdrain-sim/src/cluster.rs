@@ -335,10 +335,14 @@ impl SimCluster {
                 )));
                 nth_handle = Some(nh);
             }
+            let reads_interruptions = scenario_spec
+                .and_then(|s| s.karpenter.as_ref())
+                .is_some_and(|k| k.interruption_queue.is_some());
             let reach = timeline::Reach {
                 autoscaler: Some(ah.clone()),
                 nth: nth_handle.clone(),
                 cloud: Some(shared_cloud),
+                karpenter_interruptions: reads_interruptions.then(|| kh.clone()),
             };
             if let Some(l) = &loaded
                 && !l.timeline.is_empty()

@@ -50,6 +50,9 @@ pub struct Scenario {
     /// it then handles the timeline's `spotInterruption` and `rebalanceRecommendation`.
     #[serde(default)]
     pub node_termination_handler: Option<crate::world::nth::NthSettings>,
+    /// Karpenter's own settings (its Helm chart's `settings`; defaults: Karpenter's).
+    #[serde(default)]
+    pub karpenter: Option<crate::world::karpenter::KarpenterSettings>,
     /// Any manifests, created as given (after the objects above). `${S3_URL}` is replaced.
     #[serde(default)]
     pub objects: Vec<Value>,

@@ -15,7 +15,7 @@ use crate::apiserver::store::DeleteOptions;
 use crate::cluster::load_object;
 use crate::world::WorldContext;
 use crate::world::autoscaler::{AutoscalerHandle, TO_BE_DELETED_TAINT};
-use crate::world::karpenter::Cloud;
+use crate::world::karpenter::{Cloud, KarpenterHandle};
 use crate::world::nth::{Notice, NthHandle};
 use crate::world::objects::*;
 
@@ -121,6 +121,9 @@ pub struct Reach {
     pub autoscaler: Option<AutoscalerHandle>,
     pub nth: Option<NthHandle>,
     pub cloud: Option<Arc<dyn Cloud>>,
+    /// Karpenter, when it reads an interruption queue (`KarpenterSettings::interruption_queue`): it then
+    /// gets EC2's spot interruption warnings.
+    pub karpenter_interruptions: Option<KarpenterHandle>,
 }
 
 pub const INTERRUPTION_DEADLINE: &str = "sim.snapdrain.io/interruption-deadline";
@@ -301,6 +304,13 @@ fn apply(ctx: &Arc<WorldContext>, reach: &Reach, action: &Action) -> Result<Valu
                 .nth
                 .as_ref()
                 .is_some_and(|h| h.notify(node, Notice::SpotInterruption { deadline: at }));
+            let karpenter = match (&reach.karpenter_interruptions, &claim) {
+                (Some(k), Some(c)) => {
+                    k.spot_interruption(name(c));
+                    true
+                }
+                _ => false,
+            };
             let instance = instance_of(&n);
             if let (Some(cloud), Some(id)) = (&reach.cloud, &instance) {
                 tokio::spawn(crate::world::spot::reclaim_at(
@@ -313,7 +323,7 @@ fn apply(ctx: &Arc<WorldContext>, reach: &Reach, action: &Action) -> Result<Valu
             }
             Ok(
                 json!({"nodeClaim": claim.as_ref().map(|c| name(c)), "deadline": deadline,
-                "instance": instance, "nodeTerminationHandler": notified}),
+                "instance": instance, "nodeTerminationHandler": notified, "karpenter": karpenter}),
             )
         }
         Action::RebalanceRecommendation { node } => {

@@ -20,6 +20,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use thiserror::Error;
 
@@ -94,6 +95,20 @@ pub struct KarpenterConfig {
     pub replacement_timeout: Duration,
     /// Lifecycle / termination reconcile period (Karpenter requeues every 1 s).
     pub requeue: Duration,
+}
+
+/// Karpenter's settings that change what it does on its own (its Helm chart's `settings`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct KarpenterSettings {
+    /// `settings.interruptionQueue` (`INTERRUPTION_QUEUE`; default none): the SQS queue EventBridge feeds
+    /// with EC2's spot interruption warnings. Only with it does Karpenter act on them: it deletes the
+    /// instance's NodeClaim at once, forceful, without budgets or a pre-launched replacement
+    /// (aws/karpenter-provider-aws `pkg/controllers/interruption/controller.go`: `actionForMessage` gives
+    /// CordonAndDrain for SpotInterruption, ScheduledChange and StateChange, and `handleNodeClaim`
+    /// deletes the NodeClaim; a rebalance recommendation is only an Event). Without a queue the
+    /// interruption controller is not started and the notice changes nothing until EC2 takes the instance.
+    pub interruption_queue: Option<String>,
 }
 
 /// A client of the simulated API server for Karpenter: without kube's own 429 retries, so eviction
