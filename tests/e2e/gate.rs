@@ -620,6 +620,26 @@ async fn a_restart_of_every_replica_lets_no_eviction_through_early() {
     assert_no_eviction_before_verified_backup(&h.audit(), &one, &done);
 }
 
+/// Waits until snapdrain holds every protected pod on `node` (`protected` as `shop/NAME`).
+async fn wait_node_held(
+    h: &Harness,
+    node: &str,
+    protected: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+) {
+    eventually_within("the node's pods held", TIMEOUT, || async {
+        let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(h.client.clone())
+            .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .ok()?;
+        pods.items
+            .iter()
+            .filter(|p| protected.contains_key(&format!("shop/{}", p.name_any())))
+            .all(|p| p.annotations().contains_key("snapdrain.io/held"))
+            .then_some(())
+    })
+    .await;
+}
+
 /// aws-node-termination-handler on a spot interruption (IMDS mode, `--taint-node`): it taints, cordons
 /// and drains through the Eviction API, retrying refusals (aws-node-termination-handler
 /// `pkg/node/node.go`, kubectl `pkg/drain/drain.go`). snapdrain's signal plan backs the node up, the gate
@@ -638,18 +658,7 @@ async fn an_nth_spot_drain_waits_at_the_gate_for_the_verified_backup() {
     let node = h.node_with_statefulset_pods().await;
     let protected = h.protected_pods_on(&node).await;
     // Holds first, so NTH is the only drainer.
-    eventually_within("the node's pods held", TIMEOUT, || async {
-        let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(h.client.clone())
-            .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
-            .await
-            .ok()?;
-        pods.items
-            .iter()
-            .filter(|p| protected.contains_key(&format!("shop/{}", p.name_any())))
-            .all(|p| p.annotations().contains_key("snapdrain.io/held"))
-            .then_some(())
-    })
-    .await;
+    wait_node_held(&h, &node, &protected).await;
     h.cluster
         .act(
             &snapdrain_sim::scenario::timeline::Action::SpotInterruption {
@@ -715,18 +724,7 @@ async fn a_spot_interruption_karpenter_acts_on_is_backed_up_before_its_pods_go()
         controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
     let node = h.node_with_statefulset_pods().await;
     let protected = h.protected_pods_on(&node).await;
-    eventually_within("the node's pods held", TIMEOUT, || async {
-        let pods = Api::<k8s_openapi::api::core::v1::Pod>::all(h.client.clone())
-            .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
-            .await
-            .ok()?;
-        pods.items
-            .iter()
-            .filter(|p| protected.contains_key(&format!("shop/{}", p.name_any())))
-            .all(|p| p.annotations().contains_key("snapdrain.io/held"))
-            .then_some(())
-    })
-    .await;
+    wait_node_held(&h, &node, &protected).await;
     let claim = h
         .node(&node)
         .await
