@@ -96,17 +96,12 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Name of the plan a disruption signal makes for a node: `<node>-<hash8>` for the first run, then
-/// `<node>-<hash8>-<run>`. The hash covers the node's uid, the signal's source and reason, so two replicas
-/// (or two webhook calls) deciding on the same signal pick the same name and the second create gets 409
-/// instead of a second plan; a node re-created under the same name gets new plans. A DNS-1123 label.
-pub fn signal_plan_name(
-    node: &str,
-    node_uid: &str,
-    source: &str,
-    reason: &str,
-    run: u32,
-) -> String {
-    let hash = short_hash(&[node_uid, node, source, reason]);
+/// `<node>-<hash8>-<run>`. The hash covers the node and its uid only, not the signal: every caller that
+/// decides at the same moment to make the node's plan (two webhook replicas, the signal watcher and the
+/// gate, for different signals) picks the same name, and the second create gets 409 instead of a second
+/// plan; a node re-created under the same name gets new plans. A DNS-1123 label.
+pub fn signal_plan_name(node: &str, node_uid: &str, run: u32) -> String {
+    let hash = short_hash(&[node_uid, node]);
     let suffix = if run > 1 {
         format!("-{hash}-{run}")
     } else {
@@ -255,26 +250,16 @@ mod tests {
     }
 
     #[test]
-    fn signal_plans_are_named_for_their_node_and_signal() {
-        let a = signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Drifted", 1);
+    fn signal_plans_are_named_for_their_node_whatever_the_signal() {
+        let a = signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", 1);
         assert!(a.starts_with("ip-10-0-1-7-ec2-internal-"), "{a}");
+        assert_eq!(a, signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", 1));
+        assert_ne!(a, signal_plan_name("ip-10-0-1-7.ec2.internal", "u2", 1));
         assert_eq!(
-            a,
-            signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Drifted", 1)
-        );
-        assert_ne!(
-            a,
-            signal_plan_name("ip-10-0-1-7.ec2.internal", "u2", "karpenter", "Drifted", 1)
-        );
-        assert_ne!(
-            a,
-            signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Expired", 1)
-        );
-        assert_eq!(
-            signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", "karpenter", "Drifted", 2),
+            signal_plan_name("ip-10-0-1-7.ec2.internal", "u1", 2),
             format!("{a}-2")
         );
-        let long = signal_plan_name(&"n".repeat(300), "u", "api", "r", 12);
+        let long = signal_plan_name(&"n".repeat(300), "u", 12);
         assert!(long.len() <= MAX_LABEL, "{long}");
     }
 }

@@ -138,24 +138,36 @@ pub fn choose(plans: &[DisruptionPlan], signal: &NodeSignal) -> Choice {
             earlier_deadline,
         };
     }
-    let source = source_name(signal.source);
-    let name_for =
-        |run| naming::signal_plan_name(&signal.node, &signal.node_uid, source, &signal.reason, run);
     let mut run = 1;
     loop {
-        let name = name_for(run);
+        let name = naming::signal_plan_name(&signal.node, &signal.node_uid, run);
         match plans.iter().find(|p| p.name_any() == name) {
             None => return Choice::Create { name },
-            Some(p) if matches!(phase_of(p), PlanPhase::Failed | PlanPhase::Aborted) => {
+            // This signal's plan failed or was aborted: it stays so, rather than coming back as a new plan
+            // on every look (a plan without records is taken as this signal's).
+            Some(p)
+                if matches!(phase_of(p), PlanPhase::Failed | PlanPhase::Aborted)
+                    && took(p, signal) =>
+            {
                 return Choice::Settled {
                     plan: name,
                     phase: phase_of(p),
                 };
             }
-            // Completed (the node was not taken in its release window, or came back): the next run.
+            // Completed (the node was not taken in its release window, or came back), or another
+            // signal's plan that ended: the next run.
             Some(_) => run += 1,
         }
     }
+}
+
+/// Whether `plan` took `signal` (same source and reason), or records no signals at all.
+fn took(plan: &DisruptionPlan, signal: &NodeSignal) -> bool {
+    let records = records_of(plan);
+    records.is_empty()
+        || records
+            .iter()
+            .any(|r| r.source == signal.source && r.reason == signal.reason)
 }
 
 /// The kebab-case name of a source, as in the plan's spec.
@@ -214,6 +226,26 @@ pub async fn join_or_create(
     protected: &[String],
 ) -> Result<Outcome, SignalError> {
     let api: Api<DisruptionPlan> = Api::all(client.clone());
+    // A 409 on create is another caller making the node's plan at the same moment (same name): look
+    // again, and join it. Twice is enough: after a 409 the plan exists.
+    let mut taken = String::new();
+    for _ in 0..2 {
+        match decide(&api, signal, defaults, protected).await? {
+            Ok(outcome) => return Ok(outcome),
+            Err(name) => taken = name,
+        }
+    }
+    Ok(Outcome::Joined(taken))
+}
+
+/// One look at the plans: join, settle or create. `Err(name)` when the create of `name` met the same
+/// plan made meanwhile by another caller.
+async fn decide(
+    api: &Api<DisruptionPlan>,
+    signal: &NodeSignal,
+    defaults: &DisruptionPlanSpec,
+    protected: &[String],
+) -> Result<Result<Outcome, String>, SignalError> {
     // Plans a signal made carry the node label; a person's plan naming the node does not, so all are read.
     // A list of plans is small (one per disrupted node, kept while they are wanted).
     let plans = api
@@ -231,11 +263,11 @@ pub async fn join_or_create(
             earlier_deadline,
         } => {
             if record || earlier_deadline.is_some() {
-                join(&api, &plans, &plan, signal, record, earlier_deadline).await?;
+                join(api, &plans, &plan, signal, record, earlier_deadline).await?;
             }
-            Ok(Outcome::Joined(plan))
+            Ok(Ok(Outcome::Joined(plan)))
         }
-        Choice::Settled { plan, phase } => Ok(Outcome::Settled { plan, phase }),
+        Choice::Settled { plan, phase } => Ok(Ok(Outcome::Settled { plan, phase })),
         Choice::Create { name } => {
             let plan = DisruptionPlan {
                 metadata: ObjectMeta {
@@ -263,9 +295,10 @@ pub async fn join_or_create(
                 status: None,
             };
             match api.create(&PostParams::default(), &plan).await {
-                Ok(_) => Ok(Outcome::Created(name)),
-                // Another caller decided the same at the same moment: that plan is this signal's.
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Outcome::Joined(name)),
+                Ok(_) => Ok(Ok(Outcome::Created(name))),
+                // Another caller made the node's plan at the same moment: look again, to join it with
+                // this signal recorded.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Err(name)),
                 Err(source) => Err(SignalError::Create {
                     plan: name,
                     node: signal.node.clone(),
@@ -376,7 +409,7 @@ mod tests {
     #[test]
     fn a_first_signal_creates_a_plan_named_for_it() {
         let s = signal("Drifted", None);
-        let name = naming::signal_plan_name("n1", "u1", "karpenter", "Drifted", 1);
+        let name = naming::signal_plan_name("n1", "u1", 1);
         assert_eq!(choose(&[], &s), Choice::Create { name: name.clone() });
         let other = plan("other", &["n2"], PlanPhase::BackingUp);
         assert_eq!(choose(&[other], &s), Choice::Create { name });
@@ -425,10 +458,60 @@ mod tests {
     }
 
     #[test]
+    fn different_signals_for_one_node_decide_on_the_same_plan_name() {
+        // The signal watcher (Cluster Autoscaler's taint) and the gate (the first refused eviction) at
+        // the same moment: one name, so the second create gets 409 and joins.
+        let taint = NodeSignal {
+            source: PlanSource::ClusterAutoscaler,
+            ..signal("ScaleDown", None)
+        };
+        let gate = NodeSignal {
+            source: PlanSource::EvictionGate,
+            ..signal("EvictionRefused", None)
+        };
+        assert_eq!(choose(&[], &taint), choose(&[], &gate));
+    }
+
+    #[test]
+    fn another_signals_failed_plan_does_not_settle_this_one() {
+        let first = naming::signal_plan_name("n1", "u1", 1);
+        let mut aborted = plan(&first, &["n1"], PlanPhase::Aborted);
+        aborted.metadata.annotations = Some(
+            [(
+                SIGNALS_ANNOTATION.to_owned(),
+                records_json(&[SignalRecord {
+                    source: PlanSource::ClusterAutoscaler,
+                    reason: "ScaleDown".into(),
+                    deadline: None,
+                }]),
+            )]
+            .into(),
+        );
+        assert_eq!(
+            choose(std::slice::from_ref(&aborted), &signal("Drifted", None)),
+            Choice::Create {
+                name: naming::signal_plan_name("n1", "u1", 2)
+            },
+            "a user's abort of a scale-down does not stop a later drift"
+        );
+        let same = NodeSignal {
+            source: PlanSource::ClusterAutoscaler,
+            ..signal("ScaleDown", None)
+        };
+        assert_eq!(
+            choose(&[aborted], &same),
+            Choice::Settled {
+                plan: first,
+                phase: PlanPhase::Aborted
+            }
+        );
+    }
+
+    #[test]
     fn a_completed_run_leads_to_the_next_and_a_failed_one_stays_failed() {
         let s = signal("Drifted", None);
-        let first = naming::signal_plan_name("n1", "u1", "karpenter", "Drifted", 1);
-        let second = naming::signal_plan_name("n1", "u1", "karpenter", "Drifted", 2);
+        let first = naming::signal_plan_name("n1", "u1", 1);
+        let second = naming::signal_plan_name("n1", "u1", 2);
         let done = plan(&first, &["n1"], PlanPhase::Completed);
         assert_eq!(
             choose(std::slice::from_ref(&done), &s),
