@@ -181,7 +181,7 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
         "ms",
     );
     f.target = Some("< 2000 ms".into());
-    let after: Vec<String> = marks
+    let steps: Vec<String> = marks
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
@@ -197,10 +197,10 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
     f.note = Some(format!(
         "{on} pods on the node, {count} evicted; plan created -> verified {:.1} s; steps from verification: {}",
         verified.saturating_duration_since(created).as_secs_f64(),
-        if after.is_empty() {
+        if steps.is_empty() {
             "no step logged".to_string()
         } else {
-            after.join(", ")
+            steps.join(", ")
         }
     ));
     if let Some((rss, peak)) = rss_of(pid) {

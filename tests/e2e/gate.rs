@@ -725,15 +725,7 @@ async fn a_spot_interruption_karpenter_acts_on_is_backed_up_before_its_pods_go()
     let node = h.node_with_statefulset_pods().await;
     let protected = h.protected_pods_on(&node).await;
     wait_node_held(&h, &node, &protected).await;
-    let claim = h
-        .node(&node)
-        .await
-        .expect("the node")
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "NodeClaim")
-        .map(|o| o.name.clone())
-        .expect("a Karpenter node");
+    let claim = h.nodeclaim_of(&node).await;
     let answer = h
         .cluster
         .act(
@@ -801,15 +793,7 @@ async fn karpenters_forceful_termination_waits_at_the_gate_for_an_unheld_pod() {
     users_own_annotation(&h, protected.keys(), "karpenter.sh/do-not-disrupt", "false").await;
     let controller =
         controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
-    let claim = h
-        .node(&node)
-        .await
-        .expect("the node")
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "NodeClaim")
-        .map(|o| o.name.clone())
-        .expect("a Karpenter node");
+    let claim = h.nodeclaim_of(&node).await;
     snapdrain_testkit::karpenter::nodeclaims(&h.client)
         .delete(&claim, &Default::default())
         .await

@@ -273,15 +273,7 @@ async fn release_under_drift() -> Vec<Decision> {
     let h = Harness::start().await;
     let installed = install(&h).await;
     let node = h.node_with_statefulset_pods().await;
-    let claim = h
-        .node(&node)
-        .await
-        .expect("the node exists")
-        .owner_references()
-        .iter()
-        .find(|o| o.kind == "NodeClaim")
-        .map(|o| o.name.clone())
-        .expect("the quickstart nodes are Karpenter's");
+    let claim = h.nodeclaim_of(&node).await;
     snapdrain_testkit::karpenter::mark_drifted(&h.client, &claim)
         .await
         .expect("mark the NodeClaim drifted");

@@ -56,17 +56,8 @@ fn nodepools(h: &Harness) -> Api<DynamicObject> {
     )
 }
 
-async fn nodeclaim_of(h: &Harness, node: &str) -> String {
-    let n = h.node(node).await.expect("the node exists");
-    n.owner_references()
-        .iter()
-        .find(|o| o.kind == "NodeClaim")
-        .map(|o| o.name.clone())
-        .expect("the quickstart nodes are Karpenter's: a NodeClaim owns each")
-}
-
 async fn drift(h: &Harness, node: &str) {
-    let claim = nodeclaim_of(h, node).await;
+    let claim = h.nodeclaim_of(node).await;
     snapdrain_testkit::karpenter::mark_drifted(&h.client, &claim)
         .await
         .expect("mark the NodeClaim drifted");
@@ -80,7 +71,7 @@ async fn delete_nodeclaim_with_grace(
     period: &str,
 ) -> (Api<DynamicObject>, String) {
     let api = nodeclaims(h);
-    let claim = nodeclaim_of(h, node).await;
+    let claim = h.nodeclaim_of(node).await;
     snapdrain_testkit::karpenter::set_termination_grace_period(&h.cluster, &claim, period)
         .expect("set terminationGracePeriod");
     api.delete(&claim, &Default::default())

@@ -424,6 +424,18 @@ impl Harness {
             .expect("get node")
     }
 
+    /// The NodeClaim that owns Karpenter node `node` (panics when the node is gone or not Karpenter's).
+    pub async fn nodeclaim_of(&self, node: &str) -> String {
+        self.node(node)
+            .await
+            .expect("the node exists")
+            .owner_references()
+            .iter()
+            .find(|o| o.kind == "NodeClaim")
+            .map(|o| o.name.clone())
+            .expect("a Karpenter node (owned by a NodeClaim)")
+    }
+
     /// Eviction requests the API server accepted (201), as `ns/name` with their audit time.
     pub fn accepted_evictions(&self) -> Vec<(String, String)> {
         crate::safety::accepted_evictions(&self.audit())
