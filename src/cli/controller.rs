@@ -125,6 +125,8 @@ impl ControllerArgs {
 }
 
 pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
+    // A panic in any task ends the process, so the kubelet restarts it and a standby takes the Lease.
+    snapdrain::controller::health::exit_on_panic();
     let opts = args.run_options();
     let config = args.cluster.config().await?;
     let identity = args

@@ -11,6 +11,7 @@ mod gate;
 mod gate_fuzz;
 mod helm_render;
 mod holds_cli;
+mod hostile_input;
 mod iam_policy;
 mod kustomize;
 mod least_privilege;

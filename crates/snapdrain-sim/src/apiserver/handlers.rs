@@ -83,9 +83,7 @@ impl Request {
             return serde_saphyr::from_str::<Value>(text)
                 .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")));
         }
-        serde_json::from_slice(&self.body).map_err(|e| {
-            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
-        })
+        deep_json(&self.body)
     }
 
     /// `?fieldManager=`, or as the real server defaults it: the user agent up to the first `/`.
@@ -753,4 +751,55 @@ pub fn audit(state: &ApiState, verb: &str, target: &Target, user_agent: Option<&
         code: Some(code),
         detail: Value::Null,
     });
+}
+
+/// How deep the simulated server lets a JSON body nest. kube-apiserver decodes with sigs.k8s.io/json, a
+/// fork of Go's encoding/json, whose scanner refuses more than 10,000 levels (`maxNestingDepth`) with
+/// "exceeded max depth". The simulator stops at 512 because its store recurses over the value; what it
+/// must model is that the server keeps objects far deeper than serde_json's default limit of 128, which
+/// is where a Rust client's decoding of a list stops (security review H-1).
+pub const MAX_JSON_DEPTH: usize = 512;
+
+/// Decodes a JSON request body as kube-apiserver does: deep nesting is accepted up to
+/// [`MAX_JSON_DEPTH`], beyond which the error is the server's.
+pub fn deep_json(body: &[u8]) -> Result<Value, ApiError> {
+    let parse_error = |e: String| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    };
+    if nesting(body) > MAX_JSON_DEPTH {
+        return Err(parse_error("exceeded max depth".into()));
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    // Bounded by the check above; serde_json's own limit (128) is lower than the real server's.
+    de.disable_recursion_limit();
+    let value = <Value as serde::Deserialize>::deserialize(&mut de)
+        .map_err(|e| parse_error(e.to_string()))?;
+    de.end().map_err(|e| parse_error(e.to_string()))?;
+    Ok(value)
+}
+
+/// The deepest nesting of arrays and objects in `body`, outside strings.
+fn nesting(body: &[u8]) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in body {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }

@@ -1,11 +1,15 @@
 //! The DisruptionPlan CRD (`snapdrain.io/v1alpha1`) and the Velero types snapdrain reads and writes.
 //!
+//! - [`duration`]: Go duration strings, parsed without overflow.
+//! - [`lenient`]: objects decoded one by one, so one bad object never fails a list or a watch.
 //! - [`plan`]: the spec, with its schema constraints and CEL rules.
 //! - [`policy`]: the cluster-wide DisruptionPolicy for plans made from signals.
 //! - [`status`]: the status, including what a restarted controller needs to resume.
 //! - [`validate()`]: the same checks without an API server, plus the ones CEL cannot do.
 //! - [`velero`]: plain serde structs for Velero Backup and BackupStorageLocation.
 
+pub mod duration;
+pub mod lenient;
 pub mod plan;
 pub mod policy;
 pub mod status;

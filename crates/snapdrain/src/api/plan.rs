@@ -18,6 +18,10 @@ use super::status::DisruptionPlanStatus;
 /// duration is meaningless for every field that uses it.
 pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$";
 
+/// The longest duration string a field takes (the CRD's `maxLength`): `2562047h47m16s854ms775us807ns`,
+/// Go's longest duration, has 29 characters.
+pub const DURATION_MAX_LENGTH: usize = 32;
+
 /// A node name: a DNS-1123 subdomain (RFC 1123 labels joined by dots), at most 253 characters.
 pub const NODE_NAME_PATTERN: &str =
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
@@ -103,7 +107,7 @@ pub struct DisruptionPlanSpec {
     /// Release mode: how long released holds wait for the disruptor to take the node before they come
     /// back (the plan then completes; its verified backup stays reusable). Go duration; default 15m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = DURATION_PATTERN))]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = DURATION_MAX_LENGTH))]
     pub release_window: Option<String>,
 
     /// How the StatefulSet volumes are backed up before the drain.
@@ -185,18 +189,18 @@ pub struct BackupSpec {
 
     /// Velero Backup `spec.ttl` (e.g. `168h`). Absent: Velero's server default (720h).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = DURATION_PATTERN))]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = DURATION_MAX_LENGTH))]
     pub ttl: Option<String>,
 
     /// Reuse a Completed and verified backup of the same PVCs started at most this long ago, instead of a
     /// new one. Absent: only backups started after the plan was decided count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = DURATION_PATTERN))]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = DURATION_MAX_LENGTH))]
     pub reuse_if_newer_than: Option<String>,
 
     /// How long one backup attempt may take (including Velero's queue) before it counts as failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = DURATION_PATTERN))]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = DURATION_MAX_LENGTH))]
     pub timeout: Option<String>,
 
     /// Attempts per namespace before the plan fails (1-10).
@@ -262,7 +266,7 @@ pub enum BackupMethod {
 pub struct DrainSpec {
     /// How long the drain of one node may take. Absent: no limit (the deadline still applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = DURATION_PATTERN))]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = DURATION_MAX_LENGTH))]
     pub timeout: Option<String>,
 
     /// Grace period passed to each eviction. Absent: each pod's own terminationGracePeriodSeconds.
@@ -385,7 +389,7 @@ pub struct ReplacementSpec {
     /// How long a launched replacement may take to join as a Ready node before it is terminated and the
     /// launch is retried (or the plan fails). Default 10m.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = DURATION_PATTERN))]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = DURATION_MAX_LENGTH))]
     pub join_timeout: Option<String>,
 
     /// Launches per node (each with its own ClientToken) before the plan fails (1-5).

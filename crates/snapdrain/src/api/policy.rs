@@ -11,7 +11,10 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::plan::{BackupSpec, DURATION_PATTERN, DisruptionPlanSpec, DrainSpec, TerminationSpec};
+use super::plan::{
+    BackupSpec, DURATION_MAX_LENGTH, DURATION_PATTERN, DisruptionPlanSpec, DrainSpec,
+    TerminationSpec,
+};
 
 /// The policy the controller reads (and creates when absent).
 pub const DEFAULT_POLICY: &str = "default";
@@ -40,7 +43,7 @@ pub struct DisruptionPolicySpec {
     /// How long released holds wait for the autoscaler to take the node. After that the holds come back
     /// and the verified backup stays reusable for the next plan. Go duration.
     #[serde(default = "default_release_window")]
-    #[schemars(regex(pattern = DURATION_PATTERN))]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = DURATION_MAX_LENGTH))]
     pub release_window: String,
 
     /// How many signal plans run at once. Forceful signals (a deadline) never wait for a slot.
@@ -111,7 +114,7 @@ pub struct MaintenanceWindow {
     #[schemars(length(min = 9, max = 100))]
     pub schedule: String,
     /// Go duration, at most 168h.
-    #[schemars(regex(pattern = DURATION_PATTERN))]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = DURATION_MAX_LENGTH))]
     pub duration: String,
     /// IANA time zone name.
     #[serde(default = "default_time_zone")]

@@ -12,9 +12,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use regex::Regex;
 
+use super::duration::{DurationError, parse_spec_duration};
 use super::plan::{
-    BackupPolicy, DURATION_PATTERN, DisruptionPlanSpec, NODE_NAME_PATTERN, PlanMode,
-    ReplacementWhen, TAINT_VALUE_PATTERN,
+    BackupPolicy, DURATION_MAX_LENGTH, DURATION_PATTERN, DisruptionPlanSpec, NODE_NAME_PATTERN,
+    PlanMode, ReplacementWhen, TAINT_VALUE_PATTERN,
 };
 
 /// One thing wrong with a spec: the JSON path of the field and what to do about it.
@@ -199,13 +200,10 @@ impl Validator {
 
     fn duration(&mut self, field: &str, value: Option<&str>) -> Option<Duration> {
         let value = value?;
-        match parse_duration(value) {
-            Some(d) => Some(d),
-            None => {
-                self.problem(
-                    field,
-                    format!("{value:?} is not a duration; write it like 90s, 15m or 1h30m"),
-                );
+        match spec_duration(value) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.problem(field, e.to_string());
                 None
             }
         }
@@ -329,15 +327,27 @@ impl Validator {
     }
 }
 
-/// Parses a Go duration string restricted to [`DURATION_PATTERN`] (no sign, no bare `0`).
+/// Parses a duration field of a plan or policy: [`DURATION_PATTERN`] (no sign, no bare `0`), at most
+/// [`MAX_SPEC_DURATION`](super::duration::MAX_SPEC_DURATION). `None` for anything else, never a panic.
 pub fn parse_duration(value: &str) -> Option<Duration> {
-    if !anchored(DURATION_PATTERN).is_match(value) {
-        return None;
+    spec_duration(value).ok()
+}
+
+/// [`parse_duration`] with the reason a value is refused.
+pub fn spec_duration(value: &str) -> Result<Duration, DurationError> {
+    // The CRD's maxLength; the pattern below would also take a megabyte of digits.
+    if value.len() > DURATION_MAX_LENGTH || !anchored(DURATION_PATTERN).is_match(value) {
+        return Err(DurationError::Syntax(truncated(value)));
     }
-    value
-        .parse::<kube::core::Duration>()
-        .ok()
-        .map(Duration::from)
+    parse_spec_duration(value)
+}
+
+/// A value for an error message: at most 64 characters of it.
+fn truncated(value: &str) -> String {
+    match value.char_indices().nth(64) {
+        Some((i, _)) => format!("{}…", &value[..i]),
+        None => value.to_owned(),
+    }
 }
 
 fn is_dns_label(s: &str) -> bool {

@@ -10,10 +10,13 @@
 //! - [`signals`]: the signal watcher (Karpenter, Cluster Autoscaler, NTH signals become plans).
 //! - [`preview`]: what a plan would do, without doing it (`snapdrain plan NODE`).
 //! - [`server`]: metrics and health.
+//! - [`undecodable`]: plans that cannot be decoded, reported once and left alone.
+//! - [`health`]: what `/healthz` answers, and the panic hook that ends the process.
 
 pub mod cache;
 pub mod context;
 pub mod error;
+pub mod health;
 pub mod holds;
 pub mod leader;
 pub mod policy;
@@ -23,6 +26,7 @@ pub mod run;
 pub mod server;
 pub mod signals;
 pub mod steps;
+pub mod undecodable;
 
 pub use context::{Context, Settings};
 pub use error::ControllerError;

@@ -8,16 +8,18 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Config, ResourceExt};
 use tokio::sync::watch;
 
 use super::context::{Context, Settings};
 use super::error::ControllerError;
+use super::health::{Health, LeadLoopGuard, ReconcileGuard};
 use super::reconcile::{error_policy, reconcile, record_phases};
-use super::{holds, leader, policy, server, signals};
+use super::{holds, leader, policy, server, signals, undecodable};
 use crate::api::DisruptionPlan;
+use crate::api::lenient::{self, Lenient};
 use crate::api::policy::DisruptionPolicySpec;
 use crate::api::velero::Backup;
 use crate::planning::backups::{PLAN_ANNOTATION, PLAN_LABEL};
@@ -32,6 +34,9 @@ pub struct RunOptions {
     pub lease_seconds: u64,
     /// The eviction gate, served by every replica whether it leads or not (None: not served).
     pub webhook: Option<crate::webhook::WebhookConfig>,
+    /// A reconcile in flight for longer than this fails `/healthz` (a pass waits at most a few wait
+    /// slices, so ten minutes means a request that never returned).
+    pub stuck_reconcile_after: Duration,
 }
 
 impl Default for RunOptions {
@@ -41,6 +46,7 @@ impl Default for RunOptions {
             lease_namespace: Some("default".into()),
             lease_seconds: 15,
             webhook: None,
+            stuck_reconcile_after: Duration::from_secs(600),
         }
     }
 }
@@ -125,12 +131,19 @@ pub async fn start(
     let eviction_client = Client::try_from(no_retry)
         .map_err(|e| ControllerError::Config(format!("cannot build a Kubernetes client: {e}")))?;
     let metrics = Metrics::new();
+    let health = Health::new(opts.stuck_reconcile_after);
+    // Marked before `/healthz` is served so that a starting replica does not fail its first probe.
+    let lead_loop_running = health.lead_loop_running();
     let metrics_addr = match opts.metrics_addr {
-        Some(addr) => Some(server::serve(addr, metrics.clone()).await.map_err(|e| {
-            ControllerError::Config(format!(
-                "cannot serve metrics on {addr}: {e} (pick another --metrics-addr)"
-            ))
-        })?),
+        Some(addr) => Some(
+            server::serve(addr, metrics.clone(), health.clone())
+                .await
+                .map_err(|e| {
+                    ControllerError::Config(format!(
+                        "cannot serve metrics on {addr}: {e} (pick another --metrics-addr)"
+                    ))
+                })?,
+        ),
         None => None,
     };
     let (leading, always_leading, lease_task) = match &opts.lease_namespace {
@@ -170,7 +183,14 @@ pub async fn start(
         None => None,
     };
     let (stop, stop_rx) = watch::channel(false);
-    let task = tokio::spawn(lead_loop(client, ctx, leading.clone(), stop_rx));
+    let task = tokio::spawn(lead_loop(
+        client,
+        ctx,
+        health,
+        lead_loop_running,
+        leading.clone(),
+        stop_rx,
+    ));
     Ok(ControllerHandle {
         metrics,
         metrics_addr,
@@ -189,6 +209,9 @@ pub async fn start(
 async fn lead_loop(
     client: Client,
     ctx: Arc<Context>,
+    health: Health,
+    // Held for as long as this task lives: it clears the health flag however the task ends.
+    _running: LeadLoopGuard,
     mut leading: watch::Receiver<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -207,7 +230,7 @@ async fn lead_loop(
                 _ = stop_now.wait_for(|s| *s) => {},
             }
         };
-        run_controller(client.clone(), ctx.clone(), until).await;
+        run_controller(client.clone(), ctx.clone(), health.clone(), until).await;
         ctx.metrics.set_leading(false);
         // Stopped on request, or the handle is gone (its sender dropped).
         if *stop.borrow() || stop.has_changed().is_err() {
@@ -227,19 +250,26 @@ fn plan_of(backup: &Backup) -> Option<String> {
         .cloned()
 }
 
-/// Counts a reconcile in `snapdrain_reconciles_in_flight` for as long as it lives, however it ends.
-struct InFlight(prometheus_client::metrics::gauge::Gauge);
+/// Counts a reconcile in `snapdrain_reconciles_in_flight` and in [`Health`] for as long as it lives,
+/// however it ends.
+struct InFlight {
+    gauge: prometheus_client::metrics::gauge::Gauge,
+    _health: ReconcileGuard,
+}
 
 impl InFlight {
-    fn start(ctx: &Context) -> Self {
+    fn start(ctx: &Context, health: &Health, plan: &str) -> Self {
         ctx.metrics.reconciles_in_flight.inc();
-        Self(ctx.metrics.reconciles_in_flight.clone())
+        Self {
+            gauge: ctx.metrics.reconciles_in_flight.clone(),
+            _health: health.reconcile_started(plan),
+        }
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.dec();
+        self.gauge.dec();
     }
 }
 
@@ -249,12 +279,13 @@ impl Drop for InFlight {
 async fn reconcile_while_acting(
     plan: Arc<DisruptionPlan>,
     ctx: Arc<Context>,
+    health: Health,
     mut acting: watch::Receiver<bool>,
 ) -> Result<kube::runtime::controller::Action, ControllerError> {
     if !*acting.borrow() {
         return Err(ControllerError::NotLeading);
     }
-    let _counted = InFlight::start(&ctx);
+    let _counted = InFlight::start(&ctx, &health, &plan.name_any());
     tokio::select! {
         biased;
         _ = acting.wait_for(|a| !*a) => Err(ControllerError::NotLeading),
@@ -265,6 +296,7 @@ async fn reconcile_while_acting(
 async fn run_controller(
     client: Client,
     ctx: Arc<Context>,
+    health: Health,
     until: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (acting_tx, acting) = watch::channel(true);
@@ -280,11 +312,27 @@ async fn run_controller(
             let _ = acting.wait_for(|a| !*a).await;
         }
     };
-    let plans: Api<DisruptionPlan> = Api::all(client.clone());
     let backups: Api<Backup> = Api::all(client.clone());
-    let controller = Controller::new(plans, watcher::Config::default())
+    // Plans are decoded one by one: one that cannot be read is reported (below) and every other plan
+    // is still reconciled (api::lenient).
+    let (store, writer) = reflector::store::<DisruptionPlan>();
+    let (undecodable_tx, undecodable_rx) = tokio::sync::mpsc::unbounded_channel();
+    let plans = lenient::decodable(
+        watcher(
+            Api::<Lenient<DisruptionPlan>>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+        undecodable::stub,
+        move |u| {
+            let _ = undecodable_tx.send(u.clone());
+        },
+    )
+    .reflect(writer)
+    .applied_objects();
+    let controller = Controller::for_stream(plans, store.clone())
         .with_config(ControllerConfig::default().concurrency(16));
-    let store = controller.store();
+    let reporter = tokio::spawn(undecodable::report(ctx.clone(), undecodable_rx));
     let helpers = start_helpers(&client, &ctx, store.clone(), &acting);
     let gauge_ctx = ctx.clone();
     let gauge = tokio::spawn(async move {
@@ -302,7 +350,7 @@ async fn run_controller(
         )
         .graceful_shutdown_on(shutdown)
         .run(
-            move |plan, ctx| reconcile_while_acting(plan, ctx, acting.clone()),
+            move |plan, ctx| reconcile_while_acting(plan, ctx, health.clone(), acting.clone()),
             error_policy,
             ctx,
         )
@@ -313,6 +361,7 @@ async fn run_controller(
         })
         .await;
     gauge.abort();
+    reporter.abort();
     for h in helpers {
         h.abort();
     }

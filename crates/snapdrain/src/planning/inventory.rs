@@ -75,9 +75,11 @@ pub fn is_terminal(pod: &Pod) -> bool {
 pub const DO_NOT_DISRUPT_ANNOTATION: &str = "karpenter.sh/do-not-disrupt";
 
 /// True when the pod carries an active `karpenter.sh/do-not-disrupt` (kubernetes-sigs/karpenter
-/// `pkg/utils/pod/scheduling.go` `IsDoNotDisruptActive`): `"true"`, or a duration the pod has not yet
-/// been running for (counted from `status.startTime`; unknown start counts as active). Other values are
-/// ignored, as Karpenter ignores them; finished or terminating pods disrupt nothing.
+/// `pkg/utils/pod/scheduling.go` `IsDoNotDisruptActive`): `"true"`, or a positive Go duration the pod
+/// has not yet been running for (counted from `status.startTime`; unknown start counts as active).
+/// Values Go's `time.ParseDuration` refuses (including out-of-range ones such as `9999999999999999h`)
+/// and non-positive ones are ignored, as Karpenter ignores them; finished or terminating pods disrupt
+/// nothing.
 pub fn do_not_disrupt_active(pod: &Pod, now: jiff::Timestamp) -> bool {
     if is_terminal(pod) || is_terminating(pod) {
         return false;
@@ -93,9 +95,12 @@ pub fn do_not_disrupt_active(pod: &Pod, now: jiff::Timestamp) -> bool {
     if value == "true" {
         return true;
     }
-    let Some(duration) = crate::api::validate::parse_duration(value) else {
+    let Ok(duration) = crate::api::duration::parse_go_duration(value) else {
         return false;
     };
+    if duration.is_zero() {
+        return false;
+    }
     let Some(started) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
         return true;
     };

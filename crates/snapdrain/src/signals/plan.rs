@@ -11,6 +11,7 @@ use kube::{Client, ResourceExt};
 use serde::{Deserialize, Serialize};
 
 use super::error::SignalError;
+use crate::api::lenient::Lenient;
 use crate::api::{DisruptionPlan, DisruptionPlanSpec, PlanMode, PlanPhase, PlanSource};
 use crate::planning::naming;
 
@@ -248,14 +249,18 @@ async fn decide(
 ) -> Result<Result<Outcome, String>, SignalError> {
     // Plans a signal made carry the node label; a person's plan naming the node does not, so all are read.
     // A list of plans is small (one per disrupted node, kept while they are wanted).
-    let plans = api
+    // Decoded one by one: a plan snapdrain cannot read is left out instead of failing the list.
+    let plans: Vec<DisruptionPlan> = Api::<Lenient<DisruptionPlan>>::all(api.clone().into_client())
         .list(&ListParams::default())
         .await
         .map_err(|source| SignalError::List {
             node: signal.node.clone(),
             source,
         })?
-        .items;
+        .items
+        .into_iter()
+        .filter_map(Lenient::into_decoded)
+        .collect();
     match choose(&plans, signal) {
         Choice::Join {
             plan,

@@ -38,6 +38,7 @@ pub use gate::{Gate, Protects};
 use tokio::sync::watch;
 
 use crate::api::DisruptionPlan;
+use crate::api::lenient::{self, Lenient};
 use crate::api::policy::{DisruptionPolicySpec, ProtectionSpec};
 use crate::planning::protection;
 use crate::telemetry::Metrics;
@@ -107,10 +108,16 @@ pub async fn start(
 ) -> Result<WebhookHandle, CertError> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let (plans, writer) = reflector::store::<DisruptionPlan>();
-    let api: Api<DisruptionPlan> = Api::all(client.clone());
+    let api: Api<Lenient<DisruptionPlan>> = Api::all(client.clone());
     let cache = tokio::spawn(async move {
-        reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
+        // One plan that cannot be decoded must not keep the cache from syncing (security review H-1);
+        // the leader reports it, the gate leaves it out.
+        let plans = lenient::decodable(
+            watcher(api, watcher::Config::default()).default_backoff(),
+            crate::controller::undecodable::stub,
+            |u| tracing::debug!(plan = ?u.metadata.name, error = %u.error, "eviction gate: undecodable plan left out"),
+        );
+        reflector(writer, plans)
             .for_each(|ev| async move {
                 if let Err(e) = ev {
                     tracing::debug!(error = %e, "eviction gate: plan watch");
