@@ -21,7 +21,9 @@ use snapdrain_testkit::harness::{Harness, TIMEOUT, assert_no_eviction_before_ver
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_tenants_out_of_range_do_not_disrupt_annotation_stops_no_plan() {
     let h = Harness::start().await;
-    let controller = h.controller().await;
+    let controller = h
+        .controller_with(with_health(Duration::from_secs(600)), "snapdrain-0")
+        .await;
     let node = h.node_with_statefulset_pods().await;
     let pods: Api<Pod> = Api::all(h.client.clone());
     let on_node = pods

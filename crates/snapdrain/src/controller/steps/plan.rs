@@ -260,7 +260,9 @@ async fn effective_location(run: &PlanRun) -> Result<Option<String>, ControllerE
 /// Verified backup records of every other plan (the candidates for reuse), each with the location its
 /// Backup went to.
 async fn verified_records(run: &PlanRun) -> Result<Vec<BackupRecord>, ControllerError> {
-    let plans: kube::Api<crate::api::DisruptionPlan> = kube::Api::all(run.ctx.client.clone());
+    // Decoded one by one: a plan snapdrain cannot read offers no backup to reuse.
+    let plans: kube::Api<crate::api::lenient::Lenient<crate::api::DisruptionPlan>> =
+        kube::Api::all(run.ctx.client.clone());
     let list = plans
         .list(&kube::api::ListParams::default())
         .await
@@ -271,6 +273,7 @@ async fn verified_records(run: &PlanRun) -> Result<Vec<BackupRecord>, Controller
     Ok(list
         .items
         .into_iter()
+        .filter_map(crate::api::lenient::Lenient::into_decoded)
         .filter(|p| p.uid() != run.plan.uid())
         .flat_map(|p| {
             let location = p.spec.backup.storage_location.clone();

@@ -144,7 +144,8 @@ pub async fn release_newcomers(run: &mut PlanRun) -> Result<Vec<String>, Control
         Some(window) => decided.min(now - window),
         None => decided,
     };
-    let plans: Api<DisruptionPlan> = Api::all(run.ctx.client.clone());
+    // Decoded one by one: a plan snapdrain cannot read offers no backup.
+    let plans: Api<crate::api::lenient::Lenient<DisruptionPlan>> = Api::all(run.ctx.client.clone());
     let records: Vec<BackupRecord> = plans
         .list(&Default::default())
         .await
@@ -154,6 +155,7 @@ pub async fn release_newcomers(run: &mut PlanRun) -> Result<Vec<String>, Control
         })?
         .items
         .into_iter()
+        .filter_map(crate::api::lenient::Lenient::into_decoded)
         .filter_map(|p| p.status)
         .flat_map(|s| s.backups)
         .collect();
