@@ -9,10 +9,10 @@ use serde_json::{Value, json};
 
 use super::admission::{self, AdmissionAttributes, Operation};
 use super::errors::{ApiError, ApiResult};
-use super::handlers::{Reply, json_response};
 use super::label_selector;
 use super::pdb::{self, pdb_key};
 use super::request::{Query, Target};
+use super::response::{Reply, json_response};
 use super::store::{DeleteOptions, WriteOptions, meta_str, now_rfc3339};
 use super::{ApiState, MultiPdbReply};
 
