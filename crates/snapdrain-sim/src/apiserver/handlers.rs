@@ -14,10 +14,11 @@ use super::admission::{self, AdmissionAttributes, Operation};
 use super::audit::Record;
 use super::errors::{ApiError, ApiResult};
 use super::filter::ListFilter;
+use super::meta::meta_str;
 use super::patch::{self, PatchType};
 use super::request::{Query, Target};
 use super::response::{Reply, json_response};
-use super::store::{DeleteOptions, Deleted, WriteOptions, meta_str};
+use super::store::{DeleteOptions, Deleted, WriteOptions};
 use super::watch::{self, WatchRequest};
 use super::{ApiState, eviction, present, schema, strict, table};
 

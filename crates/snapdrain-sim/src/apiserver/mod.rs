@@ -18,6 +18,7 @@ pub mod faults;
 pub mod filter;
 pub mod handlers;
 pub mod label_selector;
+pub mod meta;
 pub mod objects;
 pub mod openapi;
 pub mod patch;

@@ -53,7 +53,7 @@ pub fn index(store: &Store) -> Value {
                 let crd = store.get(&crd_key(), None, &format!("{}.{}", def.plural, def.group));
                 let rv = crd
                     .as_deref()
-                    .and_then(|c| super::store::meta_str(c, "resourceVersion"));
+                    .and_then(|c| super::meta::meta_str(c, "resourceVersion"));
                 hasher.update(rv.unwrap_or(""));
             }
         }
