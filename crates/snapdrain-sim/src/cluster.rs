@@ -28,6 +28,9 @@ use super::world::velero::{self, VeleroConfig, VeleroHandle};
 use super::world::{Timings, World, WorldContext, ec2_nodes};
 use crate::ec2::bottlerocket::ClusterJoin;
 
+/// Other crates load objects through this path; the function lives with the scenario that uses it.
+pub use super::scenario::manifest::load_object;
+
 /// Which scenario to load.
 #[derive(Clone, Debug)]
 pub enum ScenarioSource {
@@ -412,57 +415,6 @@ impl SimCluster {
         })?;
         Ok(path.to_path_buf())
     }
-}
-
-/// Creates one object given as a full manifest (apiVersion, kind, metadata), keeping its status.
-pub fn load_object(store: &Store, obj: Value) -> Result<(), String> {
-    let api_version = obj
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .ok_or("apiVersion is missing")?;
-    let kind = obj
-        .get("kind")
-        .and_then(Value::as_str)
-        .ok_or("kind is missing")?;
-    let def = store
-        .registry()
-        .by_kind(api_version, kind)
-        .cloned()
-        .ok_or_else(|| format!("no resource serves {api_version} {kind} (create its CustomResourceDefinition first)"))?;
-    let ns = if def.namespaced {
-        Some(
-            obj.pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or("default")
-                .to_string(),
-        )
-    } else {
-        None
-    };
-    if let Some(ns) = &ns
-        && store.get(&ResKey::core("namespaces"), None, ns).is_none()
-    {
-        store
-            .create(
-                &ResKey::core("namespaces"),
-                None,
-                json!({"metadata": {"name": ns}}),
-                WriteOptions::default(),
-            )
-            .map_err(|e| e.message)?;
-    }
-    store
-        .create(
-            &def.key(),
-            ns.as_deref(),
-            obj,
-            WriteOptions {
-                internal: true,
-                ..Default::default()
-            },
-        )
-        .map(|_| ())
-        .map_err(|e| e.message)
 }
 
 /// The EC2 endpoint's region and subnets follow the scenario's zones (one subnet per zone).

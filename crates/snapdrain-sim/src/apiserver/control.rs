@@ -14,8 +14,8 @@ use serde_json::json;
 use super::ApiState;
 use super::errors::ApiError;
 use super::faults::FaultRule;
-use super::handlers::json_response;
 use super::request::Query;
+use super::response::json_response;
 
 fn error(e: ApiError) -> Response {
     json_response(

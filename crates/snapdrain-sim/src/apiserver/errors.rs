@@ -156,7 +156,7 @@ impl ApiError {
             "UnsupportedMediaType",
             format!(
                 "the body of the request was in an unknown format - accepted media types include: application/json and application/yaml (every kind), application/vnd.kubernetes.protobuf (only {}); got {content_type:?}",
-                super::protobuf::ACCEPTED_KINDS.join(", ")
+                super::protobuf::kinds::ACCEPTED_KINDS.join(", ")
             ),
         )
     }

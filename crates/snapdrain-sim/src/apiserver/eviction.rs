@@ -9,11 +9,12 @@ use serde_json::{Value, json};
 
 use super::admission::{self, AdmissionAttributes, Operation};
 use super::errors::{ApiError, ApiResult};
-use super::handlers::{Reply, json_response};
 use super::label_selector;
+use super::meta::{meta_str, now_rfc3339};
 use super::pdb::{self, pdb_key};
 use super::request::{Query, Target};
-use super::store::{DeleteOptions, WriteOptions, meta_str, now_rfc3339};
+use super::response::{Reply, json_response};
+use super::store::{DeleteOptions, WriteOptions};
 use super::{ApiState, MultiPdbReply};
 
 /// More entries than this in `status.disruptedPods` means the PDB controller is not keeping up.

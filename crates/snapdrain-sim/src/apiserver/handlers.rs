@@ -14,9 +14,11 @@ use super::admission::{self, AdmissionAttributes, Operation};
 use super::audit::Record;
 use super::errors::{ApiError, ApiResult};
 use super::filter::ListFilter;
+use super::meta::meta_str;
 use super::patch::{self, PatchType};
 use super::request::{Query, Target};
-use super::store::{DeleteOptions, Deleted, WriteOptions, meta_str};
+use super::response::{Reply, json_response};
+use super::store::{DeleteOptions, Deleted, WriteOptions};
 use super::watch::{self, WatchRequest};
 use super::{ApiState, eviction, present, schema, strict, table};
 
@@ -105,17 +107,6 @@ impl Request {
             internal: false,
         }
     }
-}
-
-pub type Reply = ApiResult<Response>;
-
-pub fn json_response(code: StatusCode, v: &Value) -> Response {
-    let body = serde_json::to_vec(v).unwrap_or_default();
-    Response::builder()
-        .status(code)
-        .header("content-type", "application/json")
-        .body(Body::from(body))
-        .unwrap_or_else(|_| Response::new(Body::empty()))
 }
 
 pub async fn dispatch(state: Arc<ApiState>, req: Request) -> Reply {

@@ -2,9 +2,10 @@
 //! enough that kubectl and kube-rs (Api, watcher, reflector, Controller) work against it unchanged.
 //!
 //! Layout: `resources` (what is served, discovery), `store` (objects, versions, watches), `handlers`
-//! (REST verbs), `watch`, `table` (server-side printing), `patch` + `patching`, `selectors` + `filter`,
-//! `eviction` (PDB-checked evictions) and `pdb` (PDB status), `admission` (validating webhooks),
-//! `faults` and `audit` (the `/sim/` control surface), `control` (its routes).
+//! (REST verbs) and `response` (what they return), `watch`, `table` (server-side printing), `patch` +
+//! `patching`, `selectors` + `filter`, `eviction` (PDB-checked evictions) and `pdb` (PDB status),
+//! `admission` (validating webhooks), `faults` and `audit` (the `/sim/` control surface), `control` (its
+//! routes).
 
 pub mod admission;
 pub mod audit;
@@ -17,6 +18,7 @@ pub mod faults;
 pub mod filter;
 pub mod handlers;
 pub mod label_selector;
+pub mod meta;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
@@ -25,6 +27,7 @@ pub mod pdb;
 pub mod protobuf;
 pub mod request;
 pub mod resources;
+pub mod response;
 pub mod schema;
 pub mod selectors;
 pub mod store;
@@ -48,8 +51,8 @@ use tokio::net::TcpListener;
 use self::audit::Audit;
 use self::errors::ApiError;
 use self::faults::Faults;
-use self::handlers::json_response;
 use self::request::{Query, Target};
+use self::response::json_response;
 use self::store::Store;
 
 /// Tunables of the server itself.

@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::resources::{Registry, ResKey, ResourceDef};
+use super::schema::schema_of;
 use super::store::Store;
 
 mod builtin;
@@ -53,7 +54,7 @@ pub fn index(store: &Store) -> Value {
                 let crd = store.get(&crd_key(), None, &format!("{}.{}", def.plural, def.group));
                 let rv = crd
                     .as_deref()
-                    .and_then(|c| super::store::meta_str(c, "resourceVersion"));
+                    .and_then(|c| super::meta::meta_str(c, "resourceVersion"));
                 hasher.update(rv.unwrap_or(""));
             }
         }
@@ -130,15 +131,6 @@ fn crd_schema(store: &Store, def: &ResourceDef, version: &str) -> Option<Value> 
     schema["x-kubernetes-group-version-kind"] =
         json!([{"group": def.group, "version": version, "kind": def.kind}]);
     Some(schema)
-}
-
-/// The `openAPIV3Schema` of one version of a CRD object.
-pub fn schema_of<'a>(crd: &'a Value, version: &str) -> Option<&'a Value> {
-    crd.pointer("/spec/versions")?
-        .as_array()?
-        .iter()
-        .find(|v| v.get("name").and_then(Value::as_str) == Some(version))?
-        .pointer("/schema/openAPIV3Schema")
 }
 
 fn query_param(name: &str, type_: &str) -> Value {

@@ -4,9 +4,9 @@
 use serde_json::Value;
 
 use super::errors::{ApiError, ApiResult, Cause};
+use super::meta::now_rfc3339;
 use super::patch::{self, ApplyRequest, PatchError, PatchType, Schema, Scope};
 use super::request::Target;
-use super::store::now_rfc3339;
 
 impl From<PatchError> for ApiError {
     fn from(e: PatchError) -> Self {

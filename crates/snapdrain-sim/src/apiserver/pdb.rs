@@ -19,8 +19,9 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::BroadcastStream;
 
 use super::label_selector;
+use super::meta::meta_str;
 use super::resources::ResKey;
-use super::store::{EventType, Store, WatchEvent, WriteOptions, meta_str};
+use super::store::{EventType, Store, WatchEvent, WriteOptions};
 
 /// How long an eviction's entry in `status.disruptedPods` keeps the pod out of `currentHealthy` while the
 /// pod has not started terminating (`DeletionTimeout` in the real controller).
@@ -454,7 +455,7 @@ pub fn set_condition(status: &mut Value, old: &Value, state: &str, reason: &str,
         Some(c) if c.get("status").and_then(Value::as_str) == Some(state) => {
             c.get("lastTransitionTime").cloned().unwrap_or(json!(null))
         }
-        _ => json!(super::store::now_rfc3339()),
+        _ => json!(super::meta::now_rfc3339()),
     };
     let observed = status
         .get("observedGeneration")

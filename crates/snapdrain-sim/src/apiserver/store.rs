@@ -14,9 +14,13 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::errors::{ApiError, ApiResult, Cause};
+use super::meta::{now_rfc3339, remove_meta, rfc3339_in, set_meta};
 use super::objects::{Field, Objects};
 use super::resources::{Registry, ResKey, ResourceDef, def_from_crd};
 use super::validation;
+
+/// Other crates read metadata through this path; the helper lives in the `meta` leaf.
+pub use super::meta::meta_str;
 
 /// How many events each resource keeps for watches to resume from. Older resourceVersions get 410 Gone.
 const HISTORY_PER_RESOURCE: usize = 200_000;
@@ -237,36 +241,6 @@ pub struct Store {
 impl Default for Store {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
-
-fn rfc3339_in(seconds: i64) -> String {
-    let ts = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(seconds);
-    ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
-
-pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
-    obj.get("metadata")
-        .and_then(|m| m.get(field))
-        .and_then(Value::as_str)
-}
-
-fn set_meta(obj: &mut Value, field: &str, value: Value) {
-    if !obj.get("metadata").is_some_and(Value::is_object) {
-        obj["metadata"] = json!({});
-    }
-    obj["metadata"][field] = value;
-}
-
-fn remove_meta(obj: &mut Value, field: &str) {
-    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove(field);
     }
 }
 

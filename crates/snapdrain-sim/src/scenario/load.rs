@@ -9,12 +9,12 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::format::*;
+use super::manifest::load_object;
 use super::timeline::TimelineEntry;
 use super::{ScenarioError, builtin, materialize};
 use crate::apiserver::resources::ResKey;
 use crate::apiserver::store::{Store, WriteOptions};
 use crate::apiserver::validation::{is_dns1123_label, is_dns1123_subdomain};
-use crate::cluster::load_object;
 use crate::world::Timings;
 use crate::world::objects::*;
 

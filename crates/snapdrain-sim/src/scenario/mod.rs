@@ -1,14 +1,16 @@
 //! Scenarios: a cluster described in YAML (nodes, Karpenter pools, workloads, Velero) and a timeline of
 //! events, loaded into the simulated cluster at start. Built-in scenarios are available by name.
 //!
-//! `format` is the file format, `load` turns it into objects, `nodes` makes Nodes, NodeClaims, NodePools and EC2NodeClasses, `materialize` pre-places workloads for
-//! large clusters, `timeline` runs the timed actions, `builtin` holds the named scenarios and `crds`
-//! the third-party CustomResourceDefinitions the simulated world serves.
+//! `format` is the file format, `load` turns it into objects (each created by `manifest`), `nodes` makes
+//! Nodes, NodeClaims, NodePools and EC2NodeClasses, `materialize` pre-places workloads for large
+//! clusters, `timeline` runs the timed actions, `builtin` holds the named scenarios and `crds` the
+//! third-party CustomResourceDefinitions the simulated world serves.
 
 pub mod builtin;
 pub mod crds;
 pub mod format;
 pub mod load;
+pub mod manifest;
 pub mod materialize;
 pub mod nodes;
 pub mod timeline;

@@ -10,9 +10,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
+use super::manifest::load_object;
 use crate::apiserver::faults::FaultRule;
 use crate::apiserver::store::DeleteOptions;
-use crate::cluster::load_object;
 use crate::world::WorldContext;
 use crate::world::autoscaler::{AutoscalerHandle, TO_BE_DELETED_TAINT};
 use crate::world::karpenter::{Cloud, KarpenterHandle};

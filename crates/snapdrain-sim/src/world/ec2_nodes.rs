@@ -11,8 +11,9 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::WorldContext;
+use crate::apiserver::meta::now_rfc3339;
 use crate::apiserver::resources::ResKey;
-use crate::apiserver::store::{DeleteOptions, WriteOptions, now_rfc3339};
+use crate::apiserver::store::{DeleteOptions, WriteOptions};
 
 /// Annotation carrying the kernel sysctls the host applied from its user data (JSON object).
 pub const SYSCTLS_ANNOTATION: &str = "sim.snapdrain.io/sysctls";

@@ -9,8 +9,9 @@ use serde_json::Value;
 use tokio::sync::broadcast::Receiver;
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
+use crate::apiserver::meta::meta_str;
 use crate::apiserver::resources::ResKey;
-use crate::apiserver::store::{EventType, Store, WatchEvent, meta_str};
+use crate::apiserver::store::{EventType, Store, WatchEvent};
 
 /// `(namespace or "", name)`.
 pub type ObjKey = (String, String);

@@ -7,8 +7,9 @@ use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
 use crate::apiserver::errors::ApiError;
+use crate::apiserver::meta::{meta_str, now_rfc3339};
 use crate::apiserver::resources::ResKey;
-use crate::apiserver::store::{DeleteOptions, Store, WriteOptions, meta_str, now_rfc3339};
+use crate::apiserver::store::{DeleteOptions, Store, WriteOptions};
 
 pub fn pods() -> ResKey {
     ResKey::core("pods")

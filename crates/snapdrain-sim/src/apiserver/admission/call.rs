@@ -13,8 +13,9 @@ use std::time::Duration;
 use base64::Engine;
 use serde_json::Value;
 
+use super::super::meta::meta_str;
 use super::super::resources::ResKey;
-use super::super::store::{Store, meta_str};
+use super::super::store::Store;
 
 /// The annotation on a Service naming the loopback address its webhook listens on.
 pub const ADDRESS_ANNOTATION: &str = "sim.snapdrain.io/address";

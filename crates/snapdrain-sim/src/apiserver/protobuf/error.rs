@@ -30,7 +30,7 @@ pub enum ProtobufError {
     },
     #[error(
         "the simulated API server decodes protobuf bodies only for {accepted} (got {api_version}/{kind}); JSON and YAML bodies are accepted for every kind: send this one as application/json (for example `kubectl create ... --dry-run=client -o yaml | kubectl create -f -`)",
-        accepted = super::ACCEPTED_KINDS.join(", ")
+        accepted = super::kinds::ACCEPTED_KINDS.join(", ")
     )]
     UnsupportedKind { api_version: String, kind: String },
     #[error(

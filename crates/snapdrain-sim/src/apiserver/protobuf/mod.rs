@@ -11,6 +11,7 @@ mod core;
 mod envelope;
 mod error;
 mod fields;
+pub mod kinds;
 mod meta;
 mod policy;
 mod rbac;
@@ -19,25 +20,7 @@ use prost::Message;
 use serde_json::{Map, Value};
 
 pub use error::ProtobufError;
-
-/// The kinds decoded from protobuf, as `apiVersion/kind`.
-pub const ACCEPTED_KINDS: &[&str] = &[
-    "v1/Namespace",
-    "v1/ConfigMap",
-    "v1/Secret",
-    "v1/ServiceAccount",
-    "v1/Service",
-    "apps/v1/Deployment",
-    "batch/v1/Job",
-    "batch/v1/CronJob",
-    "policy/v1/PodDisruptionBudget",
-    "authentication.k8s.io/v1/TokenRequest",
-    "authorization.k8s.io/v1/SelfSubjectAccessReview",
-    "rbac.authorization.k8s.io/v1/Role",
-    "rbac.authorization.k8s.io/v1/ClusterRole",
-    "rbac.authorization.k8s.io/v1/RoleBinding",
-    "rbac.authorization.k8s.io/v1/ClusterRoleBinding",
-];
+pub use kinds::ACCEPTED_KINDS;
 
 /// The JSON object a protobuf request body holds, `apiVersion` and `kind` first.
 pub fn to_json(body: &[u8]) -> Result<Value, ProtobufError> {

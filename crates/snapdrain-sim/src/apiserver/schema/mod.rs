@@ -59,7 +59,16 @@ pub fn of_crd<'a>(crd: &'a Value, version: &str) -> Option<&'a Value> {
     if crd.pointer("/spec/preserveUnknownFields") == Some(&Value::Bool(true)) {
         return None;
     }
-    super::openapi::schema_of(crd, version)
+    schema_of(crd, version)
+}
+
+/// The `openAPIV3Schema` of one version of a CRD object.
+pub fn schema_of<'a>(crd: &'a Value, version: &str) -> Option<&'a Value> {
+    crd.pointer("/spec/versions")?
+        .as_array()?
+        .iter()
+        .find(|v| v.get("name").and_then(Value::as_str) == Some(version))?
+        .pointer("/schema/openAPIV3Schema")
 }
 
 /// A client's write of a custom resource, as the real server stores it: coerced (pruned, defaulted),

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 
 use super::disruption::is_daemonset_pod;
 use super::{condition_true, modify_claim, nodeclaims, remove_condition, set_condition};
+use crate::apiserver::meta::meta_str;
 use crate::apiserver::objects::CLAIM_NODE;
-use crate::apiserver::store::meta_str;
 use crate::world::feed::Change;
 use crate::world::go_duration;
 use crate::world::objects::{is_terminal, is_terminating, node_name};

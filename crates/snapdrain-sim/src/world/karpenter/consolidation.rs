@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::condition_true;
 use super::consolidatable::{CONSOLIDATABLE, consolidate_after};
 use super::disruption::is_daemonset_pod;
-use crate::apiserver::store::meta_str;
+use crate::apiserver::meta::meta_str;
 use crate::world::WorldContext;
 use crate::world::objects::is_terminating;
 use crate::world::scheduler::{Usage, fits, volume_constraints};

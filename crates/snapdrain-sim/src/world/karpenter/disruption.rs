@@ -12,8 +12,9 @@ use super::{
     condition_true, consolidatable, consolidation, lock, modify_claim, modify_node, node_of,
     nodeclaim_from_pool, nodeclaims, nodepools, pods_on, remove_condition, set_condition,
 };
+use crate::apiserver::meta::meta_str;
 use crate::apiserver::resources::ResKey;
-use crate::apiserver::store::{DeleteOptions, meta_str};
+use crate::apiserver::store::DeleteOptions;
 use crate::world::WorldContext;
 use crate::world::velero::scope::label_selector_matches;
 use crate::world::velero::scope::labels_of;

@@ -27,9 +27,10 @@ use thiserror::Error;
 use super::WorldContext;
 use super::feed::{Change, Feed};
 use crate::apiserver::errors::ApiError;
+use crate::apiserver::meta::{meta_str, now_rfc3339};
 use crate::apiserver::objects::{NODE_PROVIDER_ID, POD_NODE};
 use crate::apiserver::resources::ResKey;
-use crate::apiserver::store::{DeleteOptions, WriteOptions, meta_str, now_rfc3339};
+use crate::apiserver::store::{DeleteOptions, WriteOptions};
 
 pub const NODEPOOL_LABEL: &str = "karpenter.sh/nodepool";
 /// `NODEPOOL_LABEL` as a JSON pointer, written out: formatting it per NodeClaim on every pass over

@@ -15,9 +15,10 @@ use super::{
     condition_true, modify_claim, modify_node, node_of, nodeclaims, pods_on, remove_finalizer,
     set_condition,
 };
+use crate::apiserver::meta::meta_str;
 use crate::apiserver::objects::ATTACHMENT_NODE;
 use crate::apiserver::resources::ResKey;
-use crate::apiserver::store::{DeleteOptions, meta_str};
+use crate::apiserver::store::DeleteOptions;
 use crate::world::{WorldContext, go_duration};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use super::bucket::Bucket;
 use super::{INTERNAL, VeleroConfig, audit_phase, backups_key, bsl_key, dbr_key, write_backup};
-use crate::apiserver::store::{DeleteOptions, meta_str};
+use crate::apiserver::meta::meta_str;
+use crate::apiserver::store::DeleteOptions;
 use crate::world::WorldContext;
 
 /// `velero.io/backup-name` (velero pkg/apis/velero/v1/labels.go BackupNameLabel).

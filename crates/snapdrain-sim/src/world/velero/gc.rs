@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::deletion::{BACKUP_NAME_LABEL, BACKUP_UID_LABEL};
 use super::{INTERNAL, VeleroConfig, backups_key, bsl_key, dbr_key, write_backup};
-use crate::apiserver::store::meta_str;
+use crate::apiserver::meta::meta_str;
 use crate::world::WorldContext;
 
 /// Label GC puts on a Backup it cannot collect (`garbageCollectionFailure`).

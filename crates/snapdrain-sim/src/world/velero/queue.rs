@@ -14,7 +14,7 @@ use super::{
     INTERNAL, RESTART_FAILURE, VeleroConfig, VeleroHandle, audit_phase, backups_key, bsl_key,
     dbr_key, deletion, gc, rfc3339, run as runner, write_backup,
 };
-use crate::apiserver::store::meta_str;
+use crate::apiserver::meta::meta_str;
 use crate::world::WorldContext;
 
 /// Runs the simulated Velero server until the task is dropped.

@@ -15,8 +15,8 @@ use super::{
     INTERNAL, VeleroConfig, VeleroError, VeleroFault, VeleroHandle, audit_phase, backups_key,
     parse_go_duration, pvb_key, rfc3339, scope, write_backup,
 };
+use crate::apiserver::meta::meta_str;
 use crate::apiserver::resources::ResKey;
-use crate::apiserver::store::meta_str;
 use crate::world::WorldContext;
 
 /// Namespaced kinds the simulated backup collects (enough for StatefulSet workloads).
