@@ -185,3 +185,73 @@ async fn a_deposed_leader_cancels_its_pass_at_once() {
     .await;
     leader.shutdown().await;
 }
+
+/// Whether `node` is unschedulable or carries snapdrain's drain taint.
+fn cordoned_or_tainted(node: &k8s_openapi::api::core::v1::Node) -> (bool, bool) {
+    let spec = node.spec.as_ref();
+    let cordoned = spec.and_then(|s| s.unschedulable) == Some(true);
+    let tainted = spec
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == "snapdrain.io/draining"));
+    (cordoned, tainted)
+}
+
+/// The cordon's ownership record must be written before the cordon: if it were only carried by the
+/// status write after the patch, a refused write would leave the next pass finding the node already
+/// cordoned "by someone else", and a rollback would leave it cordoned and tainted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_status_write_after_the_cordon_still_uncordons_on_abort() {
+    let h = Harness::start().await;
+    // Hold the cordon patch, so the status writes can be refused while it is in flight (the sim
+    // sleeps an injected latency before it dispatches the request).
+    h.cluster.faults.add(FaultRule {
+        verb: Some("patch".into()),
+        resource: Some("nodes".into()),
+        latency_ms: 1500,
+        ..FaultRule::default()
+    });
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let before = h.node(&node).await.expect("the node exists");
+    assert_eq!(cordoned_or_tainted(&before), (false, false));
+    h.create_plan("refused", json!({"nodes": [node]})).await;
+    h.wait_phase("refused", PlanPhase::Cordoning).await;
+    // Every status write is refused from here on (a 5xx from the API server, as a lost etcd leader
+    // gives), until the test clears the faults.
+    h.cluster
+        .faults
+        .add(failing("patch", "disruptionplans.snapdrain.io/status", 500, None));
+    eventually("a status write of the plan is refused", || async {
+        h.audit()
+            .iter()
+            .any(|e| {
+                e.resource == "disruptionplans.snapdrain.io/status"
+                    && e.name.as_deref() == Some("refused")
+                    && e.code == Some(500)
+            })
+            .then_some(())
+    })
+    .await;
+    h.cluster.faults.set(Vec::new());
+    let plans: Api<snapdrain::api::DisruptionPlan> = Api::all(h.client.clone());
+    plans
+        .patch(
+            "refused",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {
+                snapdrain::controller::reconcile::ABORT_ANNOTATION: "true"}}})),
+        )
+        .await
+        .expect("abort the plan");
+    let plan = h.wait_plan("refused", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Aborted, "{:?}", status.message);
+    let after = h.node(&node).await.expect("an aborted plan keeps the node");
+    assert_eq!(
+        cordoned_or_tainted(&after),
+        (false, false),
+        "snapdrain cordoned and tainted the node, so the rollback must undo both: {:?}",
+        status.nodes
+    );
+    controller.shutdown().await;
+}

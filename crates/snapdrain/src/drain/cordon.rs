@@ -59,6 +59,24 @@ fn is_cordoned(node: &Node) -> bool {
         .unwrap_or(false)
 }
 
+/// What [`cordon_and_taint`] would change on `node` as it is now (`None`: the node is gone). The plan
+/// records this as its ownership intent and writes it before the cordon, so that a status write lost
+/// after the patch cannot make the cordon look like someone else's.
+pub async fn pending_marks(client: &Client, node: &str) -> Result<Option<Marked>, DrainError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let current = nodes
+        .get_opt(node)
+        .await
+        .map_err(|source| DrainError::ReadNode {
+            node: node.to_string(),
+            source,
+        })?;
+    Ok(current.map(|n| Marked {
+        cordoned: !is_cordoned(&n),
+        tainted: with_drain_taint(taints_of(&n)).is_some(),
+    }))
+}
+
 /// Marks `node` unschedulable and adds snapdrain's `snapdrain.io/draining:NoSchedule` taint.
 pub async fn cordon_and_taint(client: &Client, node: &str) -> Result<Marked, DrainError> {
     let nodes: Api<Node> = Api::all(client.clone());
