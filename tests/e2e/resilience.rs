@@ -218,9 +218,12 @@ async fn a_refused_status_write_after_the_cordon_still_uncordons_on_abort() {
     h.wait_phase("refused", PlanPhase::Cordoning).await;
     // Every status write is refused from here on (a 5xx from the API server, as a lost etcd leader
     // gives), until the test clears the faults.
-    h.cluster
-        .faults
-        .add(failing("patch", "disruptionplans.snapdrain.io/status", 500, None));
+    h.cluster.faults.add(failing(
+        "patch",
+        "disruptionplans.snapdrain.io/status",
+        500,
+        None,
+    ));
     eventually("a status write of the plan is refused", || async {
         h.audit()
             .iter()
