@@ -24,7 +24,8 @@ use serde::{Deserialize, Deserializer};
 #[derive(Clone, Debug)]
 pub enum Lenient<K> {
     Decoded(K),
-    Undecodable(Undecodable),
+    /// Boxed: rare, and much larger than a decoded object's handle.
+    Undecodable(Box<Undecodable>),
 }
 
 /// An object that did not decode: its metadata (when that much could be read) and why.
@@ -64,12 +65,12 @@ impl<'de, K: DeserializeOwned> Deserialize<'de> for Lenient<K> {
         let raw = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
         Ok(match serde_json::from_str::<K>(raw.get()) {
             Ok(k) => Self::Decoded(k),
-            Err(e) => Self::Undecodable(Undecodable {
+            Err(e) => Self::Undecodable(Box::new(Undecodable {
                 metadata: serde_json::from_str::<MetadataOnly>(raw.get())
                     .map(|m| m.metadata)
                     .unwrap_or_default(),
                 error: e.to_string(),
-            }),
+            })),
         })
     }
 }
