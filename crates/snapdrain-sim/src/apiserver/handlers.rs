@@ -794,3 +794,30 @@ fn nesting(body: &[u8]) -> usize {
     }
     deepest
 }
+
+#[cfg(test)]
+mod deep_json_tests {
+    use super::*;
+
+    #[test]
+    fn nesting_counts_arrays_and_objects_outside_strings() {
+        assert_eq!(nesting(br#"{"a":[1,{"b":2}]}"#), 3);
+        // Brackets and escaped quotes inside strings are text.
+        assert_eq!(nesting(br#"{"a":"[[{\"[","b":1}"#), 1);
+        assert_eq!(nesting(b"1"), 0);
+    }
+
+    #[test]
+    fn bodies_deeper_than_serde_jsons_default_are_accepted_up_to_the_limit() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(
+            serde_json::from_str::<Value>(&deep(200)).is_err(),
+            "serde_json's own limit is 128"
+        );
+        assert!(deep_json(deep(200).as_bytes()).is_ok());
+        assert!(deep_json(deep(MAX_JSON_DEPTH).as_bytes()).is_ok());
+        let err = deep_json(deep(MAX_JSON_DEPTH + 1).as_bytes()).expect_err("too deep");
+        assert!(format!("{err:?}").contains("exceeded max depth"), "{err:?}");
+        assert!(deep_json(b"{} trailing").is_err());
+    }
+}

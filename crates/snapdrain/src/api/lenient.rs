@@ -3,7 +3,8 @@
 //!
 //! kube-client decodes a whole LIST response (or watch line) with serde_json, whose recursion limit is
 //! 128 levels. The API server stores much deeper JSON under `x-kubernetes-preserve-unknown-fields`
-//! (a plan's Bottlerocket `settings`), and it stores objects written before a schema change that the
+//! (a plan's Bottlerocket `settings`): it decodes with sigs.k8s.io/json, a fork of Go's encoding/json,
+//! whose scanner allows 10,000 levels (`maxNestingDepth` in `encoding/json/scanner.go`), and it stores objects written before a schema change that the
 //! current types refuse. Without this wrapper one such object fails the LIST, the watcher never syncs,
 //! no plan is reconciled and the gate answers 500 for every eviction (security review H-1).
 //!
@@ -13,10 +14,12 @@
 //! wrong and what is wrong with it.
 
 use std::borrow::Cow;
+use std::fmt::Debug;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::Resource;
-use kube::runtime::watcher;
+use kube::api::{Api, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
@@ -108,12 +111,45 @@ impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
     }
 }
 
+/// Every object of kind `K` that decodes, listed cluster-wide; one that does not is left out instead
+/// of failing the list.
+pub async fn list_decoded<K>(client: &Client) -> Result<Vec<K>, kube::Error>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug,
+{
+    Ok(Api::<Lenient<K>>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(Lenient::into_decoded)
+        .collect())
+}
+
+/// A cluster-wide watch (with kube-runtime's default backoff) of the objects of kind `K` that decode,
+/// for a reflector of `K`: each object that does not decode goes to `report` instead (see
+/// [`decodable`]).
+pub fn watch_decoded<K>(
+    client: Client,
+    stub: fn(ObjectMeta) -> K,
+    report: impl Fn(&Undecodable) + Send + 'static,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + Sync + 'static,
+{
+    decodable(
+        watcher(Api::<Lenient<K>>::all(client), watcher::Config::default()).default_backoff(),
+        stub,
+        report,
+    )
+}
+
 /// A watch over [`Lenient`] objects as a watch over the ones that decode, for a reflector of `K`: each
 /// object that does not decode goes to `report` instead. A stored object that stops decoding keeps its
 /// last decoded version in the reflector (its controller acts on what it last understood, and its
 /// writes, guarded by the old resourceVersion, are refused); its deletion still removes it, through
 /// `stub`, which makes a `K` from metadata alone for the reflector to look up by name.
-pub fn decodable<K, S>(
+fn decodable<K, S>(
     events: S,
     stub: fn(ObjectMeta) -> K,
     report: impl Fn(&Undecodable) + Send + 'static,

@@ -19,7 +19,7 @@ use super::health::{Health, LeadLoopGuard, ReconcileGuard};
 use super::reconcile::{error_policy, reconcile, record_phases};
 use super::{holds, leader, policy, server, signals, undecodable};
 use crate::api::DisruptionPlan;
-use crate::api::lenient::{self, Lenient};
+use crate::api::lenient;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::api::velero::Backup;
 use crate::planning::backups::{PLAN_ANNOTATION, PLAN_LABEL};
@@ -317,17 +317,9 @@ async fn run_controller(
     // is still reconciled (api::lenient).
     let (store, writer) = reflector::store::<DisruptionPlan>();
     let (undecodable_tx, undecodable_rx) = tokio::sync::mpsc::unbounded_channel();
-    let plans = lenient::decodable(
-        watcher(
-            Api::<Lenient<DisruptionPlan>>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff(),
-        undecodable::stub,
-        move |u| {
-            let _ = undecodable_tx.send(u.clone());
-        },
-    )
+    let plans = lenient::watch_decoded(client.clone(), undecodable::stub, move |u| {
+        let _ = undecodable_tx.send(u.clone());
+    })
     .reflect(writer)
     .applied_objects();
     let controller = Controller::for_stream(plans, store.clone())

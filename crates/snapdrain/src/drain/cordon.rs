@@ -59,21 +59,34 @@ fn is_cordoned(node: &Node) -> bool {
         .unwrap_or(false)
 }
 
-/// What [`cordon_and_taint`] would change on `node` as it is now (`None`: the node is gone). The plan
-/// records this as its ownership intent and writes it before the cordon, so that a status write lost
-/// after the patch cannot make the cordon look like someone else's.
-pub async fn pending_marks(client: &Client, node: &str) -> Result<Option<Marked>, DrainError> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let current = nodes
+/// The node as the API server has it now (`None`: it is gone).
+async fn read(nodes: &Api<Node>, node: &str) -> Result<Option<Node>, DrainError> {
+    nodes
         .get_opt(node)
         .await
         .map_err(|source| DrainError::ReadNode {
             node: node.to_string(),
             source,
-        })?;
-    Ok(current.map(|n| Marked {
-        cordoned: !is_cordoned(&n),
-        tainted: with_drain_taint(taints_of(&n)).is_some(),
+        })
+}
+
+/// What a cordon would change on `node`: whether it must become unschedulable, and the taint list with
+/// snapdrain's taint added (None: the taint is there already).
+fn cordon_needed(node: &Node) -> (bool, Option<Vec<Taint>>) {
+    (!is_cordoned(node), with_drain_taint(taints_of(node)))
+}
+
+/// What [`cordon_and_taint`] would change on `node` as it is now (`None`: the node is gone). The plan
+/// records this as its ownership intent and writes it before the cordon, so that a status write lost
+/// after the patch cannot make the cordon look like someone else's.
+pub async fn pending_marks(client: &Client, node: &str) -> Result<Option<Marked>, DrainError> {
+    let current = read(&Api::all(client.clone()), node).await?;
+    Ok(current.map(|n| {
+        let (cordon, taints) = cordon_needed(&n);
+        Marked {
+            cordoned: cordon,
+            tainted: taints.is_some(),
+        }
     }))
 }
 
@@ -81,18 +94,12 @@ pub async fn pending_marks(client: &Client, node: &str) -> Result<Option<Marked>
 pub async fn cordon_and_taint(client: &Client, node: &str) -> Result<Marked, DrainError> {
     let nodes: Api<Node> = Api::all(client.clone());
     for _ in 0..ATTEMPTS {
-        let current = nodes
-            .get_opt(node)
-            .await
-            .map_err(|source| DrainError::ReadNode {
-                node: node.to_string(),
-                source,
-            })?
+        let current = read(&nodes, node)
+            .await?
             .ok_or_else(|| DrainError::NodeMissing {
                 node: node.to_string(),
             })?;
-        let cordon = !is_cordoned(&current);
-        let taints = with_drain_taint(taints_of(&current));
+        let (cordon, taints) = cordon_needed(&current);
         if !cordon && taints.is_none() {
             return Ok(Marked::default());
         }

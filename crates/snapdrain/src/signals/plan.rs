@@ -6,12 +6,12 @@
 //! and joins.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde::{Deserialize, Serialize};
 
 use super::error::SignalError;
-use crate::api::lenient::Lenient;
+use crate::api::lenient;
 use crate::api::{DisruptionPlan, DisruptionPlanSpec, PlanMode, PlanPhase, PlanSource};
 use crate::planning::naming;
 
@@ -250,17 +250,12 @@ async fn decide(
     // Plans a signal made carry the node label; a person's plan naming the node does not, so all are read.
     // A list of plans is small (one per disrupted node, kept while they are wanted).
     // Decoded one by one: a plan snapdrain cannot read is left out instead of failing the list.
-    let plans: Vec<DisruptionPlan> = Api::<Lenient<DisruptionPlan>>::all(api.clone().into_client())
-        .list(&ListParams::default())
+    let plans: Vec<DisruptionPlan> = lenient::list_decoded(&api.clone().into_client())
         .await
         .map_err(|source| SignalError::List {
             node: signal.node.clone(),
             source,
-        })?
-        .items
-        .into_iter()
-        .filter_map(Lenient::into_decoded)
-        .collect();
+        })?;
     match choose(&plans, signal) {
         Choice::Join {
             plan,

@@ -27,9 +27,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Client;
-use kube::api::Api;
 use kube::runtime::events::Recorder;
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::reflector;
 
 pub use certs::Lifetimes;
 pub use error::{CertError, GateError, ReviewError};
@@ -38,7 +37,7 @@ pub use gate::{Gate, Protects};
 use tokio::sync::watch;
 
 use crate::api::DisruptionPlan;
-use crate::api::lenient::{self, Lenient};
+use crate::api::lenient;
 use crate::api::policy::{DisruptionPolicySpec, ProtectionSpec};
 use crate::planning::protection;
 use crate::telemetry::Metrics;
@@ -108,12 +107,12 @@ pub async fn start(
 ) -> Result<WebhookHandle, CertError> {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let (plans, writer) = reflector::store::<DisruptionPlan>();
-    let api: Api<Lenient<DisruptionPlan>> = Api::all(client.clone());
+    let plan_client = client.clone();
     let cache = tokio::spawn(async move {
         // One plan that cannot be decoded must not keep the cache from syncing (security review H-1);
         // the leader reports it, the gate leaves it out.
-        let plans = lenient::decodable(
-            watcher(api, watcher::Config::default()).default_backoff(),
+        let plans = lenient::watch_decoded(
+            plan_client,
             crate::controller::undecodable::stub,
             |u| tracing::debug!(plan = ?u.metadata.name, error = %u.error, "eviction gate: undecodable plan left out"),
         );

@@ -261,19 +261,14 @@ async fn effective_location(run: &PlanRun) -> Result<Option<String>, ControllerE
 /// Backup went to.
 async fn verified_records(run: &PlanRun) -> Result<Vec<BackupRecord>, ControllerError> {
     // Decoded one by one: a plan snapdrain cannot read offers no backup to reuse.
-    let plans: kube::Api<crate::api::lenient::Lenient<crate::api::DisruptionPlan>> =
-        kube::Api::all(run.ctx.client.clone());
-    let list = plans
-        .list(&kube::api::ListParams::default())
+    let list: Vec<crate::api::DisruptionPlan> = crate::api::lenient::list_decoded(&run.ctx.client)
         .await
         .map_err(|source| ControllerError::Read {
             what: "DisruptionPlans".into(),
             source,
         })?;
     Ok(list
-        .items
         .into_iter()
-        .filter_map(crate::api::lenient::Lenient::into_decoded)
         .filter(|p| p.uid() != run.plan.uid())
         .flat_map(|p| {
             let location = p.spec.backup.storage_location.clone();

@@ -145,17 +145,14 @@ pub async fn release_newcomers(run: &mut PlanRun) -> Result<Vec<String>, Control
         None => decided,
     };
     // Decoded one by one: a plan snapdrain cannot read offers no backup.
-    let plans: Api<crate::api::lenient::Lenient<DisruptionPlan>> = Api::all(run.ctx.client.clone());
-    let records: Vec<BackupRecord> = plans
-        .list(&Default::default())
+    let plans: Vec<DisruptionPlan> = crate::api::lenient::list_decoded(&run.ctx.client)
         .await
         .map_err(|source| ControllerError::Read {
             what: "DisruptionPlans (for backups of pods new on a released node)".into(),
             source,
-        })?
-        .items
+        })?;
+    let records: Vec<BackupRecord> = plans
         .into_iter()
-        .filter_map(crate::api::lenient::Lenient::into_decoded)
         .filter_map(|p| p.status)
         .flat_map(|s| s.backups)
         .collect();
