@@ -7,8 +7,8 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::cluster::ClusterArgs;
+use snapdrain::api::ABORT_ANNOTATION;
 use snapdrain::api::DisruptionPlan;
-use snapdrain::controller::reconcile::ABORT_ANNOTATION;
 
 #[derive(Debug, Args)]
 pub struct AbortArgs {

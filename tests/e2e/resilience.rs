@@ -242,7 +242,7 @@ async fn a_refused_status_write_after_the_cordon_still_uncordons_on_abort() {
             "refused",
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"annotations": {
-                snapdrain::controller::reconcile::ABORT_ANNOTATION: "true"}}})),
+                snapdrain::api::ABORT_ANNOTATION: "true"}}})),
         )
         .await
         .expect("abort the plan");

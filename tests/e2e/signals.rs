@@ -880,7 +880,7 @@ async fn aborting_a_release_plan_restores_the_holds_it_released() {
             "release-then-abort",
             &PatchParams::default(),
             &Patch::Merge(json!({"metadata": {"annotations": {
-                snapdrain::controller::reconcile::ABORT_ANNOTATION: "true"}}})),
+                snapdrain::api::ABORT_ANNOTATION: "true"}}})),
         )
         .await
         .expect("abort the plan");

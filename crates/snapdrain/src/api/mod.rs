@@ -21,6 +21,9 @@ pub use plan::{
     DisruptionPlan, DisruptionPlanSpec, DrainSpec, LaunchTemplateRef, PlanMode, PlanSource,
     ReplacementSpec, ReplacementWhen, TerminationSpec,
 };
+/// Annotation a person sets to stop a plan; it rolls back what snapdrain did.
+pub const ABORT_ANNOTATION: &str = "snapdrain.io/abort";
+
 pub use policy::{DEFAULT_POLICY, DisruptionPolicy, DisruptionPolicySpec};
 pub use status::{
     BackupRecord, DisruptionPlanStatus, NodePhase, NodeProgress, PlanPhase, ReplacementProgress,

@@ -120,6 +120,9 @@ pub struct DisruptionPlanStatus {
     pub released_pods: Vec<ReleasedPod>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_at: Option<Time>,
+    /// Release mode: how the release ended (the phase machine decides from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<ReleaseEnd>,
     /// The spec generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -165,7 +168,7 @@ impl StatusSummary {
             .filter(|n| {
                 matches!(
                     n.phase,
-                    NodePhase::Drained | NodePhase::Terminating | NodePhase::Gone
+                    NodePhase::Drained | NodePhase::Terminating | NodePhase::Gone | NodePhase::Kept
                 )
             })
             .count();
@@ -292,6 +295,8 @@ pub enum NodePhase {
     /// Instance terminated and/or Node deleted.
     Gone,
     Failed,
+    /// Drained, and kept as `spec.termination` asks (the instance and Node stay).
+    Kept,
 }
 
 /// Replacement capacity launched for one node.
@@ -320,6 +325,34 @@ pub struct ReplacementProgress {
     /// write that records the error and wakes the plan does not turn the backoff into a tight loop).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<Time>,
+}
+
+/// How a Release plan's release ended.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseEnd {
+    pub ended_at: Time,
+    pub outcome: ReleaseOutcome,
+}
+
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// The released nodes are gone: the disruptor took them.
+    NodesGone,
+    /// Every released pod left its node (a `kubectl drain`, say).
+    PodsLeft,
+    /// The release window passed first: the holds are back.
+    WindowPassed,
+    /// Protected pods no backup covers arrived on a released node: the holds are back, the next run
+    /// backs them up.
+    NewProtectedPods,
+}
+
+impl ReleaseOutcome {
+    /// The disruptor took the nodes (otherwise the release expired).
+    pub fn taken(self) -> bool {
+        matches!(self, Self::NodesGone | Self::PodsLeft)
+    }
 }
 
 /// A pod whose holds a Release plan removed.

@@ -1,6 +1,6 @@
 //! What every reconcile shares: Kubernetes clients, AWS clients, metrics, the event recorder, settings.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -11,7 +11,10 @@ use tokio::sync::OnceCell;
 use crate::cloud::ec2::Ec2Cloud;
 use crate::telemetry::Metrics;
 
+use super::clock::WallClock;
 use super::error::ControllerError;
+use super::report::Report;
+use super::step::Io;
 
 /// Settings of the controller process.
 #[derive(Clone, Debug)]
@@ -71,14 +74,21 @@ pub struct Context {
     /// the `snapdrain_evictions_total{code}` metric.
     pub eviction_client: Client,
     pub metrics: Metrics,
+    /// Events of the helper loops (signals, hold keeper); plan Events go through [`Context::report`].
     pub recorder: Recorder,
     /// Plan Events for the policy's notification webhook.
     pub notifier: crate::telemetry::Notifier,
+    /// The only way plan news goes out: after the status write that carries it.
+    pub report: Report,
+    /// The plan driver's clock.
+    pub clock: WallClock,
     pub settings: Settings,
-    ec2: OnceCell<Ec2Cloud>,
-    aws: OnceCell<aws_config::SdkConfig>,
+    pub cloud: Cloud,
     /// Consecutive reconcile failures per plan, for the error policy's backoff.
     pub failures: Mutex<HashMap<String, u32>>,
+    /// Per plan, the resourceVersions this controller's own status writes replaced: a pass that starts
+    /// from one of them works from a copy older than our last write, and waits for the cache instead.
+    pub superseded: Mutex<HashMap<String, VecDeque<String>>>,
     /// What the steps read about the cluster (pods, PVCs, StatefulSets, PDBs, VolumeAttachments, Nodes).
     pub caches: super::cache::Caches,
 }
@@ -100,16 +110,19 @@ impl Context {
         );
         let notifier =
             crate::telemetry::Notifier::start(metrics.clone(), settings.notification_retry_base);
+        let report = Report::start(recorder.clone(), notifier.clone(), metrics.clone());
         Self {
             client,
             eviction_client,
             metrics,
             recorder,
             notifier,
+            report,
+            clock: WallClock::system(),
+            cloud: Cloud::new(settings.clone()),
             settings,
-            ec2: OnceCell::new(),
-            aws: OnceCell::new(),
             failures: Mutex::new(HashMap::new()),
+            superseded: Mutex::new(HashMap::new()),
             caches,
         }
     }
@@ -122,6 +135,36 @@ impl Context {
             .await
             .map_err(ControllerError::CacheNotSynced)?;
         Ok(&self.caches)
+    }
+
+    /// What a step may use, over caches that are synced.
+    pub fn io<'a>(&'a self, caches: &'a super::cache::Caches) -> Io<'a> {
+        Io {
+            client: &self.client,
+            eviction_client: &self.eviction_client,
+            caches,
+            cloud: &self.cloud,
+            settings: &self.settings,
+            requests: &self.metrics,
+        }
+    }
+}
+
+/// EC2, Auto Scaling and snapdrain's own AWS configuration, each built on first use (plans without
+/// termination, replacement or bucket checks never need AWS).
+pub struct Cloud {
+    settings: Settings,
+    ec2: OnceCell<Ec2Cloud>,
+    aws: OnceCell<aws_config::SdkConfig>,
+}
+
+impl Cloud {
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            ec2: OnceCell::new(),
+            aws: OnceCell::new(),
+        }
     }
 
     /// snapdrain's own AWS configuration: [`Settings::aws`], or the default chain (loaded on first use,
@@ -141,7 +184,7 @@ impl Context {
             .await
     }
 
-    /// The EC2 client, built on first use (plans without termination or replacement never need AWS).
+    /// The EC2 client, built on first use.
     pub async fn ec2(&self) -> Result<&Ec2Cloud, ControllerError> {
         self.ec2
             .get_or_try_init(|| async {

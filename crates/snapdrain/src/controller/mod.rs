@@ -2,8 +2,11 @@
 //! endpoints every replica serves (`/metrics`, `/healthz`).
 //!
 //! - [`context`]: what reconciles share.
-//! - [`reconcile`]: one pass over a plan (validate, then drive the phase machine).
+//! - [`reconcile`]: the plan driver: one pass over a plan (validate, call the phase's step, write, announce, decide).
+//! - [`step`]: the contract between the driver and the steps.
 //! - [`steps`]: the work of each phase.
+//! - [`report`]: the catalogue of what a plan announces, published after the write that carries it.
+//! - [`clock`]: the driver's clock, which moves with tokio's.
 //! - [`leader`]: only the Lease holder acts.
 //! - [`policy`]: the DisruptionPolicy in force.
 //! - [`holds`]: the hold keeper (holds on every protected pod, restored when a release is over).
@@ -14,6 +17,7 @@
 //! - [`health`]: what `/healthz` answers, and the panic hook that ends the process.
 
 pub mod cache;
+pub mod clock;
 pub mod context;
 pub mod error;
 pub mod health;
@@ -22,9 +26,11 @@ pub mod leader;
 pub mod policy;
 pub mod preview;
 pub mod reconcile;
+pub mod report;
 pub mod run;
 pub mod server;
 pub mod signals;
+pub mod step;
 pub mod steps;
 pub mod undecodable;
 

@@ -1,83 +1,93 @@
-//! One reconcile pass over a DisruptionPlan: validate, then drive the phase machine
-//! ([`crate::planning::next_phase`]) as far as the cluster allows right now, persisting status after every
-//! step so that a restarted controller resumes exactly where this one stopped.
+//! The plan driver: one reconcile pass over a DisruptionPlan. Validate, then call the current phase's
+//! step ([`super::steps`]) and apply its [`Outcome`]: write the status, announce what the write carries,
+//! let the phase machine ([`crate::planning::next_phase`]) decide from the written status, and wait on
+//! the caches when the step asks. This is the only code that writes a plan's status, publishes its
+//! Events, reads the clock or waits, so a restarted controller resumes exactly where this one stopped and
+//! a refused write repeats no announcement.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
+use tracing::Instrument;
 
 use super::context::Context;
 use super::error::ControllerError;
+use super::report::{About, Note, What};
+use super::step::{Next, Outcome, PlanView};
 use super::steps;
 use crate::api::status::{DisruptionPlanStatus, PlanPhase, StatusSummary, condition};
 use crate::api::{DisruptionPlan, ValidSpec, problems_message, validate};
-use crate::planning::phase::{abort_requested, deadline_passed};
 use crate::planning::{PhaseDecision, PhaseFacts, next_phase};
 use crate::telemetry::metrics::{PhaseLabel, ReasonLabel};
 
 pub const FIELD_MANAGER: &str = "snapdrain";
-/// Annotation a person sets to stop a plan; it rolls back what snapdrain did.
-pub const ABORT_ANNOTATION: &str = "snapdrain.io/abort";
 
-/// A plan being driven in this pass.
-pub struct PlanRun {
-    pub plan: Arc<DisruptionPlan>,
-    pub ctx: Arc<Context>,
-    pub status: DisruptionPlanStatus,
-    pub valid: ValidSpec,
-    /// When the current phase began in this process (status keeps the persisted time).
-    phase_clock: Instant,
-    /// Set by a step that hit a problem no retry can fix: the plan fails (and rolls back) with this.
-    pub fail: Option<String>,
-    /// The plan's resourceVersion this pass works from: a status write from a stale copy (a reconcile
-    /// that started before our own last write reached the cache) is refused instead of undoing progress.
+/// Finalizer that holds a deleted plan until its rollback ran.
+pub const FINALIZER: &str = "snapdrain.io/rollback";
+
+/// Step calls per pass at most: checkpoints and fired waits call the step again within the pass.
+const MAX_CALLS: usize = 16;
+/// After a wait on the caches that did not fire within its slice, the plan is looked at again this soon.
+const POLL: Duration = Duration::from_secs(1);
+/// A phase that stays with nothing to wait for is looked at again after this (watches usually wake it).
+const IDLE: Duration = Duration::from_secs(30);
+/// Superseded resourceVersions remembered per plan.
+const SUPERSEDED_KEPT: usize = 16;
+
+/// The plan this pass drives, and its status as this pass knows it.
+struct Pass {
+    plan: Arc<DisruptionPlan>,
+    valid: ValidSpec,
+    status: DisruptionPlanStatus,
+    /// The status as last written (or read): a write of an unchanged status is skipped.
+    written: DisruptionPlanStatus,
+    /// The resourceVersion the next write is made over: a write from a stale copy is refused (409).
     resource_version: Option<String>,
 }
 
-impl PlanRun {
-    fn new(
-        plan: Arc<DisruptionPlan>,
-        ctx: Arc<Context>,
-        status: DisruptionPlanStatus,
-        valid: ValidSpec,
-    ) -> Self {
-        let resource_version = plan.metadata.resource_version.clone();
+impl Pass {
+    fn new(plan: Arc<DisruptionPlan>, valid: ValidSpec) -> Self {
+        let status = plan.status.clone().unwrap_or_default();
         Self {
-            plan,
-            ctx,
+            resource_version: plan.metadata.resource_version.clone(),
+            written: status.clone(),
             status,
             valid,
-            phase_clock: Instant::now(),
-            fail: None,
-            resource_version,
+            plan,
         }
     }
 
-    pub fn name(&self) -> String {
+    fn name(&self) -> String {
         self.plan.name_any()
     }
 
-    pub fn uid(&self) -> String {
-        self.plan.uid().unwrap_or_default()
+    fn view(&self, now: Timestamp) -> PlanView<'_> {
+        PlanView {
+            plan: &self.plan,
+            valid: &self.valid,
+            // What the driver itself set since the last write (decided_at on the first pass) rides along
+            // with the step's own write; every step call starts after a write.
+            status: &self.status,
+            now,
+        }
     }
 
-    pub fn now() -> Timestamp {
-        Timestamp::now()
-    }
-
-    /// Writes the whole status with server-side apply: one owner, so `force` only guards against stale
-    /// managers from older versions.
-    pub async fn save(&mut self) -> Result<(), ControllerError> {
+    /// Writes the status with server-side apply (one owner, so `force` only guards against stale
+    /// managers of older versions), over the resourceVersion this pass works from.
+    async fn write(&mut self, ctx: &Context) -> Result<(), ControllerError> {
         self.status.summary = Some(StatusSummary::of(&self.status));
         self.status.observed_generation = self.plan.metadata.generation;
-        let api: Api<DisruptionPlan> = Api::all(self.ctx.client.clone());
+        if self.status == self.written {
+            return Ok(());
+        }
+        let api: Api<DisruptionPlan> = Api::all(ctx.client.clone());
         let body = json!({
             "apiVersion": DisruptionPlan::api_version(&()),
             "kind": DisruptionPlan::kind(&()),
@@ -95,145 +105,136 @@ impl PlanRun {
                 plan: self.name(),
                 source,
             })?;
+        if let (Some(old), Ok(mut superseded)) =
+            (self.resource_version.take(), ctx.superseded.lock())
+        {
+            let kept = superseded.entry(self.name()).or_insert_with(VecDeque::new);
+            kept.push_back(old);
+            if kept.len() > SUPERSEDED_KEPT {
+                kept.pop_front();
+            }
+        }
         self.resource_version = written.metadata.resource_version;
+        self.written = self.status.clone();
         Ok(())
     }
 
-    fn completion_message(&self) -> String {
-        let nodes: Vec<&str> = self.status.nodes.iter().map(|n| n.name.as_str()).collect();
-        let evicted: u32 = self.status.nodes.iter().map(|n| n.pods_evicted).sum();
-        let verified = self.status.backups.iter().filter(|b| b.verified).count();
-        let replacements: Vec<&str> = self
-            .status
-            .nodes
-            .iter()
-            .filter_map(|n| n.replacement.as_ref().and_then(|r| r.node_name.as_deref()))
-            .collect();
-        let mut m = format!(
-            "completed: {} handled, {evicted} pod(s) evicted, {verified} backup(s) verified",
-            nodes.join(", ")
+    /// Writes, then announces what the write carries (nothing when it is refused).
+    async fn write_and_publish(
+        &mut self,
+        ctx: &Context,
+        notes: Vec<Note>,
+    ) -> Result<(), ControllerError> {
+        self.write(ctx).await?;
+        if !notes.is_empty() {
+            ctx.report.publish(&self.about(), notes);
+        }
+        Ok(())
+    }
+
+    fn about(&self) -> About<'_> {
+        About {
+            plan: self.plan.meta().name.as_deref().unwrap_or_default(),
+            reference: self.plan.object_ref(&()),
+            phase: self.status.phase,
+            nodes: if self.status.nodes.is_empty() {
+                self.plan.spec.nodes.clone()
+            } else {
+                self.status.nodes.iter().map(|n| n.name.clone()).collect()
+            },
+        }
+    }
+
+    fn set_condition(
+        &mut self,
+        type_: &str,
+        ok: bool,
+        reason: &str,
+        message: String,
+        now: Timestamp,
+    ) {
+        set_condition(
+            &mut self.status.conditions,
+            self.plan.metadata.generation,
+            Condition {
+                type_: type_.into(),
+                status: if ok { "True" } else { "False" }.into(),
+                reason: reason.into(),
+                message,
+                last_transition_time: Time(now),
+                observed_generation: self.plan.metadata.generation,
+            },
         );
-        if !replacements.is_empty() {
-            m.push_str(&format!(", replacement Ready: {}", replacements.join(", ")));
-        }
-        m
     }
 
-    pub async fn event(&self, type_: EventType, reason: &str, action: &str, note: String) {
-        let type_name = match type_ {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        };
-        let nodes: Vec<String> = if self.status.nodes.is_empty() {
-            self.plan.spec.nodes.clone()
-        } else {
-            self.status.nodes.iter().map(|n| n.name.clone()).collect()
-        };
-        self.ctx.notifier.send(crate::telemetry::Notification::new(
-            &self.name(),
-            type_name,
-            reason,
-            &note,
-            self.status.phase.as_str(),
-            &nodes,
-        ));
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: action.into(),
-            secondary: None,
-        };
-        // Events are best-effort: losing one must not stop the plan.
-        if let Err(e) = self
-            .ctx
-            .recorder
-            .publish(&event, &self.plan.object_ref(&()))
-            .await
-        {
-            tracing::warn!(plan = %self.name(), error = %e, "cannot publish event");
-        }
-    }
-
-    /// Shows a retried error in `status.message` and the Progressing condition, so `kubectl get`
-    /// says why the plan is not moving. Best effort: the error itself is what the caller returns.
-    async fn record_retrying(&mut self, phase: PlanPhase, error: &ControllerError) {
+    /// Shows a retried error in `status.message` and the Progressing condition, so `kubectl get` says
+    /// why the plan is not moving.
+    fn record_retrying(&mut self, phase: PlanPhase, error: &ControllerError, now: Timestamp) {
         let message = format!("{} is retrying: {error}", phase.as_str());
-        self.set_condition(condition::PROGRESSING, false, "Retrying", message.clone());
+        self.set_condition(
+            condition::PROGRESSING,
+            false,
+            "Retrying",
+            message.clone(),
+            now,
+        );
         self.status.message = Some(message);
-        if let Err(e) = self.save().await {
-            tracing::debug!(plan = %self.name(), error = %e, "could not record the retried error");
-        }
     }
 
-    fn clear_retrying(&mut self) {
-        if self
+    fn clear_retrying(&mut self, now: Timestamp) {
+        let retrying = self
             .status
             .conditions
             .iter()
-            .any(|c| c.type_ == condition::PROGRESSING && c.status == "False")
-        {
+            .any(|c| c.type_ == condition::PROGRESSING && c.status == "False");
+        if retrying {
             self.set_condition(
                 condition::PROGRESSING,
                 true,
                 "Progressing",
                 "the last pass succeeded".into(),
+                now,
             );
         }
     }
 
-    pub fn set_condition(&mut self, type_: &str, ok: bool, reason: &str, message: String) {
-        let status = if ok { "True" } else { "False" };
-        let now = Time(Self::now());
-        match self.status.conditions.iter_mut().find(|c| c.type_ == type_) {
-            Some(c) if c.status == status && c.reason == reason && c.message == message => {}
-            Some(c) => {
-                if c.status != status {
-                    c.last_transition_time = now;
-                }
-                c.status = status.into();
-                c.reason = reason.into();
-                c.message = message;
-                c.observed_generation = self.plan.metadata.generation;
-            }
-            None => self.status.conditions.push(Condition {
-                type_: type_.into(),
-                status: status.into(),
-                reason: reason.into(),
-                message,
-                last_transition_time: now,
-                observed_generation: self.plan.metadata.generation,
-            }),
-        }
-    }
-
-    /// Moves to the decided phase: timings, message, rollback, then (once the new phase is written)
-    /// the log line, Event and metrics.
-    async fn transition(&mut self, decision: PhaseDecision) -> Result<(), ControllerError> {
+    /// Moves to the decided phase (rolling back first when it says so); returns what to announce once
+    /// the new phase is written.
+    async fn transition(
+        &mut self,
+        ctx: &Context,
+        decision: PhaseDecision,
+        now: Timestamp,
+    ) -> Vec<Note> {
         let from = self.status.phase;
         let to = decision.phase;
-        // From the persisted start of the phase: a phase usually spans several reconciles (and restarts).
-        let seconds = match &self.status.phase_started_at {
-            Some(start) => Self::now().duration_since(start.0).as_secs_f64().max(0.0),
-            None => self.phase_clock.elapsed().as_secs_f64(),
-        };
+        // From the persisted start of the phase: a phase usually spans several passes (and restarts).
+        let seconds = self.status.phase_started_at.as_ref().map_or(0.0, |start| {
+            now.duration_since(start.0).as_secs_f64().max(0.0)
+        });
         *self
             .status
             .step_timings
             .entry(from.as_str().to_string())
             .or_insert(0.0) += seconds;
-        self.phase_clock = Instant::now();
+        let mut notes = Vec::new();
         if decision.rollback {
-            steps::rollback::run(self).await;
+            let view = PlanView {
+                plan: &self.plan,
+                valid: &self.valid,
+                status: &self.status,
+                now,
+            };
+            let undone = steps::rollback::run(&view, &ctx.io(&ctx.caches)).await;
+            self.status = undone.status;
+            notes = undone.notes;
         }
         self.status.phase = to;
-        self.status.phase_started_at = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(Self::now()),
-        );
-        match decision.message.clone() {
-            Some(m) => self.status.message = Some(m),
+        self.status.phase_started_at = Some(MicroTime(now));
+        match &decision.message {
+            Some(m) => self.status.message = Some(m.clone()),
             None if to == PlanPhase::Completed => {
-                self.status.message = Some(self.completion_message())
+                self.status.message = Some(completion_message(&self.status))
             }
             None => {}
         }
@@ -243,52 +244,57 @@ impl PlanRun {
             .unwrap_or_else(|| format!("{from} → {to}"));
         match to {
             PlanPhase::Failed | PlanPhase::Aborted => {
-                self.set_condition(condition::DONE, false, to.as_str(), note.clone())
+                self.set_condition(condition::DONE, false, to.as_str(), note.clone(), now)
             }
             PlanPhase::Completed => {
-                self.set_condition(condition::DONE, true, "Completed", note.clone())
+                self.set_condition(condition::DONE, true, "Completed", note.clone(), now)
             }
             _ => {}
         }
-        // Reported only once written: a pass that started from a stale copy of the plan (the cache
-        // behind this controller's own last write) is refused with a 409 and retried, and must not log,
-        // count or announce the same transition a second time.
-        self.save().await?;
-        self.ctx.metrics.observe_step(from.as_str(), seconds);
-        // Not a field named `message`: it would replace the event's own text in the JSON logs.
-        tracing::info!(plan = %self.name(), from = %from, to = %to, detail = decision.message.as_deref().unwrap_or(""), "plan phase changed");
-        match to {
-            PlanPhase::Failed | PlanPhase::Aborted => {
-                // An aborted plan was stopped on purpose: counted apart, so the failure rate (and
-                // anything alerting on it) sees only plans that went wrong.
-                let counter = if to == PlanPhase::Failed {
-                    &self.ctx.metrics.plans_failed
-                } else {
-                    &self.ctx.metrics.plans_aborted
-                };
-                counter
-                    .get_or_create(&ReasonLabel {
-                        reason: format!("from_{from}"),
-                    })
-                    .inc();
-                self.event(EventType::Warning, &format!("Plan{to}"), "Finish", note)
-                    .await;
-            }
-            PlanPhase::Completed => {
-                self.event(EventType::Normal, "PlanCompleted", "Finish", note)
-                    .await;
-            }
-            _ => {
-                self.event(EventType::Normal, to.as_str(), "Progress", note)
-                    .await
-            }
-        }
-        Ok(())
+        notes.push(Note {
+            what: What::PhaseChanged { from, to, seconds },
+            text: note,
+        });
+        notes
     }
 }
 
-/// Finalizer that holds a deleted plan until its rollback ran.
-pub const FINALIZER: &str = "snapdrain.io/rollback";
+/// Sets a metav1 Condition, keeping its transition time unless its status changes.
+fn set_condition(conditions: &mut Vec<Condition>, generation: Option<i64>, new: Condition) {
+    match conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(c) if c.status == new.status && c.reason == new.reason && c.message == new.message => {
+        }
+        Some(c) => {
+            if c.status != new.status {
+                c.last_transition_time = new.last_transition_time;
+            }
+            c.status = new.status;
+            c.reason = new.reason;
+            c.message = new.message;
+            c.observed_generation = generation;
+        }
+        None => conditions.push(new),
+    }
+}
+
+fn completion_message(status: &DisruptionPlanStatus) -> String {
+    let nodes: Vec<&str> = status.nodes.iter().map(|n| n.name.as_str()).collect();
+    let evicted: u32 = status.nodes.iter().map(|n| n.pods_evicted).sum();
+    let verified = status.backups.iter().filter(|b| b.verified).count();
+    let replacements: Vec<&str> = status
+        .nodes
+        .iter()
+        .filter_map(|n| n.replacement.as_ref().and_then(|r| r.node_name.as_deref()))
+        .collect();
+    let mut m = format!(
+        "completed: {} handled, {evicted} pod(s) evicted, {verified} backup(s) verified",
+        nodes.join(", ")
+    );
+    if !replacements.is_empty() {
+        m.push_str(&format!(", replacement Ready: {}", replacements.join(", ")));
+    }
+    m
+}
 
 /// Adds or removes [`FINALIZER`] (a no-op when it is already as wanted). `resource_version` is the
 /// newest this controller knows of the plan (after its own status writes, newer than `plan`'s).
@@ -328,11 +334,25 @@ async fn set_finalizer(
     }
 }
 
+/// True when `plan` is a copy this controller has already written over: the cache has not caught up
+/// with our own last write, and acting on it would redo work and end in a 409.
+fn superseded(ctx: &Context, plan: &DisruptionPlan) -> bool {
+    let (Some(rv), Ok(superseded)) = (plan.resource_version(), ctx.superseded.lock()) else {
+        return false;
+    };
+    superseded
+        .get(&plan.name_any())
+        .is_some_and(|kept| kept.contains(&rv))
+}
+
 /// Reconciles one plan.
 pub async fn reconcile(
     plan: Arc<DisruptionPlan>,
     ctx: Arc<Context>,
 ) -> Result<Action, ControllerError> {
+    if superseded(&ctx, &plan) {
+        return Ok(Action::requeue(Duration::from_millis(50)));
+    }
     let status = plan.status.clone().unwrap_or_default();
     if status.phase.is_terminal() {
         // Nothing left to undo: a finished plan can be deleted at once.
@@ -346,12 +366,14 @@ pub async fn reconcile(
     }
     let valid = match validate(&plan.spec) {
         Ok(v) => v,
-        Err(problems) => return mark_invalid(plan, ctx, status, problems_message(&problems)).await,
+        Err(problems) => return mark_invalid(plan, &ctx, problems_message(&problems)).await,
     };
-    let mut run = PlanRun::new(plan, ctx, status, valid);
-    let result = drive(&mut run).await;
-    if let Ok(mut failures) = run.ctx.failures.lock() {
-        failures.remove(&run.name());
+    let name = plan.name_any();
+    let mut pass = Pass::new(plan, valid);
+    let span = tracing::info_span!("plan", plan = %name);
+    let result = drive(&mut pass, &ctx).instrument(span).await;
+    if let Ok(mut failures) = ctx.failures.lock() {
+        failures.remove(&name);
     }
     result
 }
@@ -359,132 +381,184 @@ pub async fn reconcile(
 /// An invalid spec is recorded once and waits for a change (no hot loop).
 async fn mark_invalid(
     plan: Arc<DisruptionPlan>,
-    ctx: Arc<Context>,
-    status: DisruptionPlanStatus,
+    ctx: &Context,
     message: String,
 ) -> Result<Action, ControllerError> {
-    let already = status
+    let mut pass = Pass::new(plan, ValidSpec::default());
+    let already = pass
+        .status
         .conditions
         .iter()
         .any(|c| c.type_ == condition::VALID && c.status == "False" && c.message == message)
-        && status.observed_generation == plan.metadata.generation;
+        && pass.status.observed_generation == pass.plan.metadata.generation;
     if already {
         return Ok(Action::await_change());
     }
-    let valid = ValidSpec::default();
-    let mut run = PlanRun::new(plan, ctx, status, valid);
-    run.set_condition(condition::VALID, false, "InvalidSpec", message.clone());
-    run.status.phase = PlanPhase::Failed;
-    run.status.message = Some(format!("invalid spec: {message}"));
-    run.save().await?;
-    run.event(EventType::Warning, "InvalidSpec", "Validate", message)
-        .await;
+    let now = ctx.clock.now();
+    pass.set_condition(condition::VALID, false, "InvalidSpec", message.clone(), now);
+    pass.status.phase = PlanPhase::Failed;
+    pass.status.message = Some(format!("invalid spec: {message}"));
+    let note = Note {
+        what: What::InvalidSpec,
+        text: message,
+    };
+    pass.write_and_publish(ctx, vec![note]).await?;
     Ok(Action::await_change())
 }
 
-async fn drive(run: &mut PlanRun) -> Result<Action, ControllerError> {
-    if run.status.decided_at.is_none() {
-        run.status.decided_at = Some(Time(PlanRun::now()));
-        run.set_condition(condition::VALID, true, "Valid", "spec is valid".into());
+/// What the driver does with a step's answer.
+enum Then {
+    /// Call the step again at once (a checkpoint was written, or a wait fired).
+    Again,
+    /// End the pass.
+    Done(Action),
+}
+
+async fn drive(pass: &mut Pass, ctx: &Context) -> Result<Action, ControllerError> {
+    if pass.status.decided_at.is_none() {
+        let now = ctx.clock.now();
+        pass.status.decided_at = Some(Time(now));
+        pass.set_condition(condition::VALID, true, "Valid", "spec is valid".into(), now);
     }
-    // Each loop performs the current phase's work, then asks the phase machine where to go.
-    for _ in 0..16 {
-        let phase = run.status.phase;
-        let mut facts = PhaseFacts {
-            abort_requested: abort_requested(
-                run.plan
-                    .annotations()
-                    .get(ABORT_ANNOTATION)
-                    .map(String::as_str),
-                run.plan.meta().deletion_timestamp.is_some(),
-            ),
-            deadline_passed: deadline_passed(
-                run.plan.spec.deadline.as_ref().map(|d| d.0),
-                PlanRun::now(),
-            ),
-            ..PhaseFacts::default()
+    for _ in 0..MAX_CALLS {
+        match call(pass, ctx).await? {
+            Then::Again => continue,
+            Then::Done(action) => return Ok(action),
+        }
+    }
+    pass.write(ctx).await?;
+    Ok(Action::requeue(Duration::from_millis(100)))
+}
+
+/// One step call: run the phase's step, write, announce, decide, and wait when asked.
+async fn call(pass: &mut Pass, ctx: &Context) -> Result<Then, ControllerError> {
+    let now = ctx.clock.now();
+    let phase = pass.status.phase;
+    let facts_now = PhaseFacts::of(&pass.plan, &pass.valid, &pass.status, now);
+    let (next, notes) = if facts_now.abort_requested {
+        (Next::Decide, Vec::new())
+    } else {
+        let result = match ctx.synced_caches().await {
+            Ok(caches) => steps::run(phase, &pass.view(now), &ctx.io(caches)).await,
+            Err(e) => Err(e),
         };
-        let wait = if facts.abort_requested {
-            None
-        } else {
-            match steps::run_phase(run, phase, &mut facts).await {
-                Ok(wait) => {
-                    run.clear_retrying();
-                    wait
-                }
-                // No retry fixes RBAC, a missing Secret or a refused EC2 request: fail with the message.
-                Err(e) if e.is_permanent() => {
-                    run.fail = Some(format!("{} failed: {e}", phase.as_str()));
-                    None
-                }
-                // Past the deadline the phase machine decides, whatever the step's error.
-                Err(e) if facts.deadline_passed => {
-                    tracing::warn!(plan = %run.name(), error = %e, "step failed after the deadline");
-                    None
-                }
-                Err(e) => {
-                    run.record_retrying(phase, &e).await;
-                    return Err(e);
-                }
+        match result {
+            Ok(Outcome {
+                status,
+                next,
+                notes,
+            }) => {
+                pass.status = status;
+                (next, notes)
             }
-        };
-        let decision = match run.fail.take() {
-            Some(message) => PhaseDecision {
+            Err(e) => (Next::Retry(e), Vec::new()),
+        }
+    };
+    let decision = match next {
+        Next::Checkpoint => {
+            pass.write_and_publish(ctx, notes).await?;
+            return Ok(Then::Again);
+        }
+        // No retry fixes RBAC, a missing Secret or a refused EC2 request: fail with the message.
+        Next::Retry(e) if e.is_permanent() => {
+            Decided::Fail(format!("{} failed: {e}", phase.as_str()))
+        }
+        // Past the deadline the phase machine decides, whatever the step's error.
+        Next::Retry(e) if facts_now.deadline_passed => {
+            tracing::warn!(error = %e, "step failed after the deadline");
+            Decided::Decide(Next::Decide)
+        }
+        Next::Retry(e) => {
+            pass.record_retrying(phase, &e, now);
+            // Best effort: the error itself is what the pass returns.
+            if let Err(w) = pass.write_and_publish(ctx, notes).await {
+                tracing::debug!(error = %w, "could not record the retried error");
+            }
+            return Err(e);
+        }
+        Next::Fail(why) => Decided::Fail(why),
+        other => Decided::Decide(other),
+    };
+    let (decision, next) = match decision {
+        Decided::Fail(message) => (
+            PhaseDecision {
                 phase: PlanPhase::Failed,
                 rollback: true,
                 message: Some(message),
             },
-            None => next_phase(phase, &run.plan.spec, &facts),
-        };
-        if decision.phase != phase {
-            let missed = facts.deadline_passed && decision.phase == PlanPhase::Failed;
-            if missed {
-                run.ctx.metrics.deadlines_missed.inc();
-                run.event(
-                    EventType::Warning,
-                    "DeadlineMissed",
-                    "Deadline",
-                    format!(
-                        "spec.deadline passed in {}: {}",
-                        phase.as_str(),
-                        decision.message.clone().unwrap_or_default()
-                    ),
-                )
-                .await;
-            }
-            run.transition(decision).await?;
-            if run.status.phase.is_terminal() {
-                set_finalizer(&run.plan, &run.ctx, false, run.resource_version.clone()).await?;
-                return Ok(Action::await_change());
-            }
-            continue;
+            Next::Decide,
+        ),
+        Decided::Decide(next) => {
+            let facts = PhaseFacts::of(&pass.plan, &pass.valid, &pass.status, now);
+            (next_phase(phase, &pass.plan.spec, &facts), next)
         }
-        // A deadline is shown while it runs, and the plan is looked at again no later than it.
-        let left = run
-            .plan
-            .spec
-            .deadline
-            .as_ref()
-            .filter(|_| !run.status.phase.is_terminal())
-            .map(|d| d.0.duration_since(PlanRun::now()).unsigned_abs());
-        if let Some(left) = left {
-            let base = run.status.message.clone().unwrap_or_default();
-            let base = base
-                .split(" (deadline in ")
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            run.status.message = Some(format!("{base} (deadline in {}s)", left.as_secs()));
+    };
+    pass.clear_retrying(now);
+    let mut notes = notes;
+    if decision.phase != phase {
+        if facts_now.deadline_passed && decision.phase == PlanPhase::Failed {
+            notes.push(Note {
+                what: What::DeadlineMissed,
+                text: format!(
+                    "spec.deadline passed in {}: {}",
+                    phase.as_str(),
+                    decision.message.clone().unwrap_or_default()
+                ),
+            });
         }
-        run.save().await?;
-        let wait = wait.unwrap_or(Duration::from_secs(30));
-        return Ok(Action::requeue(match left {
-            Some(left) => wait.min(left + Duration::from_millis(100)),
-            None => wait,
-        }));
+        notes.extend(pass.transition(ctx, decision, now).await);
+        pass.write(ctx).await?;
+        let to = pass.status.phase;
+        tracing::info!(from = %phase, to = %to, detail = pass.status.message.as_deref().unwrap_or(""), "plan phase changed");
+        ctx.report.publish(&pass.about(), notes);
+        if to.is_terminal() {
+            set_finalizer(&pass.plan, ctx, false, pass.resource_version.clone()).await?;
+            return Ok(Then::Done(Action::await_change()));
+        }
+        return Ok(Then::Again);
     }
-    run.save().await?;
-    Ok(Action::requeue(Duration::from_millis(100)))
+    // A deadline is shown while it runs, and the plan is looked at again no later than it.
+    let left = pass
+        .plan
+        .spec
+        .deadline
+        .as_ref()
+        .map(|d| d.0.duration_since(now).unsigned_abs());
+    if let Some(left) = left {
+        let base = pass.status.message.clone().unwrap_or_default();
+        let base = base
+            .split(" (deadline in ")
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        pass.status.message = Some(format!("{base} (deadline in {}s)", left.as_secs()));
+    }
+    pass.write_and_publish(ctx, notes).await?;
+    let by_deadline = |d: Duration| match left {
+        Some(left) => d.min(left + Duration::from_millis(100)),
+        None => d,
+    };
+    let requeue = match next {
+        Next::Wait { wake, recheck } => {
+            let slice = recheck.min(ctx.settings.wait_slice);
+            if wake.wait(&ctx.caches, by_deadline(slice)).await {
+                return Ok(Then::Again);
+            }
+            if wake == super::step::Wake::Never {
+                recheck
+            } else {
+                recheck.min(POLL)
+            }
+        }
+        _ => IDLE,
+    };
+    Ok(Then::Done(Action::requeue(by_deadline(requeue))))
+}
+
+/// A step's answer, sorted: fail the plan, or let the phase machine decide (then maybe wait).
+enum Decided {
+    Fail(String),
+    Decide(Next),
 }
 
 /// Error policy: back off per plan, growing with consecutive failures (kube-runtime keeps no such state).

@@ -10,12 +10,14 @@
 //! - [`evictions`]: eviction tiers and eviction answer classification.
 //! - [`naming`]: Backup names, EC2 client tokens, label values.
 //! - [`phase`]: the phase machine.
+//! - [`facts`]: the phase machine's facts, from a plan's written status.
 //! - [`replacement`]: join settings, subnets, Auto Scaling decrement and join timeout of replacements.
 //! - [`taint`]: snapdrain's drain taint and toleration matching.
 
 pub mod backups;
 pub mod drain;
 pub mod evictions;
+pub mod facts;
 pub mod holds;
 pub mod inventory;
 pub mod naming;

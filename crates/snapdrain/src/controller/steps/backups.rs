@@ -1,26 +1,27 @@
 //! BackingUp: one Velero Backup per namespace and attempt, created idempotently (deterministic names), its
 //! phase followed through the controller's watch on Backups; failed attempts retried with backoff up to
-//! `backup.maxAttempts`.
+//! `backup.maxAttempts`; abandoned attempts deleted so they stop holding Velero's queue.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, MicroTime, Time};
-use kube::runtime::events::EventType;
+use k8s_openapi::jiff::Timestamp;
 
 use crate::api::plan::BackupScope;
-use crate::api::status::{AbandonedBackup, BackupRecord};
+use crate::api::status::{AbandonedBackup, BackupRecord, DisruptionPlanStatus};
+use crate::api::velero::Backup;
 use crate::backup::velero::{delete_backup_object, ensure_backup, get_backup, request_deletion};
 use crate::controller::error::ControllerError;
-use crate::controller::reconcile::PlanRun;
+use crate::controller::report::What;
+use crate::controller::step::{Io, Next, Outcome, PlanView, Wake};
 use crate::planning::backups::{
     AbandonAction, REUSE_EXPIRY_MARGIN, ReuseCheck, abandon_action, backup_timeout_left,
     build_delete_request, check_reused_backup, scope_selectors, velero_deletes_in_phase,
 };
+use crate::planning::facts::backup_namespaces;
 use crate::planning::{
-    BackupNeed, BackupProgress, PhaseFacts, PlanRef, RetryDecision, backup_name, backup_retry,
+    BackupNeed, BackupProgress, PlanRef, RetryDecision, backup_name, backup_retry,
     backup_timed_out, build_velero_backup, classify_backup, classify_backup_phase, retry_wait,
-    summarize_backups,
 };
 
 /// How long to wait before looking at a Backup again when no watch event came (the watch on Backups
@@ -29,16 +30,6 @@ const RECHECK: Duration = Duration::from_secs(30);
 
 fn min_wait(wait: &mut Option<Duration>, d: Duration) {
     *wait = Some(wait.map_or(d, |w| w.min(d)));
-}
-
-/// Namespaces this plan backs up (one record per attempt each).
-pub fn namespaces(records: &[BackupRecord]) -> Vec<String> {
-    records
-        .iter()
-        .map(|r| r.namespace.clone())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
 }
 
 /// Index of the latest attempt's record for namespace `ns`.
@@ -51,19 +42,277 @@ pub(super) fn latest_index(records: &[BackupRecord], ns: &str) -> Option<usize> 
         .map(|(i, _)| i)
 }
 
+/// Advances every namespace's latest attempt, then deletes abandoned attempts once that intent is written.
+pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
+    let mut out = v.outcome();
+    let mut wait = None;
+    for ns in backup_namespaces(&v.status.backups) {
+        if let Some(w) = advance(v, io, &ns, &mut out).await? {
+            min_wait(&mut wait, w);
+        }
+    }
+    // Intent before act: the decision to abandon is written before the deletion is asked for, so a
+    // lost write cannot make the next pass mistake Velero's deletion for an outside one.
+    if abandon_added(v.status, &out.status) {
+        return Ok(out.then(Next::Checkpoint));
+    }
+    if let Some(w) = delete_abandoned(v, io, &mut out).await? {
+        min_wait(&mut wait, w);
+    }
+    Ok(match wait {
+        Some(recheck) => out.then(Next::Wait {
+            wake: Wake::Never,
+            recheck,
+        }),
+        None => out,
+    })
+}
+
+/// True when `after` marks an attempt for deletion that `written` does not.
+pub fn abandon_added(written: &DisruptionPlanStatus, after: &DisruptionPlanStatus) -> bool {
+    after.backups.iter().any(|b| {
+        b.abandoned == Some(AbandonedBackup::DeletePending)
+            && !written
+                .backups
+                .iter()
+                .any(|w| w.name == b.name && w.abandoned == Some(AbandonedBackup::DeletePending))
+    })
+}
+
+/// Advances namespace `ns`'s latest attempt: check a reused backup, retry a failed one, create or read
+/// the current one. Returns when to look again.
+async fn advance(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    ns: &str,
+    out: &mut Outcome,
+) -> Result<Option<Duration>, ControllerError> {
+    let velero_ns = &v.plan.spec.backup.velero_namespace;
+    let Some(i) = latest_index(&out.status.backups, ns) else {
+        return Ok(None);
+    };
+    let record = out.status.backups[i].clone();
+    if record.reused && !record.verified {
+        match reused_unusable(io, velero_ns, &record, v.now).await? {
+            Some(reason) => replace_reused(out, i, &v.name(), &v.uid(), &reason),
+            // Verification in the bucket (the Verifying step) decides.
+            None => return Ok(None),
+        }
+    }
+    let record = out.status.backups[i].clone();
+    if record.reused || record.verified {
+        return Ok(None);
+    }
+    match retry(&record, v, io.settings.backup_retry_cap) {
+        Retry::No => {}
+        Retry::Wait(left) => return Ok(Some(left)),
+        Retry::Next(next, text) => {
+            out.note(What::BackupRetry, text);
+            out.status.backups.push(*next);
+        }
+    }
+    let Some(i) = latest_index(&out.status.backups, ns) else {
+        return Ok(None);
+    };
+    let record = out.status.backups[i].clone();
+    if record.phase.is_some()
+        && classify_backup_phase(record.phase.as_deref()) != BackupProgress::Waiting
+    {
+        return Ok(None);
+    }
+    // Create (or find, after a restart) this attempt's Backup, then read its phase.
+    let backup = match get_backup(io.client, velero_ns, &record.name).await? {
+        Some(b) => b,
+        // Created before (its uid is recorded) and gone now: deleted (by Velero's GC, a person, or
+        // snapdrain abandoning it on a newer copy of this status). Never re-created: that would put an
+        // abandoned attempt back into Velero's queue.
+        None if record.uid.is_some() => {
+            let entry = &mut out.status.backups[i];
+            entry.phase = Some("Deleted".into());
+            entry.completed_at.get_or_insert(MicroTime(v.now));
+            entry.message = Some(format!(
+                "Velero Backup {velero_ns}/{} no longer exists",
+                record.name
+            ));
+            return Ok(None);
+        }
+        None => {
+            let need = need_for(v, io, &record);
+            let body = build_velero_backup(
+                &need,
+                &v.plan.spec,
+                &PlanRef {
+                    name: &v.name(),
+                    uid: &v.uid(),
+                },
+                record.attempt,
+            );
+            let created = ensure_backup(io.client, &body).await?;
+            tracing::info!(backup = %record.name, namespace = %ns, attempt = record.attempt, "created Velero Backup");
+            out.note(
+                What::BackupCreated,
+                format!(
+                    "Velero Backup {velero_ns}/{} for namespace {ns} (PVCs {}), attempt {}",
+                    record.name,
+                    record.pvcs.join(", "),
+                    record.attempt
+                ),
+            );
+            created
+        }
+    };
+    Ok(observe(out, i, &backup, v.now, v.valid.backup_timeout))
+}
+
+/// What to do about a failed latest attempt.
+pub enum Retry {
+    /// Not failed, or out of attempts (the phase machine decides).
+    No,
+    /// Failed; the next attempt starts after this backoff.
+    Wait(Duration),
+    /// Failed and due: this attempt's record, and the Event text.
+    Next(Box<BackupRecord>, String),
+}
+
+/// Whether and when record `record` (the latest attempt of its namespace) is retried.
+pub fn retry(record: &BackupRecord, v: &PlanView<'_>, cap: Duration) -> Retry {
+    let max_attempts = v.plan.spec.backup.max_attempts;
+    let failure = record
+        .verification_error
+        .as_ref()
+        .map(|e| format!("verification failed: {e}"))
+        .or_else(|| match classify_backup_phase(record.phase.as_deref()) {
+            BackupProgress::Failed(reason) if record.phase.is_some() => {
+                Some(record.message.clone().unwrap_or(reason))
+            }
+            _ => None,
+        });
+    let Some(failure) = failure else {
+        return Retry::No;
+    };
+    let RetryDecision::Retry {
+        next_attempt,
+        after,
+    } = backup_retry(record.attempt, max_attempts, &failure)
+    else {
+        return Retry::No;
+    };
+    let since = record
+        .completed_at
+        .as_ref()
+        .map(|t| t.0)
+        .or(record.started_at.as_ref().map(|t| t.0))
+        .unwrap_or(v.now);
+    if let Some(left) = retry_wait(since, v.now, after.min(cap)) {
+        return Retry::Wait(left);
+    }
+    let next = BackupRecord {
+        name: backup_name(
+            &PlanRef {
+                name: &v.name(),
+                uid: &v.uid(),
+            },
+            &record.namespace,
+            next_attempt,
+        ),
+        namespace: record.namespace.clone(),
+        stateful_sets: record.stateful_sets.clone(),
+        pvcs: record.pvcs.clone(),
+        pods: record.pods.clone(),
+        attempt: next_attempt,
+        ..BackupRecord::default()
+    };
+    let text = format!(
+        "backup {} of namespace {} failed ({failure}); retrying as {} (attempt {next_attempt} of {max_attempts})",
+        record.name, record.namespace, next.name
+    );
+    Retry::Next(Box::new(next), text)
+}
+
+/// Records what Velero says of record `i`'s Backup; returns when to look again.
+pub fn observe(
+    out: &mut Outcome,
+    i: usize,
+    backup: &Backup,
+    now: Timestamp,
+    timeout: Option<Duration>,
+) -> Option<Duration> {
+    let entry = &mut out.status.backups[i];
+    let name = entry.name.clone();
+    entry.uid = backup.metadata.uid.clone();
+    // Velero writes the resolved location (the default BSL when the plan names none) into the spec.
+    if let Some(location) = backup
+        .spec
+        .storage_location
+        .clone()
+        .filter(|l| !l.is_empty())
+    {
+        entry.storage_location = Some(location);
+    }
+    if entry.started_at.is_none() {
+        entry.started_at = Some(Time(now));
+    }
+    let status = backup.status.as_ref();
+    entry.phase = status.and_then(|s| s.phase.clone()).or(Some("New".into()));
+    match classify_backup(&name, status) {
+        BackupProgress::Completed => {
+            if entry.completed_at.is_none() {
+                entry.completed_at = Some(MicroTime(now));
+                if let Some(start) = &entry.started_at {
+                    let took = now.duration_since(start.0).unsigned_abs();
+                    out.note(What::BackupCompleted { took }, String::new());
+                }
+            }
+            None
+        }
+        BackupProgress::Failed(reason) => {
+            entry.completed_at.get_or_insert(MicroTime(now));
+            entry.message = Some(reason);
+            // Still running in Velero (a phase that can only end PartiallyFailed): delete it once Velero
+            // allows, so it does not linger as a usable-looking backup.
+            if !velero_deletes_in_phase(entry.phase.as_deref()) {
+                entry.abandoned = Some(AbandonedBackup::DeletePending);
+            }
+            None
+        }
+        BackupProgress::Waiting => {
+            let created = backup
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(now, |t| t.0);
+            if backup_timed_out(created, now, timeout) {
+                entry.phase = Some("Failed".into());
+                entry.completed_at = Some(MicroTime(now));
+                entry.message = Some(format!(
+                    "Velero Backup {name} did not complete within backup.timeout"
+                ));
+                // Queued or running, it holds Velero's queue (--concurrent-backups 1): the retry would
+                // wait behind it.
+                entry.abandoned = Some(AbandonedBackup::DeletePending);
+                return None;
+            }
+            // The watch on Backups wakes the plan on the next phase change; a Queued backup may not
+            // change before its timeout, so look again then.
+            let left = backup_timeout_left(created, now, timeout)
+                .map_or(RECHECK, |l| l.max(Duration::from_millis(100)));
+            Some(left.min(RECHECK))
+        }
+    }
+}
+
 /// Rebuilds what a record's Backup must select under the plan's `backup.scope`: the recorded pods by
 /// name (`Pods`), or the StatefulSets' own selectors (`StatefulSet`; each pod by name when its
 /// StatefulSet is gone). The selectors come from the shared StatefulSet cache, not one GET each:
 /// `spec.selector` is immutable (kubernetes `pkg/apis/apps/validation/validation.go`
 /// `ValidateStatefulSetUpdate`), so a cache a moment behind gives the same selector, and a StatefulSet
 /// not in it is taken as gone (its pods by name).
-async fn need_for(run: &PlanRun, record: &BackupRecord) -> Result<BackupNeed, ControllerError> {
-    let scope = run.plan.spec.backup.scope;
+fn need_for(v: &PlanView<'_>, io: &Io<'_>, record: &BackupRecord) -> BackupNeed {
+    let scope = v.plan.spec.backup.scope;
     let mut sts_selectors: Vec<LabelSelector> = Vec::new();
     if scope == BackupScope::StatefulSet {
-        let caches = run.ctx.synced_caches().await?;
         for sts in &record.stateful_sets {
-            let found = caches.stateful_sets.get(&record.namespace, sts);
+            let found = io.caches.stateful_sets.get(&record.namespace, sts);
             if let Some(sel) = found
                 .as_deref()
                 .and_then(|s| s.spec.as_ref())
@@ -74,251 +323,34 @@ async fn need_for(run: &PlanRun, record: &BackupRecord) -> Result<BackupNeed, Co
             }
         }
     }
-    let selectors = scope_selectors(scope, &record.pods, &sts_selectors);
-    Ok(BackupNeed {
+    BackupNeed {
         namespace: record.namespace.clone(),
         stateful_sets: record.stateful_sets.clone(),
         pvcs: record.pvcs.clone(),
         pods: record.pods.clone(),
-        or_label_selectors: selectors,
+        or_label_selectors: scope_selectors(scope, &record.pods, &sts_selectors),
         reuse: None,
-    })
-}
-
-/// Advances every namespace's latest attempt; fills `facts.backups`.
-pub async fn run(
-    run: &mut PlanRun,
-    facts: &mut PhaseFacts,
-) -> Result<Option<Duration>, ControllerError> {
-    let max_attempts = run.plan.spec.backup.max_attempts;
-    let velero_ns = run.plan.spec.backup.velero_namespace.clone();
-    let mut wait: Option<Duration> = None;
-    for ns in namespaces(&run.status.backups) {
-        let Some(i) = latest_index(&run.status.backups, &ns) else {
-            continue;
-        };
-        let record = run.status.backups[i].clone();
-        if record.reused && !record.verified {
-            if let Some(reason) = reused_unusable(run, &velero_ns, &record).await? {
-                replace_reused(run, i, &ns, &reason).await;
-            } else {
-                // Verification in the bucket (the Verifying step) decides.
-                continue;
-            }
-        }
-        let record = run.status.backups[i].clone();
-        if record.reused || record.verified {
-            continue;
-        }
-        let failure = record
-            .verification_error
-            .as_ref()
-            .map(|e| format!("verification failed: {e}"))
-            .or_else(|| match classify_backup_phase(record.phase.as_deref()) {
-                BackupProgress::Failed(reason) if record.phase.is_some() => {
-                    Some(record.message.clone().unwrap_or(reason))
-                }
-                _ => None,
-            });
-        if let Some(failure) = failure {
-            match backup_retry(record.attempt, max_attempts, &failure) {
-                RetryDecision::GiveUp { .. } => {}
-                RetryDecision::Retry {
-                    next_attempt,
-                    after,
-                } => {
-                    let after = after.min(run.ctx.settings.backup_retry_cap);
-                    let since = record
-                        .completed_at
-                        .as_ref()
-                        .map(|t| t.0)
-                        .or(record.started_at.as_ref().map(|t| t.0))
-                        .unwrap_or_else(PlanRun::now);
-                    if let Some(left) = retry_wait(since, PlanRun::now(), after) {
-                        wait = Some(wait.map_or(left, |w| w.min(left)));
-                        continue;
-                    }
-                    let plan_ref_name = run.name();
-                    let plan_uid = run.uid();
-                    let plan_ref = PlanRef {
-                        name: &plan_ref_name,
-                        uid: &plan_uid,
-                    };
-                    let next = BackupRecord {
-                        name: backup_name(&plan_ref, &ns, next_attempt),
-                        attempt: next_attempt,
-                        uid: None,
-                        phase: None,
-                        verified: false,
-                        verified_objects: Vec::new(),
-                        verification_error: None,
-                        started_at: None,
-                        completed_at: None,
-                        verified_at: None,
-                        message: None,
-                        reused: false,
-                        storage_location: None,
-                        abandoned: None,
-                        ..record.clone()
-                    };
-                    run.event(EventType::Warning, "BackupRetry", "Backup", format!(
-                        "backup {} of namespace {ns} failed ({failure}); retrying as {} (attempt {next_attempt} of {max_attempts})",
-                        record.name, next.name
-                    ))
-                    .await;
-                    run.status.backups.push(next);
-                }
-            }
-        }
-        let Some(i) = latest_index(&run.status.backups, &ns) else {
-            continue;
-        };
-        let record = run.status.backups[i].clone();
-        if record.phase.is_some()
-            && !matches!(
-                classify_backup_phase(record.phase.as_deref()),
-                BackupProgress::Waiting
-            )
-        {
-            continue;
-        }
-        // Create (or find, after a restart) this attempt's Backup, then read its phase.
-        let backup = match get_backup(&run.ctx.client, &velero_ns, &record.name).await? {
-            Some(b) => b,
-            // Created before (its uid is recorded) and gone now: deleted (by Velero's GC, a person, or
-            // snapdrain abandoning it on a newer copy of this status). Never re-create it: that would
-            // put an abandoned attempt back into Velero's queue.
-            None if record.uid.is_some() => {
-                let entry = &mut run.status.backups[i];
-                entry.phase = Some("Deleted".into());
-                entry.completed_at.get_or_insert(MicroTime(PlanRun::now()));
-                entry.message = Some(format!(
-                    "Velero Backup {velero_ns}/{} no longer exists",
-                    record.name
-                ));
-                continue;
-            }
-            None => {
-                let need = need_for(run, &record).await?;
-                let plan_name = run.name();
-                let plan_uid = run.uid();
-                let body = build_velero_backup(
-                    &need,
-                    &run.plan.spec,
-                    &PlanRef {
-                        name: &plan_name,
-                        uid: &plan_uid,
-                    },
-                    record.attempt,
-                );
-                let created = ensure_backup(&run.ctx.client, &body).await?;
-                tracing::info!(plan = %plan_name, backup = %record.name, namespace = %ns, attempt = record.attempt, "created Velero Backup");
-                run.event(
-                    EventType::Normal,
-                    "BackupCreated",
-                    "Backup",
-                    format!(
-                        "Velero Backup {velero_ns}/{} for namespace {ns} (PVCs {}), attempt {}",
-                        record.name,
-                        record.pvcs.join(", "),
-                        record.attempt
-                    ),
-                )
-                .await;
-                created
-            }
-        };
-        let entry = &mut run.status.backups[i];
-        entry.uid = backup.metadata.uid.clone();
-        // Velero writes the resolved location (the default BSL when the plan names none) into the spec.
-        if let Some(location) = backup
-            .spec
-            .storage_location
-            .clone()
-            .filter(|l| !l.is_empty())
-        {
-            entry.storage_location = Some(location);
-        }
-        if entry.started_at.is_none() {
-            entry.started_at = Some(Time(PlanRun::now()));
-        }
-        let status = backup.status.as_ref();
-        entry.phase = status.and_then(|s| s.phase.clone()).or(Some("New".into()));
-        match classify_backup(&record.name, status) {
-            BackupProgress::Completed => {
-                if entry.completed_at.is_none() {
-                    let now = PlanRun::now();
-                    entry.completed_at = Some(MicroTime(now));
-                    if let Some(start) = &entry.started_at {
-                        run.ctx
-                            .metrics
-                            .backup_duration
-                            .observe(now.duration_since(start.0).as_secs_f64());
-                    }
-                }
-            }
-            BackupProgress::Failed(reason) => {
-                entry.completed_at.get_or_insert(MicroTime(PlanRun::now()));
-                entry.message = Some(reason);
-                // Still running in Velero (a phase that can only end PartiallyFailed): delete it once
-                // Velero allows, so it does not linger as a usable-looking backup.
-                if !velero_deletes_in_phase(entry.phase.as_deref()) {
-                    entry.abandoned = Some(AbandonedBackup::DeletePending);
-                }
-            }
-            BackupProgress::Waiting => {
-                let created = backup
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0)
-                    .unwrap_or_else(PlanRun::now);
-                if backup_timed_out(created, PlanRun::now(), run.valid.backup_timeout) {
-                    entry.phase = Some("Failed".into());
-                    entry.completed_at = Some(MicroTime(PlanRun::now()));
-                    entry.message = Some(format!(
-                        "Velero Backup {} did not complete within backup.timeout",
-                        record.name
-                    ));
-                    // Queued or running, it holds Velero's queue (--concurrent-backups 1): the retry
-                    // would wait behind it.
-                    entry.abandoned = Some(AbandonedBackup::DeletePending);
-                } else {
-                    // The watch on Backups wakes the plan on the next phase change; a Queued backup
-                    // may not change before its timeout, so look again then.
-                    let left =
-                        backup_timeout_left(created, PlanRun::now(), run.valid.backup_timeout)
-                            .map_or(RECHECK, |l| l.max(Duration::from_millis(100)));
-                    min_wait(&mut wait, left.min(RECHECK));
-                }
-            }
-        }
     }
-    if let Some(w) = delete_abandoned(run, &velero_ns).await? {
-        min_wait(&mut wait, w);
-    }
-    let nss = namespaces(&run.status.backups);
-    facts.backups = summarize_backups(&nss, &run.status.backups, max_attempts);
-    Ok(wait)
 }
 
 /// Why the live Backup behind reused record `record` cannot stand in for a fresh one (None: it can, once
 /// the bucket verification passes again).
 async fn reused_unusable(
-    run: &PlanRun,
+    io: &Io<'_>,
     velero_ns: &str,
     record: &BackupRecord,
+    now: Timestamp,
 ) -> Result<Option<String>, ControllerError> {
     if let Some(e) = &record.verification_error {
         return Ok(Some(format!("it failed verification in the bucket: {e}")));
     }
-    let live = get_backup(&run.ctx.client, velero_ns, &record.name).await?;
+    let live = get_backup(io.client, velero_ns, &record.name).await?;
     Ok(
         match check_reused_backup(
             &record.name,
             record.uid.as_deref(),
             live.as_ref(),
-            PlanRun::now(),
+            now,
             REUSE_EXPIRY_MARGIN,
         ) {
             ReuseCheck::Usable => None,
@@ -327,106 +359,209 @@ async fn reused_unusable(
     )
 }
 
-/// Replaces reused record `i` of namespace `ns` by this plan's own first attempt.
-async fn replace_reused(run: &mut PlanRun, i: usize, ns: &str, reason: &str) {
-    let plan_name = run.name();
-    let plan_uid = run.uid();
-    let old = run.status.backups[i].clone();
+/// Replaces reused record `i` by this plan's own first attempt.
+pub fn replace_reused(out: &mut Outcome, i: usize, plan: &str, uid: &str, reason: &str) {
+    let old = out.status.backups[i].clone();
     let fresh = BackupRecord {
-        name: backup_name(
-            &PlanRef {
-                name: &plan_name,
-                uid: &plan_uid,
-            },
-            ns,
-            1,
-        ),
-        namespace: ns.to_owned(),
+        name: backup_name(&PlanRef { name: plan, uid }, &old.namespace, 1),
+        namespace: old.namespace.clone(),
         stateful_sets: old.stateful_sets.clone(),
         pvcs: old.pvcs.clone(),
         pods: old.pods.clone(),
         attempt: 1,
         ..BackupRecord::default()
     };
-    tracing::info!(plan = %plan_name, backup = %old.name, reason, "reused backup is not usable; making a fresh one");
-    run.event(
-        EventType::Warning,
-        "ReusedBackupUnusable",
-        "Backup",
+    tracing::info!(backup = %old.name, reason, "reused backup is not usable; making a fresh one");
+    out.note(
+        What::ReusedBackupUnusable,
         format!(
-            "not reusing Velero Backup {} for namespace {ns}: {reason}; creating {}",
-            old.name, fresh.name
+            "not reusing Velero Backup {} for namespace {}: {reason}; creating {}",
+            old.name, old.namespace, fresh.name
         ),
-    )
-    .await;
-    run.status.backups[i] = fresh;
+    );
+    out.status.backups[i] = fresh;
 }
 
 /// Asks Velero (through a DeleteBackupRequest) to delete each abandoned attempt it is willing to delete
-/// now; returns when to look again for those it still refuses.
+/// now, acting only on marks already written; returns when to look again for those it still refuses.
 async fn delete_abandoned(
-    run: &mut PlanRun,
-    velero_ns: &str,
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    out: &mut Outcome,
 ) -> Result<Option<Duration>, ControllerError> {
+    let velero_ns = &v.plan.spec.backup.velero_namespace;
     let mut wait = None;
-    // Persist the decision to abandon before acting on it: if this pass's later status write is lost
-    // (a stale copy, a crash), the next pass still knows the attempt was abandoned, and finds it Gone
-    // rather than mistaking Velero's deletion for an outside one.
-    if run
-        .status
-        .backups
-        .iter()
-        .any(|b| b.abandoned == Some(AbandonedBackup::DeletePending))
-    {
-        run.save().await?;
-    }
-    for i in 0..run.status.backups.len() {
-        if run.status.backups[i].abandoned != Some(AbandonedBackup::DeletePending) {
+    for (i, written) in v.status.backups.iter().enumerate() {
+        if written.abandoned != Some(AbandonedBackup::DeletePending) {
             continue;
         }
-        let name = run.status.backups[i].name.clone();
-        let Some(backup) = get_backup(&run.ctx.client, velero_ns, &name).await? else {
-            run.status.backups[i].abandoned = Some(AbandonedBackup::Gone);
+        let name = &written.name;
+        let Some(backup) = get_backup(io.client, velero_ns, name).await? else {
+            out.status.backups[i].abandoned = Some(AbandonedBackup::Gone);
             continue;
         };
         let phase = backup.status.as_ref().and_then(|s| s.phase.as_deref());
         match abandon_action(phase, backup.spec.storage_location.as_deref()) {
-            AbandonAction::Wait => {
-                min_wait(&mut wait, RECHECK);
-                continue;
-            }
+            AbandonAction::Wait => min_wait(&mut wait, RECHECK),
             AbandonAction::DeleteObject => {
-                delete_backup_object(&run.ctx.client, velero_ns, &name).await?;
-                run.status.backups[i].abandoned = Some(AbandonedBackup::Deleted);
-                tracing::info!(plan = %run.name(), backup = %name, "deleted an abandoned backup attempt that never started");
-                run.event(
-                    EventType::Normal,
-                    "BackupDeleted",
-                    "Backup",
-                    format!(
-                        "deleted abandoned attempt {velero_ns}/{name}, still {}, so it stops holding Velero's backup queue (it never started: nothing is in the bucket)",
-                        phase.unwrap_or("New")
-                    ),
-                )
-                .await;
-                continue;
+                delete_backup_object(io.client, velero_ns, name).await?;
+                out.status.backups[i].abandoned = Some(AbandonedBackup::Deleted);
+                tracing::info!(backup = %name, "deleted an abandoned backup attempt that never started");
+                out.note(What::BackupDeleted, format!(
+                    "deleted abandoned attempt {velero_ns}/{name}, still {}, so it stops holding Velero's backup queue (it never started: nothing is in the bucket)",
+                    phase.unwrap_or("New")
+                ));
             }
-            AbandonAction::RequestDeletion => {}
+            AbandonAction::RequestDeletion => {
+                let request = build_delete_request(name, backup.metadata.uid.as_deref(), velero_ns);
+                request_deletion(io.client, &request).await?;
+                out.status.backups[i].abandoned = Some(AbandonedBackup::DeleteRequested);
+                tracing::info!(backup = %name, "requested deletion of an abandoned backup attempt");
+                out.note(What::BackupDeleteRequested, format!(
+                    "asked Velero to delete abandoned attempt {velero_ns}/{name} (DeleteBackupRequest {}) so it stops holding Velero's backup queue",
+                    crate::planning::backups::delete_request_name(name)
+                ));
+            }
         }
-        let request = build_delete_request(&name, backup.metadata.uid.as_deref(), velero_ns);
-        request_deletion(&run.ctx.client, &request).await?;
-        run.status.backups[i].abandoned = Some(AbandonedBackup::DeleteRequested);
-        tracing::info!(plan = %run.name(), backup = %name, "requested deletion of an abandoned backup attempt");
-        run.event(
-            EventType::Normal,
-            "BackupDeleteRequested",
-            "Backup",
-            format!(
-                "asked Velero to delete abandoned attempt {velero_ns}/{name} (DeleteBackupRequest {}) so it stops holding Velero's backup queue",
-                crate::planning::backups::delete_request_name(&name)
-            ),
-        )
-        .await;
     }
     Ok(wait)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{DisruptionPlan, ValidSpec};
+    use serde_json::json;
+
+    fn plan() -> DisruptionPlan {
+        serde_json::from_value(json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": "p", "uid": "u-1"}, "spec": {"nodes": ["n1"], "backup": {"maxAttempts": 3}}
+        }))
+        .expect("a plan")
+    }
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().expect("a timestamp")
+    }
+
+    fn failed(attempt: u32, completed: &str) -> BackupRecord {
+        BackupRecord {
+            name: format!("b-{attempt}"),
+            namespace: "shop".into(),
+            pvcs: vec!["data-db-0".into()],
+            attempt,
+            phase: Some("Failed".into()),
+            completed_at: Some(MicroTime(at(completed))),
+            ..BackupRecord::default()
+        }
+    }
+
+    fn view<'a>(
+        p: &'a DisruptionPlan,
+        valid: &'a ValidSpec,
+        status: &'a DisruptionPlanStatus,
+        now: &str,
+    ) -> PlanView<'a> {
+        PlanView {
+            plan: p,
+            valid,
+            status,
+            now: at(now),
+        }
+    }
+
+    #[test]
+    fn a_failed_attempt_waits_its_backoff_then_becomes_the_next_attempt() {
+        let (p, valid, status) = (
+            plan(),
+            ValidSpec::default(),
+            DisruptionPlanStatus::default(),
+        );
+        let record = failed(1, "2026-12-03T10:00:00Z");
+        let cap = Duration::from_secs(300);
+        assert!(matches!(
+            retry(
+                &record,
+                &view(&p, &valid, &status, "2026-12-03T10:00:05Z"),
+                cap
+            ),
+            Retry::Wait(_)
+        ));
+        let Retry::Next(next, text) = retry(
+            &record,
+            &view(&p, &valid, &status, "2026-12-03T10:10:00Z"),
+            cap,
+        ) else {
+            panic!("due for a retry");
+        };
+        assert_eq!(
+            (next.attempt, next.namespace.as_str(), next.pvcs.len()),
+            (2, "shop", 1)
+        );
+        assert!(next.phase.is_none() && next.uid.is_none());
+        assert!(text.contains("attempt 2 of 3"), "{text}");
+        // The last attempt is not retried: the phase machine fails the plan.
+        assert!(matches!(
+            retry(
+                &failed(3, "2026-12-03T10:00:00Z"),
+                &view(&p, &valid, &status, "2026-12-03T11:00:00Z"),
+                cap
+            ),
+            Retry::No
+        ));
+    }
+
+    #[test]
+    fn a_completed_backup_is_timed_once_and_a_stuck_one_is_abandoned() {
+        let now = at("2026-12-03T10:05:00Z");
+        let mut record = failed(1, "2026-12-03T10:00:00Z");
+        record.phase = None;
+        record.completed_at = None;
+        record.started_at = Some(Time(at("2026-12-03T10:00:00Z")));
+        let mut out = Outcome::decide(DisruptionPlanStatus {
+            backups: vec![record],
+            ..Default::default()
+        });
+        let done: Backup = serde_json::from_value(json!({
+            "apiVersion": "velero.io/v1", "kind": "Backup",
+            "metadata": {"name": "b-1", "namespace": "velero", "uid": "bu-1"},
+            "spec": {"storageLocation": "default"}, "status": {"phase": "Completed"}
+        }))
+        .expect("a Backup");
+        assert_eq!(observe(&mut out, 0, &done, now, None), None);
+        assert_eq!(
+            out.notes[0].what,
+            What::BackupCompleted {
+                took: Duration::from_secs(300)
+            }
+        );
+        assert_eq!(
+            out.status.backups[0].storage_location.as_deref(),
+            Some("default")
+        );
+        // Seen again: no second duration sample.
+        assert_eq!(observe(&mut out, 0, &done, now, None), None);
+        assert_eq!(out.notes.len(), 1);
+
+        let mut queued = done.clone();
+        queued.status = None;
+        queued.metadata.creation_timestamp = Some(Time(at("2026-12-03T09:00:00Z")));
+        let mut out = Outcome::decide(DisruptionPlanStatus {
+            backups: vec![failed(1, "2026-12-03T09:00:00Z")],
+            ..Default::default()
+        });
+        out.status.backups[0].phase = None;
+        out.status.backups[0].completed_at = None;
+        assert_eq!(
+            observe(&mut out, 0, &queued, now, Some(Duration::from_secs(600))),
+            None
+        );
+        assert_eq!(
+            out.status.backups[0].abandoned,
+            Some(AbandonedBackup::DeletePending)
+        );
+        assert!(abandon_added(&DisruptionPlanStatus::default(), &out.status));
+        assert!(!abandon_added(&out.status.clone(), &out.status));
+    }
 }

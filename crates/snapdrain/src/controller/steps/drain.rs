@@ -6,128 +6,102 @@
 //! evicted only if a verified backup of this plan covers every one of its PVCs.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backon::{ExponentialBuilder, Retryable};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::runtime::events::EventType;
 
-use super::inventory;
-use crate::api::plan::PlanMode;
-use crate::api::status::{EvictionTarget, NodePhase};
-use crate::controller::cache::Caches;
+use super::cordon::{Marks, mark_nodes};
+use super::inventory::{self, NodeInventory};
+use super::release::{release_holds, release_newcomers, released_pods_gone, restore_holds};
+use crate::api::status::{EvictionTarget, NodePhase, NodeProgress, ReleaseEnd, ReleaseOutcome};
 use crate::controller::error::ControllerError;
-use crate::controller::reconcile::PlanRun;
+use crate::controller::report::What;
+use crate::controller::step::{Io, Next, Outcome, PlanView, Wake, attachments_left};
 use crate::drain::evict::evict;
 use crate::planning::drain::{
-    Batch, drain_verdict, eviction_targets, record_refusal, remaining_targets, select_batch,
-    targeted, waiting_message,
+    Batch, eviction_targets, record_refusal, remaining_targets, select_batch, targeted,
+    waiting_message,
 };
-use crate::planning::{
-    Clock, DrainState, EvictionOutcome, NodeInputs, PhaseFacts, PlannedEviction, plan_node,
-};
+use crate::planning::inventory::{is_terminal, pvc_claims};
+use crate::planning::{EvictionOutcome, NodeInputs, PlannedEviction, plan_node};
 
-/// How one node's drain stands after this pass.
+/// How one node's drain stands after this call.
 enum NodeDrain {
     Done,
-    /// The pods evicted so far are gone: look again at once.
-    Progress,
+    /// The eviction targets are fixed now: write them before the first eviction.
+    Targets,
     /// Waiting for pods to finish terminating, for blocked evictions or for volumes to detach.
     Waiting {
-        /// What the node waits for, for `status.message`.
         message: String,
-        blocked: Vec<String>,
+        wake: Wake,
+        blocked: bool,
     },
 }
 
-pub async fn run(
-    run: &mut PlanRun,
-    facts: &mut PhaseFacts,
-) -> Result<Option<Duration>, ControllerError> {
-    if run.plan.spec.mode == PlanMode::Release {
-        return release(run, facts).await;
-    }
+pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
     // Normally done in Cordoning already (a no-op then); a plan persisted by an older controller in
     // BackingUp, Verifying or Replacing reaches Draining without it.
-    super::cordon::mark_nodes(run, true).await?;
-    let mut all_done = true;
-    let mut blocked_all = Vec::new();
-    let mut waiting = Vec::new();
-    for i in 0..run.status.nodes.len() {
+    let status = match mark_nodes(v.status, io, true).await? {
+        Marks::Intent(status) => return Ok(Outcome::decide(status).then(Next::Checkpoint)),
+        Marks::Done(status) => status,
+    };
+    let mut out = Outcome::decide(status);
+    let (mut waiting, mut wakes, mut blocked) = (Vec::new(), Vec::new(), false);
+    for i in 0..out.status.nodes.len() {
         if matches!(
-            run.status.nodes[i].phase,
+            out.status.nodes[i].phase,
             NodePhase::Drained | NodePhase::Gone
         ) {
             continue;
         }
-        let mut outcome = NodeDrain::Progress;
-        for _ in 0..8 {
-            outcome = drain_node(run, i).await?;
-            if !matches!(outcome, NodeDrain::Progress) {
-                break;
-            }
-        }
-        match outcome {
-            NodeDrain::Done => run.status.nodes[i].phase = NodePhase::Drained,
-            NodeDrain::Progress => {
-                all_done = false;
-                run.status.nodes[i].phase = NodePhase::Draining;
-                waiting.push(format!("node {}: evicting", run.status.nodes[i].name));
-            }
-            NodeDrain::Waiting { message, blocked } => {
-                all_done = false;
-                run.status.nodes[i].phase = NodePhase::Draining;
-                blocked_all.extend(blocked);
+        match drain_node(v, io, i, &mut out).await? {
+            NodeDrain::Done => out.status.nodes[i].phase = NodePhase::Drained,
+            NodeDrain::Targets => return Ok(out.then(Next::Checkpoint)),
+            NodeDrain::Waiting {
+                message,
+                wake,
+                blocked: b,
+            } => {
+                out.status.nodes[i].phase = NodePhase::Draining;
                 waiting.push(message);
+                wakes.push(wake);
+                blocked |= b;
             }
         }
     }
-    let started = run
-        .status
-        .phase_started_at
-        .as_ref()
-        .map(|t| t.0)
-        .unwrap_or_else(PlanRun::now);
-    facts.drain = drain_verdict(
-        all_done,
-        started,
-        PlanRun::now(),
-        run.valid.drain_timeout,
-        &blocked_all,
-    );
-    if facts.drain != DrainState::InProgress {
-        return Ok(None);
+    if wakes.is_empty() {
+        return Ok(out);
     }
-    run.status.message = Some(waiting.join("; "));
-    Ok(Some(Duration::from_millis(500)))
+    out.status.message = Some(waiting.join("; "));
+    // Refused evictions are asked again soon; otherwise wait for the pods (by watch) a whole slice.
+    let recheck = if blocked {
+        Duration::from_millis(500)
+    } else {
+        io.settings.wait_slice
+    };
+    Ok(out.then(Next::Wait {
+        wake: Wake::Any(wakes),
+        recheck,
+    }))
 }
 
-fn claims_of(pod: &Pod) -> Vec<String> {
-    let ns = pod.namespace().unwrap_or_default();
-    crate::planning::inventory::pvc_claims(pod)
-        .map(|c| format!("{ns}/{c}"))
-        .collect()
-}
-
-async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, ControllerError> {
-    let client = run.ctx.client.clone();
-    let caches = run.ctx.synced_caches().await?.clone();
-    let node_name = run.status.nodes[index].name.clone();
-    let Some(inv) = inventory::node_inventory(&client, &caches, &node_name).await? else {
+/// One node: fix its targets, evict the next batch, and say what it waits for.
+async fn drain_node(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    i: usize,
+    out: &mut Outcome,
+) -> Result<NodeDrain, ControllerError> {
+    let node_name = out.status.nodes[i].name.clone();
+    let Some(inv) = inventory::node_inventory(io.client, io.caches, &node_name).await? else {
         // The node is already gone (someone else terminated it): nothing left to drain.
         return Ok(NodeDrain::Done);
     };
-    let decided_at = run
-        .status
-        .decided_at
-        .as_ref()
-        .map(|t| t.0)
-        .unwrap_or_else(PlanRun::now);
-    let now = PlanRun::now();
     let inputs = NodeInputs {
         node: &inv.node,
         pods: &inv.pods,
@@ -136,22 +110,18 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
         pdbs: &inv.pdbs,
         existing_backups: &[],
     };
-    let plan = plan_node(
-        &inputs,
-        &run.plan.spec,
-        &run.valid,
-        Clock { decided_at, now },
-    );
-    // The pods to evict are fixed on the first pass, by UID: a DaemonSet or tolerating pod that comes
-    // back later is not waited for (kubectl likewise waits only for the pods it evicted).
-    let targets = run.status.nodes[index]
-        .eviction_targets
-        .get_or_insert_with(|| eviction_targets(&plan.evictions))
-        .clone();
+    let plan = plan_node(&inputs, &v.plan.spec, v.valid, v.clock());
+    // The pods to evict are fixed on the first look, by UID, and written before any eviction: a
+    // DaemonSet or tolerating pod that comes back later is not waited for (kubectl likewise waits only
+    // for the pods it evicted).
+    let Some(targets) = out.status.nodes[i].eviction_targets.clone() else {
+        out.status.nodes[i].eviction_targets = Some(eviction_targets(&plan.evictions));
+        return Ok(NodeDrain::Targets);
+    };
     let present: BTreeSet<String> = inv
         .pods
         .iter()
-        .filter(|p| !crate::planning::inventory::is_terminal(p))
+        .filter(|p| !is_terminal(p))
         .filter_map(|p| p.uid())
         .collect();
     let remaining: Vec<EvictionTarget> = remaining_targets(&targets, &present)
@@ -159,41 +129,79 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
         .cloned()
         .collect();
     let candidates = targeted(&plan.evictions, &targets);
-    let pod_of = |e: &PlannedEviction| {
-        inv.pods.iter().find(|p| {
-            p.namespace().as_deref() == Some(e.namespace.as_str()) && p.name_any() == e.name
-        })
-    };
-    let Batch {
-        send: batch,
-        held: mut blocked,
-    } = select_batch(
+    let Batch { send, held } = select_batch(
         &candidates,
-        |e| pod_of(e).map(claims_of).unwrap_or_default(),
-        &run.status.backups,
-        run.plan.spec.backup.policy,
+        |e| pod_of(&inv, e).map(claims_of).unwrap_or_default(),
+        &v.status.backups,
+        v.plan.spec.backup.policy,
         &targets,
-        now,
+        v.now,
     );
+    let results = evict_all(v, io, send).await;
+    let blocked = record_evictions(&mut out.status.nodes[i], held, &results, v.now);
+    if !blocked.is_empty() {
+        out.note(
+            What::EvictionBlocked,
+            format!("node {node_name}: {}", blocked.join("; ")),
+        );
+    }
+    let blocked_now = out.status.nodes[i].blocked_by.is_some();
+    if remaining.is_empty() {
+        return Ok(volumes(io, &inv, &node_name, &mut out.status.nodes[i]));
+    }
+    let refs: Vec<&EvictionTarget> = remaining.iter().collect();
+    let blocked_list: Vec<String> = out.status.nodes[i].blocked_by.iter().cloned().collect();
+    Ok(NodeDrain::Waiting {
+        message: waiting_message(&node_name, &refs, targets.len(), &blocked_list),
+        wake: Wake::PodsLeft {
+            node: node_name,
+            uids: remaining.into_iter().map(|t| t.uid).collect(),
+        },
+        blocked: blocked_now,
+    })
+}
 
-    let concurrency = run.plan.spec.drain.max_concurrent_evictions.max(1) as usize;
-    let grace = run.plan.spec.drain.grace_period_seconds;
-    let budget = run.ctx.settings.wait_slice;
-    let ctx = run.ctx.clone();
-    let results: Vec<(PlannedEviction, EvictionOutcome)> = futures::stream::iter(batch)
-        .map(|e| {
-            let ctx = ctx.clone();
-            async move {
-                let outcome = evict_with_retry(&ctx, &e, grace, budget).await;
-                (e, outcome)
-            }
+fn pod_of<'a>(inv: &'a NodeInventory, e: &PlannedEviction) -> Option<&'a Pod> {
+    inv.pods
+        .iter()
+        .find(|p| p.namespace().as_deref() == Some(e.namespace.as_str()) && p.name_any() == e.name)
+}
+
+fn claims_of(pod: &Pod) -> Vec<String> {
+    let ns = pod.namespace().unwrap_or_default();
+    pvc_claims(pod).map(|c| format!("{ns}/{c}")).collect()
+}
+
+/// Sends the batch with bounded concurrency.
+async fn evict_all(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    batch: Vec<PlannedEviction>,
+) -> Vec<(PlannedEviction, EvictionOutcome)> {
+    let concurrency = v.plan.spec.drain.max_concurrent_evictions.max(1) as usize;
+    let grace = v.plan.spec.drain.grace_period_seconds;
+    let budget = io.settings.wait_slice;
+    futures::stream::iter(batch)
+        .map(|e| async move {
+            let outcome = evict_with_retry(io, &e, grace, budget).await;
+            (e, outcome)
         })
         .buffer_unordered(concurrency)
         .collect()
-        .await;
+        .await
+}
+
+/// Records the answers to a node's evictions: counts, refusals backed off (in the status, so a restarted
+/// controller keeps the pace), and what blocks the node. Returns what blocks it when that changed (for
+/// an Event: when it changes, not on every pass).
+fn record_evictions(
+    node: &mut NodeProgress,
+    mut blocked: Vec<String>,
+    results: &[(PlannedEviction, EvictionOutcome)],
+    now: Timestamp,
+) -> Vec<String> {
     let mut evicted = 0u32;
-    let mut refused = Vec::new();
-    for (e, outcome) in &results {
+    for (e, outcome) in results {
         match outcome {
             EvictionOutcome::Evicted | EvictionOutcome::AlreadyGone => evicted += 1,
             EvictionOutcome::RetryAfter { reason, .. } => {
@@ -201,80 +209,67 @@ async fn drain_node(run: &mut PlanRun, index: usize) -> Result<NodeDrain, Contro
             }
             EvictionOutcome::Failed { message } => {
                 blocked.push(format!("{}/{}: {message}", e.namespace, e.name));
-                refused.push((e.uid.clone(), message.clone()));
+                // A refusal (RBAC, a webhook) is not asked again at once: the pod backs off.
+                if let Some(t) = node
+                    .eviction_targets
+                    .as_mut()
+                    .and_then(|ts| ts.iter_mut().find(|t| Some(&t.uid) == e.uid.as_ref()))
+                {
+                    record_refusal(t, message, now);
+                }
             }
         }
     }
     if evicted > 0 {
-        tracing::info!(plan = %run.name(), node = %node_name, evicted, "evictions accepted");
-    }
-    let node = &mut run.status.nodes[index];
-    // A refusal (RBAC, a webhook) is not asked again at once: the pod backs off, recorded in the status
-    // so a restarted controller keeps the pace.
-    if let Some(targets) = node.eviction_targets.as_mut() {
-        for (uid, message) in &refused {
-            if let Some(t) = targets.iter_mut().find(|t| Some(&t.uid) == uid.as_ref()) {
-                record_refusal(t, message, now);
-            }
-        }
+        tracing::info!(node = %node.name, evicted, "evictions accepted");
     }
     node.pods_evicted += evicted;
     node.pods_blocked = blocked.len() as u32;
     let blocked_by = (!blocked.is_empty()).then(|| blocked.join("; "));
     let changed = node.blocked_by != blocked_by;
     node.blocked_by = blocked_by;
-    // An Event when what blocks the node changes, not on every pass.
-    if changed && !blocked.is_empty() {
-        let note = format!("node {node_name}: {}", blocked.join("; "));
-        run.event(EventType::Warning, "EvictionBlocked", "Drain", note)
-            .await;
-    }
+    if changed { blocked } else { Vec::new() }
+}
 
-    if remaining.is_empty() {
-        // Everything still on the node stays (DaemonSet, mirror and tolerating pods): their volumes stay
-        // attached.
-        let staying: BTreeSet<String> = inv
-            .pods
-            .iter()
-            .filter(|p| !crate::planning::inventory::is_terminal(p))
-            .flat_map(|p| {
-                crate::planning::inventory::pvc_claims(p)
-                    .map(str::to_string)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        return Ok(wait_volumes(run, &caches, &node_name, &inv.pvcs, &staying).await);
-    }
-    let remaining_refs: Vec<&EvictionTarget> = remaining.iter().collect();
-    let message = waiting_message(&node_name, &remaining_refs, targets.len(), &blocked);
-    // Wait (by watch) for the targets to leave, bounded by the slice; the next pass continues.
-    let uids: BTreeSet<String> = remaining.iter().map(|t| t.uid.clone()).collect();
-    let slice = if blocked.is_empty() {
-        budget
-    } else {
-        Duration::from_millis(500)
-    };
-    // The pod cache's node index: re-checked after every pod change, no watch of our own.
-    let gone = caches
+/// After the pods left: wait for the VolumeAttachments of their volumes to go (Karpenter does too), so a
+/// StatefulSet pod rescheduled elsewhere can attach its volume. Volumes of pods that stay (DaemonSets,
+/// mirror and tolerating pods) keep their attachments.
+fn volumes(io: &Io<'_>, inv: &NodeInventory, node: &str, progress: &mut NodeProgress) -> NodeDrain {
+    let staying_claims: BTreeSet<&str> = inv
         .pods
-        .wait_until(slice, |pods| {
-            !pods
-                .indexed(&node_name)
-                .iter()
-                .any(|p| p.uid().is_some_and(|u| uids.contains(u)))
-        })
-        .await;
-    Ok(if gone && blocked.is_empty() {
-        NodeDrain::Progress
-    } else {
-        NodeDrain::Waiting { message, blocked }
-    })
+        .iter()
+        .filter(|p| !is_terminal(p))
+        .flat_map(pvc_claims)
+        .collect();
+    let keep_pvs: BTreeSet<String> = inv
+        .pvcs
+        .iter()
+        .filter(|c| staying_claims.contains(c.name_any().as_str()))
+        .filter_map(|c| c.spec.as_ref().and_then(|s| s.volume_name.clone()))
+        .collect();
+    if attachments_left(&io.caches.volume_attachments.indexed(node), node, &keep_pvs) == 0 {
+        return NodeDrain::Done;
+    }
+    // Named in the timeout's message if it comes to that.
+    progress.blocked_by = Some(format!(
+        "node {node}: waiting for VolumeAttachments to detach"
+    ));
+    NodeDrain::Waiting {
+        message: format!(
+            "node {node}: evicted pods are gone; waiting for their VolumeAttachments to detach"
+        ),
+        wake: Wake::AttachmentsGone {
+            node: node.to_owned(),
+            keep_pvs,
+        },
+        blocked: false,
+    }
 }
 
 /// Sends one eviction, retrying "come back later" answers with jittered exponential backoff (honouring
 /// the server's retryAfter) until `budget` is spent.
 async fn evict_with_retry(
-    ctx: &crate::controller::context::Context,
+    io: &Io<'_>,
     e: &PlannedEviction,
     grace: Option<i64>,
     budget: Duration,
@@ -282,8 +277,8 @@ async fn evict_with_retry(
     let start = Instant::now();
     let uid = e.uid.clone().unwrap_or_default();
     let attempt = || async {
-        let r = evict(&ctx.eviction_client, &e.namespace, &e.name, &uid, grace).await;
-        ctx.metrics.eviction(r.code);
+        let r = evict(io.eviction_client, &e.namespace, &e.name, &uid, grace).await;
+        io.requests.eviction(r.code);
         match r.outcome {
             retry @ EvictionOutcome::RetryAfter { .. } => Err(retry),
             other => Ok(other),
@@ -309,156 +304,198 @@ async fn evict_with_retry(
     }
 }
 
-/// After the pods left: wait for the VolumeAttachments of their volumes to go (Karpenter does too), so a
-/// StatefulSet pod rescheduled elsewhere can attach its volume.
-async fn wait_volumes(
-    run: &PlanRun,
-    caches: &Caches,
-    node: &str,
-    pvcs: &[k8s_openapi::api::core::v1::PersistentVolumeClaim],
-    staying_claims: &BTreeSet<String>,
-) -> NodeDrain {
-    // PVs used by pods that stay (DaemonSets) keep their attachments.
-    let staying_pvs: BTreeSet<String> = pvcs
-        .iter()
-        .filter(|c| staying_claims.contains(&c.name_any()))
-        .filter_map(|c| c.spec.as_ref().and_then(|s| s.volume_name.clone()))
-        .collect();
-    let node_owned = node.to_string();
-    let pending = |vas: &[Arc<VolumeAttachment>]| {
-        vas.iter()
-            .filter(|va| va.spec.node_name == node_owned)
-            .filter(|va| {
-                va.spec
-                    .source
-                    .persistent_volume_name
-                    .as_ref()
-                    .is_none_or(|pv| !staying_pvs.contains(pv))
-            })
-            .count()
-    };
-    let done = caches
-        .volume_attachments
-        .wait_until(run.ctx.settings.wait_slice, |vas| {
-            pending(&vas.indexed(node)) == 0
-        })
-        .await;
-    if done {
-        NodeDrain::Done
-    } else {
-        NodeDrain::Waiting {
-            message: format!(
-                "node {node}: evicted pods are gone; waiting for their VolumeAttachments to detach"
-            ),
-            // Named in the timeout's message if it comes to that.
-            blocked: vec![format!(
-                "node {node}: waiting for VolumeAttachments to detach"
-            )],
-        }
+/// Release mode: the holds of the pods the verified backups cover are released; Karpenter (or whoever
+/// disrupts) drains and terminates. The release ends when the nodes are gone or every released pod has
+/// left them (a `kubectl drain` leaves the node), or, when the release window passes first or protected
+/// pods no backup covers arrive, with the holds restored and the backup reusable.
+pub async fn release(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
+    let mut out = v.outcome();
+    if v.status.released_at.is_none() {
+        let (released, changed) = release_holds(v, io).await?;
+        let nodes: Vec<&str> = v.status.nodes.iter().map(|n| n.name.as_str()).collect();
+        out.note(What::HoldsReleased { pods: changed }, format!(
+            "released the holds of {} pod(s) whose backups are verified; the disruptor may now drain {}",
+            released.len(),
+            nodes.join(", ")
+        ));
+        out.status.released_pods = released;
+        out.status.released_at = Some(Time(v.now));
     }
+    for n in out
+        .status
+        .nodes
+        .iter_mut()
+        .filter(|n| n.phase != NodePhase::Gone)
+    {
+        n.phase = NodePhase::Released;
+    }
+    let released_at = out.status.released_at.as_ref().map_or(v.now, |t| t.0);
+    let window_left = v
+        .valid
+        .release_window
+        .saturating_sub(v.now.duration_since(released_at).unsigned_abs());
+    let names: Vec<String> = v.status.nodes.iter().map(|n| n.name.clone()).collect();
+    // "Gone" ends the plan: confirmed by the API, never concluded from the cache alone.
+    let cached_gone = names.iter().all(|n| io.caches.nodes.get("", n).is_none());
+    if cached_gone && all_gone(io, &names).await? {
+        for n in out.status.nodes.iter_mut() {
+            n.phase = NodePhase::Gone;
+        }
+        return Ok(ended(
+            out,
+            ReleaseOutcome::NodesGone,
+            "released nodes are gone",
+            v.now,
+        ));
+    }
+    let (newly, uncovered) = release_newcomers(v, io, &out.status.released_pods).await?;
+    if !newly.is_empty() {
+        out.note(
+            What::NewcomersReleased {
+                pods: newly.len() as u64,
+            },
+            String::new(),
+        );
+        out.status.released_pods.extend(newly);
+    }
+    if released_pods_gone(&out.status.released_pods, io).await? {
+        return Ok(ended(
+            out,
+            ReleaseOutcome::PodsLeft,
+            "every released pod has left its node",
+            v.now,
+        ));
+    }
+    let held = !uncovered.is_empty();
+    if held || window_left.is_zero() {
+        // Held pods no backup covers would keep the node forever: this run makes way for the next, which
+        // backs them up (reusing this run's verified backups for the others).
+        let restored = restore_holds(&out.status.released_pods, io).await;
+        out.note(
+            What::HoldsRestored {
+                pods: restored as u64,
+                event: false,
+            },
+            String::new(),
+        );
+        let nodes = names.join(", ");
+        let (outcome, what, text) = if held {
+            (
+                ReleaseOutcome::NewProtectedPods,
+                What::NewProtectedPods,
+                format!(
+                    "protected pods arrived on {nodes} after the backup ({}): restored {restored} hold(s); the next run backs them up",
+                    uncovered.join(", ")
+                ),
+            )
+        } else {
+            (
+                ReleaseOutcome::WindowPassed,
+                What::ReleaseWindowPassed,
+                format!(
+                    "the disruptor did not take {nodes} within the release window ({}s): restored the holds of {restored} pod(s)",
+                    v.valid.release_window.as_secs()
+                ),
+            )
+        };
+        out.note(what, text.clone());
+        return Ok(ended(out, outcome, &text, v.now));
+    }
+    out.status.message = Some(format!(
+        "backups verified, holds released; waiting for the disruptor to drain (release window: {}s left)",
+        window_left.as_secs()
+    ));
+    let gone = v
+        .status
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.uid.clone()))
+        .collect();
+    Ok(out.then(Next::Wait {
+        wake: Wake::NodesGone(gone),
+        recheck: window_left.max(Duration::from_millis(100)),
+    }))
 }
 
-async fn all_gone(run: &PlanRun, names: &BTreeSet<String>) -> Result<bool, ControllerError> {
+/// Records how the release ended; the phase machine decides from it.
+fn ended(mut out: Outcome, outcome: ReleaseOutcome, message: &str, now: Timestamp) -> Outcome {
+    out.status.release = Some(ReleaseEnd {
+        ended_at: Time(now),
+        outcome,
+    });
+    out.status.message = Some(message.to_owned());
+    out
+}
+
+async fn all_gone(io: &Io<'_>, names: &[String]) -> Result<bool, ControllerError> {
     for n in names {
-        if inventory::get_node(&run.ctx.client, n).await?.is_some() {
+        if inventory::get_node(io.client, n).await?.is_some() {
             return Ok(false);
         }
     }
     Ok(true)
 }
 
-/// Release mode: the holds of the pods the verified backups cover are released; Karpenter (or whoever
-/// disrupts) drains and terminates. The plan completes when the nodes are gone or every released pod has
-/// left them (a `kubectl drain` leaves the node), or, when the release window passes first, restores
-/// the holds and completes with its backup reusable.
-async fn release(
-    run: &mut PlanRun,
-    facts: &mut PhaseFacts,
-) -> Result<Option<Duration>, ControllerError> {
-    super::release::release_holds(run).await?;
-    let names: BTreeSet<String> = run.status.nodes.iter().map(|n| n.name.clone()).collect();
-    for n in run.status.nodes.iter_mut() {
-        if n.phase != NodePhase::Gone {
-            n.phase = NodePhase::Released;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn planned(name: &str) -> PlannedEviction {
+        PlannedEviction {
+            namespace: "shop".into(),
+            name: name.into(),
+            uid: Some(format!("u-{name}")),
+            tier: crate::planning::EvictionTier::NonCritical,
+            protected: true,
+            pdbs: Vec::new(),
+            terminating: false,
+            do_not_disrupt: false,
         }
     }
-    let released_at = run
-        .status
-        .released_at
-        .as_ref()
-        .map_or_else(PlanRun::now, |t| t.0);
-    let window_left = run
-        .valid
-        .release_window
-        .saturating_sub(PlanRun::now().duration_since(released_at).unsigned_abs());
-    let caches = run.ctx.synced_caches().await?.clone();
-    let cached_gone = caches
-        .nodes
-        .wait_until(
-            run.ctx
-                .settings
-                .wait_slice
-                .min(window_left.max(Duration::from_millis(100))),
-            |nodes| names.iter().all(|n| nodes.get("", n).is_none()),
-        )
-        .await;
-    // "Gone" ends the plan: confirmed by the API, never concluded from the cache alone.
-    let nodes_gone = cached_gone && all_gone(run, &names).await?;
-    if nodes_gone {
-        for n in run.status.nodes.iter_mut() {
-            n.phase = NodePhase::Gone;
+
+    fn node() -> NodeProgress {
+        NodeProgress {
+            name: "n1".into(),
+            eviction_targets: Some(vec![EvictionTarget {
+                namespace: "shop".into(),
+                name: "db-0".into(),
+                uid: "u-db-0".into(),
+                ..EvictionTarget::default()
+            }]),
+            ..NodeProgress::default()
         }
     }
-    let uncovered = if nodes_gone {
-        Vec::new()
-    } else {
-        super::release::release_newcomers(run).await?
-    };
-    let pods_gone = !nodes_gone && super::release::released_pods_gone(run).await?;
-    facts.nodes_gone = nodes_gone || pods_gone;
-    if !facts.nodes_gone && !uncovered.is_empty() {
-        // Held pods no backup covers would keep the node forever: this run makes way for the next, which
-        // backs them up (reusing this run's verified backups for the others).
-        let restored = super::release::restore_holds(run).await;
-        facts.release_expired = true;
-        run.event(
-            EventType::Normal,
-            "NewProtectedPods",
-            "Release",
-            format!(
-                "protected pods arrived on {} after the backup ({}): restored {restored} hold(s); the next run backs them up",
-                names.iter().cloned().collect::<Vec<_>>().join(", "),
-                uncovered.join(", ")
-            ),
-        )
-        .await;
-        return Ok(None);
+
+    #[test]
+    fn a_refused_eviction_backs_off_in_the_status_and_is_announced_once() {
+        let now: Timestamp = "2026-12-03T10:00:00Z".parse().expect("a timestamp");
+        let mut n = node();
+        let refused = vec![(
+            planned("db-0"),
+            EvictionOutcome::Failed {
+                message: "denied by webhook".into(),
+            },
+        )];
+        let blocked = record_evictions(&mut n, Vec::new(), &refused, now);
+        assert_eq!(blocked, ["shop/db-0: denied by webhook"]);
+        let target = &n.eviction_targets.as_ref().expect("targets")[0];
+        assert_eq!(target.failures, 1);
+        assert!(target.retry_at.as_ref().is_some_and(|t| t.0 > now));
+        // The same block again: recorded, not announced again.
+        assert!(record_evictions(&mut n, Vec::new(), &refused, now).is_empty());
+        assert_eq!(n.pods_blocked, 1);
     }
-    if !facts.nodes_gone && window_left.is_zero() {
-        let restored = super::release::restore_holds(run).await;
-        facts.release_expired = true;
-        run.event(
-            EventType::Warning,
-            "ReleaseWindowPassed",
-            "Release",
-            format!(
-                "the disruptor did not take {} within the release window ({}s): restored the holds of {restored} pod(s)",
-                names.iter().cloned().collect::<Vec<_>>().join(", "),
-                run.valid.release_window.as_secs()
-            ),
-        )
-        .await;
-        return Ok(None);
+
+    #[test]
+    fn accepted_evictions_are_counted_and_clear_the_block() {
+        let now: Timestamp = "2026-12-03T10:00:00Z".parse().expect("a timestamp");
+        let mut n = node();
+        n.blocked_by = Some("shop/db-0: PDB".into());
+        let ok = vec![(planned("db-0"), EvictionOutcome::Evicted)];
+        assert!(record_evictions(&mut n, Vec::new(), &ok, now).is_empty());
+        assert_eq!(
+            (n.pods_evicted, n.pods_blocked, n.blocked_by.clone()),
+            (1, 0, None)
+        );
     }
-    run.status.message = Some(if nodes_gone {
-        "released nodes are gone".into()
-    } else if pods_gone {
-        "every released pod has left its node".into()
-    } else {
-        format!(
-            "backups verified, holds released; waiting for the disruptor to drain (release window: {}s left)",
-            window_left.as_secs()
-        )
-    });
-    Ok((!facts.nodes_gone).then_some(Duration::from_secs(1)))
 }

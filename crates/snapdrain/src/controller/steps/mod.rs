@@ -1,6 +1,7 @@
-//! The work of each phase. Each step acts idempotently on the cluster, records what it did in the
-//! plan's status, and fills in the facts the phase machine decides on. A step returns how long to wait
-//! before looking again when the cluster has not caught up (watches usually wake the plan sooner).
+//! The work of each phase, in the shape of [`super::step`]: each step reads the plan as last written and
+//! one clock reading, acts idempotently on the cluster, and returns the new status, what comes next and
+//! what to announce. The phase machine then decides from the written status
+//! ([`crate::planning::PhaseFacts::of`]).
 
 pub mod backups;
 pub mod cordon;
@@ -14,38 +15,51 @@ pub mod rollback;
 pub mod terminate;
 pub mod verify;
 
-use std::time::Duration;
-
+use crate::api::plan::PlanMode;
 use crate::api::status::PlanPhase;
-use crate::planning::PhaseFacts;
 
 use super::error::ControllerError;
-use super::reconcile::PlanRun;
+use super::step::{Io, Next, Outcome, PlanView};
 
-/// Performs `phase`'s work and fills `facts`. Returns the requeue delay when the plan must wait.
-pub async fn run_phase(
-    run: &mut PlanRun,
+/// Performs `phase`'s work.
+pub async fn run(
     phase: PlanPhase,
-    facts: &mut PhaseFacts,
-) -> Result<Option<Duration>, ControllerError> {
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+) -> Result<Outcome, ControllerError> {
     match phase {
-        PlanPhase::Pending => {
-            let wait = plan::run(run, facts).await?;
-            // Pending records the nodes only once it could decide the plan; until then (a missing node,
-            // a refused pod) the plan must not move on.
-            facts.planning_blocked = run.status.nodes.is_empty();
-            Ok(wait)
-        }
-        PlanPhase::BackingUp => backups::run(run, facts).await,
-        PlanPhase::Verifying => {
-            let wait = backups::run(run, facts).await?;
-            let verified = verify::run(run, facts).await?;
-            Ok(wait.or(verified))
-        }
-        PlanPhase::Cordoning => cordon::run(run, facts).await,
-        PlanPhase::Draining => drain::run(run, facts).await,
-        PlanPhase::Terminating => terminate::run(run, facts).await,
-        PlanPhase::Replacing => replace::run(run, facts).await,
-        PlanPhase::Completed | PlanPhase::Failed | PlanPhase::Aborted => Ok(None),
+        PlanPhase::Pending => plan::run(v, io).await,
+        PlanPhase::BackingUp => backups::run(v, io).await,
+        PlanPhase::Verifying => verifying(v, io).await,
+        PlanPhase::Cordoning => cordon::run(v, io).await,
+        PlanPhase::Draining if v.plan.spec.mode == PlanMode::Release => drain::release(v, io).await,
+        PlanPhase::Draining => drain::run(v, io).await,
+        PlanPhase::Terminating => terminate::run(v, io).await,
+        PlanPhase::Replacing => replace::run(v, io).await,
+        PlanPhase::Completed | PlanPhase::Failed | PlanPhase::Aborted => Ok(v.outcome()),
     }
+}
+
+/// Verifying follows the backups (a retry after a failed verification starts here) and verifies each
+/// Completed one in its bucket. Verification only reads, so it may work from the backups' unwritten
+/// outcome; an intent the backups step needs written first ends the call.
+async fn verifying(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
+    let backed = backups::run(v, io).await?;
+    if !matches!(backed.next, Next::Decide | Next::Wait { .. }) {
+        return Ok(backed);
+    }
+    let view = PlanView {
+        plan: v.plan,
+        valid: v.valid,
+        status: &backed.status,
+        now: v.now,
+    };
+    let mut verified = verify::run(&view, io).await?;
+    let mut notes = backed.notes;
+    notes.append(&mut verified.notes);
+    verified.notes = notes;
+    if matches!(verified.next, Next::Decide) {
+        verified.next = backed.next;
+    }
+    Ok(verified)
 }

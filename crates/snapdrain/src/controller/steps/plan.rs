@@ -3,53 +3,39 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use kube::runtime::events::EventType;
 
 use super::inventory;
 use crate::api::status::{BackupRecord, NodePhase, NodeProgress};
 use crate::api::velero::BackupStorageLocation;
 use crate::controller::error::ControllerError;
-use crate::controller::reconcile::PlanRun;
+use crate::controller::report::What;
+use crate::controller::step::{Io, Next, Outcome, PlanView, Wake};
 use crate::planning::{
-    BackupNeed, Clock, NodeInputs, PhaseFacts, PlanRef, ReusableBackup, backup_name, find_reusable,
-    plan_node, summarize_backups,
+    BackupNeed, NodeInputs, PlanRef, ReusableBackup, backup_name, find_reusable, plan_node,
 };
 use crate::signals::plan::{left_before_backup, protected_at_signal};
 
-pub async fn run(
-    run: &mut PlanRun,
-    facts: &mut PhaseFacts,
-) -> Result<Option<Duration>, ControllerError> {
-    let client = run.ctx.client.clone();
-    let caches = run.ctx.synced_caches().await?.clone();
-    let names = match &run.plan.spec.node_selector {
-        Some(sel) if run.plan.spec.nodes.is_empty() => inventory::select_nodes(&caches, sel)?,
-        _ => run.plan.spec.nodes.clone(),
+pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
+    let spec = &v.plan.spec;
+    let names = match &spec.node_selector {
+        Some(sel) if spec.nodes.is_empty() => inventory::select_nodes(io.caches, sel)?,
+        _ => spec.nodes.clone(),
     };
-    let decided_at = run
-        .status
-        .decided_at
-        .as_ref()
-        .map(|t| t.0)
-        .unwrap_or_else(PlanRun::now);
-    let clock = Clock {
-        decided_at,
-        now: PlanRun::now(),
-    };
-    let reusable_records = verified_records(run).await?;
+    let clock = v.clock();
+    let reusable_records = verified_records(io.client, v.plan.uid()).await?;
     let reusable: Vec<ReusableBackup> = reusable_records
         .iter()
         .map(|r| ReusableBackup::from_record(r, None))
         .collect();
+    let mut out = v.outcome();
     let mut needs: BTreeMap<String, BackupNeed> = BTreeMap::new();
     let mut nodes = Vec::new();
-    let mut missing = Vec::new();
-    let mut refusals = Vec::new();
-    let mut on_nodes = Vec::new();
+    let (mut missing, mut refusals, mut on_nodes) = (Vec::new(), Vec::new(), Vec::new());
     for name in &names {
-        let Some(inv) = inventory::node_inventory(&client, &caches, name).await? else {
+        let Some(inv) = inventory::node_inventory(io.client, io.caches, name).await? else {
             missing.push(name.clone());
             continue;
         };
@@ -61,54 +47,14 @@ pub async fn run(
             pdbs: &inv.pdbs,
             existing_backups: &reusable,
         };
-        let plan = plan_node(&inputs, &run.plan.spec, &run.valid, clock);
+        let plan = plan_node(&inputs, spec, v.valid, clock);
         on_nodes.extend(inv.pods.iter().cloned());
-        if let Some(r) = plan.refusal_message() {
-            refusals.push(r);
-        }
+        refusals.extend(plan.refusal_message());
         for w in &plan.warnings {
-            run.event(
-                EventType::Warning,
-                "PlanWarning",
-                "Plan",
-                format!("node {name}: {w}"),
-            )
-            .await;
+            out.note(What::PlanWarning, format!("node {name}: {w}"));
         }
         for need in plan.backups {
-            let merged = needs
-                .entry(need.namespace.clone())
-                .or_insert_with(|| BackupNeed {
-                    namespace: need.namespace.clone(),
-                    stateful_sets: Vec::new(),
-                    pvcs: Vec::new(),
-                    pods: Vec::new(),
-                    or_label_selectors: Vec::new(),
-                    // Decided below on the merged PVC set of every node.
-                    reuse: None,
-                });
-            {
-                for s in need.stateful_sets {
-                    if !merged.stateful_sets.contains(&s) {
-                        merged.stateful_sets.push(s);
-                    }
-                }
-                for p in need.pvcs {
-                    if !merged.pvcs.contains(&p) {
-                        merged.pvcs.push(p);
-                    }
-                }
-                for p in need.pods {
-                    if !merged.pods.contains(&p) {
-                        merged.pods.push(p);
-                    }
-                }
-                for s in need.or_label_selectors {
-                    if !merged.or_label_selectors.contains(&s) {
-                        merged.or_label_selectors.push(s);
-                    }
-                }
-            }
+            merge_need(&mut needs, need);
         }
         nodes.push(NodeProgress {
             name: inv.node.name_any(),
@@ -120,98 +66,131 @@ pub async fn run(
         });
     }
     if !missing.is_empty() {
-        run.status.message = Some(format!(
+        out.status.message = Some(format!(
             "node(s) {} do not exist; waiting for them (check spec.nodes)",
             missing.join(", ")
         ));
-        return Ok(Some(Duration::from_secs(10)));
+        return Ok(out.then(Next::Wait {
+            wake: Wake::Never,
+            recheck: Duration::from_secs(10),
+        }));
     }
     if !refusals.is_empty() {
-        run.status.message = Some(refusals.join("; "));
-        return Ok(Some(Duration::from_secs(30)));
+        out.status.message = Some(refusals.join("; "));
+        return Ok(out.then(Next::Wait {
+            wake: Wake::Never,
+            recheck: Duration::from_secs(30),
+        }));
     }
-    if left_unbacked(run, &on_nodes).await {
-        return Ok(None);
+    if let Some((pods, message, none_left)) = left_unbacked(v.plan, &on_nodes) {
+        out.note(What::ProtectedPodsLeft { pods }, message.clone());
+        if none_left {
+            return Ok(out.then(Next::Fail(message)));
+        }
     }
     // Reuse is decided on what the whole plan needs per namespace: one node's backup does not cover
     // another node's PVCs. Candidates must be in the location a new Backup would go to.
     if !reusable.is_empty() {
-        let location = effective_location(run).await?;
+        let location = effective_location(v, io).await?;
         for need in needs.values_mut() {
             need.reuse = find_reusable(
                 &need.namespace,
                 &need.pvcs,
                 &reusable,
                 location.as_deref(),
-                run.valid.reuse_if_newer_than,
+                v.valid.reuse_if_newer_than,
                 clock,
             )
             .map(|c| c.name.clone());
         }
     }
     let plan_ref = PlanRef {
-        name: &run.name(),
-        uid: &run.uid(),
+        name: &v.name(),
+        uid: &v.uid(),
     };
-    let records: Vec<BackupRecord> = needs
+    out.status.backups = needs
         .values()
-        .map(|need| {
-            match need
-                .reuse
-                .as_ref()
-                .and_then(|r| reusable_record(&reusable_records, r))
-            {
-                // A fresh verified backup from another plan covers these PVCs: a candidate only. The
-                // BackingUp step reads the Backup again (Completed, not about to expire) and Verifying
-                // checks the bucket again before it counts.
-                Some(existing) => BackupRecord {
-                    reused: true,
-                    verified: false,
-                    verified_objects: Vec::new(),
-                    verified_at: None,
-                    ..existing
-                },
-                None => BackupRecord {
-                    name: backup_name(&plan_ref, &need.namespace, 1),
-                    namespace: need.namespace.clone(),
-                    stateful_sets: need.stateful_sets.clone(),
-                    pvcs: need.pvcs.clone(),
-                    pods: need.pods.clone(),
-                    attempt: 1,
-                    ..BackupRecord::default()
-                },
-            }
-        })
+        .map(|need| record_for(need, &reusable_records, &plan_ref))
         .collect();
-    run.status.nodes = nodes;
-    run.status.backups = records;
-    run.status.decided_at = Some(Time(decided_at));
-    let namespaces: Vec<String> = needs.keys().cloned().collect();
-    facts.backups = summarize_backups(
-        &namespaces,
-        &run.status.backups,
-        run.plan.spec.backup.max_attempts,
-    );
-    let pods: u32 = run.status.nodes.iter().map(|n| n.pods_total).sum();
-    run.status.message = Some(format!(
+    out.status.nodes = nodes;
+    out.status.decided_at = Some(Time(clock.decided_at));
+    let pods: u32 = out.status.nodes.iter().map(|n| n.pods_total).sum();
+    out.status.message = Some(format!(
         "{} node(s), {pods} pod(s) to move, {} namespace(s) to back up",
-        run.status.nodes.len(),
-        namespaces.len()
+        out.status.nodes.len(),
+        needs.len()
     ));
-    Ok(None)
+    Ok(out)
 }
 
-/// Says loudly when protected pods the signal saw have already left the node (a forceful disruptor
-/// deleted them before this first look): a Warning Event and a metric, and the plan fails when none of
-/// them is left to back up. Returns true when it failed the plan.
-async fn left_unbacked(run: &mut PlanRun, on_nodes: &[k8s_openapi::api::core::v1::Pod]) -> bool {
-    let seen = protected_at_signal(&run.plan);
+/// Adds one node's need to the plan's need for the same namespace (each StatefulSet, PVC, pod and
+/// selector once).
+pub fn merge_need(needs: &mut BTreeMap<String, BackupNeed>, need: BackupNeed) {
+    let merged = needs
+        .entry(need.namespace.clone())
+        .or_insert_with(|| BackupNeed {
+            namespace: need.namespace.clone(),
+            stateful_sets: Vec::new(),
+            pvcs: Vec::new(),
+            pods: Vec::new(),
+            or_label_selectors: Vec::new(),
+            // Decided on the merged PVC set of every node.
+            reuse: None,
+        });
+    fn add<T: PartialEq>(into: &mut Vec<T>, from: Vec<T>) {
+        for x in from {
+            if !into.contains(&x) {
+                into.push(x);
+            }
+        }
+    }
+    add(&mut merged.stateful_sets, need.stateful_sets);
+    add(&mut merged.pvcs, need.pvcs);
+    add(&mut merged.pods, need.pods);
+    add(&mut merged.or_label_selectors, need.or_label_selectors);
+}
+
+/// The record of a namespace's backup: a fresh verified backup of another plan that covers its PVCs (a
+/// candidate only: BackingUp reads the Backup again and Verifying checks the bucket again before it
+/// counts), or this plan's own first attempt.
+fn record_for(need: &BackupNeed, reusable: &[BackupRecord], plan: &PlanRef<'_>) -> BackupRecord {
+    let existing = need
+        .reuse
+        .as_ref()
+        .and_then(|r| reusable.iter().find(|b| &b.name == r));
+    match existing {
+        Some(existing) => BackupRecord {
+            reused: true,
+            verified: false,
+            verified_objects: Vec::new(),
+            verified_at: None,
+            ..existing.clone()
+        },
+        None => BackupRecord {
+            name: backup_name(plan, &need.namespace, 1),
+            namespace: need.namespace.clone(),
+            stateful_sets: need.stateful_sets.clone(),
+            pvcs: need.pvcs.clone(),
+            pods: need.pods.clone(),
+            attempt: 1,
+            ..BackupRecord::default()
+        },
+    }
+}
+
+/// Protected pods the signal saw that have already left the node (a forceful disruptor deleted them
+/// before this first look): how many, the message, and whether none is left to back up (the plan then
+/// fails). None when none left.
+pub fn left_unbacked(
+    plan: &crate::api::DisruptionPlan,
+    on_nodes: &[Pod],
+) -> Option<(u64, String, bool)> {
+    let seen = protected_at_signal(plan);
     let left = left_before_backup(&seen, on_nodes);
     if left.is_empty() {
-        return false;
+        return None;
     }
-    run.ctx.metrics.pods_left_unbacked.inc_by(left.len() as u64);
-    let deadline = match &run.plan.spec.deadline {
+    let deadline = match &plan.spec.deadline {
         Some(d) => format!(" (deadline {})", d.0),
         None => String::new(),
     };
@@ -220,29 +199,21 @@ async fn left_unbacked(run: &mut PlanRun, on_nodes: &[k8s_openapi::api::core::v1
         left.len(),
         left.join(", ")
     );
-    run.event(
-        EventType::Warning,
-        "ProtectedPodsLeft",
-        "Plan",
-        message.clone(),
-    )
-    .await;
-    if left.len() == seen.len() {
-        run.fail = Some(message);
-        return true;
-    }
-    false
+    Some((left.len() as u64, message, left.len() == seen.len()))
 }
 
 /// The BackupStorageLocation a new Backup of this plan goes to: the plan's, else the one Velero picks, the
 /// BSL with `spec.default: true` (velero pkg/controller/backup_controller.go prepareBackupRequest). None
 /// when no BSL is marked default.
-async fn effective_location(run: &PlanRun) -> Result<Option<String>, ControllerError> {
-    if let Some(l) = &run.plan.spec.backup.storage_location {
+async fn effective_location(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+) -> Result<Option<String>, ControllerError> {
+    if let Some(l) = &v.plan.spec.backup.storage_location {
         return Ok(Some(l.clone()));
     }
-    let ns = &run.plan.spec.backup.velero_namespace;
-    let bsls: kube::Api<BackupStorageLocation> = kube::Api::namespaced(run.ctx.client.clone(), ns);
+    let ns = &v.plan.spec.backup.velero_namespace;
+    let bsls: kube::Api<BackupStorageLocation> = kube::Api::namespaced(io.client.clone(), ns);
     let list = bsls
         .list(&kube::api::ListParams::default())
         .await
@@ -259,9 +230,12 @@ async fn effective_location(run: &PlanRun) -> Result<Option<String>, ControllerE
 
 /// Verified backup records of every other plan (the candidates for reuse), each with the location its
 /// Backup went to.
-async fn verified_records(run: &PlanRun) -> Result<Vec<BackupRecord>, ControllerError> {
+async fn verified_records(
+    client: &kube::Client,
+    own_uid: Option<String>,
+) -> Result<Vec<BackupRecord>, ControllerError> {
     // Decoded one by one: a plan snapdrain cannot read offers no backup to reuse.
-    let list: Vec<crate::api::DisruptionPlan> = crate::api::lenient::list_decoded(&run.ctx.client)
+    let list: Vec<crate::api::DisruptionPlan> = crate::api::lenient::list_decoded(client)
         .await
         .map_err(|source| ControllerError::Read {
             what: "DisruptionPlans".into(),
@@ -269,7 +243,7 @@ async fn verified_records(run: &PlanRun) -> Result<Vec<BackupRecord>, Controller
         })?;
     Ok(list
         .into_iter()
-        .filter(|p| p.uid() != run.plan.uid())
+        .filter(|p| p.uid() != own_uid)
         .flat_map(|p| {
             let location = p.spec.backup.storage_location.clone();
             p.status
@@ -287,6 +261,59 @@ async fn verified_records(run: &PlanRun) -> Result<Vec<BackupRecord>, Controller
         .collect())
 }
 
-fn reusable_record(records: &[BackupRecord], name: &str) -> Option<BackupRecord> {
-    records.iter().find(|r| r.name == name).cloned()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn need(ns: &str, pvcs: &[&str], pods: &[&str]) -> BackupNeed {
+        BackupNeed {
+            namespace: ns.into(),
+            stateful_sets: vec!["db".into()],
+            pvcs: pvcs.iter().map(|s| s.to_string()).collect(),
+            pods: pods.iter().map(|s| s.to_string()).collect(),
+            or_label_selectors: Vec::new(),
+            reuse: None,
+        }
+    }
+
+    #[test]
+    fn needs_of_several_nodes_merge_per_namespace_each_claim_once() {
+        let mut needs = BTreeMap::new();
+        merge_need(&mut needs, need("shop", &["data-db-0"], &["db-0"]));
+        merge_need(
+            &mut needs,
+            need("shop", &["data-db-0", "data-db-1"], &["db-1"]),
+        );
+        merge_need(&mut needs, need("auth", &["data-kc-0"], &["kc-0"]));
+        assert_eq!(needs.len(), 2);
+        assert_eq!(needs["shop"].pvcs, ["data-db-0", "data-db-1"]);
+        assert_eq!(needs["shop"].pods, ["db-0", "db-1"]);
+        assert_eq!(needs["shop"].stateful_sets, ["db"]);
+    }
+
+    #[test]
+    fn a_reused_backup_is_a_candidate_to_check_again_and_otherwise_attempt_one() {
+        let plan = PlanRef {
+            name: "p",
+            uid: "u-1",
+        };
+        let own = record_for(&need("shop", &["data-db-0"], &["db-0"]), &[], &plan);
+        assert_eq!(
+            (own.attempt, own.reused, own.namespace.as_str()),
+            (1, false, "shop")
+        );
+        let verified = BackupRecord {
+            name: "other-shop-1".into(),
+            namespace: "shop".into(),
+            verified: true,
+            verified_objects: vec![crate::api::status::VerifiedObject::default()],
+            uid: Some("bu".into()),
+            ..BackupRecord::default()
+        };
+        let mut n = need("shop", &["data-db-0"], &["db-0"]);
+        n.reuse = Some("other-shop-1".into());
+        let reused = record_for(&n, &[verified], &plan);
+        assert!(reused.reused && !reused.verified && reused.verified_objects.is_empty());
+        assert_eq!(reused.uid.as_deref(), Some("bu"));
+    }
 }

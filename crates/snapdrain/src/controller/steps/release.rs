@@ -4,24 +4,22 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::events::EventType;
 
 use crate::api::DisruptionPlan;
 use crate::api::plan::BackupPolicy;
-use crate::api::status::{BackupRecord, ReleasedPod};
+use crate::api::status::{BackupRecord, DisruptionPlanStatus, ReleasedPod};
 use crate::controller::error::ControllerError;
 use crate::controller::holds::apply;
-use crate::controller::reconcile::PlanRun;
+use crate::controller::step::{Io, PlanView};
 use crate::planning::holds;
 
 /// The pods (namespace, name) whose holds may go: those of verified backups (under `best-effort`, of
 /// every backup: the person accepted a drain without one).
-fn covered(run: &PlanRun) -> BTreeSet<(String, String)> {
-    let best_effort = run.plan.spec.backup.policy == BackupPolicy::BestEffort;
-    run.status
+pub fn covered(status: &DisruptionPlanStatus, policy: BackupPolicy) -> BTreeSet<(String, String)> {
+    let best_effort = policy == BackupPolicy::BestEffort;
+    status
         .backups
         .iter()
         .filter(|b| b.verified || best_effort)
@@ -29,8 +27,8 @@ fn covered(run: &PlanRun) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-async fn get(run: &PlanRun, namespace: &str, name: &str) -> Result<Option<Pod>, ControllerError> {
-    let api: Api<Pod> = Api::namespaced(run.ctx.client.clone(), namespace);
+async fn get(io: &Io<'_>, namespace: &str, name: &str) -> Result<Option<Pod>, ControllerError> {
+    let api: Api<Pod> = Api::namespaced(io.client.clone(), namespace);
     api.get_opt(name)
         .await
         .map_err(|source| ControllerError::Read {
@@ -39,40 +37,43 @@ async fn get(run: &PlanRun, namespace: &str, name: &str) -> Result<Option<Pod>, 
         })
 }
 
-/// Releases the holds of the covered pods still on the plan's nodes, once; records them and the time.
-pub async fn release_holds(run: &mut PlanRun) -> Result<(), ControllerError> {
-    if run.status.released_at.is_some() {
-        return Ok(());
-    }
-    let nodes: BTreeSet<String> = run.status.nodes.iter().map(|n| n.name.clone()).collect();
-    let plan = run.name();
+/// Releases the holds of the covered pods still on the plan's nodes. Returns the pods released (to
+/// record) and how many holds this call changed.
+pub async fn release_holds(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+) -> Result<(Vec<ReleasedPod>, u64), ControllerError> {
+    let nodes: BTreeSet<&str> = v.status.nodes.iter().map(|n| n.name.as_str()).collect();
+    let plan = v.name();
     let mut released = Vec::new();
-    for (ns, name) in covered(run) {
-        let Some(pod) = get(run, &ns, &name).await? else {
+    let mut changed = 0;
+    for (ns, name) in covered(v.status, v.plan.spec.backup.policy) {
+        let Some(pod) = get(io, &ns, &name).await? else {
             continue;
         };
         let on_node = pod
             .spec
             .as_ref()
-            .and_then(|s| s.node_name.as_ref())
+            .and_then(|s| s.node_name.as_deref())
             .is_some_and(|n| nodes.contains(n));
         if !on_node {
             continue;
         }
         if let Some(patch) = holds::release(&pod, &plan) {
-            let done = apply(&run.ctx.client, &pod, &patch)
-                .await
-                .map_err(|source| ControllerError::Hold {
-                    pod: format!("{ns}/{name}"),
-                    source,
-                })?;
+            let done =
+                apply(io.client, &pod, &patch)
+                    .await
+                    .map_err(|source| ControllerError::Hold {
+                        pod: format!("{ns}/{name}"),
+                        source,
+                    })?;
             if !done {
                 // Changed meanwhile (the hold keeper, a person): the next pass tries again.
                 return Err(ControllerError::Changed(format!(
                     "pod {ns}/{name} changed while its hold was released; retrying"
                 )));
             }
-            run.ctx.metrics.hold_change("released");
+            changed += 1;
         }
         released.push(ReleasedPod {
             namespace: ns,
@@ -80,20 +81,7 @@ pub async fn release_holds(run: &mut PlanRun) -> Result<(), ControllerError> {
             uid: pod.uid().unwrap_or_default(),
         });
     }
-    let count = released.len();
-    run.status.released_pods = released;
-    run.status.released_at = Some(Time(PlanRun::now()));
-    run.event(
-        EventType::Normal,
-        "HoldsReleased",
-        "Release",
-        format!(
-            "released the holds of {count} pod(s) whose backups are verified; the disruptor may now drain {}",
-            nodes.into_iter().collect::<Vec<_>>().join(", ")
-        ),
-    )
-    .await;
-    Ok(())
+    Ok((released, changed))
 }
 
 /// Whether `record` may stand for the data of a pod with `claims` in `namespace`: verified, covering every
@@ -114,21 +102,22 @@ pub fn covers(
 /// drained node, rescheduled here) are held by the hold keeper, so the disruptor could never take the node.
 /// Each one whose PVCs a verified backup of any plan covers (started after this plan was decided, or
 /// within its reuse window) is released too, as the backup a pod left its last node with stands for its
-/// data. Returns the pods still held that no backup covers: the plan then makes way for a new run.
-pub async fn release_newcomers(run: &mut PlanRun) -> Result<Vec<String>, ControllerError> {
-    let nodes: BTreeSet<String> = run.status.nodes.iter().map(|n| n.name.clone()).collect();
-    let known: BTreeSet<(String, String)> = run
-        .status
-        .released_pods
+/// data. Returns the pods released now, and the pods still held that no backup covers (the plan then
+/// makes way for a new run).
+pub async fn release_newcomers(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    known: &[ReleasedPod],
+) -> Result<(Vec<ReleasedPod>, Vec<String>), ControllerError> {
+    let known: BTreeSet<(String, String)> = known
         .iter()
         .map(|p| (p.namespace.clone(), p.name.clone()))
         .collect();
-    let caches = run.ctx.synced_caches().await?.clone();
     let mut newcomers = Vec::new();
-    for node in &nodes {
+    for node in &v.status.nodes {
         // From the pod cache's node index. A release patch carries the cached resourceVersion, so a
         // pod that changed since is not written (409) and is looked at again on the next pass.
-        let on_node = super::inventory::pods_on_node(&caches, node);
+        let on_node = super::inventory::pods_on_node(io.caches, &node.name);
         newcomers.extend(on_node.into_iter().filter(|p| {
             matches!(holds::state(p), holds::HoldState::Held(_))
                 && !known.contains(&(p.namespace().unwrap_or_default(), p.name_any()))
@@ -136,75 +125,75 @@ pub async fn release_newcomers(run: &mut PlanRun) -> Result<Vec<String>, Control
         }));
     }
     if newcomers.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
-    let now = PlanRun::now();
-    let decided = run.status.decided_at.as_ref().map_or(now, |t| t.0);
-    let since = match run.valid.reuse_if_newer_than {
-        Some(window) => decided.min(now - window),
+    let decided = v.clock().decided_at;
+    let since = match v.valid.reuse_if_newer_than {
+        Some(window) => decided.min(v.now - window),
         None => decided,
     };
     // Decoded one by one: a plan snapdrain cannot read offers no backup.
-    let plans: Vec<DisruptionPlan> = crate::api::lenient::list_decoded(&run.ctx.client)
-        .await
-        .map_err(|source| ControllerError::Read {
-            what: "DisruptionPlans (for backups of pods new on a released node)".into(),
-            source,
-        })?;
+    let plans: Vec<DisruptionPlan> =
+        crate::api::lenient::list_decoded(io.client)
+            .await
+            .map_err(|source| ControllerError::Read {
+                what: "DisruptionPlans (for backups of pods new on a released node)".into(),
+                source,
+            })?;
     let records: Vec<BackupRecord> = plans
         .into_iter()
         .filter_map(|p| p.status)
         .flat_map(|s| s.backups)
         .collect();
-    let plan = run.name();
-    let mut uncovered = Vec::new();
+    let plan = v.name();
+    let (mut released, mut uncovered) = (Vec::new(), Vec::new());
     for pod in newcomers {
         let ns = pod.namespace().unwrap_or_default();
         let claims: Vec<String> = crate::planning::inventory::pvc_claims(&pod)
             .map(str::to_owned)
             .collect();
-        let covered = records.iter().any(|r| covers(r, &ns, &claims, since));
-        if !covered {
+        if !records.iter().any(|r| covers(r, &ns, &claims, since)) {
             uncovered.push(format!("{ns}/{}", pod.name_any()));
             continue;
         }
         if let Some(patch) = holds::release(&pod, &plan)
-            && apply(&run.ctx.client, &pod, &patch)
+            && apply(io.client, &pod, &patch)
                 .await
                 .map_err(|source| ControllerError::Hold {
                     pod: format!("{ns}/{}", pod.name_any()),
                     source,
                 })?
         {
-            run.ctx.metrics.hold_change("released");
-            run.status.released_pods.push(ReleasedPod {
+            released.push(ReleasedPod {
                 namespace: ns,
                 name: pod.name_any(),
                 uid: pod.uid().unwrap_or_default(),
             });
         }
     }
-    Ok(uncovered)
+    Ok((released, uncovered))
 }
 
 /// True when every released pod has left its node: gone, replaced (another uid) or moved. Read from the
 /// pod cache (a lagging cache only says "still there" a moment longer), confirmed by the API before it
 /// says "all gone", which completes the plan.
-pub async fn released_pods_gone(run: &PlanRun) -> Result<bool, ControllerError> {
-    if run.status.released_pods.is_empty() {
+pub async fn released_pods_gone(
+    released: &[ReleasedPod],
+    io: &Io<'_>,
+) -> Result<bool, ControllerError> {
+    if released.is_empty() {
         return Ok(false);
     }
-    let caches = run.ctx.synced_caches().await?;
     let still = |found: Option<String>, uid: &str| found.as_deref() == Some(uid);
-    for p in &run.status.released_pods {
-        let cached = caches.pods.get(&p.namespace, &p.name);
+    for p in released {
+        let cached = io.caches.pods.get(&p.namespace, &p.name);
         if still(cached.and_then(|c| c.uid().map(str::to_owned)), &p.uid) {
             return Ok(false);
         }
     }
-    for p in &run.status.released_pods {
+    for p in released {
         if still(
-            get(run, &p.namespace, &p.name).await?.and_then(|c| c.uid()),
+            get(io, &p.namespace, &p.name).await?.and_then(|c| c.uid()),
             &p.uid,
         ) {
             return Ok(false);
@@ -214,29 +203,26 @@ pub async fn released_pods_gone(run: &PlanRun) -> Result<bool, ControllerError> 
 }
 
 /// Puts the holds back on the released pods that are still there (the same uid). Best effort per pod:
-/// the hold keeper restores whatever this misses once the plan is over.
-pub async fn restore_holds(run: &mut PlanRun) -> usize {
+/// the hold keeper restores whatever this misses once the plan is over. Returns how many came back.
+pub async fn restore_holds(released: &[ReleasedPod], io: &Io<'_>) -> usize {
     let mut restored = 0;
-    for p in run.status.released_pods.clone() {
-        let pod = match get(run, &p.namespace, &p.name).await {
+    for p in released {
+        let pod = match get(io, &p.namespace, &p.name).await {
             Ok(Some(pod)) if pod.uid().as_deref() == Some(p.uid.as_str()) => pod,
             Ok(_) => continue,
             Err(e) => {
-                tracing::warn!(plan = %run.name(), error = %e, "cannot read a released pod to restore its hold");
+                tracing::warn!(error = %e, "cannot read a released pod to restore its hold");
                 continue;
             }
         };
         let Some(patch) = holds::restore(&pod) else {
             continue;
         };
-        match apply(&run.ctx.client, &pod, &patch).await {
-            Ok(true) => {
-                restored += 1;
-                run.ctx.metrics.hold_change("restored");
-            }
+        match apply(io.client, &pod, &patch).await {
+            Ok(true) => restored += 1,
             Ok(false) => {}
             Err(e) => {
-                tracing::warn!(plan = %run.name(), pod = %p.name, error = %e, "cannot restore a hold; the hold keeper will")
+                tracing::warn!(pod = %p.name, error = %e, "cannot restore a hold; the hold keeper will")
             }
         }
     }
@@ -246,6 +232,7 @@ pub async fn restore_holds(run: &mut PlanRun) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn record(verified: bool, started: &str) -> BackupRecord {
         BackupRecord {

@@ -7,16 +7,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::ResourceExt;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
-use kube::runtime::events::EventType;
 
-use super::instance::record_instance;
+use super::instance::{Instance, observe};
 use crate::api::parse_duration;
 use crate::api::plan::{CapacityType as SpecCapacity, ReplacementSpec};
-use crate::api::status::ReplacementProgress;
+use crate::api::status::{DisruptionPlanStatus, ReplacementProgress};
 use crate::cloud::bottlerocket::{self, NodeSettings};
 use crate::cloud::ec2::{
     CAPACITY_ATTEMPTS, CapacityType, CloudError, FleetOverride, JoinSettings, LaunchRequest,
@@ -24,11 +23,12 @@ use crate::cloud::ec2::{
 };
 use crate::controller::context::Settings;
 use crate::controller::error::ControllerError;
-use crate::controller::reconcile::PlanRun;
+use crate::controller::report::What;
+use crate::controller::step::{Io, Next, Outcome, PlanView, Wake, ready_node_for};
+use crate::planning::client_token;
 use crate::planning::replacement::{
     DEFAULT_JOIN_TIMEOUT, JoinWait, join_settings, join_wait, launch_subnets,
 };
-use crate::planning::{PhaseFacts, client_token};
 
 /// Bottlerocket settings for the replacement, from the plan with the controller's cluster defaults.
 pub fn node_settings(
@@ -147,15 +147,17 @@ fn launch_request(
     })
 }
 
-/// Zones of the PersistentVolumes behind the plan's backed-up claims on `node` (their node affinity,
-/// as the EBS CSI driver and in-tree provisioners write it).
-/// A claim or volume that is gone constrains nothing; a refused read (RBAC) is an error, not "no zone":
-/// a replacement in the wrong zone leaves the StatefulSet pod unschedulable.
-async fn volume_zones(run: &PlanRun, node: &str) -> Result<BTreeSet<String>, ControllerError> {
-    let client = run.ctx.client.clone();
+/// Zones of the PersistentVolumes behind the plan's backed-up claims (their node affinity, as the EBS
+/// CSI driver and in-tree provisioners write it). A claim or volume that is gone constrains nothing; a
+/// refused read (RBAC) is an error, not "no zone": a replacement in the wrong zone leaves the
+/// StatefulSet pod unschedulable.
+async fn volume_zones(
+    status: &DisruptionPlanStatus,
+    io: &Io<'_>,
+) -> Result<BTreeSet<String>, ControllerError> {
     let mut zones = BTreeSet::new();
-    for b in &run.status.backups {
-        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &b.namespace);
+    for b in &status.backups {
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(io.client.clone(), &b.namespace);
         for claim in &b.pvcs {
             let claim = claim.rsplit('/').next().unwrap_or(claim);
             let pvc = pvcs
@@ -168,7 +170,7 @@ async fn volume_zones(run: &PlanRun, node: &str) -> Result<BTreeSet<String>, Con
             let Some(pv_name) = pvc.and_then(|p| p.spec).and_then(|s| s.volume_name) else {
                 continue;
             };
-            let pv = Api::<PersistentVolume>::all(client.clone())
+            let pv = Api::<PersistentVolume>::all(io.client.clone())
                 .get_opt(&pv_name)
                 .await
                 .map_err(|source| ControllerError::Read {
@@ -180,7 +182,6 @@ async fn volume_zones(run: &PlanRun, node: &str) -> Result<BTreeSet<String>, Con
             }
         }
     }
-    tracing::debug!(plan = %run.name(), node, ?zones, "zones of the evicted pods' volumes");
     Ok(zones)
 }
 
@@ -213,146 +214,143 @@ pub fn capacity_backoff(base: Duration, errors: u32) -> Duration {
     base.saturating_mul(1 << errors.saturating_sub(1).min(4))
 }
 
-pub async fn run(
-    run: &mut PlanRun,
-    facts: &mut PhaseFacts,
-) -> Result<Option<Duration>, ControllerError> {
-    let Some(spec) = run.plan.spec.replacement.clone() else {
-        facts.replacement_ready = true;
+pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
+    let Some(spec) = &v.plan.spec.replacement else {
+        return Ok(v.outcome());
+    };
+    let join_timeout = match join_timeout(spec) {
+        Ok(t) => t,
+        Err(why) => return Ok(v.outcome().then(Next::Fail(why))),
+    };
+    let mut out = v.outcome();
+    // Intent before act: every node gets its ClientToken written before any launch, so a retried or
+    // resumed launch returns the same instance.
+    if assign_tokens(&mut out.status) {
+        return Ok(out.then(Next::Checkpoint));
+    }
+    for i in 0..out.status.nodes.len() {
+        if let Some(next) = launch(v, io, spec, i, &mut out).await? {
+            return Ok(out.then(next));
+        }
+    }
+    if let Some(next) = join_timeouts(v, io, spec, join_timeout, &mut out).await? {
+        return Ok(out.then(next));
+    }
+    Ok(ready(io, join_timeout, v.now, out))
+}
+
+/// `spec.replacement.joinTimeout`, or the default.
+fn join_timeout(spec: &ReplacementSpec) -> Result<Duration, String> {
+    match spec.join_timeout.as_deref() {
+        None => Ok(DEFAULT_JOIN_TIMEOUT),
+        Some(t) => parse_duration(t).ok_or_else(|| {
+            format!("spec.replacement.joinTimeout {t:?} is not a duration; write it like 10m")
+        }),
+    }
+}
+
+/// Gives each node without a replacement record its first ClientToken. True when one was added.
+pub fn assign_tokens(status: &mut DisruptionPlanStatus) -> bool {
+    let mut added = false;
+    for n in status.nodes.iter_mut().filter(|n| n.replacement.is_none()) {
+        let uid = n.uid.clone().unwrap_or_else(|| n.name.clone());
+        n.replacement = Some(ReplacementProgress {
+            client_token: client_token(&uid, 1),
+            attempt: 1,
+            ..Default::default()
+        });
+        added = true;
+    }
+    added
+}
+
+/// Launches node `i`'s replacement when it has none yet. Some(next) ends the step's call.
+async fn launch(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    spec: &ReplacementSpec,
+    i: usize,
+    out: &mut Outcome,
+) -> Result<Option<Next>, ControllerError> {
+    let node = out.status.nodes[i].clone();
+    let progress = node.replacement.clone().unwrap_or_default();
+    if progress.ready || !progress.instance_ids.is_empty() {
         return Ok(None);
+    }
+    if let Some(at) = progress.retry_at.as_ref().map(|t| t.0)
+        && at > v.now
+    {
+        let wait = at.duration_since(v.now).unsigned_abs();
+        out.status.message = Some(format!(
+            "no EC2 capacity for the replacement of node {} ({} of {CAPACITY_ATTEMPTS} tries); trying again in {}s",
+            node.name,
+            progress.capacity_errors,
+            wait.as_secs()
+        ));
+        return Ok(Some(Next::Wait {
+            wake: Wake::Never,
+            recheck: wait,
+        }));
+    }
+    // Checked before anything is read: problems no retry can fix fail the plan (rolled back).
+    let user_data = match node_settings(spec, io.settings).and_then(|s| {
+        let rendered = bottlerocket::render(&s).map_err(ControllerError::from)?;
+        Ok((s.cluster_name, rendered))
+    }) {
+        Ok(u) => u,
+        Err(e) => {
+            return Ok(Some(Next::Fail(format!(
+                "replacement for node {}: {e}",
+                node.name
+            ))));
+        }
     };
-    let join_timeout = match spec.join_timeout.as_deref() {
-        None => DEFAULT_JOIN_TIMEOUT,
-        Some(t) => match parse_duration(t) {
-            Some(d) => d,
-            None => {
-                run.fail = Some(format!(
-                    "spec.replacement.joinTimeout {t:?} is not a duration; write it like 10m"
-                ));
-                return Ok(None);
-            }
-        },
+    let record = match observe(&out.status, i, io).await? {
+        // Recorded before the launch: the replaced instance may be gone by the next look.
+        Instance::New(r) => {
+            out.status.nodes[i].instance = Some(r);
+            return Ok(Some(Next::Checkpoint));
+        }
+        found => found.record().cloned(),
     };
-    let max_attempts = spec.max_attempts.max(1);
-    for i in 0..run.status.nodes.len() {
-        let node = run.status.nodes[i].clone();
-        let uid = node.uid.clone().unwrap_or_else(|| node.name.clone());
-        if node.replacement.is_none() {
-            // Recorded before the launch: the token makes a retried or resumed launch return the same instance.
-            run.status.nodes[i].replacement = Some(ReplacementProgress {
-                client_token: client_token(&uid, 1),
-                attempt: 1,
-                ..Default::default()
-            });
-            run.save().await?;
-        }
-        let progress = run.status.nodes[i].replacement.clone().unwrap_or_default();
-        if progress.ready || !progress.instance_ids.is_empty() {
-            continue;
-        }
-        if let Some(at) = progress.retry_at.as_ref().map(|t| t.0)
-            && at > PlanRun::now()
-        {
-            let wait = at.duration_since(PlanRun::now()).unsigned_abs();
-            run.status.message = Some(format!(
-                "no EC2 capacity for the replacement of node {} ({} of {CAPACITY_ATTEMPTS} tries); trying again in {}s",
-                node.name,
-                progress.capacity_errors,
-                wait.as_secs()
-            ));
-            return Ok(Some(wait));
-        }
-        // Problems no retry can fix end the plan (rolled back) with the reason; others are retried.
-        let settings = match node_settings(&spec, &run.ctx.settings) {
-            Ok(s) => s,
-            Err(e) => {
-                run.fail = Some(format!("replacement for node {}: {e}", node.name));
-                return Ok(None);
-            }
-        };
-        let user_data = match bottlerocket::render(&settings) {
-            Ok(u) => u,
-            Err(e) => {
-                run.fail = Some(format!("replacement for node {}: {e}", node.name));
-                return Ok(None);
-            }
-        };
-        let record = record_instance(run, i).await?;
-        let join = match join_settings(&spec, record.as_ref()) {
-            Ok(j) => j,
-            Err(e) => {
-                run.fail = Some(format!("replacement for node {}: {e}", node.name));
-                return Ok(None);
-            }
-        };
-        let zones = volume_zones(run, &node.name).await?;
-        let subnet_zones = if spec.subnets.len() > 1 && !zones.is_empty() {
-            run.ctx.ec2().await?.subnet_zones(&spec.subnets).await?
-        } else {
-            BTreeMap::new()
-        };
-        let subnets = launch_subnets(
-            &spec,
-            record.as_ref(),
-            |s| subnet_zones.get(s).cloned(),
-            &zones,
-        );
-        let request = match launch_request(
-            &spec,
+    let zones = volume_zones(&out.status, io).await?;
+    let subnet_zones = if spec.subnets.len() > 1 && !zones.is_empty() {
+        io.cloud.ec2().await?.subnet_zones(&spec.subnets).await?
+    } else {
+        BTreeMap::new()
+    };
+    let subnets = launch_subnets(
+        spec,
+        record.as_ref(),
+        |s| subnet_zones.get(s).cloned(),
+        &zones,
+    );
+    let (cluster_name, user_data) = user_data;
+    let request = join_settings(spec, record.as_ref()).and_then(|join| {
+        launch_request(
+            spec,
             user_data,
             progress.client_token.clone(),
-            &run.name(),
+            &v.name(),
             &node.name,
-            &settings.cluster_name,
+            &cluster_name,
             join,
             subnets,
-        ) {
-            Ok(r) => r,
-            Err(e) => {
-                run.fail = Some(format!("replacement for node {}: {e}", node.name));
-                return Ok(None);
-            }
-        };
-        let ec2 = run.ctx.ec2().await?;
-        let outcome = match ec2.launch_with_report(request).await {
-            Ok(o) => o,
-            Err(
-                e @ (CloudError::NoCapacity { .. }
-                | CloudError::InvalidRequest(_)
-                | CloudError::KarpenterOwnershipTags { .. }),
-            ) => {
-                run.fail = Some(format!(
-                    "replacement for node {} could not be launched: {e}",
-                    node.name
-                ));
-                return Ok(None);
-            }
-            // RunInstances has one type and one subnet: nothing to fall back to. Retried a few times
-            // (capacity comes back), then the plan fails saying how to widen the request.
-            Err(e) if e.is_capacity() => {
-                let errors = progress.capacity_errors + 1;
-                if errors >= CAPACITY_ATTEMPTS {
-                    run.fail = Some(format!(
-                        "replacement for node {} could not be launched after {errors} tries: {e}; list more spec.replacement.instanceTypes or subnets (a fleet launch tries each)",
-                        node.name
-                    ));
-                    return Ok(None);
-                }
-                let wait = capacity_backoff(run.ctx.settings.capacity_retry_base, errors);
-                if let Some(r) = run.status.nodes[i].replacement.as_mut() {
-                    r.capacity_errors = errors;
-                    r.retry_at = Some(Time(PlanRun::now() + wait));
-                }
-                run.status.message = Some(format!(
-                    "no EC2 capacity for the replacement of node {} ({errors} of {CAPACITY_ATTEMPTS} tries): {e}; trying again in {}s",
-                    node.name,
-                    wait.as_secs()
-                ));
-                return Ok(Some(wait));
-            }
-            Err(e) => return Err(e.into()),
-        };
-        for f in &outcome.override_failures {
+        )
+    });
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => {
+            return Ok(Some(Next::Fail(format!(
+                "replacement for node {}: {e}",
+                node.name
+            ))));
+        }
+    };
+    let ec2 = io.cloud.ec2().await?;
+    let result = ec2.launch_with_report(request).await;
+    if let Ok(o) = &result {
+        for f in &o.override_failures {
             tracing::warn!(
                 instance_type = ?f.instance_type, subnet = ?f.subnet_id, code = %f.code,
                 ec2_message = %f.message, "EC2 could not use a launch override; another one was used"
@@ -360,44 +358,102 @@ pub async fn run(
         }
         // The template only carried this launch: deleting it keeps the region's template quota free.
         // A retry makes it again (same name, same content).
-        if let Some(t) = &outcome.created_template
+        if let Some(t) = &o.created_template
             && let Err(e) = ec2.delete_launch_template(t).await
         {
-            tracing::warn!(plan = %run.name(), template = %t, error = %e, "could not delete the launch template made for the replacement");
+            tracing::warn!(template = %t, error = %e, "could not delete the launch template made for the replacement");
         }
-        let ids: Vec<String> = outcome
-            .instances
-            .iter()
-            .map(|l| l.instance_id.clone())
-            .collect();
-        tracing::info!(plan = %run.name(), node = %node.name, instances = ?ids, "replacement launched");
-        run.event(
-            EventType::Normal,
-            "ReplacementLaunched",
-            "Replace",
-            format!(
-                "launched {} for node {} (client token {}, attempt {} of {max_attempts})",
-                ids.join(", "),
-                node.name,
-                progress.client_token,
-                progress.attempt.max(1),
-            ),
-        )
-        .await;
-        if let Some(r) = run.status.nodes[i].replacement.as_mut() {
-            r.instance_ids = ids;
-            r.launched_at = Some(Time(PlanRun::now()));
-            r.capacity_errors = 0;
-            r.retry_at = None;
-        }
-        run.save().await?;
     }
-    // A replacement that has not joined within the timeout is terminated: retried with a new
-    // ClientToken (the old one would return the same instance), or the plan fails.
-    let now = PlanRun::now();
-    let mut next_check = join_timeout;
-    for i in 0..run.status.nodes.len() {
-        let Some(r) = run.status.nodes[i].replacement.clone() else {
+    let ids = result.map(|o| o.instances.into_iter().map(|l| l.instance_id).collect());
+    Ok(record_launch(
+        out,
+        i,
+        ids,
+        v.now,
+        io.settings.capacity_retry_base,
+        spec.max_attempts.max(1),
+    ))
+}
+
+/// Records what EC2 answered to node `i`'s launch. Some(next) ends the step's call: a launch is written
+/// before the next node's (a checkpoint), a capacity error waits, a refusal fails the plan.
+pub fn record_launch(
+    out: &mut Outcome,
+    i: usize,
+    result: Result<Vec<String>, CloudError>,
+    now: Timestamp,
+    capacity_base: Duration,
+    max_attempts: u32,
+) -> Option<Next> {
+    let name = out.status.nodes[i].name.clone();
+    let progress = out.status.nodes[i].replacement.clone().unwrap_or_default();
+    let ids = match result {
+        Ok(ids) => ids,
+        Err(
+            e @ (CloudError::NoCapacity { .. }
+            | CloudError::InvalidRequest(_)
+            | CloudError::KarpenterOwnershipTags { .. }),
+        ) => {
+            return Some(Next::Fail(format!(
+                "replacement for node {name} could not be launched: {e}"
+            )));
+        }
+        // RunInstances has one type and one subnet: nothing to fall back to. Retried a few times
+        // (capacity comes back), then the plan fails saying how to widen the request.
+        Err(e) if e.is_capacity() => {
+            let errors = progress.capacity_errors + 1;
+            if errors >= CAPACITY_ATTEMPTS {
+                return Some(Next::Fail(format!(
+                    "replacement for node {name} could not be launched after {errors} tries: {e}; list more spec.replacement.instanceTypes or subnets (a fleet launch tries each)"
+                )));
+            }
+            let wait = capacity_backoff(capacity_base, errors);
+            if let Some(r) = out.status.nodes[i].replacement.as_mut() {
+                r.capacity_errors = errors;
+                r.retry_at = Some(Time(now + wait));
+            }
+            out.status.message = Some(format!(
+                "no EC2 capacity for the replacement of node {name} ({errors} of {CAPACITY_ATTEMPTS} tries): {e}; trying again in {}s",
+                wait.as_secs()
+            ));
+            return Some(Next::Wait {
+                wake: Wake::Never,
+                recheck: wait,
+            });
+        }
+        Err(e) => return Some(Next::Retry(e.into())),
+    };
+    tracing::info!(node = %name, instances = ?ids, "replacement launched");
+    out.note(
+        What::ReplacementLaunched,
+        format!(
+            "launched {} for node {name} (client token {}, attempt {} of {max_attempts})",
+            ids.join(", "),
+            progress.client_token,
+            progress.attempt.max(1),
+        ),
+    );
+    if let Some(r) = out.status.nodes[i].replacement.as_mut() {
+        r.instance_ids = ids;
+        r.launched_at = Some(Time(now));
+        r.capacity_errors = 0;
+        r.retry_at = None;
+    }
+    Some(Next::Checkpoint)
+}
+
+/// A replacement that has not joined within the timeout is terminated: retried with a new ClientToken
+/// (the old one would return the same instance), or the plan fails.
+async fn join_timeouts(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    spec: &ReplacementSpec,
+    join_timeout: Duration,
+    out: &mut Outcome,
+) -> Result<Option<Next>, ControllerError> {
+    let max_attempts = spec.max_attempts.max(1);
+    for i in 0..out.status.nodes.len() {
+        let Some(r) = out.status.nodes[i].replacement.clone() else {
             continue;
         };
         if r.ready || r.instance_ids.is_empty() {
@@ -405,147 +461,124 @@ pub async fn run(
         }
         let Some(launched_at) = r.launched_at.as_ref().map(|t| t.0) else {
             // Launched by an older controller that did not record the time: the clock starts now.
-            if let Some(p) = run.status.nodes[i].replacement.as_mut() {
-                p.launched_at = Some(Time(now));
+            if let Some(p) = out.status.nodes[i].replacement.as_mut() {
+                p.launched_at = Some(Time(v.now));
             }
-            run.save().await?;
-            continue;
+            return Ok(Some(Next::Checkpoint));
         };
         let attempt = r.attempt.max(1);
-        let decision = join_wait(launched_at, now, join_timeout, attempt, max_attempts);
-        let next = match decision {
-            JoinWait::Wait(left) => {
-                next_check = next_check.min(left);
-                continue;
-            }
+        let next = match join_wait(launched_at, v.now, join_timeout, attempt, max_attempts) {
+            JoinWait::Wait(_) => continue,
             JoinWait::Retry { next } => Some(next),
             JoinWait::GiveUp => None,
         };
-        let node = run.status.nodes[i].name.clone();
-        let ec2 = run.ctx.ec2().await?;
-        let mut reasons = Vec::new();
+        let ec2 = io.cloud.ec2().await?;
+        let mut states = Vec::new();
         for id in &r.instance_ids {
             if let Ok(Some(state)) = ec2.instance_state(id).await {
-                reasons.push(format!("{id} was {state:?}"));
+                states.push(format!("{id} was {state:?}"));
             }
             ec2.terminate(id).await?;
         }
-        let message = format!(
-            "replacement {} for node {node} did not join as a Ready node within {join_timeout:?} ({}); terminated it (attempt {attempt} of {max_attempts}). Check its instance profile, security groups and user data",
-            r.instance_ids.join(", "),
-            reasons.join(", ")
-        );
-        run.event(
-            EventType::Warning,
-            "ReplacementJoinTimeout",
-            "Replace",
-            message.clone(),
-        )
-        .await;
-        match next {
-            Some(next) => {
-                let uid = run.status.nodes[i]
-                    .uid
-                    .clone()
-                    .unwrap_or_else(|| node.clone());
-                run.status.nodes[i].replacement = Some(ReplacementProgress {
-                    client_token: client_token(&uid, next),
-                    attempt: next,
-                    ..Default::default()
-                });
-                run.status.message = Some(message);
-                run.save().await?;
-                return Ok(Some(Duration::from_millis(100)));
-            }
-            None => {
-                run.fail = Some(message);
-                return Ok(None);
-            }
-        }
+        return Ok(Some(record_join_timeout(
+            out,
+            i,
+            next,
+            &states,
+            join_timeout,
+            max_attempts,
+        )));
     }
-    // Wait (on the shared Node cache) for a Ready Node carrying each launched instance's providerID.
-    let wanted: BTreeSet<String> = run
-        .status
-        .nodes
-        .iter()
-        .filter_map(|n| n.replacement.as_ref())
-        .filter(|r| !r.ready)
-        .flat_map(|r| r.instance_ids.clone())
-        .collect();
-    if !wanted.is_empty() {
-        let ready_for = |nodes: &[std::sync::Arc<Node>], id: &str| -> Option<String> {
-            nodes
-                .iter()
-                .find(|n| {
-                    n.spec
-                        .as_ref()
-                        .and_then(|s| s.provider_id.as_deref())
-                        .is_some_and(|p| p.ends_with(&format!("/{id}")))
-                        && n.status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .is_some_and(|cs| {
-                                cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                            })
-                })
-                .map(|n| n.name_any())
+    Ok(None)
+}
+
+/// Records a replacement terminated for not joining: the next attempt's token (written before it
+/// launches), or the plan fails.
+pub fn record_join_timeout(
+    out: &mut Outcome,
+    i: usize,
+    next: Option<u32>,
+    states: &[String],
+    join_timeout: Duration,
+    max_attempts: u32,
+) -> Next {
+    let node = out.status.nodes[i].clone();
+    let r = node.replacement.clone().unwrap_or_default();
+    let message = format!(
+        "replacement {} for node {} did not join as a Ready node within {join_timeout:?} ({}); terminated it (attempt {} of {max_attempts}). Check its instance profile, security groups and user data",
+        r.instance_ids.join(", "),
+        node.name,
+        states.join(", "),
+        r.attempt.max(1),
+    );
+    out.note(What::ReplacementJoinTimeout, message.clone());
+    let Some(next) = next else {
+        return Next::Fail(message);
+    };
+    let uid = node.uid.clone().unwrap_or_else(|| node.name.clone());
+    out.status.nodes[i].replacement = Some(ReplacementProgress {
+        client_token: client_token(&uid, next),
+        attempt: next,
+        ..Default::default()
+    });
+    out.status.message = Some(message);
+    Next::Checkpoint
+}
+
+/// Marks the replacements a Ready Node carries (by providerID, from the Node cache) and waits for the
+/// rest, at most until the nearest join timeout.
+fn ready(io: &Io<'_>, join_timeout: Duration, now: Timestamp, mut out: Outcome) -> Outcome {
+    let nodes = io.caches.nodes.all();
+    let mut newly = Vec::new();
+    let mut wanted = BTreeSet::new();
+    let mut next_check = join_timeout;
+    for n in out.status.nodes.iter_mut() {
+        let Some(r) = n.replacement.as_mut().filter(|r| !r.ready) else {
+            continue;
         };
-        let wanted_vec: Vec<String> = wanted.iter().cloned().collect();
-        let found = std::sync::Mutex::new(BTreeMap::<String, String>::new());
-        let caches = run.ctx.synced_caches().await?.clone();
-        let done = caches
-            .nodes
-            .wait_until(
-                run.ctx
-                    .settings
-                    .wait_slice
-                    .min(next_check.max(Duration::from_millis(100))),
-                |cache| {
-                    let nodes = cache.all();
-                    let nodes = nodes.as_slice();
-                    let mut f = found.lock().unwrap_or_else(|e| e.into_inner());
-                    for id in &wanted_vec {
-                        if let Some(name) = ready_for(nodes, id) {
-                            f.insert(id.clone(), name);
-                        }
-                    }
-                    f.len() == wanted_vec.len()
-                },
-            )
-            .await;
-        let found = found.into_inner().unwrap_or_else(|e| e.into_inner());
-        for n in run.status.nodes.iter_mut() {
-            if let Some(r) = n.replacement.as_mut()
-                && let Some(name) = r.instance_ids.iter().find_map(|id| found.get(id))
-            {
+        match r
+            .instance_ids
+            .iter()
+            .find_map(|id| ready_node_for(&nodes, id))
+        {
+            Some(name) => {
                 r.node_name = Some(name.clone());
                 r.ready = true;
+                newly.push(name);
+            }
+            None => {
+                wanted.extend(r.instance_ids.iter().cloned());
+                if let Some(at) = r.launched_at.as_ref().map(|t| t.0) {
+                    let waited = now.duration_since(at).unsigned_abs();
+                    next_check = next_check.min(join_timeout.saturating_sub(waited));
+                }
             }
         }
-        if !done {
-            run.status.message = Some(format!(
-                "waiting for replacement instance(s) {} to join as Ready nodes (join timeout {join_timeout:?}, next check in {next_check:?})",
-                wanted_vec.join(", ")
-            ));
-            return Ok(Some(next_check.min(Duration::from_secs(2))));
-        }
-        run.event(
-            EventType::Normal,
-            "ReplacementReady",
-            "Replace",
-            format!(
-                "replacement node(s) Ready: {}",
-                found.values().cloned().collect::<Vec<_>>().join(", ")
-            ),
-        )
-        .await;
     }
-    facts.replacement_ready = run
-        .status
-        .nodes
-        .iter()
-        .all(|n| n.replacement.as_ref().is_some_and(|r| r.ready));
-    Ok(None)
+    if wanted.is_empty() {
+        if !newly.is_empty() {
+            let all: Vec<String> = out
+                .status
+                .nodes
+                .iter()
+                .filter_map(|n| n.replacement.as_ref()?.node_name.clone())
+                .collect();
+            out.note(
+                What::ReplacementReady,
+                format!("replacement node(s) Ready: {}", all.join(", ")),
+            );
+        }
+        return out;
+    }
+    out.status.message = Some(format!(
+        "waiting for replacement instance(s) {} to join as Ready nodes (join timeout {join_timeout:?}, next check in {next_check:?})",
+        wanted.iter().cloned().collect::<Vec<_>>().join(", ")
+    ));
+    let recheck = next_check.max(Duration::from_millis(100));
+    out.then(Next::Wait {
+        wake: Wake::NodesReady(wanted),
+        recheck,
+    })
 }
 
 #[cfg(test)]

@@ -4,21 +4,17 @@
 //! and 404s are fine twice). A Node recreated under the same name (a new uid) is a different node: the
 //! one the plan drained is gone, and the new one is left alone.
 
-use std::collections::BTreeSet;
-use std::time::Duration;
-
 use k8s_openapi::api::core::v1::Node;
-use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
-use kube::runtime::events::EventType;
 
-use super::instance::record_instance;
+use super::instance::{Instance, observe};
 use super::inventory::get_node;
-use crate::api::status::NodePhase;
+use crate::api::plan::{ReplacementSpec, TerminationSpec};
+use crate::api::status::{InstanceRecord, NodePhase};
 use crate::cloud::ec2::CloudError;
 use crate::controller::error::ControllerError;
-use crate::controller::reconcile::PlanRun;
-use crate::planning::PhaseFacts;
+use crate::controller::report::What;
+use crate::controller::step::{Io, Next, Outcome, PlanView, Wake};
 use crate::planning::replacement::decrement_desired_capacity;
 use crate::signals::detect::{nodeclaim_of, nodeclaims};
 
@@ -28,6 +24,220 @@ pub fn is_other_node(recorded_uid: Option<&str>, node: &Node) -> bool {
         (Some(want), Some(have)) => want != have,
         _ => false,
     }
+}
+
+/// What terminating one node means, decided from the spec and what owns the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Termination {
+    /// Karpenter's node: delete its NodeClaim; Karpenter terminates the instance and deletes the Node.
+    DeleteNodeClaim(String),
+    /// Karpenter's node and `terminateInstance: false`: keep all (deleting either would make Karpenter
+    /// terminate the instance).
+    KeepKarpenters(String),
+    /// Not Karpenter's: terminate the instance (when asked and known), then delete the Node (when asked).
+    Direct {
+        terminate: Option<String>,
+        delete_node: bool,
+    },
+}
+
+impl Termination {
+    pub fn decide(spec: &TerminationSpec, claim: Option<&str>, instance_id: Option<&str>) -> Self {
+        match claim {
+            Some(c) if spec.terminate_instance => Self::DeleteNodeClaim(c.to_owned()),
+            Some(c) => Self::KeepKarpenters(c.to_owned()),
+            None => Self::Direct {
+                terminate: instance_id
+                    .filter(|_| spec.terminate_instance)
+                    .map(str::to_owned),
+                delete_node: spec.delete_node,
+            },
+        }
+    }
+
+    /// The node is expected to disappear.
+    pub fn expect_gone(&self) -> bool {
+        match self {
+            Self::DeleteNodeClaim(_) => true,
+            Self::KeepKarpenters(_) => false,
+            Self::Direct { delete_node, .. } => *delete_node,
+        }
+    }
+
+    /// The instance must be described (and recorded) first: the replacement is launched like it, and an
+    /// instance in an Auto Scaling group is terminated through the group.
+    pub fn needs_record(&self, replacement: bool) -> bool {
+        replacement
+            || matches!(
+                self,
+                Self::Direct {
+                    terminate: Some(_),
+                    ..
+                }
+            )
+    }
+}
+
+pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
+    let spec = &v.plan.spec;
+    let mut out = v.outcome();
+    let mut waiting: Vec<(String, String)> = Vec::new();
+    for i in 0..v.status.nodes.len() {
+        let n = &v.status.nodes[i];
+        if matches!(n.phase, NodePhase::Gone | NodePhase::Kept) {
+            continue;
+        }
+        let Some(node) = get_node(io.client, &n.name).await? else {
+            out.status.nodes[i].phase = NodePhase::Gone;
+            continue;
+        };
+        if is_other_node(n.uid.as_deref(), &node) {
+            // The drained node is gone; this one only has its name (IP-based hostnames are reused).
+            out.status.nodes[i].phase = NodePhase::Gone;
+            out.note(What::NodeRecreated, format!(
+                "node {} now has uid {} (the plan drained uid {}): the drained node is gone, the new one is left alone",
+                n.name, node.metadata.uid.as_deref().unwrap_or("?"), n.uid.as_deref().unwrap_or("?"),
+            ));
+            continue;
+        }
+        let what = Termination::decide(
+            &spec.termination,
+            nodeclaim_of(&node),
+            n.instance_id.as_deref(),
+        );
+        if n.phase != NodePhase::Terminating {
+            let mut record = None;
+            if what.needs_record(spec.replacement.is_some()) {
+                match observe(v.status, i, io).await? {
+                    // Intent before act: the record is written before the instance goes.
+                    Instance::New(r) => {
+                        out.status.nodes[i].instance = Some(r);
+                        return Ok(out.then(Next::Checkpoint));
+                    }
+                    found => record = found.record().cloned(),
+                }
+            }
+            let text = act(&what, &n.name, record.as_ref(), spec, io).await?;
+            if let Some((kind, text)) = text {
+                out.note(kind, text);
+            }
+        }
+        // Also for a node an older controller left in Terminating that is kept.
+        out.status.nodes[i].phase = if what.expect_gone() {
+            NodePhase::Terminating
+        } else {
+            NodePhase::Kept
+        };
+        if what.expect_gone() {
+            let wait = match &what {
+                Termination::DeleteNodeClaim(claim) => {
+                    nodeclaim_wait(io.client, claim, &n.name).await
+                }
+                _ => format!("node {} to be deleted", n.name),
+            };
+            waiting.push((n.name.clone(), wait));
+        }
+    }
+    if waiting.is_empty() {
+        return Ok(out);
+    }
+    out.status.message = Some(format!(
+        "waiting for {}",
+        waiting
+            .iter()
+            .map(|(_, w)| w.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    ));
+    let gone = v
+        .status
+        .nodes
+        .iter()
+        .filter(|n| waiting.iter().any(|(w, _)| *w == n.name))
+        .map(|n| (n.name.clone(), n.uid.clone()))
+        .collect();
+    Ok(out.then(Next::Wait {
+        wake: Wake::NodesGone(gone),
+        recheck: io.settings.wait_slice,
+    }))
+}
+
+/// Terminates one node as decided; returns the note to announce.
+async fn act(
+    what: &Termination,
+    node: &str,
+    record: Option<&InstanceRecord>,
+    spec: &crate::api::DisruptionPlanSpec,
+    io: &Io<'_>,
+) -> Result<Option<(What, String)>, ControllerError> {
+    Ok(match what {
+        Termination::DeleteNodeClaim(claim) => {
+            delete_ignoring_missing(&nodeclaims(io.client), claim, format!("NodeClaim {claim}"))
+                .await?;
+            Some((
+                What::NodeClaimDeleted,
+                format!(
+                    "node {node} is Karpenter's: deleted NodeClaim {claim}; Karpenter terminates the instance"
+                ),
+            ))
+        }
+        Termination::KeepKarpenters(claim) => Some((
+            What::InstanceKept,
+            format!(
+                "node {node} is Karpenter's and termination.terminateInstance is false: NodeClaim {claim}, its instance and the Node are kept (deleting either would make Karpenter terminate the instance)"
+            ),
+        )),
+        Termination::Direct {
+            terminate,
+            delete_node,
+        } => {
+            let mut note = None;
+            if let Some(id) = terminate {
+                let group = record.and_then(|r| r.auto_scaling_group.as_deref());
+                let text = terminate_instance(
+                    io,
+                    id,
+                    node,
+                    group,
+                    &spec.termination,
+                    spec.replacement.as_ref(),
+                )
+                .await?;
+                note = Some((What::InstanceTerminated, text));
+            }
+            if *delete_node {
+                let nodes: Api<Node> = Api::all(io.client.clone());
+                delete_ignoring_missing(&nodes, node, format!("node {node}")).await?;
+            }
+            note
+        }
+    })
+}
+
+/// Terminates instance `id` of `node`, through its Auto Scaling group when it has one.
+async fn terminate_instance(
+    io: &Io<'_>,
+    id: &str,
+    node: &str,
+    group: Option<&str>,
+    termination: &TerminationSpec,
+    replacement: Option<&ReplacementSpec>,
+) -> Result<String, ControllerError> {
+    let Some(group) = group else {
+        let outcome = io.cloud.ec2().await?.terminate(id).await?;
+        tracing::info!(node = %node, instance = %id, ?outcome, "instance terminated");
+        return Ok(format!("EC2 instance {id} of node {node} terminated"));
+    };
+    let decrement = decrement_desired_capacity(termination, replacement);
+    terminate_in_group(io, id, decrement).await?;
+    Ok(format!(
+        "EC2 instance {id} of node {node} terminated through Auto Scaling group {group} ({})",
+        if decrement {
+            "desired capacity decremented"
+        } else {
+            "desired capacity kept: the group launches a replacement"
+        }
+    ))
 }
 
 async fn delete_ignoring_missing<K>(
@@ -43,168 +253,6 @@ where
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(source) => Err(ControllerError::Delete { what, source }),
     }
-}
-
-pub async fn run(
-    run: &mut PlanRun,
-    facts: &mut PhaseFacts,
-) -> Result<Option<Duration>, ControllerError> {
-    let client = run.ctx.client.clone();
-    let termination = run.plan.spec.termination.clone();
-    let replacement = run.plan.spec.replacement.clone();
-    // Nodes expected to disappear, with what the plan waits for (for status.message).
-    let mut waiting: Vec<(String, String)> = Vec::new();
-    for i in 0..run.status.nodes.len() {
-        if run.status.nodes[i].phase == NodePhase::Gone {
-            continue;
-        }
-        let name = run.status.nodes[i].name.clone();
-        let Some(node) = get_node(&client, &name).await? else {
-            run.status.nodes[i].phase = NodePhase::Gone;
-            continue;
-        };
-        if is_other_node(run.status.nodes[i].uid.as_deref(), &node) {
-            // The drained node is gone; this one only has its name (IP-based hostnames are reused).
-            run.status.nodes[i].phase = NodePhase::Gone;
-            run.event(
-                EventType::Normal,
-                "NodeRecreated",
-                "Terminate",
-                format!(
-                    "node {name} now has uid {} (the plan drained uid {}): the drained node is gone, the new one is left alone",
-                    node.metadata.uid.as_deref().unwrap_or("?"),
-                    run.status.nodes[i].uid.as_deref().unwrap_or("?"),
-                ),
-            )
-            .await;
-            continue;
-        }
-        let claim = nodeclaim_of(&node).map(str::to_owned);
-        // Karpenter terminates its own instances; with terminateInstance false it keeps them, and
-        // deleting the Node would start Karpenter's termination (its finalizer deletes the NodeClaim).
-        let expect_gone = match &claim {
-            Some(_) => termination.terminate_instance,
-            None => termination.delete_node,
-        };
-        if run.status.nodes[i].phase != NodePhase::Terminating {
-            // Read before terminating: the replacement is launched like this instance, and an
-            // instance in an Auto Scaling group is terminated through it.
-            let record =
-                if replacement.is_some() || (claim.is_none() && termination.terminate_instance) {
-                    record_instance(run, i).await?
-                } else {
-                    None
-                };
-            match &claim {
-                Some(claim) if termination.terminate_instance => {
-                    delete_ignoring_missing(
-                        &nodeclaims(&client),
-                        claim,
-                        format!("NodeClaim {claim}"),
-                    )
-                    .await?;
-                    run.event(EventType::Normal, "NodeClaimDeleted", "Terminate", format!(
-                        "node {name} is Karpenter's: deleted NodeClaim {claim}; Karpenter terminates the instance"
-                    ))
-                    .await;
-                }
-                Some(claim) => {
-                    run.event(EventType::Normal, "InstanceKept", "Terminate", format!(
-                        "node {name} is Karpenter's and termination.terminateInstance is false: NodeClaim {claim}, its instance and the Node are kept (deleting either would make Karpenter terminate the instance)"
-                    ))
-                    .await;
-                }
-                None => {
-                    if termination.terminate_instance
-                        && let Some(id) = run.status.nodes[i].instance_id.clone()
-                    {
-                        let group = record.as_ref().and_then(|r| r.auto_scaling_group.clone());
-                        let note = match group {
-                            Some(group) => {
-                                let decrement =
-                                    decrement_desired_capacity(&termination, replacement.as_ref());
-                                terminate_in_group(run, &id, decrement).await?;
-                                format!(
-                                    "EC2 instance {id} of node {name} terminated through Auto Scaling group {group} ({})",
-                                    if decrement {
-                                        "desired capacity decremented"
-                                    } else {
-                                        "desired capacity kept: the group launches a replacement"
-                                    }
-                                )
-                            }
-                            None => {
-                                let outcome = run.ctx.ec2().await?.terminate(&id).await?;
-                                tracing::info!(plan = %run.name(), node = %name, instance = %id, ?outcome, "instance terminated");
-                                format!("EC2 instance {id} of node {name} terminated")
-                            }
-                        };
-                        run.event(EventType::Normal, "InstanceTerminated", "Terminate", note)
-                            .await;
-                    }
-                    if termination.delete_node {
-                        let nodes: Api<Node> = Api::all(client.clone());
-                        delete_ignoring_missing(&nodes, &name, format!("node {name}")).await?;
-                    }
-                }
-            }
-            run.status.nodes[i].phase = NodePhase::Terminating;
-        }
-        if expect_gone {
-            let what = match &claim {
-                Some(claim) => nodeclaim_wait(&client, claim, &name).await,
-                None => format!("node {name} to be deleted"),
-            };
-            waiting.push((name, what));
-        }
-    }
-    if waiting.is_empty() {
-        facts.nodes_gone = true;
-        return Ok(None);
-    }
-    let names: BTreeSet<String> = waiting.iter().map(|(n, _)| n.clone()).collect();
-    let uids: Vec<(String, Option<String>)> = run
-        .status
-        .nodes
-        .iter()
-        .map(|n| (n.name.clone(), n.uid.clone()))
-        .collect();
-    // The shared Node cache, re-checked after every Node change (no watch of our own per pass).
-    let caches = run.ctx.synced_caches().await?.clone();
-    let gone = caches
-        .nodes
-        .wait_until(run.ctx.settings.wait_slice, |cache| {
-            let nodes = cache.all();
-            // A Node of that name with another uid does not count: it is not the one being terminated.
-            !nodes.iter().any(|n| {
-                names.contains(&n.name_any())
-                    && !uids.iter().any(|(name, uid)| {
-                        *name == n.name_any() && is_other_node(uid.as_deref(), n)
-                    })
-            })
-        })
-        .await;
-    if gone {
-        for n in run
-            .status
-            .nodes
-            .iter_mut()
-            .filter(|n| names.contains(&n.name))
-        {
-            n.phase = NodePhase::Gone;
-        }
-    } else {
-        run.status.message = Some(format!(
-            "waiting for {}",
-            waiting
-                .iter()
-                .map(|(_, w)| w.as_str())
-                .collect::<Vec<_>>()
-                .join("; ")
-        ));
-    }
-    facts.nodes_gone = gone;
-    Ok((!gone).then_some(Duration::from_secs(1)))
 }
 
 /// What the plan waits for while Karpenter terminates a NodeClaim, e.g. "Karpenter to terminate
@@ -223,24 +271,75 @@ async fn nodeclaim_wait(client: &kube::Client, claim: &str, node: &str) -> Strin
 }
 
 /// TerminateInstanceInAutoScalingGroup, idempotent: a member already gone (a retried pass) is done.
-async fn terminate_in_group(
-    run: &PlanRun,
-    id: &str,
-    decrement: bool,
-) -> Result<(), ControllerError> {
-    let ec2 = run.ctx.ec2().await?;
+async fn terminate_in_group(io: &Io<'_>, id: &str, decrement: bool) -> Result<(), ControllerError> {
+    let ec2 = io.cloud.ec2().await?;
     match ec2.terminate_in_auto_scaling_group(id, decrement).await {
         Ok(()) => Ok(()),
         // "Instance Id not found - No managed instance found": already terminated (or left the group).
-        Err(CloudError::Api { code, .. }) if code == "ValidationError" => {
-            match ec2.instance_state(id).await? {
-                Some(s) if !s.is_gone() => Err(CloudError::InvalidRequest(format!(
-                    "instance {id} is tagged with an Auto Scaling group that does not manage it; terminate it by hand or remove the aws:autoscaling:groupName tag"
-                ))
-                .into()),
-                _ => Ok(()),
-            }
-        }
+        Err(CloudError::Api { code, .. }) if code == "ValidationError" => match ec2.instance_state(id).await? {
+            Some(s) if !s.is_gone() => Err(CloudError::InvalidRequest(format!(
+                "instance {id} is tagged with an Auto Scaling group that does not manage it; terminate it by hand or remove the aws:autoscaling:groupName tag"
+            ))
+            .into()),
+            _ => Ok(()),
+        },
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(terminate_instance: bool, delete_node: bool) -> TerminationSpec {
+        TerminationSpec {
+            terminate_instance,
+            delete_node,
+            ..TerminationSpec::default()
+        }
+    }
+
+    #[test]
+    fn karpenters_nodes_go_back_to_karpenter_or_are_kept_whole() {
+        let t = Termination::decide(&spec(true, true), Some("default-x7k2p"), Some("i-1"));
+        assert_eq!(t, Termination::DeleteNodeClaim("default-x7k2p".into()));
+        assert!(t.expect_gone() && !t.needs_record(false) && t.needs_record(true));
+        let kept = Termination::decide(&spec(false, true), Some("default-x7k2p"), Some("i-1"));
+        assert!(matches!(kept, Termination::KeepKarpenters(_)));
+        assert!(!kept.expect_gone());
+    }
+
+    #[test]
+    fn other_nodes_are_terminated_and_deleted_as_the_spec_asks() {
+        let t = Termination::decide(&spec(true, true), None, Some("i-1"));
+        assert_eq!(
+            t,
+            Termination::Direct {
+                terminate: Some("i-1".into()),
+                delete_node: true
+            }
+        );
+        assert!(
+            t.needs_record(false),
+            "an instance is recorded before it is terminated"
+        );
+        let no_id = Termination::decide(&spec(true, false), None, None);
+        assert_eq!(
+            no_id,
+            Termination::Direct {
+                terminate: None,
+                delete_node: false
+            }
+        );
+        assert!(!no_id.expect_gone() && !no_id.needs_record(false));
+    }
+
+    #[test]
+    fn a_node_with_the_same_name_and_another_uid_is_another_node() {
+        let mut node = Node::default();
+        node.metadata.uid = Some("b".into());
+        assert!(is_other_node(Some("a"), &node));
+        assert!(!is_other_node(Some("b"), &node));
+        assert!(!is_other_node(None, &node));
     }
 }
