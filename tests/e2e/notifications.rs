@@ -12,6 +12,7 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use snapdrain::api::DisruptionPolicy;
 use snapdrain::api::status::PlanPhase;
+use snapdrain_sim::apiserver::faults::FaultRule;
 use snapdrain_testkit::eventually_within;
 use snapdrain_testkit::harness::{Harness, TIMEOUT};
 
@@ -147,4 +148,89 @@ async fn reasons_narrow_what_the_webhook_receives() {
     )
     .await;
     assert_eq!(reasons(&inbox), vec!["PlanCompleted".to_string()]);
+}
+
+/// How many times an Event with `reason` was published about plan `plan`: a series (kube-runtime's
+/// Recorder folds repeats of the same Event into one object) counts each occurrence.
+async fn event_count(h: &Harness, plan: &str, reason: &str) -> i32 {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(h.client.clone());
+    events
+        .list(&Default::default())
+        .await
+        .expect("list Events")
+        .items
+        .iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(plan))
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
+
+/// A step's news goes out with the status write that records it: when the API server refuses that write
+/// (a 500, as a lost etcd leader gives), the next pass does the step again and must not announce it
+/// again. Here the write that takes the plan to Draining, which carries the verification, is refused
+/// twice; BackupVerified is still published once, as Event and as notification.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_status_write_repeats_no_event_and_no_notification() {
+    let h = Harness::start().await;
+    let (url, inbox) = receiver(0).await;
+    policy(&h, json!({"url": url})).await;
+    h.cluster.faults.add(FaultRule {
+        verb: Some("patch".into()),
+        resource: Some("disruptionplans.snapdrain.io/status".into()),
+        body_contains: Some(r#""phase":"Draining""#.into()),
+        error_rate: 1.0,
+        times: Some(2),
+        ..FaultRule::default()
+    });
+    let _controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("refused-twice", json!({"nodes": [node]}))
+        .await;
+    let done = h
+        .wait_plan("refused-twice", TIMEOUT, |p| p.is_terminal())
+        .await;
+    assert_eq!(
+        done.status.as_ref().map(|s| s.phase),
+        Some(PlanPhase::Completed)
+    );
+    let refused = h
+        .audit()
+        .iter()
+        .filter(|e| {
+            e.resource == "disruptionplans.snapdrain.io/status"
+                && e.name.as_deref() == Some("refused-twice")
+                && e.code == Some(500)
+        })
+        .count();
+    assert_eq!(refused, 2, "the fault refused the Draining write twice");
+    eventually_within(
+        "PlanCompleted notified",
+        Duration::from_secs(30),
+        || async {
+            reasons(&inbox)
+                .iter()
+                .any(|r| r == "PlanCompleted")
+                .then_some(())
+        },
+    )
+    .await;
+    let notified = reasons(&inbox)
+        .iter()
+        .filter(|r| *r == "BackupVerified")
+        .count();
+    assert_eq!(
+        notified,
+        1,
+        "BackupVerified notified once: {:?}",
+        reasons(&inbox)
+    );
+    eventually_within(
+        "the PlanCompleted Event",
+        Duration::from_secs(30),
+        || async { (event_count(&h, "refused-twice", "PlanCompleted").await > 0).then_some(()) },
+    )
+    .await;
+    assert_eq!(event_count(&h, "refused-twice", "BackupVerified").await, 1);
+    assert_eq!(event_count(&h, "refused-twice", "Draining").await, 1);
 }

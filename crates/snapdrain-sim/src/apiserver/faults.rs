@@ -28,13 +28,20 @@ pub struct FaultRule {
     /// Stop after this many injected failures.
     #[serde(default)]
     pub times: Option<u32>,
+    /// Only requests whose body contains this text (e.g. `"phase":"Draining"` to refuse one particular
+    /// status write of a plan).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_contains: Option<String>,
 }
 
 impl FaultRule {
-    fn matches(&self, verb: &str, resource: &str) -> bool {
+    fn matches(&self, verb: &str, resource: &str, body: &[u8]) -> bool {
         let any =
             |v: &Option<String>, actual: &str| v.as_deref().is_none_or(|v| v == "*" || v == actual);
-        any(&self.verb, verb) && any(&self.resource, resource)
+        let in_body = self.body_contains.as_deref().is_none_or(|text| {
+            !text.is_empty() && body.windows(text.len()).any(|w| w == text.as_bytes())
+        });
+        any(&self.verb, verb) && any(&self.resource, resource) && in_body
     }
 
     pub fn validate(&self) -> Result<(), String> {
@@ -82,11 +89,11 @@ impl Faults {
         self.rules.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    pub fn check(&self, verb: &str, resource: &str) -> Injection {
+    pub fn check(&self, verb: &str, resource: &str, body: &[u8]) -> Injection {
         let mut rules = self.rules.lock().unwrap_or_else(|e| e.into_inner());
         let mut delay = Duration::ZERO;
         let mut error = None;
-        for rule in rules.iter_mut().filter(|r| r.matches(verb, resource)) {
+        for rule in rules.iter_mut().filter(|r| r.matches(verb, resource, body)) {
             delay += Duration::from_millis(rule.latency_ms);
             if error.is_none() && rule.times != Some(0) && rand::random::<f64>() < rule.error_rate {
                 if let Some(t) = rule.times.as_mut() {
@@ -130,10 +137,13 @@ mod tests {
             times: Some(1),
             ..Default::default()
         });
-        assert!(f.check("get", "pods/eviction").error.is_none());
-        assert_eq!(f.check("create", "pods/eviction").error.unwrap().code, 503);
+        assert!(f.check("get", "pods/eviction", b"").error.is_none());
+        assert_eq!(
+            f.check("create", "pods/eviction", b"").error.unwrap().code,
+            503
+        );
         assert!(
-            f.check("create", "pods/eviction").error.is_none(),
+            f.check("create", "pods/eviction", b"").error.is_none(),
             "times: 1 allows one failure"
         );
         assert!(
@@ -143,6 +153,27 @@ mod tests {
             }
             .validate()
             .is_err()
+        );
+    }
+
+    #[test]
+    fn a_rule_can_pick_requests_by_their_body() {
+        let f = Faults::default();
+        f.add(FaultRule {
+            verb: Some("patch".into()),
+            body_contains: Some(r#""phase":"Draining""#.into()),
+            error_rate: 1.0,
+            ..Default::default()
+        });
+        assert!(
+            f.check("patch", "x", br#"{"status":{"phase":"Verifying"}}"#)
+                .error
+                .is_none()
+        );
+        assert!(
+            f.check("patch", "x", br#"{"status":{"phase":"Draining"}}"#)
+                .error
+                .is_some()
         );
     }
 }

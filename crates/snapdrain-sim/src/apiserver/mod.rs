@@ -250,7 +250,7 @@ async fn entry(
         .get("user-agent")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let injection = state.faults.check(verb, &target.resource_name());
+    let injection = state.faults.check(verb, &target.resource_name(), &body);
     if !injection.delay.is_zero() {
         tokio::time::sleep(injection.delay).await;
     }
