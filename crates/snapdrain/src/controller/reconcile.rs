@@ -20,7 +20,7 @@ use tracing::Instrument;
 use super::context::Context;
 use super::error::ControllerError;
 use super::report::{About, Note, What};
-use super::step::{Next, Outcome, PlanView};
+use super::step::{Next, Outcome, PlanView, Wake};
 use super::steps;
 use crate::api::status::{DisruptionPlanStatus, PlanPhase, StatusSummary, condition};
 use crate::api::{DisruptionPlan, ValidSpec, problems_message, validate};
@@ -66,6 +66,12 @@ impl Pass {
 
     fn name(&self) -> String {
         self.plan.name_any()
+    }
+
+    /// What the phase machine decides from the status as this pass knows it.
+    fn decide(&self, phase: PlanPhase, now: Timestamp) -> PhaseDecision {
+        let facts = PhaseFacts::of(&self.plan, &self.valid, &self.status, now);
+        next_phase(phase, &self.plan.spec, &facts)
     }
 
     fn view(&self, now: Timestamp) -> PlanView<'_> {
@@ -434,39 +440,22 @@ async fn drive(pass: &mut Pass, ctx: &Context) -> Result<Action, ControllerError
 async fn call(pass: &mut Pass, ctx: &Context) -> Result<Then, ControllerError> {
     let now = ctx.clock.now();
     let phase = pass.status.phase;
-    let facts_now = PhaseFacts::of(&pass.plan, &pass.valid, &pass.status, now);
-    let (next, notes) = if facts_now.abort_requested {
-        (Next::Decide, Vec::new())
-    } else {
-        let result = match ctx.synced_caches().await {
-            Ok(caches) => steps::run(phase, &pass.view(now), &ctx.io(caches)).await,
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(Outcome {
-                status,
-                next,
-                notes,
-            }) => {
-                pass.status = status;
-                (next, notes)
-            }
-            Err(e) => (Next::Retry(e), Vec::new()),
-        }
-    };
-    let decision = match next {
+    let facts = PhaseFacts::of(&pass.plan, &pass.valid, &pass.status, now);
+    let (next, notes) = run_step(pass, ctx, phase, now, facts.abort_requested).await;
+    let (decision, next) = match next {
         Next::Checkpoint => {
             pass.write_and_publish(ctx, notes).await?;
             return Ok(Then::Again);
         }
         // No retry fixes RBAC, a missing Secret or a refused EC2 request: fail with the message.
-        Next::Retry(e) if e.is_permanent() => {
-            Decided::Fail(format!("{} failed: {e}", phase.as_str()))
-        }
+        Next::Retry(e) if e.is_permanent() => (
+            failed(format!("{} failed: {e}", phase.as_str())),
+            Next::Decide,
+        ),
         // Past the deadline the phase machine decides, whatever the step's error.
-        Next::Retry(e) if facts_now.deadline_passed => {
+        Next::Retry(e) if facts.deadline_passed => {
             tracing::warn!(error = %e, "step failed after the deadline");
-            Decided::Decide(Next::Decide)
+            (pass.decide(phase, now), Next::Decide)
         }
         Next::Retry(e) => {
             pass.record_retrying(phase, &e, now);
@@ -476,47 +465,94 @@ async fn call(pass: &mut Pass, ctx: &Context) -> Result<Then, ControllerError> {
             }
             return Err(e);
         }
-        Next::Fail(why) => Decided::Fail(why),
-        other => Decided::Decide(other),
-    };
-    let (decision, next) = match decision {
-        Decided::Fail(message) => (
-            PhaseDecision {
-                phase: PlanPhase::Failed,
-                rollback: true,
-                message: Some(message),
-            },
-            Next::Decide,
-        ),
-        Decided::Decide(next) => {
-            let facts = PhaseFacts::of(&pass.plan, &pass.valid, &pass.status, now);
-            (next_phase(phase, &pass.plan.spec, &facts), next)
-        }
+        Next::Fail(why) => (failed(why), Next::Decide),
+        next => (pass.decide(phase, now), next),
     };
     pass.clear_retrying(now);
-    let mut notes = notes;
     if decision.phase != phase {
-        if facts_now.deadline_passed && decision.phase == PlanPhase::Failed {
-            notes.push(Note {
-                what: What::DeadlineMissed,
-                text: format!(
-                    "spec.deadline passed in {}: {}",
-                    phase.as_str(),
-                    decision.message.clone().unwrap_or_default()
-                ),
-            });
-        }
-        notes.extend(pass.transition(ctx, decision, now).await);
-        pass.write(ctx).await?;
-        let to = pass.status.phase;
-        tracing::info!(from = %phase, to = %to, detail = pass.status.message.as_deref().unwrap_or(""), "plan phase changed");
-        ctx.report.publish(&pass.about(), notes);
-        if to.is_terminal() {
-            set_finalizer(&pass.plan, ctx, false, pass.resource_version.clone()).await?;
-            return Ok(Then::Done(Action::await_change()));
-        }
-        return Ok(Then::Again);
+        return move_on(pass, ctx, decision, notes, facts.deadline_passed, now).await;
     }
+    stay(pass, ctx, next, notes, now).await
+}
+
+/// Runs the phase's step over the plan as this pass knows it (nothing when a stop was asked for: the
+/// phase machine aborts). The step's status becomes the pass's.
+async fn run_step(
+    pass: &mut Pass,
+    ctx: &Context,
+    phase: PlanPhase,
+    now: Timestamp,
+    abort: bool,
+) -> (Next, Vec<Note>) {
+    if abort {
+        return (Next::Decide, Vec::new());
+    }
+    let result = match ctx.synced_caches().await {
+        Ok(caches) => steps::run(phase, &pass.view(now), &ctx.io(caches)).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(Outcome {
+            status,
+            next,
+            notes,
+        }) => {
+            pass.status = status;
+            (next, notes)
+        }
+        Err(e) => (Next::Retry(e), Vec::new()),
+    }
+}
+
+fn failed(message: String) -> PhaseDecision {
+    PhaseDecision {
+        phase: PlanPhase::Failed,
+        rollback: true,
+        message: Some(message),
+    }
+}
+
+/// Leaves the phase: roll back when decided, write the new phase, then announce the step's notes and the
+/// change. A terminal plan gives up its finalizer.
+async fn move_on(
+    pass: &mut Pass,
+    ctx: &Context,
+    decision: PhaseDecision,
+    mut notes: Vec<Note>,
+    deadline_passed: bool,
+    now: Timestamp,
+) -> Result<Then, ControllerError> {
+    let from = pass.status.phase;
+    if deadline_passed && decision.phase == PlanPhase::Failed {
+        notes.push(Note {
+            what: What::DeadlineMissed,
+            text: format!(
+                "spec.deadline passed in {}: {}",
+                from.as_str(),
+                decision.message.clone().unwrap_or_default()
+            ),
+        });
+    }
+    notes.extend(pass.transition(ctx, decision, now).await);
+    pass.write(ctx).await?;
+    let to = pass.status.phase;
+    tracing::info!(from = %from, to = %to, detail = pass.status.message.as_deref().unwrap_or(""), "plan phase changed");
+    ctx.report.publish(&pass.about(), notes);
+    if to.is_terminal() {
+        set_finalizer(&pass.plan, ctx, false, pass.resource_version.clone()).await?;
+        return Ok(Then::Done(Action::await_change()));
+    }
+    Ok(Then::Again)
+}
+
+/// Stays in the phase: show the deadline, write, announce, then wait as the step asked.
+async fn stay(
+    pass: &mut Pass,
+    ctx: &Context,
+    next: Next,
+    notes: Vec<Note>,
+    now: Timestamp,
+) -> Result<Then, ControllerError> {
     // A deadline is shown while it runs, and the plan is looked at again no later than it.
     let left = pass
         .plan
@@ -540,11 +576,16 @@ async fn call(pass: &mut Pass, ctx: &Context) -> Result<Then, ControllerError> {
     };
     let requeue = match next {
         Next::Wait { wake, recheck } => {
-            let slice = recheck.min(ctx.settings.wait_slice);
-            if wake.wait(&ctx.caches, by_deadline(slice)).await {
+            if wake
+                .wait(
+                    &ctx.caches,
+                    by_deadline(recheck.min(ctx.settings.wait_slice)),
+                )
+                .await
+            {
                 return Ok(Then::Again);
             }
-            if wake == super::step::Wake::Never {
+            if wake == Wake::Never {
                 recheck
             } else {
                 recheck.min(POLL)
@@ -553,12 +594,6 @@ async fn call(pass: &mut Pass, ctx: &Context) -> Result<Then, ControllerError> {
         _ => IDLE,
     };
     Ok(Then::Done(Action::requeue(by_deadline(requeue))))
-}
-
-/// A step's answer, sorted: fail the plan, or let the phase machine decide (then maybe wait).
-enum Decided {
-    Fail(String),
-    Decide(Next),
 }
 
 /// Error policy: back off per plan, growing with consecutive failures (kube-runtime keeps no such state).

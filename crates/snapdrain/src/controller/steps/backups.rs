@@ -120,48 +120,59 @@ async fn advance(
     {
         return Ok(None);
     }
-    // Create (or find, after a restart) this attempt's Backup, then read its phase.
-    let backup = match get_backup(io.client, velero_ns, &record.name).await? {
-        Some(b) => b,
-        // Created before (its uid is recorded) and gone now: deleted (by Velero's GC, a person, or
-        // snapdrain abandoning it on a newer copy of this status). Never re-created: that would put an
-        // abandoned attempt back into Velero's queue.
-        None if record.uid.is_some() => {
-            let entry = &mut out.status.backups[i];
-            entry.phase = Some("Deleted".into());
-            entry.completed_at.get_or_insert(MicroTime(v.now));
-            entry.message = Some(format!(
-                "Velero Backup {velero_ns}/{} no longer exists",
-                record.name
-            ));
-            return Ok(None);
-        }
-        None => {
-            let need = need_for(v, io, &record);
-            let body = build_velero_backup(
-                &need,
-                &v.plan.spec,
-                &PlanRef {
-                    name: &v.name(),
-                    uid: &v.uid(),
-                },
-                record.attempt,
-            );
-            let created = ensure_backup(io.client, &body).await?;
-            tracing::info!(backup = %record.name, namespace = %ns, attempt = record.attempt, "created Velero Backup");
-            out.note(
-                What::BackupCreated,
-                format!(
-                    "Velero Backup {velero_ns}/{} for namespace {ns} (PVCs {}), attempt {}",
-                    record.name,
-                    record.pvcs.join(", "),
-                    record.attempt
-                ),
-            );
-            created
-        }
-    };
-    Ok(observe(out, i, &backup, v.now, v.valid.backup_timeout))
+    Ok(match current(v, io, i, out).await? {
+        Some(backup) => observe(out, i, &backup, v.now, v.valid.backup_timeout),
+        None => None,
+    })
+}
+
+/// Record `i`'s Backup: created now if it never was, found after a restart; None when it was created
+/// and is gone (deleted by Velero's GC, a person, or snapdrain abandoning it on a newer copy of this
+/// status): never re-created, which would put an abandoned attempt back into Velero's queue.
+async fn current(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    i: usize,
+    out: &mut Outcome,
+) -> Result<Option<Backup>, ControllerError> {
+    let velero_ns = &v.plan.spec.backup.velero_namespace;
+    let record = out.status.backups[i].clone();
+    if let Some(b) = get_backup(io.client, velero_ns, &record.name).await? {
+        return Ok(Some(b));
+    }
+    if record.uid.is_some() {
+        let entry = &mut out.status.backups[i];
+        entry.phase = Some("Deleted".into());
+        entry.completed_at.get_or_insert(MicroTime(v.now));
+        entry.message = Some(format!(
+            "Velero Backup {velero_ns}/{} no longer exists",
+            record.name
+        ));
+        return Ok(None);
+    }
+    let need = need_for(v, io, &record);
+    let body = build_velero_backup(
+        &need,
+        &v.plan.spec,
+        &PlanRef {
+            name: &v.name(),
+            uid: &v.uid(),
+        },
+        record.attempt,
+    );
+    let created = ensure_backup(io.client, &body).await?;
+    tracing::info!(backup = %record.name, namespace = %record.namespace, attempt = record.attempt, "created Velero Backup");
+    out.note(
+        What::BackupCreated,
+        format!(
+            "Velero Backup {velero_ns}/{} for namespace {} (PVCs {}), attempt {}",
+            record.name,
+            record.namespace,
+            record.pvcs.join(", "),
+            record.attempt
+        ),
+    );
+    Ok(Some(created))
 }
 
 /// What to do about a failed latest attempt.

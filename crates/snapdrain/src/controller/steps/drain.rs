@@ -311,15 +311,7 @@ async fn evict_with_retry(
 pub async fn release(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
     let mut out = v.outcome();
     if v.status.released_at.is_none() {
-        let (released, changed) = release_holds(v, io).await?;
-        let nodes: Vec<&str> = v.status.nodes.iter().map(|n| n.name.as_str()).collect();
-        out.note(What::HoldsReleased { pods: changed }, format!(
-            "released the holds of {} pod(s) whose backups are verified; the disruptor may now drain {}",
-            released.len(),
-            nodes.join(", ")
-        ));
-        out.status.released_pods = released;
-        out.status.released_at = Some(Time(v.now));
+        release_once(v, io, &mut out).await?;
     }
     for n in out
         .status
@@ -366,40 +358,8 @@ pub async fn release(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, Controlle
             v.now,
         ));
     }
-    let held = !uncovered.is_empty();
-    if held || window_left.is_zero() {
-        // Held pods no backup covers would keep the node forever: this run makes way for the next, which
-        // backs them up (reusing this run's verified backups for the others).
-        let restored = restore_holds(&out.status.released_pods, io).await;
-        out.note(
-            What::HoldsRestored {
-                pods: restored as u64,
-                event: false,
-            },
-            String::new(),
-        );
-        let nodes = names.join(", ");
-        let (outcome, what, text) = if held {
-            (
-                ReleaseOutcome::NewProtectedPods,
-                What::NewProtectedPods,
-                format!(
-                    "protected pods arrived on {nodes} after the backup ({}): restored {restored} hold(s); the next run backs them up",
-                    uncovered.join(", ")
-                ),
-            )
-        } else {
-            (
-                ReleaseOutcome::WindowPassed,
-                What::ReleaseWindowPassed,
-                format!(
-                    "the disruptor did not take {nodes} within the release window ({}s): restored the holds of {restored} pod(s)",
-                    v.valid.release_window.as_secs()
-                ),
-            )
-        };
-        out.note(what, text.clone());
-        return Ok(ended(out, outcome, &text, v.now));
+    if !uncovered.is_empty() || window_left.is_zero() {
+        return Ok(expire(v, io, out, &names, &uncovered).await);
     }
     out.status.message = Some(format!(
         "backups verified, holds released; waiting for the disruptor to drain (release window: {}s left)",
@@ -415,6 +375,66 @@ pub async fn release(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, Controlle
         wake: Wake::NodesGone(gone),
         recheck: window_left.max(Duration::from_millis(100)),
     }))
+}
+
+/// Releases the holds of the covered pods, once, and records them and when.
+async fn release_once(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    out: &mut Outcome,
+) -> Result<(), ControllerError> {
+    let (released, changed) = release_holds(v, io).await?;
+    let nodes: Vec<&str> = v.status.nodes.iter().map(|n| n.name.as_str()).collect();
+    out.note(What::HoldsReleased { pods: changed }, format!(
+        "released the holds of {} pod(s) whose backups are verified; the disruptor may now drain {}",
+        released.len(),
+        nodes.join(", ")
+    ));
+    out.status.released_pods = released;
+    out.status.released_at = Some(Time(v.now));
+    Ok(())
+}
+
+/// The nodes were not taken: the window passed, or protected pods no backup covers arrived (held pods
+/// would keep the node forever). The holds come back and this run makes way for the next, which backs
+/// the newcomers up (reusing this run's verified backups for the others).
+async fn expire(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    mut out: Outcome,
+    names: &[String],
+    uncovered: &[String],
+) -> Outcome {
+    let restored = restore_holds(&out.status.released_pods, io).await;
+    out.note(
+        What::HoldsRestored {
+            pods: restored as u64,
+            event: false,
+        },
+        String::new(),
+    );
+    let nodes = names.join(", ");
+    let (outcome, what, text) = if uncovered.is_empty() {
+        (
+            ReleaseOutcome::WindowPassed,
+            What::ReleaseWindowPassed,
+            format!(
+                "the disruptor did not take {nodes} within the release window ({}s): restored the holds of {restored} pod(s)",
+                v.valid.release_window.as_secs()
+            ),
+        )
+    } else {
+        (
+            ReleaseOutcome::NewProtectedPods,
+            What::NewProtectedPods,
+            format!(
+                "protected pods arrived on {nodes} after the backup ({}): restored {restored} hold(s); the next run backs them up",
+                uncovered.join(", ")
+            ),
+        )
+    };
+    out.note(what, text.clone());
+    ended(out, outcome, &text, v.now)
 }
 
 /// Records how the release ended; the phase machine decides from it.

@@ -24,65 +24,31 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
         Some(sel) if spec.nodes.is_empty() => inventory::select_nodes(io.caches, sel)?,
         _ => spec.nodes.clone(),
     };
-    let clock = v.clock();
     let reusable_records = verified_records(io.client, v.plan.uid()).await?;
     let reusable: Vec<ReusableBackup> = reusable_records
         .iter()
         .map(|r| ReusableBackup::from_record(r, None))
         .collect();
     let mut out = v.outcome();
-    let mut needs: BTreeMap<String, BackupNeed> = BTreeMap::new();
-    let mut nodes = Vec::new();
-    let (mut missing, mut refusals, mut on_nodes) = (Vec::new(), Vec::new(), Vec::new());
-    for name in &names {
-        let Some(inv) = inventory::node_inventory(io.client, io.caches, name).await? else {
-            missing.push(name.clone());
-            continue;
-        };
-        let inputs = NodeInputs {
-            node: &inv.node,
-            pods: &inv.pods,
-            stateful_sets: &inv.stateful_sets,
-            pvcs: &inv.pvcs,
-            pdbs: &inv.pdbs,
-            existing_backups: &reusable,
-        };
-        let plan = plan_node(&inputs, spec, v.valid, clock);
-        on_nodes.extend(inv.pods.iter().cloned());
-        refusals.extend(plan.refusal_message());
-        for w in &plan.warnings {
-            out.note(What::PlanWarning, format!("node {name}: {w}"));
-        }
-        for need in plan.backups {
-            merge_need(&mut needs, need);
-        }
-        nodes.push(NodeProgress {
-            name: inv.node.name_any(),
-            uid: inv.node.uid(),
-            instance_id: plan.instance_id.clone(),
-            pods_total: plan.evictions.len() as u32,
-            phase: NodePhase::Pending,
-            ..NodeProgress::default()
-        });
-    }
-    if !missing.is_empty() {
+    let mut seen = look(v, io, &names, &reusable, &mut out).await?;
+    if !seen.missing.is_empty() {
         out.status.message = Some(format!(
             "node(s) {} do not exist; waiting for them (check spec.nodes)",
-            missing.join(", ")
+            seen.missing.join(", ")
         ));
         return Ok(out.then(Next::Wait {
             wake: Wake::Never,
             recheck: Duration::from_secs(10),
         }));
     }
-    if !refusals.is_empty() {
-        out.status.message = Some(refusals.join("; "));
+    if !seen.refusals.is_empty() {
+        out.status.message = Some(seen.refusals.join("; "));
         return Ok(out.then(Next::Wait {
             wake: Wake::Never,
             recheck: Duration::from_secs(30),
         }));
     }
-    if let Some((pods, message, none_left)) = left_unbacked(v.plan, &on_nodes) {
+    if let Some((pods, message, none_left)) = left_unbacked(v.plan, &seen.pods) {
         out.note(What::ProtectedPodsLeft { pods }, message.clone());
         if none_left {
             return Ok(out.then(Next::Fail(message)));
@@ -92,14 +58,14 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
     // another node's PVCs. Candidates must be in the location a new Backup would go to.
     if !reusable.is_empty() {
         let location = effective_location(v, io).await?;
-        for need in needs.values_mut() {
+        for need in seen.needs.values_mut() {
             need.reuse = find_reusable(
                 &need.namespace,
                 &need.pvcs,
                 &reusable,
                 location.as_deref(),
                 v.valid.reuse_if_newer_than,
-                clock,
+                v.clock(),
             )
             .map(|c| c.name.clone());
         }
@@ -108,19 +74,74 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
         name: &v.name(),
         uid: &v.uid(),
     };
-    out.status.backups = needs
+    out.status.backups = seen
+        .needs
         .values()
         .map(|need| record_for(need, &reusable_records, &plan_ref))
         .collect();
-    out.status.nodes = nodes;
-    out.status.decided_at = Some(Time(clock.decided_at));
+    out.status.nodes = seen.nodes;
+    out.status.decided_at = Some(Time(v.clock().decided_at));
     let pods: u32 = out.status.nodes.iter().map(|n| n.pods_total).sum();
     out.status.message = Some(format!(
         "{} node(s), {pods} pod(s) to move, {} namespace(s) to back up",
         out.status.nodes.len(),
-        needs.len()
+        seen.needs.len()
     ));
     Ok(out)
+}
+
+/// What Pending saw on the plan's nodes.
+#[derive(Default)]
+struct Seen {
+    needs: BTreeMap<String, BackupNeed>,
+    nodes: Vec<NodeProgress>,
+    missing: Vec<String>,
+    refusals: Vec<String>,
+    /// Every pod on the nodes.
+    pods: Vec<Pod>,
+}
+
+/// Plans each node (warnings go to `out` as notes) and merges what they need backed up.
+async fn look(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    names: &[String],
+    reusable: &[ReusableBackup],
+    out: &mut Outcome,
+) -> Result<Seen, ControllerError> {
+    let mut seen = Seen::default();
+    for name in names {
+        let Some(inv) = inventory::node_inventory(io.client, io.caches, name).await? else {
+            seen.missing.push(name.clone());
+            continue;
+        };
+        let inputs = NodeInputs {
+            node: &inv.node,
+            pods: &inv.pods,
+            stateful_sets: &inv.stateful_sets,
+            pvcs: &inv.pvcs,
+            pdbs: &inv.pdbs,
+            existing_backups: reusable,
+        };
+        let plan = plan_node(&inputs, &v.plan.spec, v.valid, v.clock());
+        seen.pods.extend(inv.pods.iter().cloned());
+        seen.refusals.extend(plan.refusal_message());
+        for w in &plan.warnings {
+            out.note(What::PlanWarning, format!("node {name}: {w}"));
+        }
+        for need in plan.backups {
+            merge_need(&mut seen.needs, need);
+        }
+        seen.nodes.push(NodeProgress {
+            name: inv.node.name_any(),
+            uid: inv.node.uid(),
+            instance_id: plan.instance_id.clone(),
+            pods_total: plan.evictions.len() as u32,
+            phase: NodePhase::Pending,
+            ..NodeProgress::default()
+        });
+    }
+    Ok(seen)
 }
 
 /// Adds one node's need to the plan's need for the same namespace (each StatefulSet, PVC, pod and

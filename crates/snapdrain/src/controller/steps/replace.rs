@@ -292,63 +292,12 @@ async fn launch(
             recheck: wait,
         }));
     }
-    // Checked before anything is read: problems no retry can fix fail the plan (rolled back).
-    let user_data = match node_settings(spec, io.settings).and_then(|s| {
-        let rendered = bottlerocket::render(&s).map_err(ControllerError::from)?;
-        Ok((s.cluster_name, rendered))
-    }) {
-        Ok(u) => u,
-        Err(e) => {
-            return Ok(Some(Next::Fail(format!(
-                "replacement for node {}: {e}",
-                node.name
-            ))));
-        }
-    };
-    let record = match observe(&out.status, i, io).await? {
-        // Recorded before the launch: the replaced instance may be gone by the next look.
-        Instance::New(r) => {
-            out.status.nodes[i].instance = Some(r);
-            return Ok(Some(Next::Checkpoint));
-        }
-        found => found.record().cloned(),
-    };
-    let zones = volume_zones(&out.status, io).await?;
-    let subnet_zones = if spec.subnets.len() > 1 && !zones.is_empty() {
-        io.cloud.ec2().await?.subnet_zones(&spec.subnets).await?
-    } else {
-        BTreeMap::new()
-    };
-    let subnets = launch_subnets(
-        spec,
-        record.as_ref(),
-        |s| subnet_zones.get(s).cloned(),
-        &zones,
-    );
-    let (cluster_name, user_data) = user_data;
-    let request = join_settings(spec, record.as_ref()).and_then(|join| {
-        launch_request(
-            spec,
-            user_data,
-            progress.client_token.clone(),
-            &v.name(),
-            &node.name,
-            &cluster_name,
-            join,
-            subnets,
-        )
-    });
-    let request = match request {
-        Ok(r) => r,
-        Err(e) => {
-            return Ok(Some(Next::Fail(format!(
-                "replacement for node {}: {e}",
-                node.name
-            ))));
-        }
+    let request = match prepare(v, io, spec, i, out).await? {
+        Prepared::Request(r) => r,
+        Prepared::Then(next) => return Ok(Some(next)),
     };
     let ec2 = io.cloud.ec2().await?;
-    let result = ec2.launch_with_report(request).await;
+    let result = ec2.launch_with_report(*request).await;
     if let Ok(o) = &result {
         for f in &o.override_failures {
             tracing::warn!(
@@ -373,6 +322,75 @@ async fn launch(
         io.settings.capacity_retry_base,
         spec.max_attempts.max(1),
     ))
+}
+
+/// What [`prepare`] got to.
+enum Prepared {
+    Request(Box<LaunchRequest>),
+    /// Write first (the replaced instance's record), or fail (what no retry fixes).
+    Then(Next),
+}
+
+/// Builds node `i`'s launch request: user data, the replaced instance's record (written before the
+/// launch: the instance may be gone by the next look), the zones of its volumes and the subnets.
+async fn prepare(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    spec: &ReplacementSpec,
+    i: usize,
+    out: &mut Outcome,
+) -> Result<Prepared, ControllerError> {
+    let node = out.status.nodes[i].clone();
+    let fail = |e: &dyn std::fmt::Display| {
+        Prepared::Then(Next::Fail(format!(
+            "replacement for node {}: {e}",
+            node.name
+        )))
+    };
+    // Checked before anything is read: problems no retry can fix fail the plan (rolled back).
+    let (cluster_name, user_data) = match node_settings(spec, io.settings).and_then(|s| {
+        let rendered = bottlerocket::render(&s).map_err(ControllerError::from)?;
+        Ok((s.cluster_name, rendered))
+    }) {
+        Ok(u) => u,
+        Err(e) => return Ok(fail(&e)),
+    };
+    let record = match observe(&out.status, i, io).await? {
+        Instance::New(r) => {
+            out.status.nodes[i].instance = Some(r);
+            return Ok(Prepared::Then(Next::Checkpoint));
+        }
+        found => found.record().cloned(),
+    };
+    let zones = volume_zones(&out.status, io).await?;
+    let subnet_zones = if spec.subnets.len() > 1 && !zones.is_empty() {
+        io.cloud.ec2().await?.subnet_zones(&spec.subnets).await?
+    } else {
+        BTreeMap::new()
+    };
+    let subnets = launch_subnets(
+        spec,
+        record.as_ref(),
+        |s| subnet_zones.get(s).cloned(),
+        &zones,
+    );
+    let token = node.replacement.map(|r| r.client_token).unwrap_or_default();
+    let request = join_settings(spec, record.as_ref()).and_then(|join| {
+        launch_request(
+            spec,
+            user_data,
+            token,
+            &v.name(),
+            &node.name,
+            &cluster_name,
+            join,
+            subnets,
+        )
+    });
+    Ok(match request {
+        Ok(r) => Prepared::Request(Box::new(r)),
+        Err(e) => fail(&e),
+    })
 }
 
 /// Records what EC2 answered to node `i`'s launch. Some(next) ends the step's call: a launch is written
@@ -584,6 +602,117 @@ fn ready(io: &Io<'_>, join_timeout: Duration, now: Timestamp, mut out: Outcome) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn replacing(nodes: &[&str]) -> Outcome {
+        let mut status = DisruptionPlanStatus {
+            nodes: nodes
+                .iter()
+                .map(|n| crate::api::status::NodeProgress {
+                    name: n.to_string(),
+                    uid: Some(format!("uid-{n}")),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        assign_tokens(&mut status);
+        Outcome::decide(status)
+    }
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().expect("a timestamp")
+    }
+
+    #[test]
+    fn every_node_gets_its_token_before_any_launch_and_keeps_it() {
+        let out = replacing(&["n1", "n2"]);
+        let tokens: Vec<String> = out
+            .status
+            .nodes
+            .iter()
+            .map(|n| n.replacement.clone().expect("a token").client_token)
+            .collect();
+        assert_eq!(
+            tokens,
+            [client_token("uid-n1", 1), client_token("uid-n2", 1)]
+        );
+        let mut again = out.status.clone();
+        assert!(
+            !assign_tokens(&mut again),
+            "a written token is kept: a resumed launch reuses it"
+        );
+        assert_eq!(again, out.status);
+    }
+
+    #[test]
+    fn a_launch_is_written_before_the_next_and_capacity_errors_wait_then_fail() {
+        let now = at("2026-12-03T10:00:00Z");
+        let base = Duration::from_secs(30);
+        let mut out = replacing(&["n1"]);
+        let next = record_launch(&mut out, 0, Ok(vec!["i-1".into()]), now, base, 2);
+        assert!(matches!(next, Some(Next::Checkpoint)));
+        let r = out.status.nodes[0].replacement.clone().expect("recorded");
+        assert_eq!(
+            (r.instance_ids, r.launched_at),
+            (vec!["i-1".to_string()], Some(Time(now)))
+        );
+        assert_eq!(out.notes[0].what, What::ReplacementLaunched);
+
+        let mut out = replacing(&["n1"]);
+        let short = || CloudError::Api {
+            operation: "CreateFleet",
+            instance: None,
+            code: "InsufficientInstanceCapacity".into(),
+            message: "none".into(),
+        };
+        let next = record_launch(&mut out, 0, Err(short()), now, base, 2);
+        assert!(matches!(next, Some(Next::Wait { wake: Wake::Never, recheck }) if recheck == base));
+        let r = out.status.nodes[0].replacement.clone().expect("recorded");
+        assert_eq!((r.capacity_errors, r.retry_at), (1, Some(Time(now + base))));
+        for _ in 1..CAPACITY_ATTEMPTS - 1 {
+            let _ = record_launch(&mut out, 0, Err(short()), now, base, 2);
+        }
+        let last = record_launch(&mut out, 0, Err(short()), now, base, 2);
+        assert!(matches!(last, Some(Next::Fail(m)) if m.contains("instanceTypes")));
+        let refused = record_launch(
+            &mut replacing(&["n1"]),
+            0,
+            Err(CloudError::InvalidRequest("bad AMI".into())),
+            now,
+            base,
+            2,
+        );
+        assert!(matches!(refused, Some(Next::Fail(m)) if m.contains("bad AMI")));
+    }
+
+    #[test]
+    fn a_replacement_that_never_joined_is_retried_with_a_new_token_or_fails() {
+        let mut out = replacing(&["n1"]);
+        if let Some(r) = out.status.nodes[0].replacement.as_mut() {
+            r.instance_ids = vec!["i-1".into()];
+        }
+        let timeout = Duration::from_secs(600);
+        let next = record_join_timeout(
+            &mut out,
+            0,
+            Some(2),
+            &["i-1 was Running".into()],
+            timeout,
+            2,
+        );
+        assert!(matches!(next, Next::Checkpoint));
+        let r = out.status.nodes[0]
+            .replacement
+            .clone()
+            .expect("the next attempt");
+        assert_eq!(
+            (r.attempt, r.client_token.clone(), r.instance_ids.len()),
+            (2, client_token("uid-n1", 2), 0)
+        );
+        assert_eq!(out.notes[0].what, What::ReplacementJoinTimeout);
+        let gave_up = record_join_timeout(&mut out, 0, None, &[], timeout, 2);
+        assert!(matches!(gave_up, Next::Fail(m) if m.contains("did not join")));
+    }
 
     #[test]
     fn capacity_tries_are_spread_out() {

@@ -79,63 +79,13 @@ impl Termination {
 }
 
 pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
-    let spec = &v.plan.spec;
     let mut out = v.outcome();
     let mut waiting: Vec<(String, String)> = Vec::new();
     for i in 0..v.status.nodes.len() {
-        let n = &v.status.nodes[i];
-        if matches!(n.phase, NodePhase::Gone | NodePhase::Kept) {
-            continue;
-        }
-        let Some(node) = get_node(io.client, &n.name).await? else {
-            out.status.nodes[i].phase = NodePhase::Gone;
-            continue;
-        };
-        if is_other_node(n.uid.as_deref(), &node) {
-            // The drained node is gone; this one only has its name (IP-based hostnames are reused).
-            out.status.nodes[i].phase = NodePhase::Gone;
-            out.note(What::NodeRecreated, format!(
-                "node {} now has uid {} (the plan drained uid {}): the drained node is gone, the new one is left alone",
-                n.name, node.metadata.uid.as_deref().unwrap_or("?"), n.uid.as_deref().unwrap_or("?"),
-            ));
-            continue;
-        }
-        let what = Termination::decide(
-            &spec.termination,
-            nodeclaim_of(&node),
-            n.instance_id.as_deref(),
-        );
-        if n.phase != NodePhase::Terminating {
-            let mut record = None;
-            if what.needs_record(spec.replacement.is_some()) {
-                match observe(v.status, i, io).await? {
-                    // Intent before act: the record is written before the instance goes.
-                    Instance::New(r) => {
-                        out.status.nodes[i].instance = Some(r);
-                        return Ok(out.then(Next::Checkpoint));
-                    }
-                    found => record = found.record().cloned(),
-                }
-            }
-            let text = act(&what, &n.name, record.as_ref(), spec, io).await?;
-            if let Some((kind, text)) = text {
-                out.note(kind, text);
-            }
-        }
-        // Also for a node an older controller left in Terminating that is kept.
-        out.status.nodes[i].phase = if what.expect_gone() {
-            NodePhase::Terminating
-        } else {
-            NodePhase::Kept
-        };
-        if what.expect_gone() {
-            let wait = match &what {
-                Termination::DeleteNodeClaim(claim) => {
-                    nodeclaim_wait(io.client, claim, &n.name).await
-                }
-                _ => format!("node {} to be deleted", n.name),
-            };
-            waiting.push((n.name.clone(), wait));
+        match node(v, io, i, &mut out).await? {
+            Step::Next => {}
+            Step::Wait(what) => waiting.push((v.status.nodes[i].name.clone(), what)),
+            Step::Checkpoint => return Ok(out.then(Next::Checkpoint)),
         }
     }
     if waiting.is_empty() {
@@ -160,6 +110,77 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
         wake: Wake::NodesGone(gone),
         recheck: io.settings.wait_slice,
     }))
+}
+
+/// Where one node's termination stands.
+enum Step {
+    /// Done with this node for now.
+    Next,
+    /// The node is expected to go; what the plan waits for.
+    Wait(String),
+    /// The instance's record is new: write it before the instance is terminated.
+    Checkpoint,
+}
+
+/// Terminates node `i` once, as decided from what owns it.
+async fn node(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    i: usize,
+    out: &mut Outcome,
+) -> Result<Step, ControllerError> {
+    let spec = &v.plan.spec;
+    let n = &v.status.nodes[i];
+    if matches!(n.phase, NodePhase::Gone | NodePhase::Kept) {
+        return Ok(Step::Next);
+    }
+    let Some(node) = get_node(io.client, &n.name).await? else {
+        out.status.nodes[i].phase = NodePhase::Gone;
+        return Ok(Step::Next);
+    };
+    if is_other_node(n.uid.as_deref(), &node) {
+        // The drained node is gone; this one only has its name (IP-based hostnames are reused).
+        out.status.nodes[i].phase = NodePhase::Gone;
+        out.note(What::NodeRecreated, format!(
+            "node {} now has uid {} (the plan drained uid {}): the drained node is gone, the new one is left alone",
+            n.name, node.metadata.uid.as_deref().unwrap_or("?"), n.uid.as_deref().unwrap_or("?"),
+        ));
+        return Ok(Step::Next);
+    }
+    let what = Termination::decide(
+        &spec.termination,
+        nodeclaim_of(&node),
+        n.instance_id.as_deref(),
+    );
+    if n.phase != NodePhase::Terminating {
+        let mut record = None;
+        if what.needs_record(spec.replacement.is_some()) {
+            match observe(v.status, i, io).await? {
+                // Intent before act: the record is written before the instance goes.
+                Instance::New(r) => {
+                    out.status.nodes[i].instance = Some(r);
+                    return Ok(Step::Checkpoint);
+                }
+                found => record = found.record().cloned(),
+            }
+        }
+        if let Some((kind, text)) = act(&what, &n.name, record.as_ref(), spec, io).await? {
+            out.note(kind, text);
+        }
+    }
+    // Also for a node an older controller left in Terminating that is kept.
+    out.status.nodes[i].phase = if what.expect_gone() {
+        NodePhase::Terminating
+    } else {
+        NodePhase::Kept
+    };
+    Ok(match &what {
+        Termination::DeleteNodeClaim(claim) => {
+            Step::Wait(nodeclaim_wait(io.client, claim, &n.name).await)
+        }
+        _ if what.expect_gone() => Step::Wait(format!("node {} to be deleted", n.name)),
+        _ => Step::Next,
+    })
 }
 
 /// Terminates one node as decided; returns the note to announce.
