@@ -204,4 +204,136 @@ mod tests {
             .replacement_ready
         );
     }
+
+    /// The safety invariant stated over written statuses, not hand-made facts: from every phase before the
+    /// drain, whatever the status says (any mix of backup attempts per namespace, node phases, release
+    /// ends, aborts and deadlines), a plan under `backup.policy: required` moves on to anything but a
+    /// failure only when its status has no backup to make or every namespace's latest attempt is
+    /// verified. The judge reads the records itself.
+    #[test]
+    fn no_written_status_leaves_the_backup_phases_unverified_under_policy_required() {
+        use crate::api::status::PlanPhase::{self, *};
+        let at = |s: &str| -> Timestamp { s.parse().expect("a timestamp") };
+        let now = at("2026-12-03T10:00:00Z");
+        let record = |ns: &str, attempt: u32, phase: Option<&str>, verified: bool, error: bool| {
+            BackupRecord {
+                name: format!("{ns}-{attempt}"),
+                namespace: ns.into(),
+                attempt,
+                phase: phase.map(str::to_owned),
+                verified,
+                verification_error: error.then(|| "missing".to_string()),
+                ..BackupRecord::default()
+            }
+        };
+        let namespace_states = |ns: &str| -> Vec<Vec<BackupRecord>> {
+            vec![
+                vec![],
+                vec![record(ns, 1, None, false, false)],
+                vec![record(ns, 1, Some("InProgress"), false, false)],
+                vec![record(ns, 1, Some("Completed"), false, false)],
+                vec![record(ns, 1, Some("Completed"), true, false)],
+                vec![record(ns, 1, Some("Completed"), false, true)],
+                vec![record(ns, 1, Some("Failed"), false, false)],
+                vec![record(ns, 3, Some("PartiallyFailed"), false, false)],
+                vec![
+                    record(ns, 1, Some("Completed"), true, false),
+                    record(ns, 2, Some("InProgress"), false, false),
+                ],
+                vec![
+                    record(ns, 1, Some("Failed"), false, false),
+                    record(ns, 2, Some("Completed"), true, false),
+                ],
+            ]
+        };
+        // The judge: no records, or the highest attempt of every namespace verified.
+        let verified = |records: &[BackupRecord]| {
+            let mut latest: std::collections::BTreeMap<&str, &BackupRecord> = Default::default();
+            for r in records {
+                if latest
+                    .get(r.namespace.as_str())
+                    .is_none_or(|l| l.attempt < r.attempt)
+                {
+                    latest.insert(&r.namespace, r);
+                }
+            }
+            latest.values().all(|r| r.verified)
+        };
+        let mut statuses = Vec::new();
+        for a in namespace_states("a") {
+            for b in namespace_states("b") {
+                for node_phase in [
+                    NodePhase::Pending,
+                    NodePhase::Cordoned,
+                    NodePhase::Drained,
+                    NodePhase::Gone,
+                ] {
+                    for release in [
+                        None,
+                        Some(ReleaseOutcome::PodsLeft),
+                        Some(ReleaseOutcome::WindowPassed),
+                    ] {
+                        statuses.push(DisruptionPlanStatus {
+                            backups: a.iter().chain(b.iter()).cloned().collect(),
+                            nodes: vec![NodeProgress {
+                                name: "n1".into(),
+                                phase: node_phase,
+                                ..NodeProgress::default()
+                            }],
+                            release: release.map(|outcome| ReleaseEnd {
+                                ended_at: Time(now),
+                                outcome,
+                            }),
+                            ..Default::default()
+                        });
+                    }
+                }
+            }
+        }
+        let before_drain = [Pending, Cordoning, BackingUp, Verifying];
+        let allowed_unverified =
+            |p: PlanPhase| before_drain.contains(&p) || matches!(p, Failed | Aborted);
+        let mut checked = 0u32;
+        for mode in ["Execute", "Release"] {
+            for when in [None, Some("before-drain"), Some("after-drain")] {
+                for (terminate, delete) in
+                    [(true, true), (false, true), (true, false), (false, false)]
+                {
+                    for (abort, deadline) in
+                        [(false, false), (true, false), (false, true), (true, true)]
+                    {
+                        let mut v = json!({
+                            "nodes": ["n1"], "mode": mode, "backup": {"policy": "required", "maxAttempts": 3},
+                            "termination": {"terminateInstance": terminate, "deleteNode": delete},
+                        });
+                        if let Some(w) = when.filter(|_| mode == "Execute") {
+                            v["replacement"] =
+                                json!({"when": w, "imageId": "ami-0123456789abcdef0"});
+                        }
+                        if deadline {
+                            v["deadline"] = json!("2026-12-03T09:00:00Z");
+                        }
+                        let mut p = plan(v);
+                        if abort {
+                            p.metadata.annotations =
+                                Some([(ABORT_ANNOTATION.to_string(), "true".to_string())].into());
+                        }
+                        for status in &statuses {
+                            for phase in before_drain {
+                                let facts = PhaseFacts::of(&p, &ValidSpec::default(), status, now);
+                                let to = crate::planning::next_phase(phase, &p.spec, &facts).phase;
+                                assert!(
+                                    allowed_unverified(to) || verified(&status.backups),
+                                    "{mode}/{when:?}: {phase:?} -> {to:?} with unverified backups {:?}",
+                                    status.backups
+                                );
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 2 * 3 * 4 * 4 * 1200 * 4);
+    }
 }
