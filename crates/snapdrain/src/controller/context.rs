@@ -79,16 +79,16 @@ pub struct Context {
     /// Plan Events for the policy's notification webhook.
     pub notifier: crate::telemetry::Notifier,
     /// The only way plan news goes out: after the status write that carries it.
-    pub report: Report,
+    pub(crate) report: Report,
     /// The plan driver's clock.
-    pub clock: WallClock,
+    pub(crate) clock: WallClock,
     pub settings: Settings,
-    pub cloud: Cloud,
+    pub(crate) cloud: Cloud,
     /// Consecutive reconcile failures per plan, for the error policy's backoff.
     pub failures: Mutex<HashMap<String, u32>>,
     /// Per plan, the resourceVersions this controller's own status writes replaced: a pass that starts
     /// from one of them works from a copy older than our last write, and waits for the cache instead.
-    pub superseded: Mutex<HashMap<String, VecDeque<String>>>,
+    pub(crate) superseded: Mutex<HashMap<String, VecDeque<String>>>,
     /// What the steps read about the cluster (pods, PVCs, StatefulSets, PDBs, VolumeAttachments, Nodes).
     pub caches: super::cache::Caches,
 }
@@ -138,7 +138,7 @@ impl Context {
     }
 
     /// What a step may use, over caches that are synced.
-    pub fn io<'a>(&'a self, caches: &'a super::cache::Caches) -> Io<'a> {
+    pub(crate) fn io<'a>(&'a self, caches: &'a super::cache::Caches) -> Io<'a> {
         Io {
             client: &self.client,
             eviction_client: &self.eviction_client,

@@ -17,7 +17,7 @@
 //! - [`health`]: what `/healthz` answers, and the panic hook that ends the process.
 
 pub mod cache;
-pub mod clock;
+pub(crate) mod clock;
 pub mod context;
 pub mod error;
 pub mod health;
@@ -25,13 +25,13 @@ pub mod holds;
 pub mod leader;
 pub mod policy;
 pub mod preview;
-pub mod reconcile;
-pub mod report;
+pub(crate) mod reconcile;
+pub(crate) mod report;
 pub mod run;
 pub mod server;
 pub mod signals;
-pub mod step;
-pub mod steps;
+pub(crate) mod step;
+pub(crate) mod steps;
 pub mod undecodable;
 
 pub use context::{Context, Settings};

@@ -78,8 +78,8 @@ impl Pass {
         PlanView {
             plan: &self.plan,
             valid: &self.valid,
-            // What the driver itself set since the last write (decided_at on the first pass) rides along
-            // with the step's own write; every step call starts after a write.
+            // What the driver set since the last write (decided_at on the first pass) and progress without
+            // news ride along with the next write ([`stay`]); intents are always written first.
             status: &self.status,
             now,
         }
@@ -378,7 +378,10 @@ pub async fn reconcile(
     let mut pass = Pass::new(plan, valid);
     let span = tracing::info_span!("plan", plan = %name);
     let result = drive(&mut pass, &ctx).instrument(span).await;
-    if let Ok(mut failures) = ctx.failures.lock() {
+    // Only a pass that succeeded resets the error policy's count: consecutive failures back off longer.
+    if result.is_ok()
+        && let Ok(mut failures) = ctx.failures.lock()
+    {
         failures.remove(&name);
     }
     result
@@ -545,7 +548,10 @@ async fn move_on(
     Ok(Then::Again)
 }
 
-/// Stays in the phase: show the deadline, write, announce, then wait as the step asked.
+/// Stays in the phase: show the deadline, announce, wait as the step asked, and write before the pass
+/// ends. News is written (and then announced) at once; progress without news (evictions counted, a
+/// message) rides along in memory while the pass goes on, as it did before a pass was split into calls,
+/// and is written before the pass ends. Intents never wait: a step writes them with a checkpoint.
 async fn stay(
     pass: &mut Pass,
     ctx: &Context,
@@ -569,29 +575,31 @@ async fn stay(
             .to_owned();
         pass.status.message = Some(format!("{base} (deadline in {}s)", left.as_secs()));
     }
-    pass.write_and_publish(ctx, notes).await?;
+    if !notes.is_empty() {
+        pass.write_and_publish(ctx, notes).await?;
+    }
     let by_deadline = |d: Duration| match left {
         Some(left) => d.min(left + Duration::from_millis(100)),
         None => d,
     };
-    let requeue = match next {
-        Next::Wait { wake, recheck } => {
-            if wake
-                .wait(
-                    &ctx.caches,
-                    by_deadline(recheck.min(ctx.settings.wait_slice)),
-                )
-                .await
-            {
-                return Ok(Then::Again);
-            }
-            if wake == Wake::Never {
-                recheck
-            } else {
-                recheck.min(POLL)
-            }
-        }
-        _ => IDLE,
+    let (wake, recheck) = match next {
+        Next::Wait { wake, recheck } => (wake, recheck),
+        _ => (Wake::Never, IDLE),
+    };
+    if wake
+        .wait(
+            &ctx.caches,
+            by_deadline(recheck.min(ctx.settings.wait_slice)),
+        )
+        .await
+    {
+        return Ok(Then::Again);
+    }
+    pass.write(ctx).await?;
+    let requeue = if wake == Wake::Never {
+        recheck
+    } else {
+        recheck.min(POLL)
     };
     Ok(Then::Done(Action::requeue(by_deadline(requeue))))
 }
@@ -619,11 +627,7 @@ pub fn error_policy(
     };
     // A stale copy (409 on the status write) only needs the cache to catch up.
     let stale = matches!(error, ControllerError::WriteStatus { source: kube::Error::Api(e), .. } if e.code == 409);
-    let delay = if stale {
-        Duration::from_millis(50)
-    } else {
-        Duration::from_millis(500u64.saturating_mul(1 << attempts.min(7)))
-    };
+    let delay = retry_delay(attempts, stale);
     if matches!(error, ControllerError::NotLeading) {
         tracing::debug!(plan = %name, "pass cancelled: no longer leading");
     } else if stale {
@@ -632,6 +636,15 @@ pub fn error_policy(
         tracing::warn!(plan = %name, error = %error, retry_in = ?delay, "reconcile failed");
     }
     Action::requeue(delay)
+}
+
+/// The wait before a failed plan is looked at again: 1 s after the first failure, doubling with each
+/// consecutive one up to 64 s; a stale copy only waits for the cache (50 ms).
+fn retry_delay(consecutive_failures: u32, stale: bool) -> Duration {
+    if stale {
+        return Duration::from_millis(50);
+    }
+    Duration::from_millis(500u64.saturating_mul(1 << consecutive_failures.clamp(1, 7)))
 }
 
 /// Sets `snapdrain_plans{phase}` from a list of plans.
@@ -649,5 +662,17 @@ pub fn record_phases(ctx: &Context, plans: &[Arc<DisruptionPlan>]) {
                 phase: phase.as_str().into(),
             })
             .set(n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consecutive_failures_back_off_longer_and_a_stale_copy_does_not() {
+        let waits: Vec<u64> = (1..=9).map(|n| retry_delay(n, false).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 64, 64]);
+        assert_eq!(retry_delay(5, true), Duration::from_millis(50));
     }
 }

@@ -33,8 +33,6 @@ use crate::planning::{EvictionOutcome, NodeInputs, PlannedEviction, plan_node};
 /// How one node's drain stands after this call.
 enum NodeDrain {
     Done,
-    /// The eviction targets are fixed now: write them before the first eviction.
-    Targets,
     /// Waiting for pods to finish terminating, for blocked evictions or for volumes to detach.
     Waiting {
         message: String,
@@ -44,11 +42,21 @@ enum NodeDrain {
 }
 
 pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
-    // Normally done in Cordoning already (a no-op then); a plan persisted by an older controller in
-    // BackingUp, Verifying or Replacing reaches Draining without it.
-    let status = match mark_nodes(v.status, io, true).await? {
-        Marks::Intent(status) => return Ok(Outcome::decide(status).then(Next::Checkpoint)),
-        Marks::Done(status) => status,
+    // Done in Cordoning already; a plan persisted by an older controller in BackingUp, Verifying or
+    // Replacing reaches Draining without it (its nodes are in no drain phase yet).
+    let cordoned = v.status.nodes.iter().all(|n| {
+        matches!(
+            n.phase,
+            NodePhase::Cordoned | NodePhase::Draining | NodePhase::Drained | NodePhase::Gone
+        )
+    });
+    let status = if cordoned {
+        v.status.clone()
+    } else {
+        match mark_nodes(v.status, io, true).await? {
+            Marks::Intent(status) => return Ok(Outcome::decide(status).then(Next::Checkpoint)),
+            Marks::Done(status) => status,
+        }
     };
     let mut out = Outcome::decide(status);
     let (mut waiting, mut wakes, mut blocked) = (Vec::new(), Vec::new(), false);
@@ -61,7 +69,6 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
         }
         match drain_node(v, io, i, &mut out).await? {
             NodeDrain::Done => out.status.nodes[i].phase = NodePhase::Drained,
-            NodeDrain::Targets => return Ok(out.then(Next::Checkpoint)),
             NodeDrain::Waiting {
                 message,
                 wake,
@@ -111,13 +118,15 @@ async fn drain_node(
         existing_backups: &[],
     };
     let plan = plan_node(&inputs, &v.plan.spec, v.valid, v.clock());
-    // The pods to evict are fixed on the first look, by UID, and written before any eviction: a
-    // DaemonSet or tolerating pod that comes back later is not waited for (kubectl likewise waits only
-    // for the pods it evicted).
-    let Some(targets) = out.status.nodes[i].eviction_targets.clone() else {
-        out.status.nodes[i].eviction_targets = Some(eviction_targets(&plan.evictions));
-        return Ok(NodeDrain::Targets);
-    };
+    // The pods to evict are fixed on the first look, by UID: a DaemonSet or tolerating pod that comes
+    // back later is not waited for (kubectl likewise waits only for the pods it evicted). They are
+    // recorded with the first evictions' results, not written before them: if that write is lost, the
+    // next look fixes them again from the pods still there, and the node is cordoned and tainted, so
+    // none of the evicted pods can have come back to it.
+    let targets = out.status.nodes[i]
+        .eviction_targets
+        .get_or_insert_with(|| eviction_targets(&plan.evictions))
+        .clone();
     let present: BTreeSet<String> = inv
         .pods
         .iter()
