@@ -82,7 +82,12 @@ fn reasons(inbox: &Mutex<Inbox>) -> Vec<String> {
 async fn every_plan_event_reaches_the_webhook_in_order_despite_refusals() {
     let h = Harness::start().await;
     let (url, inbox) = receiver(2).await;
-    policy(&h, json!({"url": url, "retries": 5})).await;
+    // A loopback http receiver: both allowed explicitly (the defaults refuse them).
+    policy(
+        &h,
+        json!({"url": url, "retries": 5, "allowInsecureHttp": true, "allowPrivateAddresses": true}),
+    )
+    .await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     h.create_plan("notified", json!({"nodes": [node]})).await;
@@ -133,7 +138,8 @@ async fn reasons_narrow_what_the_webhook_receives() {
     let (url, inbox) = receiver(0).await;
     policy(
         &h,
-        json!({"url": url, "reasons": ["PlanCompleted", "PlanFailed"]}),
+        json!({"url": url, "reasons": ["PlanCompleted", "PlanFailed"],
+               "allowInsecureHttp": true, "allowPrivateAddresses": true}),
     )
     .await;
     let _controller = h.controller().await;
