@@ -20,6 +20,7 @@ mod signal;
 #[cfg(feature = "sim")]
 mod sim;
 pub mod status;
+mod terminal;
 pub mod uninstall;
 
 use clap::{Parser, Subcommand};

@@ -219,7 +219,9 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
                     format!("plan {name} not found; list plans with `{program} status`")
                 })?;
             match args.output {
-                StatusFormat::Text => print!("{}", detail(&plan)),
+                StatusFormat::Text => {
+                    print!("{}", super::terminal::escape_controls(&detail(&plan)))
+                }
                 StatusFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
                 StatusFormat::Yaml => print!("{}", serde_saphyr::to_string(&plan)?),
             }
@@ -234,7 +236,10 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": plans});
             match args.output {
                 StatusFormat::Text if plans.is_empty() => println!("No DisruptionPlans."),
-                StatusFormat::Text => print!("{}", table(&plans, jiff::Timestamp::now())),
+                StatusFormat::Text => print!(
+                    "{}",
+                    super::terminal::escape_controls(&table(&plans, jiff::Timestamp::now()))
+                ),
                 StatusFormat::Json => println!("{}", serde_json::to_string_pretty(&list)?),
                 StatusFormat::Yaml => print!("{}", serde_saphyr::to_string(&list)?),
             }

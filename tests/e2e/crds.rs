@@ -190,7 +190,7 @@ async fn a_crd_upgrade_keeps_existing_plans_and_policies() {
     kubectl.ok(&["apply", "-f", &previous]).await;
     let objects = kubectl.file(
         "objects.yaml",
-        "apiVersion: snapdrain.io/v1alpha1\nkind: DisruptionPolicy\nmetadata: {name: default}\nspec:\n  releaseWindow: 7m\n  notifications: {webhook: {url: \"http://127.0.0.1:9/hook\"}}\n---\napiVersion: snapdrain.io/v1alpha1\nkind: DisruptionPlan\nmetadata: {name: before-upgrade}\nspec:\n  nodes: [no-such-node]\n  dryRun: true\n",
+        "apiVersion: snapdrain.io/v1alpha1\nkind: DisruptionPolicy\nmetadata: {name: default}\nspec:\n  releaseWindow: 7m\n  notifications: {webhook: {url: \"http://127.0.0.1:9/hook\", allowInsecureHttp: true, allowPrivateAddresses: true}}\n---\napiVersion: snapdrain.io/v1alpha1\nkind: DisruptionPlan\nmetadata: {name: before-upgrade}\nspec:\n  nodes: [no-such-node]\n  dryRun: true\n",
     );
     // Under the previous schema the unknown field is dropped (kubectl warns), the rest is stored.
     kubectl

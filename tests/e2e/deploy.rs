@@ -278,6 +278,15 @@ fn rbac_grants_exactly_what_the_controller_uses() {
         ])
     );
     assert_eq!(secrets[1]["kind"], "RoleBinding");
+    // Velero's Secrets by name only (`velero install`'s and the Helm chart's), from velero.secretNames.
+    let velero_role = rendered_rbac()
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "snapdrain-velero-secrets" && d["kind"] == "Role")
+        .expect("the Velero secrets Role renders");
+    assert_eq!(
+        velero_role["rules"][0]["resourceNames"],
+        serde_json::json!(["cloud-credentials", "velero"])
+    );
     let webhook = role_docs("role-webhook.yaml");
     assert_eq!(
         grants(&webhook[0]["rules"]),
@@ -291,30 +300,21 @@ fn rbac_grants_exactly_what_the_controller_uses() {
     );
 }
 
-/// The chart's RBAC templates with the values a default install in namespace `snapdrain` gives them
-/// (release `snapdrain`, Velero in `velero`); lines that are only template control are dropped.
+/// The chart's RBAC objects as a default install in namespace `snapdrain` renders them (release
+/// `snapdrain`, Velero in `velero`), hooks left out.
 fn rendered_rbac() -> Vec<Value> {
-    let files = [
-        "clusterrole.yaml",
-        "clusterrolebinding.yaml",
-        "role-velero-secrets.yaml",
-        "role-leader-election.yaml",
-        "role-webhook.yaml",
-    ];
-    files
-        .iter()
-        .flat_map(|f| {
-            let text = read(&chart().join("templates").join(f))
-                .replace("{{ include \"snapdrain.fullname\" . }}", "snapdrain")
-                .replace(
-                    "{{ include \"snapdrain.serviceAccountName\" . }}",
-                    "snapdrain",
-                )
-                .replace("{{ .Values.velero.namespace }}", "velero")
-                .replace("{{ .Release.Namespace }}", "snapdrain");
-            parse_all(&strip_template_lines(&text), f)
+    let release = super::helm_render::Release {
+        name: "snapdrain",
+        namespace: "snapdrain",
+    };
+    super::helm_render::render_chart(&chart(), &serde_json::json!({}), &release)
+        .into_iter()
+        .filter(|d| {
+            matches!(
+                d["kind"].as_str(),
+                Some("ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding")
+            ) && d.pointer("/metadata/annotations/helm.sh~1hook").is_none()
         })
-        .filter(|d| !d.is_null())
         .collect()
 }
 
@@ -566,6 +566,8 @@ fn the_uninstall_hook_is_a_pre_delete_job_whose_rbac_goes_with_it() {
             d["kind"]
         );
         if d["kind"] != "Job" {
+            // A failed RBAC hook is removed too: no cluster-wide pod patch stays bound (review M-4).
+            assert!(policy.contains("hook-failed"), "{}: {policy}", d["kind"]);
             assert!(
                 weight(d) < weight(&job),
                 "{} is created after the Job",
@@ -885,4 +887,70 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
     let (code, stdout, stderr) = run_hook_command(&kubeconfig).await;
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     assert!(stdout.contains("nothing to release"), "{stdout}");
+}
+
+/// The optional NetworkPolicy (review H-2, L-9): off by default; on, it admits the gate's port only from
+/// the listed sources and the metrics port only from the listed scrapers, on the Deployment's own pods
+/// and named ports. The simulator does not enforce NetworkPolicies, so this checks what the manifest
+/// says.
+#[test]
+fn the_network_policy_admits_only_the_api_server_and_the_scrapers() {
+    use super::helm_render::{Release, render_chart};
+    let release = Release {
+        name: "snapdrain",
+        namespace: "snapdrain",
+    };
+    let off = render_chart(&chart(), &serde_json::json!({}), &release);
+    assert!(!off.iter().any(|d| d["kind"] == "NetworkPolicy"));
+    let api_server = serde_json::json!([{"ipBlock": {"cidr": "10.0.0.0/28"}}]);
+    let scrapers = serde_json::json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]);
+    let on = render_chart(
+        &chart(),
+        &serde_json::json!({"networkPolicy": {"enabled": true, "webhookFrom": api_server, "metricsFrom": scrapers}}),
+        &release,
+    );
+    let policy = on
+        .iter()
+        .find(|d| d["kind"] == "NetworkPolicy")
+        .expect("rendered when enabled");
+    let deployment = on
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the Deployment");
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels")
+    {
+        assert_eq!(
+            &pod_labels[k], v,
+            "the policy selects the controller's pods"
+        );
+    }
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_json::json!(["Ingress"])
+    );
+    let ports: Vec<&str> = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+        .as_array()
+        .expect("ports")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    let ingress = policy["spec"]["ingress"].as_array().expect("ingress rules");
+    assert_eq!(ingress.len(), 2, "{ingress:?}");
+    for (rule, port, from) in [
+        (&ingress[0], "webhook", &api_server),
+        (&ingress[1], "metrics", &scrapers),
+    ] {
+        assert_eq!(&rule["from"], from);
+        assert_eq!(
+            rule["ports"],
+            serde_json::json!([{"port": port, "protocol": "TCP"}])
+        );
+        assert!(
+            ports.contains(&port),
+            "{port} is a container port: {ports:?}"
+        );
+    }
 }

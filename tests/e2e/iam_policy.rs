@@ -198,7 +198,7 @@ fn pass_role_tags_and_bucket_access_are_narrowed() {
     let tags = with("ec2:CreateTags");
     assert_eq!(
         tags["Condition"]["StringEquals"]["ec2:CreateAction"],
-        serde_json::json!(["RunInstances", "CreateFleet"])
+        serde_json::json!(["RunInstances", "CreateFleet", "CreateLaunchTemplate"])
     );
     assert_eq!(with("s3:GetObject")["Resource"], "arn:aws:s3:::${BUCKET}/*");
     assert_eq!(with("s3:ListBucket")["Resource"], "arn:aws:s3:::${BUCKET}");
@@ -221,4 +221,104 @@ fn pass_role_tags_and_bucket_access_are_narrowed() {
             m.as_str()
         );
     }
+}
+
+/// Every action that changes something is confined to this cluster's resources (review H-4): by a tag
+/// condition, by the cluster's VPC, or, for RunInstances/CreateFleet, to the resources a launch reads
+/// (images, snapshots) or creates along with the tag-conditioned instance (its volumes, network
+/// interfaces, the instant fleet record). IAM evaluates each resource of a RunInstances request against
+/// the statements separately (EC2 service authorization reference, RunInstances), as Karpenter's
+/// controller policy splits them (karpenter-provider-aws `cloudformation.yaml`).
+#[test]
+fn every_changing_action_is_conditioned_on_this_cluster() {
+    let p = policy();
+    let changing = [
+        "ec2:TerminateInstances",
+        "autoscaling:TerminateInstanceInAutoScalingGroup",
+        "ec2:RunInstances",
+        "ec2:CreateFleet",
+        "ec2:CreateLaunchTemplate",
+        "ec2:DeleteLaunchTemplate",
+        "ec2:CreateTags",
+        "iam:PassRole",
+    ];
+    let cluster_tag = |c: &Value, key: &str| {
+        c["StringEquals"][format!("{key}/kubernetes.io/cluster/${{CLUSTER_NAME}}")] == "owned"
+    };
+    let mut seen = BTreeSet::new();
+    for s in statements(&p) {
+        let actions = actions_of(&s);
+        if !actions.iter().any(|a| changing.contains(&a.as_str())) {
+            continue;
+        }
+        seen.extend(actions.clone());
+        let resources: Vec<String> = match &s["Resource"] {
+            Value::String(r) => vec![r.clone()],
+            Value::Array(a) => a
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect(),
+            other => panic!("{}: Resource {other}", s["Sid"]),
+        };
+        assert!(
+            !resources.iter().any(|r| r == "*"),
+            "{}: Resource *",
+            s["Sid"]
+        );
+        let c = &s["Condition"];
+        let confined = cluster_tag(c, "aws:ResourceTag")
+            || cluster_tag(c, "aws:RequestTag")
+            || cluster_tag(c, "autoscaling:ResourceTag")
+            || c["StringEquals"]["autoscaling:ResourceTag/eks:cluster-name"] == "${CLUSTER_NAME}"
+            || c["StringEquals"]["ec2:Vpc"] == "arn:aws:ec2:${REGION}:${ACCOUNT_ID}:vpc/${VPC_ID}"
+            || c["StringEquals"]["ec2:CreateAction"].is_array()
+            || c["StringEquals"]["iam:PassedToService"] == "ec2.amazonaws.com";
+        let launch_inputs = actions
+            .iter()
+            .all(|a| a == "ec2:RunInstances" || a == "ec2:CreateFleet")
+            && resources.iter().all(|r| {
+                [
+                    "::image/*",
+                    "::snapshot/*",
+                    ":volume/*",
+                    ":network-interface/*",
+                    ":fleet/*",
+                ]
+                .iter()
+                .any(|kind| r.ends_with(kind))
+            });
+        assert!(
+            confined || launch_inputs,
+            "{} is not confined to the cluster: {s}",
+            s["Sid"]
+        );
+        // An instance or launch template is never reachable without the cluster tag.
+        for r in &resources {
+            if r.ends_with(":instance/*") || r.ends_with(":launch-template/*") {
+                assert!(
+                    cluster_tag(c, "aws:ResourceTag")
+                        || cluster_tag(c, "aws:RequestTag")
+                        || c["StringEquals"]["ec2:CreateAction"].is_array(),
+                    "{}: {r} without the cluster tag",
+                    s["Sid"]
+                );
+            }
+        }
+    }
+    for a in changing {
+        assert!(seen.contains(a), "{a} is granted nowhere");
+    }
+    // The templates snapdrain creates carry the tag the policy asks for, set at creation.
+    let code = product_code();
+    let at = code
+        .find(".create_launch_template()")
+        .expect("the code creates launch templates");
+    let call = &code[at..at + code[at..].find(".send()").expect("the call is sent")];
+    assert!(
+        call.contains("set_tag_specifications(") && code.contains("ResourceType::LaunchTemplate"),
+        "CreateLaunchTemplate is sent without its tags: {call}"
+    );
+    let doc = std::fs::read_to_string(root().join("deploy/iam/README.md")).expect("its README");
+    assert!(!doc.contains("drop the condition"), "{doc}");
 }

@@ -1,6 +1,7 @@
 //! snapdrain against the simulated cluster, through real interfaces: the controller over HTTP with a kube
 //! client, the demo, the CRD and the Helm chart. One test binary, one module per subject.
 
+mod admission_policies;
 mod caches;
 mod controller;
 mod crds;
@@ -17,6 +18,7 @@ mod kustomize;
 mod least_privilege;
 mod monitoring;
 mod notifications;
+mod posture;
 mod real_backup;
 mod real_cloud;
 mod real_drain;

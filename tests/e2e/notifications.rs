@@ -83,7 +83,12 @@ fn reasons(inbox: &Mutex<Inbox>) -> Vec<String> {
 async fn every_plan_event_reaches_the_webhook_in_order_despite_refusals() {
     let h = Harness::start().await;
     let (url, inbox) = receiver(2).await;
-    policy(&h, json!({"url": url, "retries": 5})).await;
+    // A loopback http receiver: both allowed explicitly (the defaults refuse them).
+    policy(
+        &h,
+        json!({"url": url, "retries": 5, "allowInsecureHttp": true, "allowPrivateAddresses": true}),
+    )
+    .await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     h.create_plan("notified", json!({"nodes": [node]})).await;
@@ -134,7 +139,8 @@ async fn reasons_narrow_what_the_webhook_receives() {
     let (url, inbox) = receiver(0).await;
     policy(
         &h,
-        json!({"url": url, "reasons": ["PlanCompleted", "PlanFailed"]}),
+        json!({"url": url, "reasons": ["PlanCompleted", "PlanFailed"],
+               "allowInsecureHttp": true, "allowPrivateAddresses": true}),
     )
     .await;
     let _controller = h.controller().await;
@@ -174,7 +180,7 @@ async fn event_count(h: &Harness, plan: &str, reason: &str) -> i32 {
 async fn a_refused_status_write_repeats_no_event_and_no_notification() {
     let h = Harness::start().await;
     let (url, inbox) = receiver(0).await;
-    policy(&h, json!({"url": url})).await;
+    policy(&h, json!({"url": url, "allowInsecureHttp": true, "allowPrivateAddresses": true})).await;
     h.cluster.faults.add(FaultRule {
         verb: Some("patch".into()),
         resource: Some("disruptionplans.snapdrain.io/status".into()),

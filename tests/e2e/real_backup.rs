@@ -137,6 +137,43 @@ async fn an_untrusted_certificate_fails_verification_with_the_tls_error() {
     assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
 }
 
+/// A credentials file whose profile also names a `credential_process` (as an attacker with write access
+/// to the Velero namespace would add): aws-config (`profile/credentials/exec.rs`) would run it in
+/// snapdrain's process, so snapdrain reads static keys only and fails the plan with the key's name,
+/// before anything is evicted and without running the command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_credential_process_in_velero_secret_is_refused_not_run() {
+    use k8s_openapi::api::core::v1::Secret;
+    let h = Harness::start().await;
+    let secrets: kube::Api<Secret> = kube::Api::namespaced(h.client.clone(), "velero");
+    let mut secret = secrets
+        .get("cloud-credentials")
+        .await
+        .expect("Velero's Secret");
+    let data = secret.data.get_or_insert_default();
+    let file = data.get("cloud").expect("key cloud").0.clone();
+    let marker = tempfile::tempdir().expect("temp dir");
+    let ran = marker.path().join("ran");
+    let mut text = String::from_utf8(file).expect("the file is text");
+    text.push_str(&format!("credential_process = touch {}\n", ran.display()));
+    data.insert("cloud".into(), k8s_openapi::ByteString(text.into_bytes()));
+    secrets
+        .replace("cloud-credentials", &Default::default(), &secret)
+        .await
+        .expect("replace the Secret");
+    // The simulated Velero reads only the keys, so it still writes the backups.
+    let (protected, plan) = run_plan(&h, "credential-process").await;
+    let status = plan.status.clone().expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    let message = status.message.clone().unwrap_or_default();
+    assert!(
+        message.contains("credential_process") && message.contains("static keys"),
+        "{message:?}"
+    );
+    assert!(!ran.exists(), "the credential_process command ran");
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+}
+
 /// Backups written with SSE-C (`config.customerKeyEncryptionFile`, a Secret mounted in the Velero pod):
 /// S3 refuses GET and HEAD without the key (400), so verification must send it
 /// (velero-plugin-for-aws `object_store.go` sets SSECustomerKey on GetObject/HeadObject).
@@ -206,4 +243,81 @@ async fn a_plan_backs_up_only_the_replicas_on_its_node() {
         uploaded, own,
         "Velero backed up exactly the PVCs of the node's own StatefulSet pods"
     );
+}
+
+/// A bucket writer replaces a backup's objects with a gzip bomb (about 65 KiB that inflates to 65 MiB)
+/// and a 17 MiB `velero-backup.json`, through the real S3 SDK with Velero's own keys: verification
+/// reads neither past its cap (64 MiB inflated, 16 MiB per object) and fails with the key and the
+/// reason, instead of holding the whole object in the controller's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn oversized_and_gzip_bomb_objects_are_refused_at_their_cap() {
+    use snapdrain::backup::bucket::{self, BucketError, VerifyRequest};
+    use snapdrain::backup::verify::{ObjectCheck, VerifyError};
+    use std::io::Write;
+    let h = Harness::start().await;
+    let location = kube::Api::<snapdrain::api::velero::BackupStorageLocation>::namespaced(
+        h.client.clone(),
+        "velero",
+    )
+    .list(&Default::default())
+    .await
+    .expect("list locations")
+    .items
+    .into_iter()
+    .next()
+    .expect("the quickstart has a BackupStorageLocation");
+    let name = kube::ResourceExt::name_any(&location);
+    let target = snapdrain::backup::velero::resolve_location(&h.client, "velero", &name, None)
+        .await
+        .expect("the location resolves");
+    let own = snapdrain_testkit::own_aws_config(&h.cluster);
+    let (s3, _) = bucket::connect(&target, &own).await.expect("connect");
+
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..65 {
+        gz.write_all(&zeros).expect("compress");
+    }
+    let bomb = gz.finish().expect("gzip");
+    let big_json = vec![b' '; 17 << 20];
+    for (key, body) in [
+        ("bomb/bomb-volumeinfo.json.gz", bomb),
+        ("bomb/velero-backup.json", big_json),
+    ] {
+        s3.put_object()
+            .bucket(&target.bucket)
+            .key(key)
+            .body(body.into())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("put {key}: {e:?}"));
+    }
+    for (check, limit) in [
+        (
+            ObjectCheck::VolumeInfo("bomb/bomb-volumeinfo.json.gz".into()),
+            64,
+        ),
+        (
+            ObjectCheck::BackupJson("bomb/velero-backup.json".into()),
+            16,
+        ),
+    ] {
+        let result = bucket::verify_backup(
+            &s3,
+            VerifyRequest {
+                target: &target,
+                checks: vec![check.clone()],
+                uid: "uid",
+                pvcs: vec![("db".into(), "data".into())],
+            },
+        )
+        .await;
+        match result {
+            Err(BucketError::Invalid(e @ VerifyError::Unreadable { .. })) => assert!(
+                e.to_string().contains(&format!("larger than {limit} MiB")),
+                "{check:?}: {e}"
+            ),
+            other => panic!("{check:?}: {other:?}"),
+        }
+    }
 }

@@ -68,6 +68,11 @@ impl Output {
     }
 
     fn write(&mut self, line: &str) -> io::Result<()> {
+        // JSON lines escape control characters themselves; text shows them escaped.
+        let line = match self.format {
+            Format::Text => crate::cli::terminal::escape_controls(line),
+            _ => std::borrow::Cow::Borrowed(line),
+        };
         let out = &mut self.out;
         match &self.bars {
             Some(b) => b.suspend(|| writeln!(out, "{line}").and_then(|()| out.flush())),

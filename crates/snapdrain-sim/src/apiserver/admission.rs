@@ -1,12 +1,15 @@
 //! Validating admission: every `admissionregistration.k8s.io/v1` ValidatingWebhookConfiguration is
 //! honoured for the requests it selects, as kube-apiserver's validating webhook dispatcher does.
 //!
+//! ValidatingAdmissionPolicies run first (`policy`).
+//!
 //! Not simulated: mutating webhooks, `matchConditions` (CEL; a webhook with them is called as if they
 //! held), `admissionReviewVersions` other than `v1`. The review's `userInfo` is the user the request's
 //! bearer token authenticated (`system:unsecured` without one, see `auth`).
 
 mod call;
 mod matching;
+mod policy;
 mod review;
 
 use std::sync::Arc;
@@ -86,6 +89,8 @@ fn exempt(t: &Target) -> bool {
 /// Runs every matching validating webhook (concurrently, as the real dispatcher does) and fails the
 /// request with the first refusal or failed call, in configuration-name and webhook order.
 pub async fn admit(state: &Arc<ApiState>, attrs: AdmissionAttributes<'_>) -> ApiResult<()> {
+    // kube-apiserver's plugin order: ValidatingAdmissionPolicy before ValidatingAdmissionWebhook.
+    policy::validate(&state.store, &attrs, &uuid::Uuid::new_v4().to_string())?;
     let t = attrs.target;
     if exempt(t) {
         return Ok(());

@@ -383,6 +383,27 @@ const BUILTINS: &[Builtin] = &[
         status: false,
         extra: &[],
     },
+    // Stored and enforced by admission/policy.rs.
+    Builtin {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        kind: "ValidatingAdmissionPolicy",
+        plural: "validatingadmissionpolicies",
+        short: &[],
+        namespaced: false,
+        status: true,
+        extra: &[],
+    },
+    Builtin {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        kind: "ValidatingAdmissionPolicyBinding",
+        plural: "validatingadmissionpolicybindings",
+        short: &[],
+        namespaced: false,
+        status: false,
+        extra: &[],
+    },
     Builtin {
         group: "apiextensions.k8s.io",
         version: "v1",

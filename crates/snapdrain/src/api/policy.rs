@@ -99,6 +99,14 @@ pub struct WebhookNotification {
     #[serde(default = "default_notification_retries")]
     #[schemars(range(max = 20))]
     pub retries: u32,
+    /// Allow a plain `http://` URL. Off: https only (the Events name nodes, pods and backups).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure_http: bool,
+    /// Allow a URL whose host is, or resolves to, a loopback, link-local (e.g. the instance metadata
+    /// service), private or unique-local address. Off: such addresses are refused, so the policy
+    /// cannot aim snapdrain's requests at in-cluster or cloud-internal endpoints.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_private_addresses: bool,
 }
 
 fn default_notification_retries() -> u32 {
@@ -263,17 +271,10 @@ impl DisruptionPolicySpec {
                 problems.push(format!("spec.maintenanceWindows[{i}]: {e}"));
             }
         }
-        if let Some(w) = &self.notifications.webhook {
-            match url::Url::parse(&w.url) {
-                Ok(u) if matches!(u.scheme(), "http" | "https") => {}
-                Ok(u) => problems.push(format!(
-                    "spec.notifications.webhook.url: scheme {} is not http or https",
-                    u.scheme()
-                )),
-                Err(e) => problems.push(format!(
-                    "spec.notifications.webhook.url: {e} (an absolute http or https URL)"
-                )),
-            }
+        if let Some(w) = &self.notifications.webhook
+            && let Err(e) = crate::telemetry::notify::check_url(w)
+        {
+            problems.push(format!("spec.notifications.webhook.url: {e}"));
         }
         let mut sample = self.plan_defaults();
         sample.nodes = vec!["node".into()];

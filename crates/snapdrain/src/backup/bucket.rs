@@ -2,19 +2,18 @@
 //! under Velero's prefix) and runs the pure checks of [`super::verify`] on them.
 
 use aws_config::SdkConfig;
-use aws_config::profile::ProfileFileCredentialsProvider;
+use aws_credential_types::Credentials;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
-use aws_runtime::env_config::file::{EnvConfigFileKind, EnvConfigFiles};
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::Region;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
 
-use super::insecure_tls;
 use super::location::{S3Target, TargetCredentials};
 use super::verify::{self, ObjectCheck, VerifyError};
+use super::{credentials_file, insecure_tls};
 use crate::api::status::VerifiedObject;
 
 /// The region GetBucketRegion asks in when the location names none (velero-plugin-for-aws
@@ -146,37 +145,39 @@ fn tls_client(
         .build_https())
 }
 
-/// The credentials of the location, fetched once now so a bad file fails here with its own message.
-/// The file is read both as a shared credentials and a shared config file, as the plugin does
-/// (`config.go` `WithCredentialsFile`), so `role_arn`/`source_profile`, `credential_process` and
-/// `web_identity_token_file` profiles work as well as static keys.
+/// The credentials of the location. A credentials file gives static keys only
+/// ([`super::credentials_file`]): the plugin would also run its `credential_process` or assume its
+/// `role_arn`, which snapdrain refuses to do on behalf of whoever can write Velero's Secret. Without a
+/// file, snapdrain's own identity is fetched once now so a missing one fails here with its own message.
 async fn credentials(
     target: &S3Target,
     own: &SdkConfig,
 ) -> Result<SharedCredentialsProvider, BucketError> {
-    let (provider, source_name, hint) = match &target.credentials {
+    match &target.credentials {
         TargetCredentials::File {
             secret,
             origin,
             profile,
             contents,
         } => {
-            let files = EnvConfigFiles::builder()
-                .with_contents(EnvConfigFileKind::Credentials, contents.clone())
-                .with_contents(EnvConfigFileKind::Config, contents.clone())
-                .build();
-            let provider = ProfileFileCredentialsProvider::builder()
-                .profile_files(files)
-                .profile_name(profile)
-                .build();
-            (
-                SharedCredentialsProvider::new(provider),
-                format!(
-                    "profile [{profile}] of Secret {} key {} ({origin})",
-                    secret.name, secret.key
-                ),
-                "fix the credentials file or config.profile of the location",
-            )
+            let keys = credentials_file::static_keys(contents, profile).map_err(|e| {
+                BucketError::Credentials {
+                    source_name: format!(
+                        "profile [{profile}] of Secret {} key {} ({origin})",
+                        secret.name, secret.key
+                    ),
+                    message: e.to_string(),
+                    hint: "fix the credentials file or config.profile of the location",
+                    permanent: true,
+                }
+            })?;
+            Ok(SharedCredentialsProvider::new(Credentials::new(
+                keys.access_key_id,
+                keys.secret_access_key,
+                keys.session_token,
+                None,
+                "VeleroCredentialsFile",
+            )))
         }
         TargetCredentials::Ambient => {
             let Some(provider) = own.credentials_provider() else {
@@ -187,25 +188,21 @@ async fn credentials(
                     permanent: true,
                 });
             };
-            (
-                provider,
-                "snapdrain's own AWS identity (Velero has no credentials Secret)".into(),
-                "give snapdrain's service account an IAM role (IRSA or EKS Pod Identity) allowed s3:GetObject and s3:ListBucket on the bucket, or set --velero-credentials-secret",
-            )
+            match provider.provide_credentials().await {
+                Ok(_) => Ok(provider),
+                Err(e) => Err(BucketError::Credentials {
+                    source_name: "snapdrain's own AWS identity (Velero has no credentials Secret)"
+                        .into(),
+                    message: aws_smithy_types::error::display::DisplayErrorContext(&e).to_string(),
+                    hint: "give snapdrain's service account an IAM role (IRSA or EKS Pod Identity) allowed s3:GetObject and s3:ListBucket on the bucket, or set --velero-credentials-secret",
+                    permanent: matches!(
+                        e,
+                        CredentialsError::InvalidConfiguration(_)
+                            | CredentialsError::CredentialsNotLoaded(_)
+                    ),
+                }),
+            }
         }
-    };
-    match provider.provide_credentials().await {
-        Ok(_) => Ok(provider),
-        Err(e) => Err(BucketError::Credentials {
-            source_name,
-            message: aws_smithy_types::error::display::DisplayErrorContext(&e).to_string(),
-            hint,
-            permanent: matches!(
-                e,
-                CredentialsError::InvalidConfiguration(_)
-                    | CredentialsError::CredentialsNotLoaded(_)
-            ),
-        }),
     }
 }
 
@@ -304,7 +301,15 @@ fn is_not_found<E: ProvideErrorMetadata>(e: &SdkError<E, HttpResponse>) -> bool 
     }
 }
 
-async fn get(client: &Client, target: &S3Target, key: &str) -> Result<Vec<u8>, BucketError> {
+/// The object at `key`, refused past `cap` bytes: by its Content-Length before reading, and while reading
+/// (a server may send more than it announced, or none).
+async fn get(
+    client: &Client,
+    target: &S3Target,
+    key: &str,
+    cap: u64,
+) -> Result<Vec<u8>, BucketError> {
+    let too_large = || BucketError::Invalid(verify::too_large(key, cap, ""));
     let mut request = client.get_object().bucket(&target.bucket).key(key);
     if let Some(k) = &target.sse_customer_key {
         request = request
@@ -313,18 +318,24 @@ async fn get(client: &Client, target: &S3Target, key: &str) -> Result<Vec<u8>, B
             .sse_customer_key_md5(&k.key_md5);
     }
     match request.send().await {
-        Ok(out) => {
-            let data = out
-                .body
-                .collect()
-                .await
-                .map_err(|e| BucketError::Unreachable {
+        Ok(mut out) => {
+            if out.content_length().is_some_and(|n| n.max(0) as u64 > cap) {
+                return Err(too_large());
+            }
+            let mut data = Vec::new();
+            while let Some(chunk) = out.body.next().await {
+                let chunk = chunk.map_err(|e| BucketError::Unreachable {
                     endpoint: target.endpoint.clone().unwrap_or_default(),
                     bucket: target.bucket.clone(),
                     key: key.to_string(),
                     message: e.to_string(),
                 })?;
-            Ok(data.into_bytes().to_vec())
+                if (data.len() + chunk.len()) as u64 > cap {
+                    return Err(too_large());
+                }
+                data.extend_from_slice(&chunk);
+            }
+            Ok(data)
         }
         Err(e) if is_not_found(&e) => Err(VerifyError::missing(key).into()),
         Err(e) => Err(unreachable(target, key, &e)),
@@ -365,7 +376,7 @@ pub async fn verify_backup(
     for check in &req.checks {
         match check {
             ObjectCheck::BackupJson(key) => {
-                let bytes = get(client, req.target, key).await?;
+                let bytes = get(client, req.target, key, verify::MAX_OBJECT_BYTES).await?;
                 verify::check_backup_json(key, &bytes, req.uid)?;
                 verified.push(VerifiedObject {
                     key: key.clone(),
@@ -383,7 +394,7 @@ pub async fn verify_backup(
                 });
             }
             ObjectCheck::VolumeInfo(key) => {
-                let bytes = get(client, req.target, key).await?;
+                let bytes = get(client, req.target, key, verify::MAX_OBJECT_BYTES).await?;
                 verify::check_volume_info(key, &bytes, &req.pvcs)?;
                 verified.push(VerifiedObject {
                     key: key.clone(),
@@ -459,6 +470,16 @@ mod tests {
         .expect_err("no such profile");
         assert!(e.is_permanent(), "{e}");
         assert!(e.to_string().contains("profile [backup]"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_profile_with_another_credential_source_is_refused() {
+        let file = "[default]\naws_access_key_id = a\naws_secret_access_key = b\ncredential_process = /bin/true\n";
+        let e = credentials(&target(file, "default"), &own())
+            .await
+            .expect_err("refused");
+        assert!(e.is_permanent(), "{e}");
+        assert!(e.to_string().contains("sets credential_process"), "{e}");
     }
 
     #[tokio::test]

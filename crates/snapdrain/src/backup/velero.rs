@@ -37,6 +37,15 @@ pub enum VeleroError {
         source: KubeError,
     },
     #[error(
+        "cannot read Secret {namespace}/{secret} for BackupStorageLocation {namespace}/{location}: {source}; snapdrain may read only the Velero Secrets its Role names: add {secret} to the Helm value velero.secretNames (kustomize: resourceNames in role-velero-secrets.yaml)"
+    )]
+    ReadSecret {
+        namespace: String,
+        location: String,
+        secret: String,
+        source: KubeError,
+    },
+    #[error(
         "cannot create Velero DeleteBackupRequest {namespace}/{name} for an abandoned backup attempt: {source}; snapdrain needs create and get on velero.io deletebackuprequests (the Helm chart's ClusterRole grants them), and Velero's DeleteBackupRequest CRD must be installed"
     )]
     RequestDeletion {
@@ -62,7 +71,8 @@ impl VeleroError {
         match self {
             Self::Create { source, .. }
             | Self::Read { source, .. }
-            | Self::ReadLocation { source, .. } => crate::api_errors::is_permanent(source),
+            | Self::ReadLocation { source, .. }
+            | Self::ReadSecret { source, .. } => crate::api_errors::is_permanent(source),
             Self::NoLocation { .. } => true,
             Self::Delete { source, .. } => crate::api_errors::is_permanent(source),
             // 404: the CRD is not installed, which waiting does not change.
@@ -171,12 +181,27 @@ pub async fn resolve_location(
     };
     let chosen = credentials::credential_secret(&bsl, credentials_override, &deployments);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let read_secret = |secret: &str| {
+        let secret = secret.to_string();
+        let secrets = secrets.clone();
+        async move {
+            secrets
+                .get_opt(&secret)
+                .await
+                .map_err(|source| VeleroError::ReadSecret {
+                    namespace: namespace.to_string(),
+                    location: name.to_string(),
+                    secret,
+                    source,
+                })
+        }
+    };
     let credential_secret = match &chosen {
-        Some(c) => secrets.get_opt(&c.secret.name).await.map_err(read_err)?,
+        Some(c) => read_secret(&c.secret.name).await?,
         None => None,
     };
     let ca_secret = match &bsl.spec.object_storage.ca_cert_ref {
-        Some(r) => secrets.get_opt(&r.name).await.map_err(read_err)?,
+        Some(r) => read_secret(&r.name).await?,
         None => None,
     };
     let sse_ref = match sse_source {
@@ -194,7 +219,7 @@ pub async fn resolve_location(
         ),
     };
     let sse_secret = match &sse_ref {
-        Some(r) => secrets.get_opt(&r.name).await.map_err(read_err)?,
+        Some(r) => read_secret(&r.name).await?,
         None => None,
     };
     let fetched = location::Fetched {

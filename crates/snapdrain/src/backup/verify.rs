@@ -48,6 +48,13 @@ pub enum VerifyError {
     KopiaRepositoryMissing { key: String },
 }
 
+/// The most snapdrain reads of a JSON object (`velero-backup.json`) or of a compressed object. Velero
+/// writes these at a few KiB per resource or volume; anything past the cap is not one of its objects,
+/// and reading it whole could exhaust the controller's memory.
+pub const MAX_OBJECT_BYTES: u64 = 16 << 20;
+/// The most `<backup>-volumeinfo.json.gz` may decompress to.
+pub const MAX_VOLUME_INFO_BYTES: u64 = 64 << 20;
+
 impl VerifyError {
     /// For a GET/HEAD that answered 404.
     pub fn missing(key: impl Into<String>) -> Self {
@@ -295,6 +302,17 @@ impl BackupVolumeInfo {
     }
 }
 
+/// An object past its cap, as [`VerifyError::Unreadable`] (the verify step counts it as unreadable).
+pub fn too_large(key: &str, cap: u64, what: &str) -> VerifyError {
+    VerifyError::Unreadable {
+        key: key.to_owned(),
+        reason: format!(
+            "larger than {} MiB{what}, far more than Velero writes; not read further (check who can write to the bucket)",
+            cap >> 20
+        ),
+    }
+}
+
 /// `<name>-volumeinfo.json.gz`: every `(namespace, pvc)` in `expected` has a succeeded, not skipped entry
 /// with a snapshot handle. Returns the matching entries in `expected` order, or every problem found.
 pub fn check_volume_info(
@@ -307,9 +325,14 @@ pub fn check_volume_info(
         reason,
     };
     let mut json = Vec::new();
+    // One more byte than allowed tells a full object from one cut off at the cap (a gzip bomb).
     GzDecoder::new(gz_bytes)
+        .take(MAX_VOLUME_INFO_BYTES + 1)
         .read_to_end(&mut json)
         .map_err(|e| unreadable(format!("not gzip: {e}")))?;
+    if json.len() as u64 > MAX_VOLUME_INFO_BYTES {
+        return Err(too_large(key, MAX_VOLUME_INFO_BYTES, " once decompressed"));
+    }
     // Go writes an empty list as `null`.
     let infos: Vec<BackupVolumeInfo> =
         serde_json::from_slice::<Option<Vec<BackupVolumeInfo>>>(&json)
@@ -514,6 +537,29 @@ mod tests {
         let handles: Vec<_> = r.iter().map(|v| v.snapshot_handle.as_str()).collect();
         assert_eq!(handles, ["kopia-snap", "snap-0123", "snap-csi"]);
         assert!(r[0].snapshot_data_moved);
+    }
+
+    #[test]
+    fn a_gzip_bomb_stops_at_the_cap() {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..=(MAX_VOLUME_INFO_BYTES >> 20) {
+            enc.write_all(&zeros).expect("compress");
+        }
+        let bomb = enc.finish().expect("gzip");
+        assert!(
+            (bomb.len() as u64) < MAX_VOLUME_INFO_BYTES / 100,
+            "{}",
+            bomb.len()
+        );
+        let e = check_volume_info("b-volumeinfo.json.gz", &bomb, &expected(&[("db", "data")]))
+            .expect_err("too large");
+        assert!(
+            e.to_string()
+                .contains("larger than 64 MiB once decompressed"),
+            "{e}"
+        );
     }
 
     #[test]

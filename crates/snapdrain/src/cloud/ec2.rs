@@ -818,11 +818,23 @@ impl Ec2Cloud {
                     .build()
             }))
             .build();
+        // Tagged at creation with the cluster tag only (the template is shared by every plan that asks for
+        // the same image and user data): deploy/iam/snapdrain-policy.json allows creating, launching
+        // from and deleting only templates tagged `kubernetes.io/cluster/<name>=owned`.
+        let cluster_tags: BTreeMap<String, String> = req
+            .tags
+            .iter()
+            .filter(|(k, _)| k.starts_with("kubernetes.io/cluster/"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         match self
             .client
             .create_launch_template()
             .launch_template_name(&name)
             .launch_template_data(data)
+            .set_tag_specifications(
+                tag_specification(ResourceType::LaunchTemplate, &cluster_tags).map(|t| vec![t]),
+            )
             .send()
             .await
         {

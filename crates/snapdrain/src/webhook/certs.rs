@@ -36,12 +36,24 @@ impl Default for Lifetimes {
 }
 
 /// A PEM certificate with its validity (kept beside it: rcgen issues but does not parse).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Issued {
     pub cert_pem: String,
     pub key_pem: String,
     pub not_before: jiff::Timestamp,
     pub not_after: jiff::Timestamp,
+}
+
+// The private key stays out of logs and panic messages.
+impl std::fmt::Debug for Issued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Issued")
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .field("not_before", &self.not_before)
+            .field("not_after", &self.not_after)
+            .finish()
+    }
 }
 
 /// Everything the Secret holds.
@@ -280,6 +292,17 @@ mod tests {
             None
         );
         assert_eq!(next_due(&b, PROMOTE), t(200));
+    }
+
+    #[test]
+    fn debug_output_carries_no_private_key() {
+        let names = service_names("snapdrain", "ops");
+        let b = renew(None, &names, life(), PROMOTE, t(0))
+            .expect("issue")
+            .expect("a new bundle");
+        let shown = format!("{b:?}");
+        assert!(shown.contains("BEGIN CERTIFICATE"), "{shown}");
+        assert!(!shown.contains("PRIVATE KEY"), "{shown}");
     }
 
     #[test]

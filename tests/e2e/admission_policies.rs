@@ -1,0 +1,166 @@
+//! The ValidatingAdmissionPolicies of the kustomize base (the chart renders the same: kustomize.rs) limit
+//! what snapdrain's ServiceAccount may change where RBAC cannot: applied with `kubectl apply -k`, then
+//! requests sent with the ServiceAccount's token. The simulated API server evaluates the policies'
+//! CEL as kube-apiserver's `plugin/policy/validating` does (sim `admission/policy.rs`); a refusal is
+//! its `ValidatingAdmissionPolicy '<p>' with binding '<b>' denied request: <message>`. What snapdrain
+//! itself does under them is shown by least_privilege.rs, which runs every flow with the same base.
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use snapdrain_testkit::harness::Harness;
+use snapdrain_testkit::kubectl::Kubectl;
+
+use std::path::PathBuf;
+
+/// The base applied, and a client holding only the ServiceAccount's token.
+async fn as_the_service_account(h: &Harness) -> Client {
+    let base = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("deploy/kustomize/base");
+    Kubectl::new(&h.cluster)
+        .ok(&["apply", "-k", &base.display().to_string()])
+        .await;
+    let request: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": []}})).expect("request");
+    let token = Api::<ServiceAccount>::namespaced(h.client.clone(), "snapdrain")
+        .create_token_request("snapdrain", &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("a token")
+        .token;
+    let mut config = h.kube_config();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    Client::try_from(config).expect("client")
+}
+
+/// The API server's refusal text, or "" when the request went through.
+fn refusal<T>(result: Result<T, kube::Error>) -> String {
+    match result {
+        Ok(_) => String::new(),
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "{s:?}");
+            s.message
+        }
+        Err(e) => panic!("not an API refusal: {e}"),
+    }
+}
+
+fn merge(body: serde_json::Value) -> Patch<serde_json::Value> {
+    Patch::Merge(body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_service_account_may_change_only_holds_cordons_and_the_ca_bundle() {
+    let h = Harness::start().await;
+    let sa = as_the_service_account(&h).await;
+    let pp = PatchParams::default();
+
+    // Pods: the hold annotations pass; a label, another annotation or the image are refused.
+    let pod = Api::<Pod>::all(h.client.clone())
+        .list(&ListParams::default().labels("app=postgres"))
+        .await
+        .expect("list pods")
+        .items
+        .into_iter()
+        .next()
+        .expect("the quickstart runs postgres");
+    let pods: Api<Pod> = Api::namespaced(sa.clone(), &pod.namespace().unwrap_or_default());
+    let name = pod.name_any();
+    let holds = json!({"metadata": {"annotations": {
+        "karpenter.sh/do-not-disrupt": "true",
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+        "snapdrain.io/held": "test"}}});
+    assert_eq!(refusal(pods.patch(&name, &pp, &merge(holds)).await), "");
+    let cases = [
+        (
+            json!({"metadata": {"labels": {"app": "other"}}}),
+            "not its labels",
+        ),
+        (
+            json!({"metadata": {"annotations": {"example.com/x": "1"}}}),
+            "annotations of a pod",
+        ),
+        (
+            json!({"spec": {"activeDeadlineSeconds": 5}}),
+            "not its spec",
+        ),
+    ];
+    for (body, why) in cases {
+        let text = refusal(pods.patch(&name, &pp, &merge(body.clone())).await);
+        assert!(
+            text.contains("ValidatingAdmissionPolicy 'snapdrain-pod-holds'") && text.contains(why),
+            "{body}: {text:?}"
+        );
+    }
+    // The policy binds snapdrain's ServiceAccount only.
+    let admin: Api<Pod> = Api::namespaced(h.client.clone(), &pod.namespace().unwrap_or_default());
+    admin
+        .patch(
+            &name,
+            &pp,
+            &merge(json!({"metadata": {"labels": {"extra": "1"}}})),
+        )
+        .await
+        .expect("another user is not bound by the policy");
+
+    // Nodes: cordon with snapdrain's taint passes; a label or a foreign taint is refused.
+    let node = h.node_with_statefulset_pods().await;
+    let nodes: Api<Node> = Api::all(sa.clone());
+    let current = nodes.get(&node).await.expect("get node");
+    let mut taints = current
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    taints.push(k8s_openapi::api::core::v1::Taint {
+        key: "snapdrain.io/draining".into(),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    });
+    let cordon = json!({"spec": {"unschedulable": true, "taints": taints}});
+    assert_eq!(refusal(nodes.patch(&node, &pp, &merge(cordon)).await), "");
+    let mut foreign = taints.clone();
+    foreign.push(k8s_openapi::api::core::v1::Taint {
+        key: "example.com/evil".into(),
+        effect: "NoExecute".into(),
+        ..Default::default()
+    });
+    for (body, why) in [
+        (
+            json!({"metadata": {"labels": {"pool": "x"}}}),
+            "labels or annotations",
+        ),
+        (
+            json!({"spec": {"taints": foreign}}),
+            "snapdrain.io/draining:NoSchedule",
+        ),
+    ] {
+        let text = refusal(nodes.patch(&node, &pp, &merge(body.clone())).await);
+        assert!(
+            text.contains("ValidatingAdmissionPolicy 'snapdrain-node-cordon'")
+                && text.contains(why),
+            "{body}: {text:?}"
+        );
+    }
+
+    // Its webhook configuration: the caBundle passes; widening the rules is refused.
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(sa.clone());
+    let ca = json!([{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Zm9v"}]);
+    let ca = Patch::Json::<()>(serde_json::from_value(ca).expect("a JSON patch"));
+    assert_eq!(refusal(vwcs.patch("snapdrain", &pp, &ca).await), "");
+    let rules =
+        json!([{"op": "replace", "path": "/webhooks/0/rules/0/resources", "value": ["secrets"]}]);
+    let rules = Patch::Json::<()>(serde_json::from_value(rules).expect("a JSON patch"));
+    let text = refusal(vwcs.patch("snapdrain", &pp, &rules).await);
+    assert!(
+        text.contains("ValidatingAdmissionPolicy 'snapdrain-webhook-cabundle'")
+            && text.contains("only the caBundle"),
+        "{text:?}"
+    );
+}
