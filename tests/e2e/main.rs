@@ -25,3 +25,4 @@ mod resilience;
 mod rollout;
 mod signals;
 mod sim_serve;
+mod version;
