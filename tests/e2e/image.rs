@@ -206,8 +206,12 @@ fn image_config_labels_and_files() {
 }
 
 /// A TLS front for the simulated API server (which serves plain HTTP): a certificate for `name` from a
-/// test CA, each connection piped to `upstream`.
-async fn tls_front(upstream: std::net::SocketAddr, name: &str) -> (u16, String) {
+/// test CA, each connection piped to `upstream`. Returns the port, the CA and a count of the
+/// handshakes that completed.
+async fn tls_front(
+    upstream: std::net::SocketAddr,
+    name: &str,
+) -> (u16, String, Arc<std::sync::atomic::AtomicUsize>) {
     use rustls::pki_types::pem::PemObject as _;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let pki = snapdrain_testkit::webhook::pki(&[name]);
@@ -228,13 +232,17 @@ async fn tls_front(upstream: std::net::SocketAddr, name: &str) -> (u16, String) 
         .await
         .expect("bind");
     let port = listener.local_addr().expect("addr").port();
+    let handshakes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = handshakes.clone();
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
+            let counted = counted.clone();
             tokio::spawn(async move {
                 let Ok(mut tls) = acceptor.accept(tcp).await else {
                     return;
                 };
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let Ok(mut up) = tokio::net::TcpStream::connect(upstream).await else {
                     return;
                 };
@@ -242,7 +250,7 @@ async fn tls_front(upstream: std::net::SocketAddr, name: &str) -> (u16, String) 
             });
         }
     });
-    (port, pki.ca_pem)
+    (port, pki.ca_pem, handshakes)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,7 +271,7 @@ async fn image_binary_reaches_the_cluster_over_tls_by_host_name_in_the_image_fil
     // A name only /etc/hosts knows, as the kubelet writes it into every pod: the static binary's
     // getaddrinfo has no NSS configuration or modules to load in the image.
     let name = "snapdrain-sim.test";
-    let (port, ca_pem) = tls_front(upstream, name).await;
+    let (port, ca_pem, handshakes) = tls_front(upstream, name).await;
     std::fs::write(rootfs.join("etc/hosts"), format!("127.0.0.1 {name}\n")).expect("hosts");
     let kubeconfig = snapdrain_sim::apiserver::kubeconfig(&format!("https://{name}:{port}"))
         .replace(
@@ -283,7 +291,12 @@ async fn image_binary_reaches_the_cluster_over_tls_by_host_name_in_the_image_fil
             "--kubeconfig",
             "/kubeconfig",
         ])
+        // The environment the image gives its process: PATH only (which also finds chroot here).
         .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
         .output();
     let out = tokio::time::timeout(snapdrain_testkit::WAIT, out)
         .await
@@ -295,13 +308,10 @@ async fn image_binary_reaches_the_cluster_over_tls_by_host_name_in_the_image_fil
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    // It listed pods through the TLS front: the simulator saw the request.
+    // The answer came through the TLS front (the API server audits no reads).
     assert!(
-        sim.audit
-            .since(0)
-            .iter()
-            .any(|e| e.verb == "list" && e.resource == "pods"),
-        "the list reached the API server"
+        handshakes.load(std::sync::atomic::Ordering::SeqCst) > 0,
+        "the binary completed a TLS handshake with the front"
     );
 }
 
