@@ -7,6 +7,11 @@
 pub mod cli;
 pub mod report;
 
+// The build script's revision lookup, unit-tested here (build scripts have no test harness).
+#[cfg(test)]
+#[path = "../build/revision.rs"]
+mod revision;
+
 #[cfg(feature = "sim")]
 pub mod bench;
 #[cfg(feature = "sim")]

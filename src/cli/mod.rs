@@ -25,10 +25,19 @@ pub mod uninstall;
 
 use clap::{Parser, Subcommand};
 
+/// `snapdrain --version`: the release and the commit it was built from (build.rs; `unknown` when built
+/// without git metadata).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (revision ",
+    env!("SNAPDRAIN_REVISION"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "snapdrain",
-    version,
+    version = VERSION,
     about = "Backup-aware node drains for Kubernetes: Velero backup, verified in S3, before any stateful pod is evicted."
 )]
 pub struct Cli {

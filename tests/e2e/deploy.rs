@@ -1,7 +1,7 @@
 //! The deploy manifests cannot go stale silently: every plain YAML file under deploy/ parses, the chart's
 //! CRD is the committed one, every `.Values` path a template uses exists, template blocks balance, and
 //! the ClusterRole grants exactly the verbs the controller uses, and the uninstall hook's RBAC exactly
-//! what its command uses. (helm itself is not run here.)
+//! what its command uses. (Real Helm installs the chart in helm.rs.)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

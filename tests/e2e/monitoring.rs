@@ -110,9 +110,16 @@ fn the_chart_ships_the_monitoring_files_unchanged() {
         let copy = root().join("deploy/helm/snapdrain/files").join(file);
         assert!(
             read(&monitoring(file)) == read(&copy),
-            "deploy/helm/snapdrain/files/{file} differs from deploy/monitoring/{file}: cp deploy/monitoring/{file} deploy/helm/snapdrain/files/"
+            "deploy/helm/snapdrain/files/{file} differs from deploy/monitoring/{file}: run deploy/monitoring/sync.sh"
         );
     }
+    // The kustomize component's copy; its PrometheusRule is compared with the chart's in helm.rs.
+    let component = root().join("deploy/kustomize/components/monitoring/dashboard.json");
+    assert!(
+        read(&monitoring("dashboard.json")) == read(&component),
+        "{} differs from deploy/monitoring/dashboard.json: run deploy/monitoring/sync.sh",
+        component.display()
+    );
     let templates = root().join("deploy/helm/snapdrain/templates");
     let rule = read(&templates.join("prometheusrule.yaml"));
     assert!(rule.contains(".Values.monitoring.prometheusRule.enabled"));

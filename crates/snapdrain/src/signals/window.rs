@@ -140,7 +140,7 @@ impl Window {
             })?;
         let zone = TimeZone::get(&spec.time_zone).map_err(|e| {
             format!(
-                "time zone {:?}: {e} (an IANA name such as Europe/Berlin or UTC; the image needs the zoneinfo database for names other than UTC)",
+                "time zone {:?}: {e} (an IANA name such as Europe/Berlin or UTC)",
                 spec.time_zone
             )
         })?;
@@ -206,6 +206,30 @@ mod tests {
         assert!(w.open_at(at("2026-12-01T01:00:00Z")), "02:00 local");
         assert!(w.open_at(at("2026-12-01T04:59:59Z")), "05:59:59 local");
         assert!(!w.open_at(at("2026-12-01T05:00:00Z")), "06:00 local");
+    }
+
+    #[test]
+    fn time_zones_resolve_without_a_zoneinfo_directory() {
+        // The image has no /usr/share/zoneinfo: jiff falls back to the database compiled in (feature
+        // tzdb-bundle-always, jiff src/tz/db/mod.rs `from_env`), which must know the zones and agree
+        // with the system's where there is one.
+        let bundled = jiff::tz::TimeZoneDatabase::bundled();
+        for name in [
+            "Europe/Berlin",
+            "America/New_York",
+            "Asia/Kolkata",
+            "Australia/Sydney",
+        ] {
+            let zone = bundled
+                .get(name)
+                .unwrap_or_else(|e| panic!("{name} is not in the bundled database: {e}"));
+            let t = at("2026-07-01T12:00:00Z");
+            assert_eq!(
+                zone.to_offset(t),
+                TimeZone::get(name).expect("known").to_offset(t),
+                "{name}"
+            );
+        }
     }
 
     #[test]
