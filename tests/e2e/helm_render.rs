@@ -58,6 +58,27 @@ impl Ctx<'_> {
         }
     }
 
+    /// `repository:tag` (the chart's appVersion when no tag), `@digest` when one is pinned, as
+    /// `_helpers.tpl` writes it.
+    fn image(&self) -> String {
+        let image = &self.values["image"];
+        let tag = image["tag"]
+            .as_str()
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                self.chart["appVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            });
+        let mut r = format!("{}:{tag}", image["repository"].as_str().unwrap_or_default());
+        if let Some(d) = image["digest"].as_str().filter(|d| !d.is_empty()) {
+            r = format!("{r}@{d}");
+        }
+        r
+    }
+
     /// One expression (no pipes): `.Values.a.b`, `.`, `.Release.Namespace`, `.Chart.X`, `include "x" .`,
     /// `not X`, a quoted string.
     fn eval(&self, expr: &str, dot: &Value, line: &str) -> Value {
@@ -74,6 +95,7 @@ impl Ctx<'_> {
                 "snapdrain.serviceAccountName" => json!(self.service_account()),
                 "snapdrain.selectorLabels" => self.selector_labels(),
                 "snapdrain.labels" => self.labels(),
+                "snapdrain.image" => json!(self.image()),
                 other => panic!("helm_render: unknown include {other:?} in {line:?}"),
             };
         }

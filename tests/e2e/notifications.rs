@@ -180,7 +180,11 @@ async fn event_count(h: &Harness, plan: &str, reason: &str) -> i32 {
 async fn a_refused_status_write_repeats_no_event_and_no_notification() {
     let h = Harness::start().await;
     let (url, inbox) = receiver(0).await;
-    policy(&h, json!({"url": url, "allowInsecureHttp": true, "allowPrivateAddresses": true})).await;
+    policy(
+        &h,
+        json!({"url": url, "allowInsecureHttp": true, "allowPrivateAddresses": true}),
+    )
+    .await;
     h.cluster.faults.add(FaultRule {
         verb: Some("patch".into()),
         resource: Some("disruptionplans.snapdrain.io/status".into()),
