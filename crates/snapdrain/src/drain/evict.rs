@@ -1,11 +1,15 @@
 //! One eviction request, as Karpenter sends it: policy/v1 Eviction with `preconditions.uid`, so a
 //! StatefulSet pod re-created under the same name is never evicted by mistake.
 
+use std::time::{Duration, Instant};
+
+use backon::{ExponentialBuilder, Retryable};
 use kube::Client;
 use kube::core::Status;
 use serde_json::json;
 
-use crate::planning::{EvictionOutcome, classify_eviction};
+use crate::planning::{EvictionOutcome, PlannedEviction, classify_eviction};
+use crate::telemetry::Metrics;
 
 /// What happened to one eviction, with the HTTP code for metrics.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,6 +93,45 @@ pub async fn evict(
                 reason: format!("eviction request failed: {other}"),
             },
         },
+    }
+}
+
+/// Sends one eviction, retrying "come back later" answers with jittered exponential backoff (honouring
+/// the server's retryAfter) until `budget` is spent.
+pub async fn evict_with_retry(
+    client: &Client,
+    metrics: &Metrics,
+    e: &PlannedEviction,
+    grace: Option<i64>,
+    budget: Duration,
+) -> EvictionOutcome {
+    let start = Instant::now();
+    let uid = e.uid.clone().unwrap_or_default();
+    let attempt = || async {
+        let r = evict(client, &e.namespace, &e.name, &uid, grace).await;
+        metrics.eviction(r.code);
+        match r.outcome {
+            retry @ EvictionOutcome::RetryAfter { .. } => Err(retry),
+            other => Ok(other),
+        }
+    };
+    let backoff = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter()
+        .without_max_times();
+    let result = attempt
+        .retry(backoff)
+        .when(|_| start.elapsed() < budget)
+        .adjust(|err, dur| match (err, dur) {
+            (EvictionOutcome::RetryAfter { delay, .. }, Some(d)) => Some(d.max(*delay).min(budget)),
+            (_, d) => d,
+        })
+        .notify(|err, dur| tracing::debug!(pod = %format!("{}/{}", e.namespace, e.name), ?err, retry_in = ?dur, "eviction refused, will retry"))
+        .await;
+    match result {
+        Ok(o) => o,
+        Err(o) => o,
     }
 }
 

@@ -6,9 +6,8 @@
 //! evicted only if a verified backup of this plan covers every one of its PVCs.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use backon::{ExponentialBuilder, Retryable};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -22,7 +21,7 @@ use crate::api::status::{EvictionTarget, NodePhase, NodeProgress, ReleaseEnd, Re
 use crate::controller::error::ControllerError;
 use crate::controller::report::What;
 use crate::controller::step::{Io, Next, Outcome, PlanView, Wake, attachments_left};
-use crate::drain::evict::evict;
+use crate::drain::evict::evict_with_retry;
 use crate::planning::drain::{
     Batch, eviction_targets, record_refusal, remaining_targets, select_batch, targeted,
     waiting_message,
@@ -192,7 +191,8 @@ async fn evict_all(
     let budget = io.settings.wait_slice;
     futures::stream::iter(batch)
         .map(|e| async move {
-            let outcome = evict_with_retry(io, &e, grace, budget).await;
+            let outcome =
+                evict_with_retry(io.eviction_client, io.requests, &e, grace, budget).await;
             (e, outcome)
         })
         .buffer_unordered(concurrency)
@@ -272,44 +272,6 @@ fn volumes(io: &Io<'_>, inv: &NodeInventory, node: &str, progress: &mut NodeProg
             keep_pvs,
         },
         blocked: false,
-    }
-}
-
-/// Sends one eviction, retrying "come back later" answers with jittered exponential backoff (honouring
-/// the server's retryAfter) until `budget` is spent.
-async fn evict_with_retry(
-    io: &Io<'_>,
-    e: &PlannedEviction,
-    grace: Option<i64>,
-    budget: Duration,
-) -> EvictionOutcome {
-    let start = Instant::now();
-    let uid = e.uid.clone().unwrap_or_default();
-    let attempt = || async {
-        let r = evict(io.eviction_client, &e.namespace, &e.name, &uid, grace).await;
-        io.requests.eviction(r.code);
-        match r.outcome {
-            retry @ EvictionOutcome::RetryAfter { .. } => Err(retry),
-            other => Ok(other),
-        }
-    };
-    let backoff = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(10))
-        .with_jitter()
-        .without_max_times();
-    let result = attempt
-        .retry(backoff)
-        .when(|_| start.elapsed() < budget)
-        .adjust(|err, dur| match (err, dur) {
-            (EvictionOutcome::RetryAfter { delay, .. }, Some(d)) => Some(d.max(*delay).min(budget)),
-            (_, d) => d,
-        })
-        .notify(|err, dur| tracing::debug!(pod = %format!("{}/{}", e.namespace, e.name), ?err, retry_in = ?dur, "eviction refused, will retry"))
-        .await;
-    match result {
-        Ok(o) => o,
-        Err(o) => o,
     }
 }
 
