@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::error::ControllerError;
 use super::steps::inventory::listed_inventory;
 use crate::api::{DisruptionPlanSpec, problems_message, validate};
-use crate::planning::{Clock, NodeInputs, SkipReason, plan_node};
+use crate::planning::{Clock, SkipReason, plan_node};
 
 /// A human-readable preview of a plan for `node` with `spec` (its `nodes` are ignored).
 pub async fn describe(
@@ -23,14 +23,7 @@ pub async fn describe(
         ))
     })?;
     let now = k8s_openapi::jiff::Timestamp::now();
-    let inputs = NodeInputs {
-        node: &inv.node,
-        pods: &inv.pods,
-        stateful_sets: &inv.stateful_sets,
-        pvcs: &inv.pvcs,
-        pdbs: &inv.pdbs,
-        existing_backups: &[],
-    };
+    let inputs = inv.inputs(&[]);
     let plan = plan_node(
         &inputs,
         spec,

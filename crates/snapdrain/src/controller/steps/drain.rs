@@ -27,7 +27,7 @@ use crate::planning::drain::{
     waiting_message,
 };
 use crate::planning::inventory::{is_terminal, pvc_claims};
-use crate::planning::{EvictionOutcome, NodeInputs, PlannedEviction, plan_node};
+use crate::planning::{EvictionOutcome, PlannedEviction, plan_node};
 
 /// How one node's drain stands after this call.
 enum NodeDrain {
@@ -108,14 +108,7 @@ async fn drain_node(
         // The node is already gone (someone else terminated it): nothing left to drain.
         return Ok(NodeDrain::Done);
     };
-    let inputs = NodeInputs {
-        node: &inv.node,
-        pods: &inv.pods,
-        stateful_sets: &inv.stateful_sets,
-        pvcs: &inv.pvcs,
-        pdbs: &inv.pdbs,
-        existing_backups: &[],
-    };
+    let inputs = inv.inputs(&[]);
     let plan = plan_node(&inputs, &v.plan.spec, v.valid, v.clock());
     // The pods to evict are fixed on the first look, by UID: a DaemonSet or tolerating pod that comes
     // back later is not waited for (kubectl likewise waits only for the pods it evicted). They are

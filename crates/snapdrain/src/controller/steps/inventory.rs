@@ -22,6 +22,23 @@ pub struct NodeInventory {
     pub pdbs: Vec<PodDisruptionBudget>,
 }
 
+impl NodeInventory {
+    /// What [`crate::planning::plan_node`] reads of this inventory, with the backups it may reuse.
+    pub fn inputs<'a>(
+        &'a self,
+        existing_backups: &'a [crate::planning::ReusableBackup],
+    ) -> crate::planning::NodeInputs<'a> {
+        crate::planning::NodeInputs {
+            node: &self.node,
+            pods: &self.pods,
+            stateful_sets: &self.stateful_sets,
+            pvcs: &self.pvcs,
+            pdbs: &self.pdbs,
+            existing_backups,
+        }
+    }
+}
+
 fn read_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ControllerError {
     let what = what.into();
     move |source| ControllerError::Read { what, source }

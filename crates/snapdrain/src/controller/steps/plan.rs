@@ -13,9 +13,7 @@ use crate::api::velero::BackupStorageLocation;
 use crate::controller::error::ControllerError;
 use crate::controller::report::What;
 use crate::controller::step::{Io, Next, Outcome, PlanView, Wake};
-use crate::planning::{
-    BackupNeed, NodeInputs, PlanRef, ReusableBackup, backup_name, find_reusable, plan_node,
-};
+use crate::planning::{BackupNeed, PlanRef, ReusableBackup, backup_name, find_reusable, plan_node};
 use crate::signals::plan::{left_before_backup, protected_at_signal};
 
 pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
@@ -115,14 +113,7 @@ async fn look(
             seen.missing.push(name.clone());
             continue;
         };
-        let inputs = NodeInputs {
-            node: &inv.node,
-            pods: &inv.pods,
-            stateful_sets: &inv.stateful_sets,
-            pvcs: &inv.pvcs,
-            pdbs: &inv.pdbs,
-            existing_backups: reusable,
-        };
+        let inputs = inv.inputs(reusable);
         let plan = plan_node(&inputs, &v.plan.spec, v.valid, v.clock());
         seen.pods.extend(inv.pods.iter().cloned());
         seen.refusals.extend(plan.refusal_message());
