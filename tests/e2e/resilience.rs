@@ -135,6 +135,38 @@ async fn shutdown_cancels_a_pass_that_waits_on_a_blocked_eviction() {
     assert!(!plan.status.expect("status").phase.is_terminal());
 }
 
+/// kube-runtime's controller holds its runner until the plans store has its first LIST and does not
+/// end a runner so held on shutdown: a SIGTERM while the API server is slow to list (a rollout under
+/// load) must still stop the replica, not leave it for the kubelet's SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_before_the_first_list_of_plans_returns() {
+    let h = Harness::start().await;
+    // The plans' LIST does not answer within the test.
+    h.cluster.faults.add(FaultRule {
+        verb: Some("list".into()),
+        resource: Some("disruptionplans.snapdrain.io".into()),
+        latency_ms: 600_000,
+        ..FaultRule::default()
+    });
+    let opts = RunOptions {
+        lease_namespace: None,
+        ..RunOptions::default()
+    };
+    let controller = h.controller_with(opts, "snapdrain-0").await;
+    // The default policy is created by a helper that starts with the plan controller: from here a
+    // shutdown meets the controller waiting on its first LIST.
+    eventually("the leader's helpers run", || async {
+        h.audit()
+            .iter()
+            .any(|e| e.resource == "disruptionpolicies.snapdrain.io" && e.verb == "create")
+            .then_some(())
+    })
+    .await;
+    tokio::time::timeout(TIMEOUT, controller.shutdown())
+        .await
+        .expect("shutdown returns while the first LIST of plans is unanswered");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deposed_leader_cancels_its_pass_at_once() {
     let h = Harness::start().await;

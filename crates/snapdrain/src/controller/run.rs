@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -326,6 +326,7 @@ async fn run_controller(
         .with_config(ControllerConfig::default().concurrency(16));
     let reporter = tokio::spawn(undecodable::report(ctx.clone(), undecodable_rx));
     let helpers = start_helpers(&client, &ctx, store.clone(), &acting);
+    let listed = store.clone();
     let gauge_ctx = ctx.clone();
     let gauge = tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(2));
@@ -334,7 +335,19 @@ async fn run_controller(
             record_phases(&gauge_ctx, &store.state());
         }
     });
-    controller
+    let stopped_before_ready = {
+        let mut acting = acting.clone();
+        async move {
+            let _ = acting.wait_for(|a| !*a).await;
+            // kube-runtime holds its runner until the plans store is ready and never ends a runner so
+            // held: a shutdown during the first LIST would wait forever. Nothing ran then, so stop here.
+            if listed.wait_until_ready().now_or_never().is_none() {
+                return;
+            }
+            std::future::pending::<()>().await;
+        }
+    };
+    let run = controller
         .watches(
             backups,
             watcher::Config::default().labels(PLAN_LABEL),
@@ -350,8 +363,11 @@ async fn run_controller(
             if let Err(e) = r {
                 tracing::debug!(error = %e, "controller event");
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = run => {},
+        () = stopped_before_ready => tracing::debug!("stopped before the plans were listed"),
+    }
     gauge.abort();
     reporter.abort();
     for h in helpers {
