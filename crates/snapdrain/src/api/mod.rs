@@ -24,6 +24,9 @@ pub use plan::{
 /// Annotation a person sets to stop a plan; it rolls back what snapdrain did.
 pub const ABORT_ANNOTATION: &str = "snapdrain.io/abort";
 
+/// A finished plan annotated `snapdrain.io/keep: "true"` is never deleted by the policy's `history`.
+pub const KEEP_ANNOTATION: &str = "snapdrain.io/keep";
+
 pub use policy::{DEFAULT_POLICY, DisruptionPolicy, DisruptionPolicySpec};
 pub use status::{
     BackupRecord, DisruptionPlanStatus, NodePhase, NodeProgress, PlanPhase, ReplacementProgress,

@@ -71,6 +71,46 @@ pub struct DisruptionPolicySpec {
     /// Where plan Events go besides Kubernetes Events (which are always written).
     #[serde(default)]
     pub notifications: NotificationsSpec,
+
+    /// How long finished plans (every plan, signal or manual) are kept before the controller deletes them.
+    #[serde(default)]
+    pub history: HistorySpec,
+}
+
+/// Finished plans are deleted once they are older than `ttlAfterFinished`, except the newest
+/// `keepPerNode` of each node that still exists, and plans annotated `snapdrain.io/keep: "true"`. The
+/// Velero Backups a plan made are not deleted with it: they keep their own TTL.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HistorySpec {
+    /// How long a plan is kept after it ended (Completed, Failed or Aborted). Go duration. Keep it longer
+    /// than `backup.reuseIfNewerThan`: a later plan reuses a backup only a kept plan records.
+    #[serde(default = "default_ttl_after_finished")]
+    #[schemars(regex(pattern = DURATION_PATTERN), length(max = DURATION_MAX_LENGTH))]
+    pub ttl_after_finished: String,
+    /// How many of a node's newest finished plans outlive the TTL while the node exists (its last
+    /// report stays readable however long ago it ran).
+    #[serde(default = "default_keep_per_node")]
+    #[schemars(range(max = 100))]
+    pub keep_per_node: u32,
+}
+
+impl Default for HistorySpec {
+    fn default() -> Self {
+        Self {
+            ttl_after_finished: default_ttl_after_finished(),
+            keep_per_node: default_keep_per_node(),
+        }
+    }
+}
+
+fn default_ttl_after_finished() -> String {
+    // Three days: a weekend's plans can still be read on Monday.
+    "72h".into()
+}
+
+fn default_keep_per_node() -> u32 {
+    3
 }
 
 /// Notifications of plan Events.
@@ -276,6 +316,9 @@ impl DisruptionPolicySpec {
         {
             problems.push(format!("spec.notifications.webhook.url: {e}"));
         }
+        if let Err(e) = super::validate::spec_duration(&self.history.ttl_after_finished) {
+            problems.push(format!("spec.history.ttlAfterFinished: {e}"));
+        }
         let mut sample = self.plan_defaults();
         sample.nodes = vec!["node".into()];
         if let Err(ps) = super::validate::validate(&sample) {
@@ -327,7 +370,8 @@ mod tests {
             "protection": {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Maybe"}]}},
             "drain": {"maxConcurrentEvictions": 0},
             "maintenanceWindows": [{"schedule": "0 2 * *", "duration": "1h"}],
-            "notifications": {"webhook": {"url": "hooks.example/x"}}
+            "notifications": {"webhook": {"url": "hooks.example/x"}},
+            "history": {"ttlAfterFinished": "a week"}
         }))
         .expect("the shape is valid");
         let problems = bad.validate().expect_err("three problems").join("\n");
@@ -345,5 +389,16 @@ mod tests {
             problems.contains("spec.notifications.webhook.url"),
             "{problems}"
         );
+        assert!(
+            problems.contains("spec.history.ttlAfterFinished"),
+            "{problems}"
+        );
+    }
+
+    #[test]
+    fn finished_plans_are_kept_three_days_and_the_last_three_per_node() {
+        let p = DisruptionPolicySpec::defaults();
+        assert_eq!(p.history.ttl_after_finished, "72h");
+        assert_eq!(p.history.keep_per_node, 3);
     }
 }

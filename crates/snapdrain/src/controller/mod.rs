@@ -9,6 +9,7 @@
 //! - [`clock`]: the driver's clock, which moves with tokio's.
 //! - [`leader`]: only the Lease holder acts.
 //! - [`policy`]: the DisruptionPolicy in force.
+//! - [`history`]: deletes finished plans the policy's history no longer keeps.
 //! - [`holds`]: the hold keeper (holds on every protected pod, restored when a release is over).
 //! - [`signals`]: the signal watcher (Karpenter, Cluster Autoscaler, NTH signals become plans).
 //! - [`preview`]: what a plan would do, without doing it (`snapdrain plan NODE`).
@@ -21,6 +22,7 @@ pub(crate) mod clock;
 pub mod context;
 pub mod error;
 pub mod health;
+pub mod history;
 pub mod holds;
 pub mod leader;
 pub mod policy;

@@ -377,7 +377,7 @@ async fn run_controller(
 }
 
 /// What runs beside the plan controller while this replica leads: the DisruptionPolicy follower, the
-/// hold keeper and the signal watcher. Each stops by itself when `acting` turns false.
+/// hold keeper, the history keeper and the signal watcher. Each stops by itself when `acting` turns false.
 fn start_helpers(
     client: &Client,
     ctx: &Arc<Context>,
@@ -409,6 +409,14 @@ fn start_helpers(
         ctx.metrics.clone(),
         stopped(acting),
     ));
+    let history = tokio::spawn(super::history::run(
+        client.clone(),
+        plans.clone(),
+        ctx.caches.nodes.clone(),
+        policy.clone(),
+        ctx.metrics.clone(),
+        stopped(acting),
+    ));
     let watcher = tokio::spawn(signals::run(
         client.clone(),
         ctx.caches.clone(),
@@ -431,7 +439,7 @@ fn start_helpers(
             }
         })
     };
-    vec![policy_task, keeper, watcher, notify]
+    vec![policy_task, keeper, history, watcher, notify]
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! - [`naming`]: Backup names, EC2 client tokens, label values.
 //! - [`phase`]: the phase machine.
 //! - [`facts`]: the phase machine's facts, from a plan's written status.
+//! - [`history`]: which finished plans the policy's history settings delete.
 //! - [`replacement`]: join settings, subnets, Auto Scaling decrement and join timeout of replacements.
 //! - [`taint`]: snapdrain's drain taint and toleration matching.
 
@@ -18,6 +19,7 @@ pub mod backups;
 pub mod drain;
 pub mod evictions;
 pub mod facts;
+pub mod history;
 pub mod holds;
 pub mod inventory;
 pub mod naming;

@@ -19,7 +19,7 @@ use super::inventory::{
     namespace_of, pvc_claims, statefulset_owner,
 };
 use super::taint::{DRAIN_TAINT_KEY, tolerates_drain_taint};
-use crate::api::plan::{BackupPolicy, BackupScope, DisruptionPlanSpec};
+use crate::api::plan::{BackupPolicy, BackupScope, DisruptionPlanSpec, PlanMode};
 use crate::api::validate::ValidSpec;
 
 /// Label the StatefulSet controller puts on each pod; the fallback selector when the StatefulSet is unknown.
@@ -255,12 +255,16 @@ pub fn plan_node(
             plan.skipped.push(skip(SkipReason::ToleratesDrainTaint));
             continue;
         }
+        // The refusals are kubectl drain's, for the evictions snapdrain makes itself. A Release plan evicts
+        // nothing: the drainer (Karpenter, Cluster Autoscaler, NTH, `kubectl drain` with its own flags)
+        // decides about emptyDir and bare pods, and refusing here would only keep the plan in Pending.
+        let execute = spec.mode == PlanMode::Execute;
         let mut refused = false;
-        if has_empty_dir(pod) && !spec.drain.delete_empty_dir_data {
+        if execute && has_empty_dir(pod) && !spec.drain.delete_empty_dir_data {
             plan.local_storage_refusals.push(format!("{ns}/{name}"));
             refused = true;
         }
-        if is_unreplicated(pod) && !spec.drain.force {
+        if execute && is_unreplicated(pod) && !spec.drain.force {
             plan.unreplicated_refusals.push(format!("{ns}/{name}"));
             refused = true;
         }
@@ -573,6 +577,31 @@ mod tests {
         let plan = w.plan(&spec(json!({"drain": {"deleteEmptyDirData": true}})));
         assert_eq!(plan.refusal_message(), None);
         assert!(names(&plan.evictions).contains(&"web/scratch".to_owned()));
+    }
+
+    #[test]
+    fn a_release_plan_leaves_empty_dir_and_bare_pods_to_the_drainer() {
+        let mut w = World::new();
+        w.pods.push(with(
+            deploy_pod("web", "scratch"),
+            json!({"spec": {"volumes": [{"name": "tmp", "emptyDir": {}}]}}),
+        ));
+        w.pods.push(with(
+            deploy_pod("ci", "job-runner"),
+            json!({"metadata": {"ownerReferences": null}}),
+        ));
+        let execute = w.plan(&spec(json!({})));
+        let refused = execute
+            .refusal_message()
+            .expect("Execute refuses as kubectl does");
+        assert!(refused.contains("web/scratch"), "{refused}");
+        assert!(refused.contains("ci/job-runner"), "{refused}");
+        let release = w.plan(&spec(json!({"mode": "Release"})));
+        assert_eq!(release.refusal_message(), None);
+        assert!(
+            !release.backups.is_empty(),
+            "the protected pods are still backed up"
+        );
     }
 
     #[test]

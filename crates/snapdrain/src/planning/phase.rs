@@ -182,6 +182,12 @@ pub fn next_phase(
         Pending if spec.dry_run => {
             PhaseDecision::with(Completed, "dry run: plan recorded, nothing changed")
         }
+        // A plan that cannot start (its nodes missing, or pods the drain refuses) still has a deadline:
+        // waiting past it would hold a slot and the disruptor's node for nothing.
+        Pending if facts.planning_blocked && facts.deadline_passed => PhaseDecision::fail(
+            Failed,
+            "deadline passed before the plan could start (see the message above: its nodes were missing or its drain refused pods); nothing was changed",
+        ),
         Pending if facts.planning_blocked => PhaseDecision::to(Pending),
         Pending if spec.mode == PlanMode::Execute => PhaseDecision::to(Cordoning),
         Pending if facts.backups == BackupsState::NotNeeded => PhaseDecision::to(after_backup()),
@@ -435,6 +441,19 @@ mod tests {
         }
         f.abort_requested = true;
         assert_eq!(next_phase(Pending, &spec(json!({})), &f).phase, Aborted);
+    }
+
+    #[test]
+    fn a_blocked_plan_fails_once_its_deadline_passes_and_changes_nothing() {
+        let mut f = facts(BackupsState::InProgress);
+        f.planning_blocked = true;
+        f.deadline_passed = true;
+        for mode in ["Execute", "Release"] {
+            let d = next_phase(Pending, &spec(json!({"mode": mode})), &f);
+            assert_eq!(d.phase, Failed, "{mode}");
+            let message = d.message.unwrap_or_default();
+            assert!(message.contains("deadline passed"), "{message}");
+        }
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! (two webhook replicas, the signal watcher and the gate) end with one plan: the second create gets 409
 //! and joins.
 
+use std::borrow::Borrow;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -122,8 +124,8 @@ pub fn left_before_backup(
 }
 
 /// Decides where `signal` goes among `plans` (all plans, or at least those for its node).
-pub fn choose(plans: &[DisruptionPlan], signal: &NodeSignal) -> Choice {
-    let running = plans.iter().find(|p| {
+pub fn choose<P: Borrow<DisruptionPlan>>(plans: &[P], signal: &NodeSignal) -> Choice {
+    let running = plans.iter().map(Borrow::borrow).find(|p| {
         plan_covers(p, &signal.node)
             && !phase_of(p).is_terminal()
             && p.metadata.deletion_timestamp.is_none()
@@ -139,27 +141,49 @@ pub fn choose(plans: &[DisruptionPlan], signal: &NodeSignal) -> Choice {
             earlier_deadline,
         };
     }
-    let mut run = 1;
-    loop {
-        let name = naming::signal_plan_name(&signal.node, &signal.node_uid, run);
-        match plans.iter().find(|p| p.name_any() == name) {
-            None => return Choice::Create { name },
-            // This signal's plan failed or was aborted: it stays so, rather than coming back as a new plan
-            // on every look (a plan without records is taken as this signal's).
-            Some(p)
-                if matches!(phase_of(p), PlanPhase::Failed | PlanPhase::Aborted)
-                    && took(p, signal) =>
-            {
-                return Choice::Settled {
-                    plan: name,
-                    phase: phase_of(p),
-                };
-            }
-            // Completed (the node was not taken in its release window, or came back), or another
-            // signal's plan that ended: the next run.
-            Some(_) => run += 1,
-        }
+    // The node's earlier runs. Finished plans are deleted by the policy's history, so the runs that are
+    // left may have gaps: the next run follows the highest, never fills a gap.
+    let runs: Vec<(u32, &DisruptionPlan)> = plans
+        .iter()
+        .map(Borrow::borrow)
+        .filter_map(|p| Some((run_of(p, signal)?, p)))
+        .collect();
+    // This signal's plan failed or was aborted: it stays so, rather than coming back as a new plan on
+    // every look (a plan without records is taken as this signal's).
+    if let Some((_, p)) = runs
+        .iter()
+        .filter(|(_, p)| {
+            matches!(phase_of(p), PlanPhase::Failed | PlanPhase::Aborted) && took(p, signal)
+        })
+        .max_by_key(|(run, _)| *run)
+    {
+        return Choice::Settled {
+            plan: p.name_any(),
+            phase: phase_of(p),
+        };
     }
+    // Completed (the node was not taken in its release window, or came back), or another signal's plan
+    // that ended: the next run.
+    let next = runs.iter().map(|(run, _)| run + 1).max().unwrap_or(1);
+    Choice::Create {
+        name: naming::signal_plan_name(&signal.node, &signal.node_uid, next),
+    }
+}
+
+/// The run number of `plan` among the plans of `signal`'s node, when it is one of them: its name is
+/// [`naming::signal_plan_name`] of that node and run (a trailing `-<run>`, none for the first).
+fn run_of(plan: &DisruptionPlan, signal: &NodeSignal) -> Option<u32> {
+    let name = plan.metadata.name.as_deref()?;
+    let run = match name.rsplit_once('-') {
+        Some((_, tail)) if !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()) => {
+            tail.parse().unwrap_or(1)
+        }
+        _ => 1,
+    };
+    // A first run whose hash ends in digits reads as a run too: the name is checked both ways.
+    [run, 1]
+        .into_iter()
+        .find(|r| naming::signal_plan_name(&signal.node, &signal.node_uid, *r) == name)
 }
 
 /// Whether `plan` took `signal` (same source and reason), or records no signals at all.
@@ -410,7 +434,10 @@ mod tests {
     fn a_first_signal_creates_a_plan_named_for_it() {
         let s = signal("Drifted", None);
         let name = naming::signal_plan_name("n1", "u1", 1);
-        assert_eq!(choose(&[], &s), Choice::Create { name: name.clone() });
+        assert_eq!(
+            choose::<DisruptionPlan>(&[], &s),
+            Choice::Create { name: name.clone() }
+        );
         let other = plan("other", &["n2"], PlanPhase::BackingUp);
         assert_eq!(choose(&[other], &s), Choice::Create { name });
     }
@@ -469,7 +496,10 @@ mod tests {
             source: PlanSource::EvictionGate,
             ..signal("EvictionRefused", None)
         };
-        assert_eq!(choose(&[], &taint), choose(&[], &gate));
+        assert_eq!(
+            choose::<DisruptionPlan>(&[], &taint),
+            choose::<DisruptionPlan>(&[], &gate)
+        );
     }
 
     #[test]
@@ -525,6 +555,43 @@ mod tests {
             Choice::Settled {
                 plan: second,
                 phase: PlanPhase::Failed
+            }
+        );
+    }
+
+    #[test]
+    fn after_earlier_runs_were_deleted_the_next_run_follows_the_highest_left() {
+        let s = signal("Drifted", None);
+        let name = |run| naming::signal_plan_name("n1", "u1", run);
+        // Runs 1 and 2 were deleted by the policy's history; run 3 completed.
+        let third = plan(&name(3), &["n1"], PlanPhase::Completed);
+        assert_eq!(
+            choose(std::slice::from_ref(&third), &s),
+            Choice::Create { name: name(4) }
+        );
+        // A settled run is found wherever it sits, not only in an unbroken row from the first.
+        let failed = plan(&name(5), &["n1"], PlanPhase::Failed);
+        assert_eq!(
+            choose(&[third, failed], &s),
+            Choice::Settled {
+                plan: name(5),
+                phase: PlanPhase::Failed
+            }
+        );
+    }
+
+    #[test]
+    fn another_nodes_plan_is_no_run_of_this_node() {
+        let s = signal("Drifted", None);
+        let other = plan(
+            &naming::signal_plan_name("n2", "u2", 7),
+            &["n2"],
+            PlanPhase::Failed,
+        );
+        assert_eq!(
+            choose(&[other], &s),
+            Choice::Create {
+                name: naming::signal_plan_name("n1", "u1", 1)
             }
         );
     }

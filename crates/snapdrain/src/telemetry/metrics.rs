@@ -117,6 +117,8 @@ pub struct Metrics {
     pub cache_objects: Family<KindLabel, Gauge>,
     /// Complete lists each cache took in: 1 once synced, one more per relist (a 410 Gone).
     pub cache_lists: Family<KindLabel, Counter>,
+    /// Finished plans deleted by the policy's `history` settings.
+    pub plans_deleted: Counter,
 }
 
 impl Default for Metrics {
@@ -253,8 +255,15 @@ impl Metrics {
             "Complete lists taken in by each shared cache: 1 at sync, one more per relist",
             cache_lists.clone(),
         );
+        let plans_deleted = Counter::default();
+        registry.register(
+            "plans_deleted",
+            "Finished DisruptionPlans deleted by the DisruptionPolicy's history settings",
+            plans_deleted.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            plans_deleted,
             cache_objects,
             cache_lists,
             gate_decisions,
