@@ -204,6 +204,47 @@ async fn a_drifted_node_is_released_to_karpenter_only_after_its_backup_is_verifi
     wait_all_protected_held(&h).await;
 }
 
+/// Review finding #5: a Release plan evicts nothing, so kubectl drain's refusals (emptyDir, no
+/// controller) are the drainer's to make. Karpenter evicts such pods (`pkg/utils/pod/scheduling.go`
+/// `IsEvictable` has no emptyDir or owner test); a Release plan that refused them sat in Pending for good
+/// and the node was never replaced.
+#[tokio::test]
+async fn a_drifted_node_with_an_empty_dir_pod_and_a_bare_pod_is_still_released() {
+    let h = Harness::start().await;
+    let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected_on_node = h.protected_pods_on(&node).await;
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
+    for (name, volumes) in [
+        ("scratch", json!([{"name": "cache", "emptyDir": {}}])),
+        ("runner", json!([])),
+    ] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}],
+                     "volumes": volumes}
+        }))
+        .expect("a pod");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("create a bare pod on the node");
+    }
+    drift(&h, &node).await;
+    let plan = wait_signal_plan(&h, &node).await;
+    let done = h
+        .wait_plan(
+            &plan.name_any(),
+            Duration::from_secs(120),
+            PlanPhase::is_terminal,
+        )
+        .await;
+    let status = done.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{:?}", status.message);
+    assert!(h.node(&node).await.is_none(), "Karpenter replaced the node");
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected_on_node, &done);
+}
+
 #[tokio::test]
 async fn the_release_window_restores_the_holds_and_the_next_run_reuses_the_backup() {
     let h = Harness::start().await;
