@@ -5,7 +5,8 @@
 //! - [`api`]: the simulated API server at `scale-5k` (load, lists, watch fan-out, memory).
 //! - [`controller`]: orchestration overhead of one plan, and drain speed against `kubectl drain`.
 //! - [`planning`]: `plan_node` on one node of the 150,000-pod inventory.
-//! - [`gate`]: what the eviction gate adds to each eviction (run with the controller section).
+//! - [`gate`]: what the eviction gate adds to each eviction, also with 1,000 finished plans stored
+//!   (`--only gate`, and with the controller section).
 //! - [`holds`]: how soon a new protected pod is held (run with the controller section).
 //! - [`limit`]: one plan against its physical limit (run with the controller section).
 //! - [`rollout`]: a 20-node Karpenter drift rollout, alone and guarded by snapdrain.
@@ -30,6 +31,7 @@ pub use report::{Figure, Report};
 pub enum Only {
     Api,
     Controller,
+    Gate,
     Planning,
     Rollout,
     Scale,
@@ -85,12 +87,14 @@ pub async fn run(opts: &Options) -> Report {
         if let Err(e) = limit::physical_limit(runs.min(3), &mut report).await {
             report.skipped("controller", "physical limit", format!("failed: {e:#}"));
         }
-        if let Err(e) = gate::latency(runs, &mut report).await {
-            report.skipped("gate", "eviction gate latency", format!("failed: {e:#}"));
-        }
         if let Err(e) = holds::latency(runs, &mut report).await {
             report.skipped("holds", "hold latency", format!("failed: {e:#}"));
         }
+    }
+    if (wants(Only::Controller) || opts.only == Only::Gate)
+        && let Err(e) = gate::latency(runs, &mut report).await
+    {
+        report.skipped("gate", "eviction gate latency", format!("failed: {e:#}"));
     }
     if wants(Only::Scale)
         && let Err(e) = scale::controller(&mut report).await

@@ -1,6 +1,6 @@
 //! The controller at `scale-5k` (5,000 nodes, 150,000 pods), run as its own process as in a cluster: how
-//! long its caches take to sync, its memory once synced and after a plan, and how soon a plan on one node
-//! drains it once its backups are verified.
+//! long its caches take to sync, its memory once synced and after a plan (with 1,000 finished plans
+//! stored, as after some weeks), and how soon a plan on one node drains it once its backups are verified.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -11,13 +11,15 @@ use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::report::Report;
-use super::sim::{PodsGone, on_node, owned_by, start_scenario, wait_store};
+use super::sim::{PodsGone, on_node, owned_by, seed_finished_plans, start_scenario, wait_store};
 use snapdrain_sim::apiserver::resources::ResKey;
 
 const SECTION: &str = "scale";
 const SYNC_TIMEOUT: Duration = Duration::from_secs(600);
 /// The kinds whose first list the controller waits for (NodeClaims too: scale-5k runs Karpenter).
 const KINDS: usize = 8;
+/// Finished plans stored before the controller starts (the "after 1,000 finished plans").
+const FINISHED_PLANS: usize = 1_000;
 
 /// A controller log line that marks a plan's progress: a phase change (`-> Draining`) or accepted
 /// evictions (`evicted 12`).
@@ -59,6 +61,18 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
         .ok_or_else(|| anyhow!("scale-5k has no StatefulSet pod on a node"))?;
     let on = pods.iter().filter(|p| on_node(p, &node)).count();
     drop(pods);
+    // The plans of past weeks, kept by the default history: the controller holds them in memory too.
+    let nodes: Vec<String> = store
+        .snapshot(&ResKey::core("nodes"))
+        .0
+        .iter()
+        .filter_map(|n| {
+            n.pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .collect();
+    seed_finished_plans(store, &nodes, FINISHED_PLANS)?;
     let ec2 = b
         .cluster
         .ec2
@@ -139,7 +153,7 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
     if let Some((rss, _)) = rss_of(pid) {
         let f = report.add(
             SECTION,
-            "controller RSS, caches synced (scale-5k)",
+            "controller RSS, caches synced, 1,000 finished plans stored (scale-5k)",
             rss,
             "MiB",
         );
@@ -206,7 +220,7 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
     if let Some((rss, peak)) = rss_of(pid) {
         let f = report.add(
             SECTION,
-            "controller RSS after the plan (scale-5k)",
+            "controller RSS after the plan, 1,000 finished plans stored (scale-5k)",
             rss,
             "MiB",
         );

@@ -275,3 +275,60 @@ pub fn is_api(e: &AuditEntry, verb: &str, resource: &str, code: u16) -> bool {
 pub fn is_backup_phase(e: &AuditEntry, phase: &str) -> bool {
     e.source == "world" && e.resource == "backups.velero.io" && e.detail["phase"] == phase
 }
+
+/// Stores `count` finished plans (Completed an hour ago, so the default history keeps them), spread
+/// over `nodes`, each with a status of a real plan's size: three verified backup records of a dozen
+/// bucket objects, conditions and step timings. Written straight into the store: they stand for the
+/// plans of the past weeks, not for work the bench measures.
+pub fn seed_finished_plans(store: &Store, nodes: &[String], count: usize) -> anyhow::Result<()> {
+    if nodes.is_empty() {
+        bail!("no node to give the finished plans");
+    }
+    let key = ResKey::new("snapdrain.io", "disruptionplans");
+    let ended = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+    let at = ended.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let micro = ended.strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    for i in 0..count {
+        let node = &nodes[i % nodes.len()];
+        let backups: Vec<Value> = (0..3)
+            .map(|b| {
+                let objects: Vec<Value> = (0..12)
+                    .map(|o| json!({"key": format!("backups/hist-{i}-{b}/hist-{i}-{b}-object-{o}.json.gz"), "size": 4096 + o}))
+                    .collect();
+                json!({"name": format!("hist-{i}-{b}"), "namespace": "velero", "uid": format!("uid-hist-{i}-{b}"),
+                       "statefulSets": [format!("ns-{b}/db")], "pvcs": [format!("ns-{b}/data-db-{i}")],
+                       "pods": [format!("ns-{b}/db-{i}")], "attempt": 1,
+                       "phase": "Completed", "verified": true, "verifiedObjects": objects,
+                       "startedAt": at, "completedAt": micro, "verifiedAt": micro})
+            })
+            .collect();
+        let plan = json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": format!("history-{i:05}"), "labels": {"snapdrain.io/node": node}},
+            "spec": {"nodes": [node], "mode": "Release", "source": "karpenter", "reason": "Drifted"},
+            "status": {
+                "phase": "Completed", "phaseStartedAt": micro, "decidedAt": at,
+                "message": format!("completed: {node} handled, 0 pod(s) evicted, 3 backup(s) verified"),
+                "nodes": [{"name": node, "phase": "Released"}],
+                "backups": backups,
+                "conditions": [
+                    {"type": "Valid", "status": "True", "reason": "Valid", "message": "", "lastTransitionTime": at},
+                    {"type": "Progressing", "status": "False", "reason": "Completed", "message": "", "lastTransitionTime": at},
+                ],
+                "stepTimings": {"Pending": 0.1, "BackingUp": 41.0, "Verifying": 2.5, "Draining": 30.0},
+            }
+        });
+        store
+            .create(
+                &key,
+                None,
+                plan,
+                snapdrain_sim::apiserver::store::WriteOptions {
+                    dry_run: false,
+                    internal: true,
+                },
+            )
+            .map_err(|e| anyhow!("storing finished plan {i}: {e:?}"))?;
+    }
+    Ok(())
+}

@@ -7,7 +7,7 @@ use crate::bench::{self, Only};
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Which measurements: the simulated API server at scale-5k, the controller's overhead, drain speed
-    /// and a plan against its physical limit, planning cost, a 20-node drift rollout, the controller process at scale-5k, or all of them.
+    /// and a plan against its physical limit, the eviction gate, planning cost, a 20-node drift rollout, the controller process at scale-5k, or all of them.
     #[arg(long, value_enum, default_value_t = Section::All)]
     pub only: Section,
     /// Pod status updates written for the watch fan-out measurement.
@@ -28,6 +28,8 @@ pub struct BenchArgs {
 pub enum Section {
     Api,
     Controller,
+    /// The eviction gate alone (also part of `controller`).
+    Gate,
     Planning,
     Rollout,
     Scale,
@@ -38,6 +40,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let only = match args.only {
         Section::Api => Only::Api,
         Section::Controller => Only::Controller,
+        Section::Gate => Only::Gate,
         Section::Planning => Only::Planning,
         Section::Rollout => Only::Rollout,
         Section::Scale => Only::Scale,
