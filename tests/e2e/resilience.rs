@@ -167,6 +167,54 @@ async fn shutdown_before_the_first_list_of_plans_returns() {
         .expect("shutdown returns while the first LIST of plans is unanswered");
 }
 
+/// Review finding #17: kube-lease-manager keeps saying "leader" while its renewals fail (it logs and
+/// backs off, `manager.rs` `watch`), yet a standby takes the Lease at renewTime + leaseDurationSeconds.
+/// With only the Lease writes refused, the replica must stop acting before that, and act again once
+/// its renewals land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_whose_lease_renewals_fail_stops_acting_before_the_lease_runs_out() {
+    let h = Harness::start().await;
+    let opts = RunOptions {
+        lease_namespace: Some("default".into()),
+        // Long enough that the one-second margin is not eaten by a loaded machine's scheduling.
+        lease_seconds: 6,
+        ..RunOptions::default()
+    };
+    let controller = h.controller_with(opts, "replica-a").await;
+    let mut leading = controller.leading.clone();
+    tokio::time::timeout(TIMEOUT, leading.wait_for(|l| *l))
+        .await
+        .expect("the only replica takes the Lease")
+        .expect("the controller runs");
+    h.cluster
+        .faults
+        .add(failing("patch", "leases.coordination.k8s.io", 503, None));
+    tokio::time::timeout(TIMEOUT, leading.wait_for(|l| !*l))
+        .await
+        .expect("the replica stops acting while it cannot renew")
+        .expect("the controller runs");
+    let stopped = jiff::Timestamp::now();
+    // It stopped before a standby could take the Lease: the last renewal it wrote is still in force.
+    let lease = Api::<Lease>::namespaced(h.client.clone(), "default")
+        .get("snapdrain-controller")
+        .await
+        .expect("the Lease");
+    let spec = lease.spec.expect("a Lease spec");
+    let renewed = spec.renew_time.expect("a renewal").0;
+    let expires = renewed
+        + jiff::SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap_or(6)));
+    assert!(
+        stopped < expires,
+        "stopped acting at {stopped}, after the Lease ran out at {expires}"
+    );
+    h.cluster.faults.set(Vec::new());
+    tokio::time::timeout(TIMEOUT, leading.wait_for(|l| *l))
+        .await
+        .expect("the replica acts again once its renewals land")
+        .expect("the controller runs");
+    controller.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_deposed_leader_cancels_its_pass_at_once() {
     let h = Harness::start().await;
