@@ -311,10 +311,29 @@ async fn a_deleted_nodeclaim_makes_a_plan_with_karpenters_deadline() {
         claim_now["metadata"]["annotations"]["karpenter.sh/nodeclaim-termination-timestamp"]
             .as_str()
             .expect("Karpenter wrote the termination timestamp");
+    // Karpenter DELETEs each pod at terminationTime − its grace (terminator/eviction.go
+    // needsForceDelete): the deadline is before the longest-grace protected pod goes, with 10 s to spare.
+    let longest = Api::<Pod>::all(h.client.clone())
+        .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .expect("list pods")
+        .items
+        .iter()
+        .filter(|p| {
+            protected_on_node.contains_key(&format!(
+                "{}/{}",
+                p.namespace().unwrap_or_default(),
+                p.name_any()
+            ))
+        })
+        .filter_map(|p| p.spec.as_ref()?.termination_grace_period_seconds)
+        .max()
+        .expect("the protected pods have a grace (the API server defaults it)");
     let deadline = plan.spec.deadline.as_ref().expect("waited for it").0;
     assert_eq!(
         deadline,
         stamp.parse::<jiff::Timestamp>().expect("RFC 3339")
+            - jiff::SignedDuration::from_secs(longest + 10)
     );
     let done = h
         .wait_plan(
