@@ -194,6 +194,11 @@ async fn a_drift_rollout_with_a_termination_grace_period_moves_no_protected_pod_
         for pool in &mut s.node_pools {
             pool.termination_grace_period = Some("30s".into());
         }
+        // Velero runs one backup at a time (`--concurrent-backups` 1); at 3 s each the last of the
+        // nine is verified long after Karpenter could have replaced every node (2 s boots, 4 at once).
+        if let Some(t) = s.timings.as_mut() {
+            t.backup_overhead = Duration::from_secs(3);
+        }
     })
     .await;
     let protected = protected_pods(&h).await;
