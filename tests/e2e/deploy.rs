@@ -525,6 +525,8 @@ fn hook_grants() -> (Grants, Grants) {
                 &["delete"],
             ),
             ("", "pods", &["list", "get", "patch"]),
+            // The node-level holds.
+            ("", "nodes", &["list", "get", "patch"]),
         ]),
         expect(&[
             ("apps", "deployments", &["get"]),
