@@ -4,6 +4,10 @@
 //! snapdrain wrote, plus its own `snapdrain.io/held` and `snapdrain.io/released-by`; a user's own
 //! `do-not-disrupt` or `safe-to-evict` is never touched.
 //!
+//! `release` also takes snapdrain's `karpenter.sh/do-not-disrupt` off every Node that carries it (the
+//! node-level hold, [`snapdrain::planning::holds`]), again only where `snapdrain.io/held` says it is
+//! snapdrain's.
+//!
 //! A running controller's hold keeper places the holds again within seconds: scale the Deployment to 0
 //! first, or pass `--stop-deployment` (the chart's pre-delete hook does, after
 //! `--delete-webhook-configuration`; see [`super::uninstall`]).
@@ -14,7 +18,7 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use clap::{Args, Subcommand};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 
@@ -80,12 +84,29 @@ pub enum HoldsError {
         "pod {pod} kept changing while its holds were removed; is a snapdrain controller still running? Scale it to 0 and run the command again"
     )]
     Conflicts { pod: String },
+    #[error(
+        "cannot list nodes (the kubeconfig's user needs `list nodes`: `kubectl auth can-i list nodes`)"
+    )]
+    ListNodes(#[source] kube::Error),
+    #[error(
+        "cannot remove snapdrain's hold from node {node} (needs `get` and `patch` on nodes: `kubectl auth can-i patch nodes`)"
+    )]
+    PatchNode {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 impl HoldsError {
     /// A 409 (the pod changed since it was read): read it again and retry.
     fn is_conflict(&self) -> bool {
-        matches!(self, Self::Patch { source: kube::Error::Api(s), .. } if s.code == 409)
+        matches!(
+            self,
+            Self::Patch { source: kube::Error::Api(s), .. }
+                | Self::PatchNode { source: kube::Error::Api(s), .. }
+                if s.code == 409
+        )
     }
 }
 
@@ -222,6 +243,69 @@ async fn release_retrying(
     }
 }
 
+/// Removes snapdrain's hold from one Node, read afresh (as [`release_one`] does for a pod).
+async fn release_node(
+    client: &kube::Client,
+    name: &str,
+) -> Result<Option<AnnotationPatch>, HoldsError> {
+    let api: Api<Node> = Api::all(client.clone());
+    let patch_error = |source| HoldsError::PatchNode {
+        node: name.to_owned(),
+        source,
+    };
+    let Some(node) = api.get_opt(name).await.map_err(patch_error)? else {
+        return Ok(None);
+    };
+    let Some(patch) = holds::remove_from_node(&node) else {
+        return Ok(None);
+    };
+    let body = holds::merge_patch(&node, &patch);
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+    {
+        Ok(_) => Ok(Some(patch)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(patch_error(e)),
+    }
+}
+
+/// The Nodes carrying snapdrain's hold.
+async fn held_nodes(client: &kube::Client) -> Result<Vec<String>, HoldsError> {
+    Ok(Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(HoldsError::ListNodes)?
+        .items
+        .iter()
+        .filter(|n| holds::remove_from_node(n).is_some())
+        .map(|n| n.name_any())
+        .collect())
+}
+
+/// Takes snapdrain's hold off each of `nodes`; returns the lines to print.
+async fn release_nodes(
+    client: &kube::Client,
+    nodes: Vec<String>,
+) -> Result<Vec<String>, HoldsError> {
+    let mut lines = Vec::new();
+    for name in nodes {
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(50))
+            .with_max_delay(Duration::from_secs(2))
+            .with_jitter()
+            .with_max_times(8);
+        let result = (|| release_node(client, &name))
+            .retry(backoff)
+            .when(HoldsError::is_conflict)
+            .await;
+        if let Some(patch) = result? {
+            lines.push(removed_line(&format!("node/{name}"), &patch));
+        }
+    }
+    Ok(lines)
+}
+
 async fn list(args: ListArgs) -> anyhow::Result<()> {
     let client = args.cluster.client().await?;
     let rows: Vec<HeldPod> = all_pods(&client)
@@ -259,12 +343,19 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
         super::uninstall::stop_deployment(&client, ns, name, args.stop_timeout).await?;
         println!("Deployment {ns}/{name} is scaled to 0 and its pods are gone");
     }
+    // Both listed before anything changes, so a missing `list` right changes nothing.
     let candidates: Vec<(String, String)> = all_pods(&client)
         .await?
         .iter()
         .filter(|p| holds::remove(p).is_some())
         .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
         .collect();
+    let nodes = held_nodes(&client).await?;
+    // Nodes first: while a pod is still held its node stays so on Karpenter's side only for drift
+    // under a terminationGracePeriod; a pod hold left behind by a failure here would keep more.
+    for line in release_nodes(&client, nodes).await? {
+        println!("{line}");
+    }
     if candidates.is_empty() {
         println!("no pod carries snapdrain's holds; nothing to release");
         return Ok(());

@@ -125,6 +125,11 @@ async fn the_service_account_may_change_only_holds_cordons_and_the_ca_bundle() {
     });
     let cordon = json!({"spec": {"unschedulable": true, "taints": taints}});
     assert_eq!(refusal(nodes.patch(&node, &pp, &merge(cordon)).await), "");
+    // The node-level hold (Karpenter's drift under a terminationGracePeriod honours only that one).
+    let hold = json!({"metadata": {"annotations": {
+        "karpenter.sh/do-not-disrupt": "true",
+        "snapdrain.io/held": "do-not-disrupt"}}});
+    assert_eq!(refusal(nodes.patch(&node, &pp, &merge(hold)).await), "");
     let mut foreign = taints.clone();
     foreign.push(k8s_openapi::api::core::v1::Taint {
         key: "example.com/evil".into(),
@@ -134,7 +139,11 @@ async fn the_service_account_may_change_only_holds_cordons_and_the_ca_bundle() {
     for (body, why) in [
         (
             json!({"metadata": {"labels": {"pool": "x"}}}),
-            "labels or annotations",
+            "not change its labels",
+        ),
+        (
+            json!({"metadata": {"annotations": {"example.com/x": "1"}}}),
+            "annotations of a node",
         ),
         (
             json!({"spec": {"taints": foreign}}),

@@ -525,6 +525,8 @@ fn hook_grants() -> (Grants, Grants) {
                 &["delete"],
             ),
             ("", "pods", &["list", "get", "patch"]),
+            // The node-level holds.
+            ("", "nodes", &["list", "get", "patch"]),
         ]),
         expect(&[
             ("apps", "deployments", &["get"]),
@@ -704,11 +706,35 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
     let controller = h.controller().await;
     let shop: Api<Pod> = Api::namespaced(client.clone(), "shop");
     let held = |p: &Pod| p.annotations().contains_key("snapdrain.io/held");
-    h.wait_all(shop.clone(), "the StatefulSet pods held", |ps| {
-        ps.iter().filter(|p| held(p)).count() == 5
+    let under: std::collections::BTreeSet<String> = h
+        .wait_all(shop.clone(), "the StatefulSet pods held", |ps| {
+            ps.iter().filter(|p| held(p)).count() == 5
+        })
+        .await
+        .iter()
+        .filter(|p| held(p))
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    // And the nodes under them (the node-level hold).
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let node_held =
+        |n: &k8s_openapi::api::core::v1::Node| n.annotations().contains_key("snapdrain.io/held");
+    h.wait_all(nodes.clone(), "the nodes under them held", |ns| {
+        ns.iter()
+            .filter(|n| under.contains(&n.name_any()))
+            .all(node_held)
     })
     .await;
     controller.shutdown().await;
+    let held_nodes = nodes
+        .list(&Default::default())
+        .await
+        .expect("list nodes")
+        .items
+        .iter()
+        .filter(|n| node_held(n))
+        .count();
+    assert!(held_nodes > 0);
 
     // The hook's ServiceAccount and RBAC, as the chart renders them.
     let docs = rendered_hook();
@@ -776,7 +802,7 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
         Value::Array(out)
     };
     let user = "system:serviceaccount:snapdrain:snapdrain-uninstall";
-    let cases: [(&str, &str, &str, &str); 7] = [
+    let cases: [(&str, &str, &str, &str); 10] = [
         (
             "ClusterRole",
             "validatingwebhookconfigurations",
@@ -792,6 +818,19 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
         ),
         ("Role", "pods", "watch", "cannot watch the pods"),
         ("ClusterRole", "pods", "list", "cannot"),
+        ("ClusterRole", "nodes", "list", "cannot list nodes"),
+        (
+            "ClusterRole",
+            "nodes",
+            "get",
+            "cannot remove snapdrain's hold from node",
+        ),
+        (
+            "ClusterRole",
+            "nodes",
+            "patch",
+            "cannot remove snapdrain's hold from node",
+        ),
         (
             "ClusterRole",
             "pods",
@@ -841,6 +880,19 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
             stderr.contains(message) && stderr.contains(user),
             "without {verb} {resource}: {stderr}"
         );
+        if resource == "nodes" || (resource == "pods" && verb == "list") {
+            // Listed before anything changes, nodes released before pods: nothing went yet.
+            let still = nodes
+                .list(&Default::default())
+                .await
+                .expect("list nodes")
+                .items;
+            assert_eq!(
+                still.iter().filter(|n| node_held(n)).count(),
+                held_nodes,
+                "without {verb} {resource} no node hold went"
+            );
+        }
         if resource == "deployments" {
             // The gate's configuration went first, while the controller still ran.
             assert!(vwcs.get_opt("snapdrain").await.expect("get").is_none());
@@ -881,6 +933,17 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
     assert!(
         pods.iter()
             .all(|p| !held(p) && !p.annotations().contains_key("karpenter.sh/do-not-disrupt")),
+        "{stdout}"
+    );
+    let after = nodes
+        .list(&Default::default())
+        .await
+        .expect("list nodes")
+        .items;
+    assert!(
+        after
+            .iter()
+            .all(|n| !node_held(n) && !n.annotations().contains_key("karpenter.sh/do-not-disrupt")),
         "{stdout}"
     );
     // Run again (a retried hook): nothing left to do, still success.

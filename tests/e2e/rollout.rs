@@ -3,7 +3,10 @@
 //! drifted node is still replaced and no protected pod is evicted before a verified backup covering its
 //! PVCs. Karpenter's own rules: research/karpenter.md (drift is graceful: nodes with a
 //! `karpenter.sh/do-not-disrupt` pod are skipped, kubernetes-sigs/karpenter
-//! `pkg/controllers/disruption/types.go`; budgets `pkg/apis/v1/nodepool.go`).
+//! `pkg/controllers/disruption/types.go`; budgets `pkg/apis/v1/nodepool.go`). With a NodePool
+//! terminationGracePeriod drift is eventual: pod holds and PDBs do not stop it (`NewCandidate`), only the
+//! Node's own do-not-disrupt does (`pkg/controllers/state/statenode.go` `ValidateNodeDisruptable`), and
+//! the drained pods are DELETEd at `terminationTime − grace` (`terminator/eviction.go` `forceDelete`).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -52,6 +55,53 @@ async fn protected_pods(h: &Harness) -> std::collections::BTreeMap<String, BTree
     safety::protected_pods(&pods)
 }
 
+/// Waits until snapdrain holds every protected pod, and the Node under each.
+async fn wait_held(h: &Harness, protected: &std::collections::BTreeMap<String, BTreeSet<String>>) {
+    let pods: Api<Pod> = Api::all(h.client.clone());
+    let held = h
+        .wait_all(pods, "every protected pod held", |ps| {
+            let held: Vec<&Pod> = ps
+                .iter()
+                .filter(|p| {
+                    let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+                    protected.contains_key(&key)
+                })
+                .collect();
+            held.len() == protected.len()
+                && held.iter().all(|p| {
+                    p.annotations()
+                        .get("karpenter.sh/do-not-disrupt")
+                        .map(String::as_str)
+                        == Some("true")
+                })
+        })
+        .await;
+    let under: BTreeSet<String> = held
+        .iter()
+        .filter(|p| {
+            protected.contains_key(&format!(
+                "{}/{}",
+                p.namespace().unwrap_or_default(),
+                p.name_any()
+            ))
+        })
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    h.wait_all(
+        Api::<Node>::all(h.client.clone()),
+        "every node under a protected pod held",
+        |ns| {
+            ns.iter()
+                .filter(|n| under.contains(&n.name_any()))
+                .all(|n| {
+                    n.annotations().get("snapdrain.io/held").map(String::as_str)
+                        == Some("do-not-disrupt")
+                })
+        },
+    )
+    .await;
+}
+
 async fn wait_replaced(h: &Harness, old: &BTreeSet<String>) {
     h.wait_all_within(
         Api::<Node>::all(h.client.clone()),
@@ -91,24 +141,7 @@ async fn a_drift_rollout_guarded_by_snapdrain_backs_up_before_every_eviction() {
     let h = start().await;
     let protected = protected_pods(&h).await;
     let _controller = h.controller().await;
-    let pods: Api<Pod> = Api::all(h.client.clone());
-    h.wait_all(pods, "every protected pod held", |ps| {
-        let held: Vec<&Pod> = ps
-            .iter()
-            .filter(|p| {
-                let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
-                protected.contains_key(&key)
-            })
-            .collect();
-        held.len() == protected.len()
-            && held.iter().all(|p| {
-                p.annotations()
-                    .get("karpenter.sh/do-not-disrupt")
-                    .map(String::as_str)
-                    == Some("true")
-            })
-    })
-    .await;
+    wait_held(&h, &protected).await;
     let started = Instant::now();
     let old = drift_all(&h).await;
     wait_replaced(&h, &old).await;
@@ -139,6 +172,64 @@ async fn a_drift_rollout_guarded_by_snapdrain_backs_up_before_every_eviction() {
         "Karpenter did move the stateful pods"
     );
     let violations = safety::eviction_violations(&evictions, &protected, &backups);
+    assert!(
+        violations.is_empty(),
+        "the promise was broken:\n{}",
+        violations
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// Production NodePools set a terminationGracePeriod; then drift ignores the pods' holds and PDBs, and
+/// Karpenter DELETEs the drained pods at once (30 s pod grace, 30 s TGP). Only the node-level hold keeps
+/// each node until its Release plan has a verified backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drift_rollout_with_a_termination_grace_period_moves_no_protected_pod_before_its_backup()
+{
+    let h = Harness::start_scenario("drift-rollout", |s| {
+        s.timeline.clear();
+        for pool in &mut s.node_pools {
+            pool.termination_grace_period = Some("30s".into());
+        }
+        // Velero runs one backup at a time (`--concurrent-backups` 1); at 3 s each the last of the
+        // nine is verified long after Karpenter could have replaced every node (2 s boots, 4 at once).
+        if let Some(t) = s.timings.as_mut() {
+            t.backup_overhead = Duration::from_secs(3);
+        }
+    })
+    .await;
+    let protected = protected_pods(&h).await;
+    assert_eq!(protected.len(), 9, "{protected:?}");
+    let _controller = h.controller().await;
+    wait_held(&h, &protected).await;
+    let started = Instant::now();
+    let old = drift_all(&h).await;
+    wait_replaced(&h, &old).await;
+    tracing::info!(
+        seconds = started.elapsed().as_secs_f64(),
+        "drift rollout with a terminationGracePeriod, guarded by snapdrain"
+    );
+    let plans: Vec<DisruptionPlan> = Api::<DisruptionPlan>::all(h.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("list plans")
+        .items;
+    let backups: Vec<safety::RecordedBackup> = plans
+        .iter()
+        .flat_map(|p| safety::recorded_backups(&serde_json::to_value(p).expect("serializes")))
+        .collect();
+    let audit = h.audit();
+    // Karpenter force-deleted the protected pods (their grace reaches back to the NodeClaim's deletion).
+    let deleted = safety::accepted_deletions(&audit)
+        .iter()
+        .filter(|e| protected.contains_key(&e.pod))
+        .count();
+    assert!(deleted > 0, "Karpenter did DELETE protected pods");
+    let violations =
+        safety::eviction_violations(&safety::pods_removed(&audit), &protected, &backups);
     assert!(
         violations.is_empty(),
         "the promise was broken:\n{}",

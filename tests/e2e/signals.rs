@@ -352,10 +352,29 @@ async fn a_deleted_nodeclaim_makes_a_plan_with_karpenters_deadline() {
         claim_now["metadata"]["annotations"]["karpenter.sh/nodeclaim-termination-timestamp"]
             .as_str()
             .expect("Karpenter wrote the termination timestamp");
+    // Karpenter DELETEs each pod at terminationTime − its grace (terminator/eviction.go
+    // needsForceDelete): the deadline is before the longest-grace protected pod goes, with 10 s to spare.
+    let longest = Api::<Pod>::all(h.client.clone())
+        .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .expect("list pods")
+        .items
+        .iter()
+        .filter(|p| {
+            protected_on_node.contains_key(&format!(
+                "{}/{}",
+                p.namespace().unwrap_or_default(),
+                p.name_any()
+            ))
+        })
+        .filter_map(|p| p.spec.as_ref()?.termination_grace_period_seconds)
+        .max()
+        .expect("the protected pods have a grace (the API server defaults it)");
     let deadline = plan.spec.deadline.as_ref().expect("waited for it").0;
     assert_eq!(
         deadline,
         stamp.parse::<jiff::Timestamp>().expect("RFC 3339")
+            - jiff::SignedDuration::from_secs(longest + 10)
     );
     let done = h
         .wait_plan(
@@ -1038,4 +1057,95 @@ async fn a_deadline_too_short_for_the_backup_fails_the_plan_loudly() {
         .filter(|(pod, _)| protected_here.contains(pod))
         .collect();
     assert!(evicted.is_empty(), "{evicted:?}");
+}
+
+/// The node-level hold (drift under a NodePool terminationGracePeriod honours only the Node's own
+/// `karpenter.sh/do-not-disrupt`, kubernetes-sigs/karpenter `pkg/controllers/state/statenode.go`
+/// `ValidateNodeDisruptable`): placed on a node under held pods, taken off by the Release plan with the
+/// pod holds; a user's own Node annotation is neither claimed nor removed.
+#[tokio::test]
+async fn a_release_plan_takes_off_the_node_hold_and_a_users_own_node_annotation_stays() {
+    let h = Harness::start().await;
+    // Karpenter may disrupt nothing (budget 0): the released nodes stay to be looked at.
+    nodepools(&h)
+        .patch(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"disruption": {"budgets": [{"nodes": "0"}]}}})),
+        )
+        .await
+        .expect("set the budget to 0");
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
+    let under: BTreeSet<String> = pods
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .items
+        .iter()
+        .filter(|p| protected(p))
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    let mut under = under.into_iter();
+    let (ours, users) = (
+        under.next().expect("a node with protected pods"),
+        under.next().expect("a second node with protected pods"),
+    );
+    let nodes: Api<Node> = Api::all(h.client.clone());
+    nodes
+        .patch(
+            &users,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {DO_NOT_DISRUPT: "true"}}})),
+        )
+        .await
+        .expect("the user's own node annotation");
+    let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let node_annotation = |n: &Node, key: &str| n.annotations().get(key).cloned();
+    h.wait_all(nodes.clone(), "the node under held pods held", |ns| {
+        ns.iter().any(|n| {
+            n.name_any() == ours
+                && node_annotation(n, DO_NOT_DISRUPT).as_deref() == Some("true")
+                && node_annotation(n, HELD).as_deref() == Some("do-not-disrupt")
+        })
+    })
+    .await;
+    let user_node = h.node(&users).await.expect("the user's node");
+    assert_eq!(
+        node_annotation(&user_node, DO_NOT_DISRUPT).as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        node_annotation(&user_node, HELD),
+        None,
+        "the user's annotation is not claimed"
+    );
+
+    drift(&h, &ours).await;
+    drift(&h, &users).await;
+    for node in [&ours, &users] {
+        let plan = wait_signal_plan(&h, node).await;
+        h.wait_plan_until(&plan.name_any(), Duration::from_secs(120), |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| !s.released_pods.is_empty())
+        })
+        .await;
+    }
+    // The plan released the pods and, with them, snapdrain's hold on the node.
+    h.wait_all(nodes.clone(), "the node hold released", |ns| {
+        ns.iter().any(|n| {
+            n.name_any() == ours
+                && node_annotation(n, DO_NOT_DISRUPT).is_none()
+                && node_annotation(n, HELD).is_none()
+        })
+    })
+    .await;
+    let user_node = h.node(&users).await.expect("the user's node");
+    assert_eq!(
+        node_annotation(&user_node, DO_NOT_DISRUPT).as_deref(),
+        Some("true"),
+        "the user's own Node annotation stays"
+    );
+    assert_eq!(node_annotation(&user_node, HELD), None);
 }

@@ -445,8 +445,8 @@ impl Harness {
     }
 }
 
-/// The promise, checked from the outside by the safety oracle: every eviction of a protected pod the API
-/// server accepted came after a verified backup of the plan covering all of that pod's PVCs.
+/// The promise, checked from the outside by the safety oracle: every eviction or DELETE of a protected pod
+/// the API server accepted came after a verified backup of the plan covering all of that pod's PVCs.
 pub fn assert_no_eviction_before_verified_backup(
     audit: &[AuditEntry],
     protected: &BTreeMap<String, BTreeSet<String>>,
@@ -455,7 +455,7 @@ pub fn assert_no_eviction_before_verified_backup(
     let plan = serde_json::to_value(plan).expect("a plan serializes");
     let backups = crate::safety::recorded_backups(&plan);
     let violations = crate::safety::eviction_violations(
-        &crate::safety::accepted_evictions(audit),
+        &crate::safety::pods_removed(audit),
         protected,
         &backups,
     );

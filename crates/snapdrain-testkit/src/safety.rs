@@ -1,5 +1,7 @@
 //! The promise, checked from the outside: every eviction of a protected pod that the API server accepted
-//! came after a verified backup covering all of that pod's PVCs.
+//! came after a verified backup covering all of that pod's PVCs. A pod DELETE counts as its leaving too:
+//! Karpenter force-deletes pods at `terminationTime − grace` with no eviction at all
+//! (kubernetes-sigs/karpenter `pkg/controllers/node/termination/terminator/eviction.go` `forceDelete`).
 //!
 //! The evidence is the simulator's audit log (what the API server really accepted, whoever asked) and the
 //! plan's backup records (when each backup was verified). The check is a pure function so the demo, the
@@ -54,6 +56,40 @@ pub fn accepted_evictions(audit: &[AuditEntry]) -> Vec<AcceptedEviction> {
             }
         }
     }
+    out
+}
+
+/// Pods DELETEd through the API server (answered 200 or 202), in audit order: Karpenter's force-delete at
+/// `terminationTime − grace`, a person's `kubectl delete pod`. The pod leaves as surely as an evicted one,
+/// with no eviction for a PDB or the eviction gate to judge.
+pub fn accepted_deletions(audit: &[AuditEntry]) -> Vec<AcceptedEviction> {
+    audit
+        .iter()
+        .filter(|e| {
+            e.source == "api"
+                && e.verb == "delete"
+                && e.resource == "pods"
+                && e.name.is_some()
+                && matches!(e.code, Some(200 | 202))
+        })
+        .map(|e| AcceptedEviction {
+            pod: format!(
+                "{}/{}",
+                e.namespace.as_deref().unwrap_or_default(),
+                e.name.as_deref().unwrap_or_default()
+            ),
+            time: e.time.clone(),
+            user_agent: e.user_agent.clone(),
+        })
+        .collect()
+}
+
+/// Every way a pod left through the API: accepted evictions and deletions, by time.
+pub fn pods_removed(audit: &[AuditEntry]) -> Vec<AcceptedEviction> {
+    let mut out = accepted_evictions(audit);
+    out.extend(accepted_deletions(audit));
+    // RFC 3339 with milliseconds, all in UTC: the text sorts as the time.
+    out.sort_by(|a, b| a.time.cmp(&b.time));
     out
 }
 
@@ -374,5 +410,35 @@ mod tests {
         ]);
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].pod, "db/pg-0");
+    }
+
+    #[test]
+    fn an_accepted_pod_delete_counts_as_the_pod_leaving() {
+        let delete = |code: u16, name: Option<&str>| AuditEntry {
+            seq: 1,
+            time: "2025-01-01T00:00:03.000Z".into(),
+            source: "api".into(),
+            verb: "delete".into(),
+            resource: "pods".into(),
+            namespace: Some("db".into()),
+            name: name.map(str::to_string),
+            user_agent: Some("karpenter".into()),
+            code: Some(code),
+            detail: serde_json::Value::Null,
+        };
+        let audit = [
+            delete(200, Some("pg-0")),
+            delete(409, Some("pg-1")),
+            // A collection delete names no pod.
+            delete(200, None),
+        ];
+        let got = pods_removed(&audit);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].pod, "db/pg-0");
+        let p = protected(&[("db/pg-0", &["data-pg-0"])]);
+        let v = eviction_violations(&got, &p, &[]);
+        assert!(matches!(v.as_slice(), [Violation::NotCovered { pod, .. }] if pod == "db/pg-0"));
+        let backups = [record("db", &["data-pg-0"], Some("2025-01-01T00:00:02Z"))];
+        assert!(eviction_violations(&got, &p, &backups).is_empty());
     }
 }

@@ -849,6 +849,13 @@ async fn expired_nodeclaim_is_drained_despite_do_not_disrupt_until_the_grace_per
             .iter()
             .any(|(_, n, d)| n == "pg-0" && d["reason"] == "TerminationGracePeriodExpiring")
     );
+    // A DELETE through the API server (terminator/eviction.go forceDelete), which no PDB or eviction
+    // webhook sees: accepted, on the pod named.
+    assert!(env.ctx.audit.since(0).iter().any(|e| e.source == "api"
+        && e.verb == "delete"
+        && e.resource == "pods"
+        && e.name.as_deref() == Some("pg-0")
+        && e.code == Some(200)));
     assert!(
         env.audit("eviction-attempt")
             .iter()

@@ -1,22 +1,25 @@
 //! The hold keeper: every protected pod carries snapdrain's holds from the moment it is seen (and on
 //! start-up for the pods that exist), a released pod gets them back once the plan that released it is
 //! over (completed, failed, aborted or deleted), and a pod the policy no longer protects loses them.
+//! The Node under a held pod carries `karpenter.sh/do-not-disrupt` too, the only hold Karpenter's drift
+//! honours under a NodePool terminationGracePeriod (why: [`crate::planning::holds`]); it goes when no
+//! held pod is left on the node (a plan released them all, they left, or they are no longer protected).
 //! Decisions are [`crate::planning::holds`]; this file watches and patches.
 //!
-//! Runs on the Lease holder only. Every change is a JSON merge patch guarded by the pod's
+//! Runs on the Lease holder only. Every change is a JSON merge patch guarded by the object's
 //! resourceVersion, so a user's concurrent edit is never overwritten (the 409 is retried on the next
 //! event or sweep).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tokio::sync::{broadcast, watch};
 
-use super::cache::{Cache, Caches};
+use super::cache::{Cache, CachedPod, Caches};
 
 use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
@@ -51,6 +54,56 @@ pub async fn apply(
     }
 }
 
+/// Writes `patch` to the Node's annotations. `Ok(false)` when the Node changed or went meanwhile.
+pub async fn apply_node(
+    client: &Client,
+    node: &Node,
+    patch: &AnnotationPatch,
+) -> Result<bool, kube::Error> {
+    let api: Api<Node> = Api::all(client.clone());
+    let body = holds::merge_patch(node, patch);
+    match api
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&body),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether a pod keeps its node held: it carries snapdrain's hold (not released) and is not leaving.
+pub fn holds_its_node(pod: &Pod) -> bool {
+    matches!(holds::state(pod), HoldState::Held(_)) && !is_terminal(pod) && !is_terminating(pod)
+}
+
+/// Brings the Node `name` to the hold its pods want (`needed`). From the cache: a Node not cached yet is
+/// looked at on a later sweep.
+pub async fn ensure_node(
+    client: &Client,
+    nodes: &Cache<Node>,
+    name: &str,
+    needed: bool,
+) -> Option<&'static str> {
+    let node = nodes.get("", name)?;
+    let (action, patch) = holds::node_change(&node, needed)?;
+    match apply_node(client, &node, &patch).await {
+        Ok(true) => {
+            tracing::debug!(node = name, action, "node hold");
+            Some(action)
+        }
+        Ok(false) => None,
+        Err(e) => {
+            tracing::warn!(node = name, error = %e, "cannot change snapdrain's hold on the node (may snapdrain patch nodes?); retrying");
+            None
+        }
+    }
+}
+
 /// Whether the plan named `name` still runs: in the cache and not over, or (not cached yet: a plan just
 /// made) found through the API.
 async fn plan_running(client: &Client, plans: &Store<DisruptionPlan>, name: &str) -> bool {
@@ -79,15 +132,18 @@ struct Keeper {
     client: Client,
     plans: Store<DisruptionPlan>,
     namespaces: Cache<Namespace>,
+    nodes: Cache<Node>,
+    pods: Cache<CachedPod>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
 }
 
 impl Keeper {
-    /// Brings one pod to the state the policy and its plan want.
-    async fn ensure(&self, pod: &Pod) {
+    /// Brings one pod to the state the policy and its plan want. Returns whether the pod now keeps its
+    /// node held (`None`: not known yet, the node's hold is left as it is).
+    async fn ensure(&self, pod: &Pod) -> Option<bool> {
         if is_terminal(pod) || is_terminating(pod) {
-            return;
+            return Some(false);
         }
         let protection = self.policy.borrow().protection.clone();
         let ns_labels = self
@@ -96,22 +152,22 @@ impl Keeper {
             .map(|n| n.labels().clone());
         if protection.namespace_selector.is_some() && ns_labels.is_none() {
             // The namespace is not cached yet (start-up): deciding now could take a hold away.
-            return;
+            return None;
         }
         let protected = protection::protects(&protection, pod, ns_labels.as_ref());
-        let change = match (protected, holds::state(pod)) {
-            (false, _) => holds::remove(pod).map(|p| ("removed", p)),
+        let (change, holds_node) = match (protected, holds::state(pod)) {
+            (false, _) => (holds::remove(pod).map(|p| ("removed", p)), false),
             (true, HoldState::Released(plan)) => {
                 if plan_running(&self.client, &self.plans, &plan).await {
-                    None
+                    (None, false)
                 } else {
-                    holds::restore(pod).map(|p| ("restored", p))
+                    (holds::restore(pod).map(|p| ("restored", p)), true)
                 }
             }
-            (true, _) => holds::place(pod).map(|p| ("placed", p)),
+            (true, _) => (holds::place(pod).map(|p| ("placed", p)), true),
         };
         let Some((action, patch)) = change else {
-            return;
+            return Some(holds_node);
         };
         match apply(&self.client, pod, &patch).await {
             Ok(true) => {
@@ -124,6 +180,31 @@ impl Keeper {
                 error = %e,
                 "cannot {action} snapdrain's hold (may snapdrain patch pods?); retrying"
             ),
+        }
+        Some(holds_node)
+    }
+
+    /// After one pod was looked at: its node is held while this pod or another one there keeps it so
+    /// (the others as the cache has them).
+    async fn ensure_node_of(&self, pod: &Pod, this_one: Option<bool>) {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            return;
+        };
+        let Some(this_one) = this_one else { return };
+        let uid = pod.metadata.uid.as_deref();
+        let needed = this_one
+            || self
+                .pods
+                .indexed(node)
+                .iter()
+                .filter(|p| p.uid() != uid)
+                .any(|p| holds_its_node(&p.to_pod()));
+        self.node_action(ensure_node(&self.client, &self.nodes, node, needed).await);
+    }
+
+    fn node_action(&self, action: Option<&'static str>) {
+        if let Some(action) = action {
+            self.metrics.hold_change(&format!("node-{action}"));
         }
     }
 
@@ -157,6 +238,8 @@ pub async fn run(
         client,
         plans,
         namespaces: caches.namespaces.clone(),
+        nodes: caches.nodes.clone(),
+        pods: caches.pods.clone(),
         policy,
         metrics,
     };
@@ -172,17 +255,24 @@ pub async fn run(
                 sweep.reset_immediately();
             },
             event = changed.recv() => match event {
-                Ok(pod) if pod.may_be_held() => keeper.ensure(&pod.to_pod()).await,
+                Ok(pod) if pod.may_be_held() => {
+                    let pod = pod.to_pod();
+                    let holds_node = keeper.ensure(&pod).await;
+                    keeper.ensure_node_of(&pod, holds_node).await;
+                }
                 Ok(_) => {}
                 // Missed changes are caught up by looking at every pod now.
                 Err(broadcast::error::RecvError::Lagged(_)) => sweep.reset_immediately(),
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             _ = sweep.tick() => {
-                // Before the first list, an empty cache is not "no pods": nothing to count or look at.
-                if !caches.pods.synced() {
+                // Before the first list, an empty cache is not "no pods": nothing to count or look at. Nor is
+                // an empty Node cache "no nodes".
+                if !caches.pods.synced() || !caches.nodes.synced() {
                     continue;
                 }
+                // Per node: whether a pod there keeps it held (`None`: a pod's protection not known yet).
+                let mut nodes_needed: BTreeMap<String, Option<bool>> = BTreeMap::new();
                 // One pod at a time back to the Pod form: the cache stays the only copy of them all.
                 let mut by_state: BTreeMap<&str, i64> = [("held", 0), ("released", 0)].into();
                 for cached in caches.pods.all() {
@@ -195,9 +285,25 @@ pub async fn run(
                         HoldState::Released(_) => *by_state.entry("released").or_default() += 1,
                         HoldState::Unheld => {}
                     }
-                    keeper.ensure(&pod).await;
+                    let holds_node = keeper.ensure(&pod).await;
+                    if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                        let entry = nodes_needed.entry(node).or_insert(Some(false));
+                        *entry = match (*entry, holds_node) {
+                            (Some(a), Some(b)) => Some(a || b),
+                            (Some(true), None) => Some(true),
+                            _ => None,
+                        };
+                    }
                 }
                 keeper.count(by_state);
+                for node in caches.nodes.all() {
+                    let name = node.name_any();
+                    match nodes_needed.get(&name) {
+                        Some(None) => {}
+                        Some(Some(needed)) => keeper.node_action(ensure_node(&keeper.client, &keeper.nodes, &name, *needed).await),
+                        None => keeper.node_action(ensure_node(&keeper.client, &keeper.nodes, &name, false).await),
+                    }
+                }
             }
         }
     }

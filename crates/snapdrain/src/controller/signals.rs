@@ -18,7 +18,7 @@ use super::cache::{Cache, CachedPod, Caches};
 use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::planning::protection;
-use crate::signals::detect::{detect, node_pool_of, nodeclaim_of};
+use crate::signals::detect::{detect, node_pool_of, nodeclaim_of, pod_grace};
 use crate::signals::limits::{Running, admit, takes_slot};
 use crate::signals::plan::{Choice, NODE_LABEL, NodeSignal, Outcome, choose, source_name};
 use crate::signals::window;
@@ -101,6 +101,26 @@ impl Watcher {
             .collect())
     }
 
+    /// The longest terminationGracePeriodSeconds of the node's protected pods, from the pod cache (zero
+    /// before its first list: a later look, with the pods, moves the plan's deadline earlier).
+    fn longest_grace(&self, node: &str) -> Duration {
+        if !self.pods.synced() {
+            return Duration::ZERO;
+        }
+        let spec = crate::api::policy::ProtectionSpec {
+            namespace_selector: None,
+            ..self.policy.borrow().protection.clone()
+        };
+        self.pods
+            .indexed(node)
+            .iter()
+            .map(|p| p.to_pod())
+            .filter(|p| protection::protects(&spec, p, None))
+            .map(|p| pod_grace(&p))
+            .max()
+            .unwrap_or_default()
+    }
+
     async fn look(&mut self) {
         let policy = self.policy.borrow().clone();
         let now = jiff::Timestamp::now();
@@ -116,7 +136,10 @@ impl Watcher {
             let claim = nodeclaim_of(&node)
                 .and_then(|c| self.claims.get("", c))
                 .and_then(|c| serde_json::to_value(&*c).ok());
-            let Some(signal) = detect(&node, claim.as_ref(), &policy.signals, now) else {
+            let name = node.name_any();
+            let Some(signal) = detect(&node, claim.as_ref(), &policy.signals, now, || {
+                self.longest_grace(&name)
+            }) else {
                 self.waiting.remove(&node.name_any());
                 continue;
             };

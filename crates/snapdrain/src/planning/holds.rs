@@ -1,21 +1,35 @@
-//! Holds: the pod annotations that keep autoscalers away from a protected pod's node until its backup is
+//! Holds: the annotations that keep autoscalers away from a protected pod's node until its backup is
 //! verified. Pure: each function returns the annotation changes (a merge patch's `metadata.annotations`,
-//! `None` deleting a key) or nothing when the pod is already as wanted.
+//! `None` deleting a key) or nothing when the object is already as wanted.
 //!
-//! - `karpenter.sh/do-not-disrupt: "true"`: Karpenter's graceful methods skip the node; its forceful
-//!   termination waits for the pod until terminationGracePeriod runs out (kubernetes-sigs/karpenter
-//!   `pkg/utils/pod/scheduling.go` `IsDoNotDisruptActive`, `pkg/controllers/node/termination/terminator`).
+//! On each protected pod:
+//! - `karpenter.sh/do-not-disrupt: "true"`: Karpenter's graceful methods skip the node, unless the
+//!   method is eventual (Drift) and the NodeClaim has a terminationGracePeriod; its forceful termination
+//!   waits for the pod until `terminationTime − pod grace` (kubernetes-sigs/karpenter
+//!   `pkg/utils/pod/scheduling.go` `IsDoNotDisruptActive`, `pkg/controllers/disruption/types.go`
+//!   `NewCandidate`, `pkg/controllers/node/termination/terminator/eviction.go` `needsForceDelete`).
 //! - `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`: Cluster Autoscaler does not scale the node
 //!   down (kubernetes/autoscaler `cluster-autoscaler/utils/drain/drain.go`, FAQ "What types of pods can
 //!   prevent CA from removing a node?").
 //!
-//! [`HELD_ANNOTATION`] lists which of the two snapdrain set itself: a value a user wrote is never
-//! changed or removed. A released pod carries [`RELEASED_ANNOTATION`] (the plan that released it), so
-//! the hold keeper leaves it alone while that plan runs and restores the hold when the plan is over.
+//! On the Node that runs such a pod, `karpenter.sh/do-not-disrupt: "true"` too. Drift is Karpenter's
+//! eventual disruption: with a NodePool `terminationGracePeriod`, `NewCandidate` ignores pod-level
+//! do-not-disrupt and PDBs, and the NodeClaim is deleted with the pods still held; Karpenter then
+//! DELETEs each pod at `terminationTime − pod grace` (no eviction, so no PDB and no gate). The Node's own
+//! annotation is checked first, in `ValidateNodeDisruptable` (`pkg/controllers/state/statenode.go`), and
+//! is never ignored, so only it keeps drift away until the backup is verified. It blocks the graceful and
+//! eventual methods, not a forceful deletion (expiry, a NodeClaim deleted by hand, spot interruption).
+//!
+//! [`HELD_ANNOTATION`] lists which holds snapdrain set itself: a value a user wrote is never changed or
+//! removed. A released pod carries [`RELEASED_ANNOTATION`] (the plan that released it), so the hold
+//! keeper leaves it alone while that plan runs and restores the hold when the plan is over. A Node's hold
+//! follows its pods ([`node_change`]): it stays while one of them is held, and goes with the last release.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::Metadata;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::inventory::DO_NOT_DISRUPT_ANNOTATION;
 
@@ -25,16 +39,25 @@ pub const HELD_ANNOTATION: &str = "snapdrain.io/held";
 /// The plan that released the pod's holds.
 pub const RELEASED_ANNOTATION: &str = "snapdrain.io/released-by";
 
-/// The two holds: (annotation, the value that holds, the short name in [`HELD_ANNOTATION`]).
-const HOLDS: [(&str, &str, &str); 2] = [
+/// A hold: (annotation, the value that holds, the short name in [`HELD_ANNOTATION`]).
+type Hold = (&'static str, &'static str, &'static str);
+
+/// A pod's holds.
+const POD_HOLDS: [Hold; 2] = [
     (DO_NOT_DISRUPT_ANNOTATION, "true", "do-not-disrupt"),
     (SAFE_TO_EVICT_ANNOTATION, "false", "safe-to-evict"),
 ];
 
+/// A Node's hold: Karpenter's only (`ValidateNodeDisruptable` reads it from the Node once it is
+/// registered). Cluster Autoscaler already keeps a node with a `safe-to-evict: "false"` pod.
+const NODE_HOLDS: [Hold; 1] = [(DO_NOT_DISRUPT_ANNOTATION, "true", "do-not-disrupt")];
+
 /// Annotation changes: `Some(value)` sets, `None` deletes.
 pub type AnnotationPatch = BTreeMap<String, Option<String>>;
 
-/// How a pod stands.
+type Annotations = BTreeMap<String, String>;
+
+/// How a pod (or Node) stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HoldState {
     /// No hold of snapdrain's (there may be a user's own annotations).
@@ -45,18 +68,12 @@ pub enum HoldState {
     Released(String),
 }
 
-fn annotations(pod: &Pod) -> Option<&BTreeMap<String, String>> {
-    pod.metadata.annotations.as_ref()
+fn get<'a>(a: Option<&'a Annotations>, key: &str) -> Option<&'a str> {
+    a.and_then(|a| a.get(key)).map(String::as_str)
 }
 
-fn get<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    annotations(pod)
-        .and_then(|a| a.get(key))
-        .map(String::as_str)
-}
-
-fn ours(pod: &Pod) -> Vec<String> {
-    get(pod, HELD_ANNOTATION)
+fn ours(a: Option<&Annotations>) -> Vec<String> {
+    get(a, HELD_ANNOTATION)
         .map(|v| {
             v.split(',')
                 .map(str::trim)
@@ -67,11 +84,15 @@ fn ours(pod: &Pod) -> Vec<String> {
         .unwrap_or_default()
 }
 
-pub fn state(pod: &Pod) -> HoldState {
-    if let Some(plan) = get(pod, RELEASED_ANNOTATION) {
+fn annotations_of(pod: &Pod) -> Option<&Annotations> {
+    pod.metadata.annotations.as_ref()
+}
+
+fn state_of(a: Option<&Annotations>) -> HoldState {
+    if let Some(plan) = get(a, RELEASED_ANNOTATION) {
         return HoldState::Released(plan.to_owned());
     }
-    let ours = ours(pod);
+    let ours = ours(a);
     if ours.is_empty() {
         HoldState::Unheld
     } else {
@@ -79,31 +100,34 @@ pub fn state(pod: &Pod) -> HoldState {
     }
 }
 
+pub fn state(pod: &Pod) -> HoldState {
+    state_of(annotations_of(pod))
+}
+
 /// True when the pod's active `do-not-disrupt` is snapdrain's own hold (it stands for "not before the
 /// backup is verified", which a plan's drain checks itself), not a user's.
 pub fn own_do_not_disrupt(pod: &Pod) -> bool {
-    get(pod, DO_NOT_DISRUPT_ANNOTATION) == Some("true")
-        && ours(pod).iter().any(|m| m == "do-not-disrupt")
+    let a = annotations_of(pod);
+    get(a, DO_NOT_DISRUPT_ANNOTATION) == Some("true")
+        && ours(a).iter().any(|m| m == "do-not-disrupt")
 }
 
-/// Places the holds snapdrain may place: each hold annotation the pod does not carry yet. A released pod
-/// is left alone (see [`restore`]).
-pub fn place(pod: &Pod) -> Option<AnnotationPatch> {
-    if get(pod, RELEASED_ANNOTATION).is_some() {
+fn place_on(a: Option<&Annotations>, holds: &[Hold]) -> Option<AnnotationPatch> {
+    if get(a, RELEASED_ANNOTATION).is_some() {
         return None;
     }
-    let mut mine = ours(pod);
+    let mut mine = ours(a);
     let mut patch = AnnotationPatch::new();
-    for (key, value, short) in HOLDS {
+    for (key, value, short) in holds {
         let owned = mine.iter().any(|m| m == short);
-        match get(pod, key) {
+        match get(a, key) {
             // Ours and in place, or a user's own value: nothing to do.
             Some(_) => {}
             // Ours but removed by someone (or never written): put it back.
             None => {
-                patch.insert(key.to_owned(), Some(value.to_owned()));
+                patch.insert((*key).to_owned(), Some((*value).to_owned()));
                 if !owned {
-                    mine.push(short.to_owned());
+                    mine.push((*short).to_owned());
                 }
             }
         }
@@ -115,13 +139,20 @@ pub fn place(pod: &Pod) -> Option<AnnotationPatch> {
     Some(patch)
 }
 
+/// Places the holds snapdrain may place: each hold annotation the pod does not carry yet. A released pod
+/// is left alone (see [`restore`]).
+pub fn place(pod: &Pod) -> Option<AnnotationPatch> {
+    place_on(annotations_of(pod), &POD_HOLDS)
+}
+
 /// Removes the holds snapdrain placed (only where the value is still the one it wrote) and marks the
 /// pod released by `plan`.
 pub fn release(pod: &Pod, plan: &str) -> Option<AnnotationPatch> {
-    if get(pod, RELEASED_ANNOTATION) == Some(plan) && ours(pod).is_empty() {
+    let a = annotations_of(pod);
+    if get(a, RELEASED_ANNOTATION) == Some(plan) && ours(a).is_empty() {
         return None;
     }
-    let mut patch = remove_ours(pod);
+    let mut patch = remove_ours(a, &POD_HOLDS);
     patch.insert(HELD_ANNOTATION.to_owned(), None);
     patch.insert(RELEASED_ANNOTATION.to_owned(), Some(plan.to_owned()));
     Some(patch)
@@ -129,45 +160,78 @@ pub fn release(pod: &Pod, plan: &str) -> Option<AnnotationPatch> {
 
 /// Takes away the release mark and puts the holds back.
 pub fn restore(pod: &Pod) -> Option<AnnotationPatch> {
-    get(pod, RELEASED_ANNOTATION)?;
-    let mut unmarked = pod.clone();
-    if let Some(a) = unmarked.metadata.annotations.as_mut() {
-        a.remove(RELEASED_ANNOTATION);
+    let a = annotations_of(pod);
+    get(a, RELEASED_ANNOTATION)?;
+    let mut unmarked = a.cloned().unwrap_or_default();
+    unmarked.remove(RELEASED_ANNOTATION);
+    let mut patch = place_on(Some(&unmarked), &POD_HOLDS).unwrap_or_default();
+    patch.insert(RELEASED_ANNOTATION.to_owned(), None);
+    Some(patch)
+}
+
+fn remove_on(a: Option<&Annotations>, holds: &[Hold]) -> Option<AnnotationPatch> {
+    let marked = get(a, HELD_ANNOTATION).is_some() || get(a, RELEASED_ANNOTATION).is_some();
+    if !marked {
+        return None;
     }
-    let mut patch = place(&unmarked).unwrap_or_default();
+    let mut patch = remove_ours(a, holds);
+    patch.insert(HELD_ANNOTATION.to_owned(), None);
     patch.insert(RELEASED_ANNOTATION.to_owned(), None);
     Some(patch)
 }
 
 /// Removes every trace of snapdrain's holds (a pod no longer protected, or `snapdrain holds release`).
 pub fn remove(pod: &Pod) -> Option<AnnotationPatch> {
-    let marked = get(pod, HELD_ANNOTATION).is_some() || get(pod, RELEASED_ANNOTATION).is_some();
-    if !marked {
-        return None;
-    }
-    let mut patch = remove_ours(pod);
-    patch.insert(HELD_ANNOTATION.to_owned(), None);
-    patch.insert(RELEASED_ANNOTATION.to_owned(), None);
-    Some(patch)
+    remove_on(annotations_of(pod), &POD_HOLDS)
 }
 
-fn remove_ours(pod: &Pod) -> AnnotationPatch {
-    let mine = ours(pod);
-    HOLDS
+fn remove_ours(a: Option<&Annotations>, holds: &[Hold]) -> AnnotationPatch {
+    let mine = ours(a);
+    holds
         .iter()
         .filter(|(key, value, short)| {
-            mine.iter().any(|m| m == short) && get(pod, key) == Some(*value)
+            mine.iter().any(|m| m == short) && get(a, key) == Some(*value)
         })
         .map(|(key, _, _)| (key.to_string(), None))
         .collect()
 }
 
-/// The `metadata` of a JSON merge patch applying `patch`, guarded by the pod's resourceVersion so a
+fn node_annotations(node: &Node) -> Option<&Annotations> {
+    node.metadata.annotations.as_ref()
+}
+
+/// How a Node stands: `Held` while snapdrain's `do-not-disrupt` is on it.
+pub fn node_state(node: &Node) -> HoldState {
+    state_of(node_annotations(node))
+}
+
+/// The change that brings a Node's hold where its pods want it: `needed` when the node runs a protected
+/// pod whose hold no plan has released (no verified backup lets it go yet). Placed when needed and
+/// missing (a user's own value stays as it is); removed, only where snapdrain placed it, when not.
+/// Returns what is done ("placed", "removed") and the patch.
+pub fn node_change(node: &Node, needed: bool) -> Option<(&'static str, AnnotationPatch)> {
+    let a = node_annotations(node);
+    if needed {
+        place_on(a, &NODE_HOLDS).map(|p| ("placed", p))
+    } else {
+        remove_on(a, &NODE_HOLDS).map(|p| ("removed", p))
+    }
+}
+
+/// Removes every trace of snapdrain's hold from a Node (`snapdrain holds release`).
+pub fn remove_from_node(node: &Node) -> Option<AnnotationPatch> {
+    remove_on(node_annotations(node), &NODE_HOLDS)
+}
+
+/// The `metadata` of a JSON merge patch applying `patch`, guarded by the object's resourceVersion so a
 /// concurrent change (a user's own annotation) makes it fail with 409 instead of being overwritten.
-pub fn merge_patch(pod: &Pod, patch: &AnnotationPatch) -> serde_json::Value {
+pub fn merge_patch<K: Metadata<Ty = ObjectMeta>>(
+    obj: &K,
+    patch: &AnnotationPatch,
+) -> serde_json::Value {
     serde_json::json!({
         "metadata": {
-            "resourceVersion": pod.metadata.resource_version,
+            "resourceVersion": obj.metadata().resource_version,
             "annotations": patch,
         }
     })
@@ -201,7 +265,7 @@ mod tests {
     }
 
     fn ann<'a>(p: &'a Pod, k: &str) -> Option<&'a str> {
-        get(p, k)
+        get(annotations_of(p), k)
     }
 
     #[test]
@@ -293,5 +357,98 @@ mod tests {
         );
         let r = release(&p, "x").expect("release writes the mark");
         assert!(merge_patch(&p, &r)["metadata"]["annotations"][HELD_ANNOTATION].is_null());
+    }
+
+    fn node(annotations: &[(&str, &str)]) -> Node {
+        let mut n = Node::default();
+        n.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        n
+    }
+
+    fn apply_node(n: &Node, patch: &AnnotationPatch) -> Node {
+        let mut out = n.clone();
+        let a = out.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        for (k, v) in patch {
+            match v {
+                Some(v) => a.insert(k.clone(), v.clone()),
+                None => a.remove(k),
+            };
+        }
+        out
+    }
+
+    #[test]
+    fn a_node_is_held_while_needed_and_only_karpenters_annotation_is_set() {
+        let (action, patch) = node_change(&node(&[]), true).expect("a node that needs it is held");
+        assert_eq!(action, "placed");
+        let held = apply_node(&node(&[]), &patch);
+        let a = held.metadata.annotations.as_ref().expect("annotated");
+        assert_eq!(
+            a.get(DO_NOT_DISRUPT_ANNOTATION).map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            a.get(HELD_ANNOTATION).map(String::as_str),
+            Some("do-not-disrupt")
+        );
+        assert!(
+            !a.contains_key(SAFE_TO_EVICT_ANNOTATION),
+            "not a pod annotation's place"
+        );
+        assert_eq!(
+            node_state(&held),
+            HoldState::Held(vec!["do-not-disrupt".into()])
+        );
+        assert_eq!(
+            node_change(&held, true),
+            None,
+            "placing twice changes nothing"
+        );
+        let (action, patch) = node_change(&held, false).expect("no longer needed");
+        assert_eq!(action, "removed");
+        let freed = apply_node(&held, &patch);
+        assert_eq!(node_state(&freed), HoldState::Unheld);
+        assert!(
+            freed
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.is_empty())
+        );
+        assert_eq!(node_change(&freed, false), None);
+    }
+
+    #[test]
+    fn a_users_own_node_annotation_is_never_taken_or_claimed() {
+        let users = node(&[(DO_NOT_DISRUPT_ANNOTATION, "true")]);
+        assert_eq!(node_change(&users, true), None, "already held, by the user");
+        assert_eq!(
+            node_change(&users, false),
+            None,
+            "not snapdrain's to remove"
+        );
+        assert_eq!(remove_from_node(&users), None);
+        // Placed by snapdrain, then changed by someone: the mark goes, their value stays.
+        let changed = node(&[
+            (DO_NOT_DISRUPT_ANNOTATION, "false"),
+            (HELD_ANNOTATION, "do-not-disrupt"),
+        ]);
+        let (_, patch) = node_change(&changed, false).expect("the mark goes");
+        let after = apply_node(&changed, &patch);
+        assert_eq!(
+            after
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DO_NOT_DISRUPT_ANNOTATION))
+                .map(String::as_str),
+            Some("false")
+        );
+        assert_eq!(node_state(&after), HoldState::Unheld);
     }
 }

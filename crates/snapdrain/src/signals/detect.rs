@@ -8,12 +8,18 @@
 //!   NoSchedule taint (no value); NodeClaim conditions `Drifted` and `Consolidatable`; NodeClaim deletion,
 //!   with the annotation `karpenter.sh/nodeclaim-termination-timestamp` (deletionTimestamp +
 //!   terminationGracePeriod, RFC 3339) when a terminationGracePeriod is set.
+//!   The plan's deadline is earlier than that timestamp: Karpenter DELETEs each pod (no eviction, so no
+//!   PDB and no gate) once `now > terminationTime − pod terminationGracePeriodSeconds`
+//!   (`pkg/controllers/node/termination/terminator/eviction.go` `needsForceDelete`, `forceDelete`), so
+//!   the backup must be verified before the first protected pod goes ([`termination_deadline`]).
 //! - Cluster Autoscaler (`cluster-autoscaler/utils/taints/taints.go`): `ToBeDeletedByClusterAutoscaler`.
 //! - aws-node-termination-handler (`pkg/node/node.go`): `aws-node-termination-handler/spot-itn`,
 //!   `.../rebalance-recommendation`, `.../scheduled-maintenance`, `.../asg-lifecycle-termination`. A spot
 //!   interruption notice gives two minutes (EC2 docs, "Spot Instance interruption notices").
 
-use k8s_openapi::api::core::v1::{Node, Taint};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::ResourceExt;
 use serde_json::Value;
 
@@ -26,7 +32,38 @@ pub const TERMINATION_TIMESTAMP_ANNOTATION: &str = "karpenter.sh/nodeclaim-termi
 pub const CLUSTER_AUTOSCALER_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 pub const NTH_TAINT_PREFIX: &str = "aws-node-termination-handler/";
 /// What an EC2 spot interruption notice leaves.
-pub const SPOT_NOTICE: std::time::Duration = std::time::Duration::from_secs(120);
+pub const SPOT_NOTICE: Duration = Duration::from_secs(120);
+/// How long before Karpenter's first pod deletion a plan's backup must be verified: the plan's last
+/// step (releasing the holds) and the signal watcher's look (every 2 s, then a cache's lag) take a few
+/// seconds, and a backup verified as Karpenter deletes the pod is no use.
+pub const FORCE_DELETE_MARGIN: Duration = Duration::from_secs(10);
+/// A pod's grace when its spec has none: what the API server defaults it to
+/// (`k8s.io/api/core/v1` `DefaultTerminationGracePeriodSeconds`). Pods read from the API always have it.
+const DEFAULT_POD_GRACE: Duration = Duration::from_secs(30);
+
+/// The pod's `terminationGracePeriodSeconds` (negative counts as 0).
+pub fn pod_grace(pod: &Pod) -> Duration {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .map_or(DEFAULT_POD_GRACE, |s| {
+            Duration::from_secs(u64::try_from(s).unwrap_or(0))
+        })
+}
+
+/// The deadline of a plan for a NodeClaim Karpenter terminates at `termination`: Karpenter DELETEs each
+/// pod at `termination − its grace`, so the one with the longest grace (`longest_grace`, among the
+/// node's protected pods) goes first; the backup must be verified [`FORCE_DELETE_MARGIN`] before that.
+pub fn termination_deadline(
+    termination: jiff::Timestamp,
+    longest_grace: Duration,
+) -> jiff::Timestamp {
+    let before = jiff::SignedDuration::try_from(longest_grace.saturating_add(FORCE_DELETE_MARGIN))
+        .unwrap_or(jiff::SignedDuration::MAX);
+    termination
+        .checked_sub(before)
+        .unwrap_or(jiff::Timestamp::MIN)
+}
 
 fn taints(node: &Node) -> &[Taint] {
     node.spec
@@ -48,11 +85,14 @@ fn timestamp(value: &Value) -> Option<jiff::Timestamp> {
 
 /// The signal `node` shows, if any, and what the policy makes of it. `claim` is the node's NodeClaim.
 /// `now` dates deadlines that a signal implies but does not carry (a spot notice seen now).
+/// `longest_grace` gives the longest terminationGracePeriodSeconds of the node's protected pods; it is
+/// asked only for a NodeClaim Karpenter terminates at a set time.
 pub fn detect(
     node: &Node,
     claim: Option<&Value>,
     policy: &SignalsSpec,
     now: jiff::Timestamp,
+    longest_grace: impl FnOnce() -> Duration,
 ) -> Option<NodeSignal> {
     let signal = |source, reason: &str, action: SignalAction, deadline| match action {
         SignalAction::Ignore => None,
@@ -70,7 +110,8 @@ pub fn detect(
         && claim["metadata"]["deletionTimestamp"].is_string()
     {
         let deadline =
-            timestamp(&claim["metadata"]["annotations"][TERMINATION_TIMESTAMP_ANNOTATION]);
+            timestamp(&claim["metadata"]["annotations"][TERMINATION_TIMESTAMP_ANNOTATION])
+                .map(|t| termination_deadline(t, longest_grace()));
         return signal(
             PlanSource::Karpenter,
             "NodeClaimDeleted",
@@ -176,6 +217,10 @@ mod tests {
         .expect("a test node")
     }
 
+    fn grace() -> Duration {
+        Duration::from_secs(30)
+    }
+
     fn now() -> jiff::Timestamp {
         "2026-12-01T12:00:00Z".parse().expect("valid")
     }
@@ -196,8 +241,14 @@ mod tests {
             false,
             json!({}),
         );
-        let s = detect(&node(json!([])), Some(&c), &SignalsSpec::default(), now())
-            .expect("drift is a signal");
+        let s = detect(
+            &node(json!([])),
+            Some(&c),
+            &SignalsSpec::default(),
+            now(),
+            grace,
+        )
+        .expect("drift is a signal");
         assert_eq!(
             (s.source, s.reason.as_str(), s.mode),
             (PlanSource::Karpenter, "Drifted", PlanMode::Release)
@@ -210,23 +261,86 @@ mod tests {
             json!({}),
         );
         assert_eq!(
-            detect(&node(json!([])), Some(&c), &SignalsSpec::default(), now()),
+            detect(
+                &node(json!([])),
+                Some(&c),
+                &SignalsSpec::default(),
+                now(),
+                grace
+            ),
             None
         );
     }
 
     #[test]
-    fn a_deleted_nodeclaim_carries_its_termination_timestamp() {
+    fn a_deleted_nodeclaims_deadline_comes_before_karpenter_deletes_the_first_protected_pod() {
         let c = claim(
             json!([{"type": "Drifted", "status": "True"}]),
             true,
             json!({TERMINATION_TIMESTAMP_ANNOTATION: "2026-12-01T12:30:00Z"}),
         );
-        let s = detect(&node(json!([])), Some(&c), &SignalsSpec::default(), now()).expect("signal");
+        // Karpenter deletes a pod with 120 s grace at 12:28:00; the backup must be verified 10 s before.
+        let s = detect(
+            &node(json!([])),
+            Some(&c),
+            &SignalsSpec::default(),
+            now(),
+            || Duration::from_secs(120),
+        )
+        .expect("signal");
         assert_eq!(s.reason, "NodeClaimDeleted");
         assert_eq!(
             s.deadline,
-            Some("2026-12-01T12:30:00Z".parse().expect("valid"))
+            Some("2026-12-01T12:27:50Z".parse().expect("valid"))
+        );
+        // Pods with no grace: Karpenter deletes them at the termination time itself.
+        let s = detect(
+            &node(json!([])),
+            Some(&c),
+            &SignalsSpec::default(),
+            now(),
+            || Duration::ZERO,
+        )
+        .expect("signal");
+        assert_eq!(
+            s.deadline,
+            Some("2026-12-01T12:29:50Z".parse().expect("valid"))
+        );
+        // No termination timestamp (no terminationGracePeriod): no deadline, and no pods are asked about.
+        let c = claim(json!([]), true, json!({}));
+        let s = detect(
+            &node(json!([])),
+            Some(&c),
+            &SignalsSpec::default(),
+            now(),
+            || panic!("the grace is asked only for a termination time"),
+        )
+        .expect("signal");
+        assert_eq!(s.deadline, None);
+    }
+
+    #[test]
+    fn the_longest_grace_counts_and_an_unset_grace_is_the_api_servers_default() {
+        let pod = |grace: Value| -> Pod {
+            serde_json::from_value(
+                json!({"spec": {"containers": [], "terminationGracePeriodSeconds": grace}}),
+            )
+            .expect("a pod")
+        };
+        assert_eq!(pod_grace(&pod(json!(45))), Duration::from_secs(45));
+        assert_eq!(pod_grace(&pod(json!(null))), Duration::from_secs(30));
+        assert_eq!(pod_grace(&pod(json!(-5))), Duration::ZERO);
+        let t: jiff::Timestamp = "2026-12-01T12:30:00Z".parse().expect("valid");
+        assert_eq!(
+            termination_deadline(t, Duration::from_secs(30)),
+            "2026-12-01T12:29:20Z"
+                .parse::<jiff::Timestamp>()
+                .expect("valid")
+        );
+        // A grace beyond any date does not overflow: the deadline is as early as can be.
+        assert_eq!(
+            termination_deadline(t, Duration::from_secs(u64::MAX)),
+            jiff::Timestamp::MIN
         );
     }
 
@@ -238,14 +352,20 @@ mod tests {
             json!({}),
         );
         assert_eq!(
-            detect(&node(json!([])), Some(&c), &SignalsSpec::default(), now()),
+            detect(
+                &node(json!([])),
+                Some(&c),
+                &SignalsSpec::default(),
+                now(),
+                grace
+            ),
             None
         );
         let releasing = SignalsSpec {
             consolidation: ConsolidationAction::Release,
             ..SignalsSpec::default()
         };
-        let s = detect(&node(json!([])), Some(&c), &releasing, now()).expect("released");
+        let s = detect(&node(json!([])), Some(&c), &releasing, now(), grace).expect("released");
         assert_eq!(s.reason, "Consolidatable");
     }
 
@@ -254,21 +374,27 @@ mod tests {
         let ca = node(
             json!([{"key": CLUSTER_AUTOSCALER_TAINT, "value": "1764590000", "effect": "NoSchedule"}]),
         );
-        let s = detect(&ca, None, &SignalsSpec::default(), now()).expect("CA");
+        let s = detect(&ca, None, &SignalsSpec::default(), now(), grace).expect("CA");
         assert_eq!(s.source, PlanSource::ClusterAutoscaler);
         let spot = node(
             json!([{"key": "aws-node-termination-handler/spot-itn", "value": "ev-1", "effect": "NoSchedule"}]),
         );
-        let s = detect(&spot, None, &SignalsSpec::default(), now()).expect("NTH");
+        let s = detect(&spot, None, &SignalsSpec::default(), now(), grace).expect("NTH");
         assert_eq!(s.source, PlanSource::NodeTerminationHandler);
         assert_eq!(s.deadline, Some(now() + SPOT_NOTICE));
         let karpenter = node(json!([{"key": KARPENTER_DISRUPTED_TAINT, "effect": "NoSchedule"}]));
         assert_eq!(
-            detect(&karpenter, None, &SignalsSpec::default(), now()).map(|s| s.reason),
+            detect(&karpenter, None, &SignalsSpec::default(), now(), grace).map(|s| s.reason),
             Some("Disrupting".into())
         );
         assert_eq!(
-            detect(&node(json!([])), None, &SignalsSpec::default(), now()),
+            detect(
+                &node(json!([])),
+                None,
+                &SignalsSpec::default(),
+                now(),
+                grace
+            ),
             None
         );
     }
@@ -285,8 +411,11 @@ mod tests {
             false,
             json!({}),
         );
-        assert_eq!(detect(&node(json!([])), Some(&c), &ignore, now()), None);
+        assert_eq!(
+            detect(&node(json!([])), Some(&c), &ignore, now(), grace),
+            None
+        );
         let ca = node(json!([{"key": CLUSTER_AUTOSCALER_TAINT, "effect": "NoSchedule"}]));
-        assert_eq!(detect(&ca, None, &ignore, now()), None);
+        assert_eq!(detect(&ca, None, &ignore, now(), grace), None);
     }
 }

@@ -185,7 +185,7 @@ impl Metrics {
         let hold_changes = Family::<HoldLabel, Counter>::default();
         registry.register(
             "hold_changes",
-            "Hold annotations snapdrain placed, released, restored or removed on pods",
+            "Hold annotations snapdrain placed, released, restored or removed on pods (node-placed, node-removed: on Nodes)",
             hold_changes.clone(),
         );
         let pods_held = Family::<HoldLabel, Gauge>::default();

@@ -58,8 +58,12 @@ fn not_ready(node: &Value) -> bool {
         })
 }
 
-/// Why a candidate may not be disrupted gracefully, if anything blocks it. `eventual` is Drift's
-/// class: pods' do-not-disrupt and PDBs do not block it when the NodeClaim has a TGP.
+/// Why a candidate may not be disrupted gracefully, if anything blocks it. The Node's own
+/// `karpenter.sh/do-not-disrupt` first, for every method (kubernetes-sigs/karpenter
+/// `pkg/controllers/state/statenode.go` `ValidateNodeDisruptable`); then the pods' do-not-disrupt and
+/// PDBs (`ValidatePodsDisruptable`), which do not block an `eventual` method (Drift,
+/// `pkg/controllers/disruption/drift.go` `Class`) when the NodeClaim has a terminationGracePeriod
+/// (`pkg/controllers/disruption/types.go` `NewCandidate`).
 fn blocked(
     claim: &Value,
     node: &Value,
@@ -464,4 +468,71 @@ fn start_command(
         }
         lock(&handle.shared.commands).remove(&name);
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(tgp: Option<&str>) -> Value {
+        let mut c = json!({"metadata": {"name": "c1"}, "spec": {}});
+        if let Some(t) = tgp {
+            c["spec"]["terminationGracePeriod"] = json!(t);
+        }
+        c
+    }
+
+    fn node(held: bool) -> Value {
+        let mut n = json!({"metadata": {"name": "n1"}});
+        if held {
+            n["metadata"]["annotations"] = json!({DO_NOT_DISRUPT: "true"});
+        }
+        n
+    }
+
+    fn held_pod() -> Arc<Value> {
+        Arc::new(
+            json!({"metadata": {"name": "pg-0", "namespace": "db", "labels": {"app": "pg"},
+                                     "annotations": {DO_NOT_DISRUPT: "true"}}}),
+        )
+    }
+
+    fn pdb_at_zero() -> Arc<Value> {
+        Arc::new(json!({"metadata": {"name": "pg", "namespace": "db"},
+                        "spec": {"selector": {"matchLabels": {"app": "pg"}}},
+                        "status": {"disruptionsAllowed": 0}}))
+    }
+
+    #[test]
+    fn drift_with_a_termination_grace_period_ignores_pod_holds_and_pdbs() {
+        let pods = [held_pod()];
+        let pdbs = [pdb_at_zero()];
+        let tgp = claim(Some("30s"));
+        assert_eq!(blocked(&tgp, &node(false), &pods, &pdbs, true), None);
+        // Without a TGP, or for a graceful (not eventual) method, the pod's hold blocks.
+        let why = blocked(&claim(None), &node(false), &pods, &pdbs, true).expect("blocked");
+        assert!(why.contains("pod db/pg-0"), "{why}");
+        let why = blocked(&tgp, &node(false), &pods, &pdbs, false).expect("blocked");
+        assert!(why.contains("pod db/pg-0"), "{why}");
+        // A PDB alone blocks unless eventual with a TGP.
+        let unheld = [Arc::new(
+            json!({"metadata": {"name": "pg-0", "namespace": "db", "labels": {"app": "pg"}}}),
+        )];
+        let why = blocked(&claim(None), &node(false), &unheld, &pdbs, true).expect("blocked");
+        assert!(why.contains("pdb db/pg"), "{why}");
+        assert_eq!(blocked(&tgp, &node(false), &unheld, &pdbs, true), None);
+    }
+
+    #[test]
+    fn the_nodes_own_do_not_disrupt_blocks_every_method_even_with_a_termination_grace_period() {
+        let tgp = claim(Some("30s"));
+        for eventual in [true, false] {
+            let why = blocked(&tgp, &node(true), &[], &[], eventual).expect("blocked");
+            assert!(why.contains("node n1"), "{why}");
+        }
+        // A value other than "true" does not count (Karpenter compares with "true").
+        let mut other = node(false);
+        other["metadata"]["annotations"] = json!({DO_NOT_DISRUPT: "false"});
+        assert_eq!(blocked(&tgp, &other, &[], &[], true), None);
+    }
 }

@@ -1,6 +1,11 @@
 //! The termination finalizer of a deleted NodeClaim: taint, tiered drain through the eviction API
 //! (429 → per-pod backoff 100 ms → 10 s), do-not-disrupt pods held until the termination grace
 //! period, wait for VolumeAttachments, terminate the instance, then release the Node and NodeClaim.
+//!
+//! Past `terminationTime − pod grace` a pod is DELETEd through the API instead, whatever its tier, PDB or
+//! do-not-disrupt (kubernetes-sigs/karpenter `pkg/controllers/node/termination/terminator/terminator.go`
+//! `Drain`: "deleteEligible ... across ALL tiers immediately"; `terminator/eviction.go` `needsForceDelete`,
+//! `forceDelete`: `gracePeriodSeconds = max(terminationTime − now, 1)`, the pod's uid as a precondition).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -123,9 +128,18 @@ async fn run(
                         set_condition(v, "Drained", "Unknown", "Draining", "Draining")
                     })?;
                 }
-                let first = drainable.iter().map(|p| tier(p)).min().unwrap_or(0);
-                for p in drainable.iter().filter(|p| tier(p) == first) {
-                    drain_pod(ctx, config, p, deadline, &mut backoff).await;
+                let now = jiff::Timestamp::now();
+                let (due, graceful): (Vec<&Arc<Value>>, Vec<&Arc<Value>>) = drainable
+                    .iter()
+                    .partition(|p| needs_force_delete(p, deadline, now));
+                for p in due {
+                    if let Some(deadline) = deadline {
+                        force_delete(ctx, config, p, deadline).await;
+                    }
+                }
+                let first = graceful.iter().map(|p| tier(p)).min().unwrap_or(0);
+                for p in graceful.into_iter().filter(|p| tier(p) == first) {
+                    drain_pod(ctx, config, p, &mut backoff).await;
                 }
                 tokio::time::sleep(config.requeue).await;
                 continue;
@@ -279,12 +293,79 @@ fn attachments(ctx: &WorldContext, node: &str, pvs: &HashSet<String>) -> Vec<Str
         .collect()
 }
 
-/// Evicts one pod (or, for a do-not-disrupt pod, deletes it once the grace period runs out).
+/// A pod's `terminationGracePeriodSeconds`; kube-apiserver defaults an unset one to 30.
+fn grace_of(pod: &Value) -> i64 {
+    pod.pointer("/spec/terminationGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(30)
+}
+
+/// Karpenter's `needsForceDelete`: the node terminates at `deadline` and the pod's own grace would
+/// run past it. A terminating pod is left to finish.
+fn needs_force_delete(
+    pod: &Value,
+    deadline: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> bool {
+    let Some(deadline) = deadline else {
+        return false;
+    };
+    if pod.pointer("/metadata/deletionTimestamp").is_some() {
+        return false;
+    }
+    now > deadline - jiff::SignedDuration::from_secs(grace_of(pod))
+}
+
+/// The grace Karpenter's `forceDelete` gives: what is left until the node's termination, at least 1 s
+/// (0 would remove the pod from etcd at once).
+fn force_delete_grace(deadline: jiff::Timestamp, now: jiff::Timestamp) -> i64 {
+    deadline.duration_since(now).as_secs().max(1)
+}
+
+/// DELETEs the pod through the API server as Karpenter's `forceDelete` does: no eviction, so neither a
+/// PDB nor an admission webhook on `pods/eviction` sees it.
+async fn force_delete(
+    ctx: &WorldContext,
+    config: &KarpenterConfig,
+    pod: &Value,
+    deadline: jiff::Timestamp,
+) {
+    let ns = meta_str(pod, "namespace").unwrap_or("").to_string();
+    let name = meta_str(pod, "name").unwrap_or("").to_string();
+    let uid = meta_str(pod, "uid").unwrap_or("").to_string();
+    let grace = force_delete_grace(deadline, jiff::Timestamp::now());
+    let params = kube::api::DeleteParams {
+        grace_period_seconds: u32::try_from(grace).ok(),
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(config.client.clone(), &ns);
+    let code = match api.delete(&name, &params).await {
+        Ok(_) => 200,
+        Err(kube::Error::Api(s)) => s.code,
+        Err(e) => {
+            tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "karpenter sim: force-delete failed");
+            0
+        }
+    };
+    ctx.audit.world(
+        "pod-deleted",
+        "pods",
+        Some(&ns),
+        Some(&name),
+        json!({"reason": "TerminationGracePeriodExpiring", "code": code, "gracePeriodSeconds": grace}),
+    );
+}
+
+/// Evicts one pod through the eviction API (a do-not-disrupt pod waits for [`force_delete`]).
 async fn drain_pod(
     ctx: &WorldContext,
     config: &KarpenterConfig,
     pod: &Value,
-    deadline: Option<jiff::Timestamp>,
     backoff: &mut HashMap<String, Backoff>,
 ) {
     if pod.pointer("/metadata/deletionTimestamp").is_some() {
@@ -293,36 +374,6 @@ async fn drain_pod(
     let ns = meta_str(pod, "namespace").unwrap_or("").to_string();
     let name = meta_str(pod, "name").unwrap_or("").to_string();
     let uid = meta_str(pod, "uid").unwrap_or("").to_string();
-    let grace = pod
-        .pointer("/spec/terminationGracePeriodSeconds")
-        .and_then(Value::as_i64)
-        .unwrap_or(30);
-    // Past terminationTime − pod grace, pods are deleted, skipping PDBs and do-not-disrupt.
-    if let Some(deadline) = deadline {
-        let delete_at = deadline - jiff::SignedDuration::from_secs(grace);
-        if jiff::Timestamp::now() >= delete_at {
-            let left = deadline
-                .duration_since(jiff::Timestamp::now())
-                .as_secs()
-                .max(1);
-            let opts = DeleteOptions {
-                grace_period_seconds: Some(left.min(grace)),
-                precondition_uid: Some(uid),
-                ..Default::default()
-            };
-            let _ = ctx
-                .store
-                .delete(&ResKey::core("pods"), Some(&ns), &name, &opts);
-            ctx.audit.world(
-                "pod-deleted",
-                "pods",
-                Some(&ns),
-                Some(&name),
-                json!({"reason": "TerminationGracePeriodExpiring"}),
-            );
-            return;
-        }
-    }
     if do_not_disrupt(pod) {
         return;
     }
@@ -355,5 +406,71 @@ async fn drain_pod(
                 },
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(grace: Option<i64>, terminating: bool) -> Value {
+        let mut p = json!({"metadata": {"name": "pg-0", "namespace": "db"}, "spec": {}});
+        if let Some(g) = grace {
+            p["spec"]["terminationGracePeriodSeconds"] = json!(g);
+        }
+        if terminating {
+            p["metadata"]["deletionTimestamp"] = json!("2026-12-01T12:00:00Z");
+        }
+        p
+    }
+
+    fn at(t: &str) -> jiff::Timestamp {
+        t.parse().expect("a test time")
+    }
+
+    #[test]
+    fn a_pod_is_force_deleted_once_its_grace_would_outlast_the_node() {
+        let end = Some(at("2026-12-01T12:10:00Z"));
+        // 60 s grace: deleted after 12:09:00, not at or before it.
+        assert!(!needs_force_delete(
+            &pod(Some(60), false),
+            end,
+            at("2026-12-01T12:09:00Z")
+        ));
+        assert!(needs_force_delete(
+            &pod(Some(60), false),
+            end,
+            at("2026-12-01T12:09:00.5Z")
+        ));
+        // No grace set: the API server's 30 s.
+        assert!(!needs_force_delete(
+            &pod(None, false),
+            end,
+            at("2026-12-01T12:09:20Z")
+        ));
+        assert!(needs_force_delete(
+            &pod(None, false),
+            end,
+            at("2026-12-01T12:09:31Z")
+        ));
+        // No termination time (no terminationGracePeriod): never; a terminating pod is left to finish.
+        assert!(!needs_force_delete(
+            &pod(Some(60), false),
+            None,
+            at("2026-12-01T13:00:00Z")
+        ));
+        assert!(!needs_force_delete(
+            &pod(Some(60), true),
+            end,
+            at("2026-12-01T13:00:00Z")
+        ));
+    }
+
+    #[test]
+    fn the_force_delete_grace_is_what_is_left_and_at_least_a_second() {
+        let end = at("2026-12-01T12:10:00Z");
+        assert_eq!(force_delete_grace(end, at("2026-12-01T12:09:15Z")), 45);
+        assert_eq!(force_delete_grace(end, at("2026-12-01T12:10:00Z")), 1);
+        assert_eq!(force_delete_grace(end, at("2026-12-01T12:20:00Z")), 1);
     }
 }

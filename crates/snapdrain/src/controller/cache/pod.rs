@@ -82,6 +82,8 @@ struct Spec {
     #[serde(default, deserialize_with = "interned")]
     priority_class_name: Option<Arc<str>>,
     priority: Option<i32>,
+    /// The signal watcher's deadline for a Karpenter termination (`signals::detect`).
+    termination_grace_period_seconds: Option<i64>,
     // No containers: no decision reads them (`to_pod` gives an empty list).
 }
 
@@ -268,6 +270,7 @@ impl CachedPod {
                 tolerations: s.tolerations.as_ref().map(|ts| ts.to_vec()),
                 priority_class_name: s.priority_class_name.as_deref().map(string),
                 priority: s.priority,
+                termination_grace_period_seconds: s.termination_grace_period_seconds,
                 volumes: s.volumes.as_ref().map(|vs| {
                     vs.iter()
                         .map(|v| Volume {

@@ -1,7 +1,7 @@
 //! What is dropped from an object before it is cached. Pods are cached as [`super::CachedPod`], which
 //! keeps metadata (labels, the annotations decisions read, owners, deletion, resourceVersion), `spec.nodeName`,
 //! `spec.volumes` (their PVC claim and emptyDir), the tolerations of the drain taint, `spec.priorityClassName`,
-//! `spec.priority`, `status.phase` and `status.startTime`; the other kinds lose managedFields and what
+//! `spec.priority`, `spec.terminationGracePeriodSeconds`, `status.phase` and `status.startTime`; the other kinds lose managedFields and what
 //! the functions below say. Every field a decision reads stays: planning (`planning::inventory`,
 //! `planning::node`, `planning::taint`, `planning::protection`), the drain step, the hold keeper, the
 //! signal watcher and the gate's decision. The tests below run those decisions on trimmed and untrimmed
@@ -109,6 +109,7 @@ mod tests {
                     "containers": [{"name": "main", "image": "postgres:17",
                                     "env": [{"name": "PGDATA", "value": "/data"}]}],
                     "serviceAccountName": "db",
+                    "terminationGracePeriodSeconds": 120,
                     "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
                                      "effect": "NoExecute", "tolerationSeconds": 300}],
                     "nodeSelector": {"zone": "a"}
@@ -269,6 +270,10 @@ mod tests {
                 p.spec.as_ref().and_then(|s| s.priority)
             );
             assert_eq!(
+                crate::signals::detect::pod_grace(&t),
+                crate::signals::detect::pod_grace(&p)
+            );
+            assert_eq!(
                 crate::planning::holds::state(&t),
                 crate::planning::holds::state(&p)
             );
@@ -400,8 +405,12 @@ mod tests {
                 serde_json::from_value(json!({"consolidation": "Release"})).expect("valid"),
             ] {
                 assert_eq!(
-                    detect(&node, Some(&as_json(&trimmed)), &signals, now),
-                    detect(&node, Some(&as_json(&full)), &signals, now),
+                    detect(&node, Some(&as_json(&trimmed)), &signals, now, || {
+                        std::time::Duration::from_secs(30)
+                    }),
+                    detect(&node, Some(&as_json(&full)), &signals, now, || {
+                        std::time::Duration::from_secs(30)
+                    }),
                     "{conditions} deleting={deleting}"
                 );
             }

@@ -1,5 +1,6 @@
-//! Release mode's hold steps: release the holds of exactly the pods a verified backup covers, tell when
-//! those pods have left, and restore the holds when the release window passes or the plan fails.
+//! Release mode's hold steps: release the holds of exactly the pods a verified backup covers (and the
+//! node's own hold once none of its pods is held), tell when those pods have left, and restore the holds
+//! when the release window passes or the plan fails.
 
 use std::collections::BTreeSet;
 
@@ -11,7 +12,7 @@ use crate::api::DisruptionPlan;
 use crate::api::plan::BackupPolicy;
 use crate::api::status::{BackupRecord, DisruptionPlanStatus, ReleasedPod};
 use crate::controller::error::ControllerError;
-use crate::controller::holds::apply;
+use crate::controller::holds::{apply, ensure_node, holds_its_node};
 use crate::controller::step::{Io, PlanView};
 use crate::planning::holds;
 
@@ -37,8 +38,10 @@ async fn get(io: &Io<'_>, namespace: &str, name: &str) -> Result<Option<Pod>, Co
         })
 }
 
-/// Releases the holds of the covered pods still on the plan's nodes. Returns the pods released (to
-/// record) and how many holds this call changed.
+/// Releases the holds of the covered pods still on the plan's nodes, then the hold of each node none of
+/// whose pods is held any more (Karpenter's drift honours only that one under a NodePool
+/// terminationGracePeriod: [`crate::planning::holds`]). Returns the pods released (to record) and how
+/// many holds this call changed.
 pub async fn release_holds(
     v: &PlanView<'_>,
     io: &Io<'_>,
@@ -81,7 +84,35 @@ pub async fn release_holds(
             uid: pod.uid().unwrap_or_default(),
         });
     }
+    changed += release_nodes(io, &nodes, &released).await;
     Ok((released, changed))
+}
+
+/// Takes snapdrain's hold off each of `nodes` none of whose pods is held now, `released` counted as
+/// released (the pod cache may not have seen those patches yet). Best effort: the hold keeper does the
+/// same on its next look. Returns how many nodes changed.
+async fn release_nodes(io: &Io<'_>, nodes: &BTreeSet<&str>, released: &[ReleasedPod]) -> u64 {
+    let released: BTreeSet<(&str, &str)> = released
+        .iter()
+        .map(|p| (p.namespace.as_str(), p.name.as_str()))
+        .collect();
+    let mut changed = 0;
+    for node in nodes {
+        let needed = super::inventory::pods_on_node(io.caches, node)
+            .iter()
+            .filter(|p| {
+                let (ns, name) = (p.namespace().unwrap_or_default(), p.name_any());
+                !released.contains(&(ns.as_str(), name.as_str()))
+            })
+            .any(holds_its_node);
+        if ensure_node(io.client, &io.caches.nodes, node, needed)
+            .await
+            .is_some()
+        {
+            changed += 1;
+        }
+    }
+    changed
 }
 
 /// Whether `record` may stand for the data of a pod with `claims` in `namespace`: verified, covering every
@@ -171,6 +202,10 @@ pub async fn release_newcomers(
             });
         }
     }
+    if !released.is_empty() {
+        let nodes: BTreeSet<&str> = v.status.nodes.iter().map(|n| n.name.as_str()).collect();
+        release_nodes(io, &nodes, &released).await;
+    }
     Ok((released, uncovered))
 }
 
@@ -202,10 +237,12 @@ pub async fn released_pods_gone(
     Ok(true)
 }
 
-/// Puts the holds back on the released pods that are still there (the same uid). Best effort per pod:
-/// the hold keeper restores whatever this misses once the plan is over. Returns how many came back.
+/// Puts the holds back on the released pods that are still there (the same uid), and on their nodes.
+/// Best effort per pod: the hold keeper restores whatever this misses once the plan is over. Returns how
+/// many pods came back.
 pub async fn restore_holds(released: &[ReleasedPod], io: &Io<'_>) -> usize {
     let mut restored = 0;
+    let mut nodes = BTreeSet::new();
     for p in released {
         let pod = match get(io, &p.namespace, &p.name).await {
             Ok(Some(pod)) if pod.uid().as_deref() == Some(p.uid.as_str()) => pod,
@@ -218,6 +255,9 @@ pub async fn restore_holds(released: &[ReleasedPod], io: &Io<'_>) -> usize {
         let Some(patch) = holds::restore(&pod) else {
             continue;
         };
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            nodes.insert(node);
+        }
         match apply(io.client, &pod, &patch).await {
             Ok(true) => restored += 1,
             Ok(false) => {}
@@ -225,6 +265,10 @@ pub async fn restore_holds(released: &[ReleasedPod], io: &Io<'_>) -> usize {
                 tracing::warn!(pod = %p.name, error = %e, "cannot restore a hold; the hold keeper will")
             }
         }
+    }
+    // A restored pod is held again, so its node is too.
+    for node in &nodes {
+        ensure_node(io.client, &io.caches.nodes, node, true).await;
     }
     restored
 }
