@@ -26,6 +26,7 @@ use snapdrain::controller::ControllerHandle;
 use snapdrain::controller::run::RunOptions;
 use snapdrain::webhook::{Lifetimes, WebhookConfig};
 use snapdrain_sim::apiserver::admission::ADDRESS_ANNOTATION;
+use snapdrain_sim::apiserver::faults::FaultRule;
 use snapdrain_testkit::eviction::{evict_with, namespace};
 use snapdrain_testkit::harness::{
     Harness, TIMEOUT, assert_no_eviction_before_verified_backup, fast_timings,
@@ -200,7 +201,7 @@ async fn kubectl_drain_waits_for_the_verified_backup_the_gate_names() {
     assert!(stderr.contains(&denied), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "DisruptionPlan {} was started for node {node}",
+            "starting DisruptionPlan {} for node {node}",
             plan.name_any()
         )),
         "the first refusal says which plan it started:\n{stderr}"
@@ -882,4 +883,113 @@ async fn a_cluster_autoscaler_scale_down_waits_at_the_gate_for_the_verified_back
         "the gate refused Cluster Autoscaler at least once"
     );
     assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plans[0]);
+}
+
+/// A value of the controller's metrics text: the sample line starting with `series` (full name and
+/// labels), read as a number.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// A slow API server never turns into an admitted eviction. kube-apiserver admits an eviction whose
+/// webhook does not answer within `timeoutSeconds` under `failurePolicy: Ignore` (kubernetes
+/// `staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/validating/dispatcher.go`: a call error,
+/// a timeout included, is ignored for an Ignore hook), and the simulator's admission does the same. Every
+/// read the gate used to make inside the admission call (GET pod, GET node, LIST of every plan) takes
+/// longer than the webhook's 5 s here: the gate still refuses kubectl drain's first eviction of a
+/// protected pod with 429, answers every review within a second, the plan is still created, and no
+/// protected pod leaves before its verified backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_api_server_never_lets_a_protected_pod_through_the_gate() {
+    let h = Harness::start().await;
+    let controller =
+        controller_with_gate(&h, "Ignore", Lifetimes::default(), Duration::from_secs(30)).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    let (ns, pod) = protected
+        .keys()
+        .next()
+        .and_then(|k| k.split_once('/'))
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .expect("a protected pod");
+    // The gate's caches are in once a dry run is held for the pod's backup, not for loading.
+    let client = client_without_retries(&h);
+    eventually_within("the gate has loaded", Duration::from_secs(30), || async {
+        match evict_with(&client, &ns, &pod, json!({}), "?dryRun=All").await {
+            Err(kube::Error::Api(s)) if s.code == 429 && !s.message.contains("loading") => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    for (verb, resource) in [
+        ("list", "disruptionplans.snapdrain.io"),
+        ("get", "nodes"),
+        ("get", "pods"),
+    ] {
+        h.cluster.faults.add(FaultRule {
+            verb: Some(verb.into()),
+            resource: Some(resource.into()),
+            latency_ms: 6_000,
+            ..FaultRule::default()
+        });
+    }
+
+    let k = Kubectl::new(&h.cluster);
+    let drain = k.spawn(&drain_args(&node, "--timeout=240s"));
+    let first = eventually_within(
+        "kubectl's first eviction of a protected pod",
+        Duration::from_secs(30),
+        || async {
+            h.audit().into_iter().find(|e| {
+                e.resource == "pods/eviction"
+                    && e.verb == "create"
+                    && protected.contains_key(&format!(
+                        "{}/{}",
+                        e.namespace.as_deref().unwrap_or_default(),
+                        e.name.as_deref().unwrap_or_default()
+                    ))
+                    && e.user_agent
+                        .as_deref()
+                        .is_some_and(|a| a.starts_with("kubectl"))
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        first.code,
+        Some(429),
+        "the first eviction of a protected pod is refused: {first:?}"
+    );
+    // While the API server stays slow: the gate's plan is created, backs the node up and releases it.
+    let plan = eventually_within("the gate's plan", Duration::from_secs(60), || async {
+        gate_plans(&h.client, &node).await.pop()
+    })
+    .await;
+    let plan = h
+        .wait_plan_until(&plan.name_any(), Duration::from_secs(120), |p| {
+            p.status.as_ref().is_some_and(|s| s.released_at.is_some())
+        })
+        .await;
+    // kubectl waits for each evicted pod's deletion with a GET a second: the rest of the drain runs at
+    // the API server's normal speed.
+    h.cluster.faults.set(Vec::new());
+    let (ok, stdout, stderr) = drain.finish().await;
+    assert!(ok, "kubectl drain completes:\n{stdout}\n{stderr}");
+    let plans = gate_plans(&h.client, &node).await;
+    assert_eq!(plans.len(), 1, "one plan for the node: {plans:#?}");
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+    let metrics = controller.metrics.render();
+    let answered = sample(&metrics, "snapdrain_gate_decision_duration_seconds_count ")
+        .expect("the gate answered");
+    let within_a_second = sample(
+        &metrics,
+        "snapdrain_gate_decision_duration_seconds_bucket{le=\"1.024\"} ",
+    )
+    .expect("the gate's latency histogram");
+    assert_eq!(
+        within_a_second, answered,
+        "every review answered within a second:\n{metrics}"
+    );
 }

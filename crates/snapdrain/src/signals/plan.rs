@@ -5,6 +5,8 @@
 //! (two webhook replicas, the signal watcher and the gate) end with one plan: the second create gets 409
 //! and joins.
 
+use std::borrow::Borrow;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -122,8 +124,8 @@ pub fn left_before_backup(
 }
 
 /// Decides where `signal` goes among `plans` (all plans, or at least those for its node).
-pub fn choose(plans: &[DisruptionPlan], signal: &NodeSignal) -> Choice {
-    let running = plans.iter().find(|p| {
+pub fn choose<P: Borrow<DisruptionPlan>>(plans: &[P], signal: &NodeSignal) -> Choice {
+    let running = plans.iter().map(Borrow::borrow).find(|p| {
         plan_covers(p, &signal.node)
             && !phase_of(p).is_terminal()
             && p.metadata.deletion_timestamp.is_none()
@@ -142,7 +144,11 @@ pub fn choose(plans: &[DisruptionPlan], signal: &NodeSignal) -> Choice {
     let mut run = 1;
     loop {
         let name = naming::signal_plan_name(&signal.node, &signal.node_uid, run);
-        match plans.iter().find(|p| p.name_any() == name) {
+        match plans
+            .iter()
+            .map(Borrow::borrow)
+            .find(|p| p.name_any() == name)
+        {
             None => return Choice::Create { name },
             // This signal's plan failed or was aborted: it stays so, rather than coming back as a new plan
             // on every look (a plan without records is taken as this signal's).
@@ -231,7 +237,16 @@ pub async fn join_or_create(
     // again, and join it. Twice is enough: after a 409 the plan exists.
     let mut taken = String::new();
     for _ in 0..2 {
-        match decide(&api, signal, defaults, protected).await? {
+        // Plans a signal made carry the node label; a person's plan naming the node does not, so all
+        // are read. Decoded one by one: a plan snapdrain cannot read is left out instead of failing
+        // the list.
+        let plans: Vec<DisruptionPlan> = lenient::list_decoded(&api.clone().into_client())
+            .await
+            .map_err(|source| SignalError::List {
+                node: signal.node.clone(),
+                source,
+            })?;
+        match decide(&api, &plans, signal, defaults, protected).await? {
             Ok(outcome) => return Ok(outcome),
             Err(name) => taken = name,
         }
@@ -239,31 +254,39 @@ pub async fn join_or_create(
     Ok(Outcome::Joined(taken))
 }
 
-/// One look at the plans: join, settle or create. `Err(name)` when the create of `name` met the same
+/// [`join_or_create`] over plans already in memory (a reflector's store): no LIST, one create or one
+/// patch at most. A 409 on create means the plan exists (another replica or the signal watcher made it
+/// at the same moment): it is joined as it is.
+pub async fn join_or_create_known<P: Borrow<DisruptionPlan>>(
+    client: &Client,
+    plans: &[P],
+    signal: &NodeSignal,
+    defaults: &DisruptionPlanSpec,
+    protected: &[String],
+) -> Result<Outcome, SignalError> {
+    let api: Api<DisruptionPlan> = Api::all(client.clone());
+    Ok(decide(&api, plans, signal, defaults, protected)
+        .await?
+        .unwrap_or_else(Outcome::Joined))
+}
+
+/// One look at `plans`: join, settle or create. `Err(name)` when the create of `name` met the same
 /// plan made meanwhile by another caller.
-async fn decide(
+async fn decide<P: Borrow<DisruptionPlan>>(
     api: &Api<DisruptionPlan>,
+    plans: &[P],
     signal: &NodeSignal,
     defaults: &DisruptionPlanSpec,
     protected: &[String],
 ) -> Result<Result<Outcome, String>, SignalError> {
-    // Plans a signal made carry the node label; a person's plan naming the node does not, so all are read.
-    // A list of plans is small (one per disrupted node, kept while they are wanted).
-    // Decoded one by one: a plan snapdrain cannot read is left out instead of failing the list.
-    let plans: Vec<DisruptionPlan> = lenient::list_decoded(&api.clone().into_client())
-        .await
-        .map_err(|source| SignalError::List {
-            node: signal.node.clone(),
-            source,
-        })?;
-    match choose(&plans, signal) {
+    match choose(plans, signal) {
         Choice::Join {
             plan,
             record,
             earlier_deadline,
         } => {
             if record || earlier_deadline.is_some() {
-                join(api, &plans, &plan, signal, record, earlier_deadline).await?;
+                join(api, plans, &plan, signal, record, earlier_deadline).await?;
             }
             Ok(Ok(Outcome::Joined(plan)))
         }
@@ -309,9 +332,9 @@ async fn decide(
     }
 }
 
-async fn join(
+async fn join<P: Borrow<DisruptionPlan>>(
     api: &Api<DisruptionPlan>,
-    plans: &[DisruptionPlan],
+    plans: &[P],
     name: &str,
     signal: &NodeSignal,
     record: bool,
@@ -319,6 +342,7 @@ async fn join(
 ) -> Result<(), SignalError> {
     let mut records = plans
         .iter()
+        .map(Borrow::borrow)
         .find(|p| p.name_any() == name)
         .map(records_of)
         .unwrap_or_default();
@@ -410,7 +434,10 @@ mod tests {
     fn a_first_signal_creates_a_plan_named_for_it() {
         let s = signal("Drifted", None);
         let name = naming::signal_plan_name("n1", "u1", 1);
-        assert_eq!(choose(&[], &s), Choice::Create { name: name.clone() });
+        assert_eq!(
+            choose::<DisruptionPlan>(&[], &s),
+            Choice::Create { name: name.clone() }
+        );
         let other = plan("other", &["n2"], PlanPhase::BackingUp);
         assert_eq!(choose(&[other], &s), Choice::Create { name });
     }
@@ -469,7 +496,10 @@ mod tests {
             source: PlanSource::EvictionGate,
             ..signal("EvictionRefused", None)
         };
-        assert_eq!(choose(&[], &taint), choose(&[], &gate));
+        assert_eq!(
+            choose::<DisruptionPlan>(&[], &taint),
+            choose::<DisruptionPlan>(&[], &gate)
+        );
     }
 
     #[test]

@@ -209,13 +209,13 @@ fn progress(plan: &DisruptionPlan, namespace: &str, now: jiff::Timestamp) -> Pla
 pub enum PlanNote {
     /// The reflector's view (the plan was there already).
     Known(PlanProgress),
-    /// This eviction created the plan (or joined one the reflector has not seen yet).
-    Started(String),
+    /// The plan (named) is being started or joined off the request path, or was moments ago.
+    Starting(String),
     /// The node's last plan for this signal failed or was aborted: it waits for a person.
     Settled { plan: String, phase: PlanPhase },
     /// A dry run: nothing was created.
     WouldStart,
-    /// The plan could not be created (the error is logged and counted).
+    /// The plan could not be started moments ago, or the start queue is full (the error is logged).
     NotStarted,
 }
 
@@ -245,8 +245,8 @@ pub fn message(held: &Held, note: &PlanNote) -> String {
             };
             format!("DisruptionPlan {} is {waits} ({wait})", p.name)
         }
-        PlanNote::Started(plan) => format!(
-            "DisruptionPlan {plan} was started for node {} to back them up (expected wait: unknown)",
+        PlanNote::Starting(plan) => format!(
+            "starting DisruptionPlan {plan} for node {} to back them up (expected wait: unknown)",
             held.node
         ),
         PlanNote::Settled { plan, phase } => format!(
@@ -264,6 +264,15 @@ pub fn message(held: &Held, note: &PlanNote) -> String {
         ),
     };
     format!("{head}; {tail}")
+}
+
+/// The message of a 429 while the gate's caches are still loading (`kinds`): the gate cannot tell a
+/// protected pod from another yet, and it does not ask the API server inside the admission call.
+pub fn loading_message(namespace: &str, name: &str, kinds: &[&str]) -> String {
+    format!(
+        "snapdrain holds the eviction of pod {namespace}/{name}: its eviction gate is still loading its {} cache(s) and cannot tell yet whether the pod is protected (expected wait: seconds; if this lasts, check snapdrain's log and that it may list and watch them)",
+        kinds.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -472,9 +481,9 @@ mod tests {
              DisruptionPlan gate-n1 is waiting for backup gate-n1-db-1 (phase BackingUp for 30s; \
              expected wait: unknown)"
         );
-        let started = message(&held, &PlanNote::Started("gate-n1".into()));
+        let started = message(&held, &PlanNote::Starting("gate-n1".into()));
         assert!(
-            started.contains("DisruptionPlan gate-n1 was started for node n1"),
+            started.contains("starting DisruptionPlan gate-n1 for node n1"),
             "{started}"
         );
         assert!(message(&held, &PlanNote::WouldStart).contains("dry run"));
