@@ -559,15 +559,17 @@ async fn a_restart_of_every_replica_lets_no_eviction_through_early() {
         .map(|(a, b)| (a.to_owned(), b.to_owned()))
         .expect("a protected pod");
     let client = client_without_retries(&h);
-    assert_eq!(
-        evict_code(&client, &ns, &pod).await,
-        429,
-        "held, a plan started"
-    );
-    let plan = gate_plans(&h.client, &node)
-        .await
-        .pop()
-        .expect("the first refusal started a plan");
+    // A drainer retrying: held, and the refusal starts the plan (off the request path, so it shows a
+    // moment later).
+    let plan = eventually_within(
+        "a refusal started a plan",
+        Duration::from_secs(30),
+        || async {
+            assert_eq!(evict_code(&client, &ns, &pod).await, 429, "held");
+            gate_plans(&h.client, &node).await.pop()
+        },
+    )
+    .await;
     let bundle = ca_bundle(&h.client).await;
     first.kill();
     // No replica serves: the API server cannot call the webhook, and Fail refuses the eviction.
@@ -992,4 +994,122 @@ async fn a_slow_api_server_never_lets_a_protected_pod_through_the_gate() {
         within_a_second, answered,
         "every review answered within a second:\n{metrics}"
     );
+}
+
+/// The gate's CA (PEM) from its Secret.
+async fn gate_ca(client: &Client) -> Vec<u8> {
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .get("snapdrain-webhook-tls")
+        .await
+        .expect("the gate's Secret")
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ca.crt"))
+        .expect("a CA in the Secret")
+        .0
+        .clone()
+}
+
+/// A slowloris client: opens TLS to the gate as kube-apiserver would (trusting its CA, under the
+/// Service's name), starts a request and sends its headers a byte every half second. Returns how long
+/// the gate kept the connection open.
+async fn slowloris(addr: SocketAddr, ca: Vec<u8>) -> Duration {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
+        roots.add(cert.expect("CA PEM")).expect("a CA certificate");
+    }
+    let mut tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the gate");
+    let name =
+        rustls::pki_types::ServerName::try_from(format!("{SERVICE}.{NS}.svc")).expect("a DNS name");
+    let mut stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls))
+        .connect(name, tcp)
+        .await
+        .expect("the TLS handshake");
+    let opened = tokio::time::Instant::now();
+    stream
+        .write_all(format!("POST /validate HTTP/1.1\r\nHost: {SERVICE}.{NS}.svc\r\n").as_bytes())
+        .await
+        .expect("the request line");
+    let mut trickle = b"content-type: application/json\r\n".iter().cycle();
+    let mut buf = [0u8; 256];
+    loop {
+        tokio::select! {
+            read = stream.read(&mut buf) => match read {
+                Ok(n) if n > 0 => {}
+                _ => return opened.elapsed(),
+            },
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                let byte = [*trickle.next().expect("cycles forever")];
+                if stream.write_all(&byte).await.is_err() || stream.flush().await.is_err() {
+                    return opened.elapsed();
+                }
+            }
+        }
+    }
+}
+
+/// Slow clients never keep reviews from being answered (security review H-2): while 40 connections
+/// trickle their headers, every eviction the API server sends through the gate is answered (with
+/// `failurePolicy: Fail`, an unanswered call would be a 500, not the gate's 429), and the gate closes
+/// each slow connection once its first request is late (`webhook::limits::FIRST_REQUEST`), so they
+/// cannot pile up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_clients_never_keep_reviews_from_being_answered() {
+    let h = Harness::start().await;
+    let controller =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let addr = controller.webhook_addr.expect("the gate listens");
+    let node = h.node_with_statefulset_pods().await;
+    let (ns, pod) = h
+        .protected_pods_on(&node)
+        .await
+        .into_keys()
+        .next()
+        .and_then(|k| k.split_once('/').map(|(a, b)| (a.to_owned(), b.to_owned())))
+        .expect("a protected pod");
+    let client = client_without_retries(&h);
+    let held = || async {
+        match evict_with(&client, &ns, &pod, json!({}), "?dryRun=All").await {
+            Err(kube::Error::Api(s)) => (s.code, s.message),
+            other => (0, format!("{other:?}")),
+        }
+    };
+    eventually_within("the gate has loaded", Duration::from_secs(30), || async {
+        let (code, message) = held().await;
+        (code == 429 && !message.contains("loading")).then_some(())
+    })
+    .await;
+    let ca = gate_ca(&h.client).await;
+    let slow: Vec<_> = (0..40)
+        .map(|_| tokio::spawn(slowloris(addr, ca.clone())))
+        .collect();
+    for _ in 0..20 {
+        let asked = tokio::time::Instant::now();
+        let (code, message) = held().await;
+        assert_eq!(code, 429, "the gate answered: {message}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "answered in {:?}",
+            asked.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let limit = snapdrain::webhook::limits::FIRST_REQUEST + Duration::from_secs(10);
+    for s in slow {
+        let kept = tokio::time::timeout(limit, s)
+            .await
+            .unwrap_or_else(|_| panic!("a slowloris connection was still open after {limit:?}"))
+            .expect("the slow client ran");
+        assert!(
+            kept >= snapdrain::webhook::limits::FIRST_REQUEST - Duration::from_secs(1),
+            "closed after {kept:?}: not before its first request was late"
+        );
+    }
 }

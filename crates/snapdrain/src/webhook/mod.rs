@@ -10,6 +10,7 @@
 //! - [`certs`]: pure: the CA and serving certificate, and when to renew them.
 //! - [`keeper`]: the certificates' Secret and the configuration's caBundle.
 //! - [`server`]: HTTPS with certificates swapped per handshake.
+//! - [`limits`]: the server's caps and timeouts.
 //!
 //! Every replica serves the gate (not only the Lease holder): decisions read caches only, and plan
 //! creation is safe from any replica (deterministic names, 409 joins).
@@ -19,6 +20,7 @@ pub mod decision;
 pub mod error;
 pub mod gate;
 pub mod keeper;
+pub mod limits;
 pub mod review;
 pub mod server;
 pub mod starter;
