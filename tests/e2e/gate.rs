@@ -1113,3 +1113,30 @@ async fn slow_clients_never_keep_reviews_from_being_answered() {
         );
     }
 }
+
+/// snapdrain's own Execute plan under `backup.policy: skip` drains its node with the gate on (review
+/// #9): the plan's drain evicts protected pods with no backup, as the person asked
+/// (`planning::drain::gate_eviction`), and the gate lets those evictions through instead of refusing
+/// them until the drain times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_gate_lets_snapdrains_own_drain_without_a_required_backup_through() {
+    let h = Harness::start().await;
+    let _controller =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    h.create_plan(
+        "skip-backup",
+        json!({"nodes": [node], "backup": {"policy": "skip"}}),
+    )
+    .await;
+    eventually_within(
+        "the plan evicted the protected pods",
+        Duration::from_secs(90),
+        || async {
+            let evicted: Vec<String> = h.accepted_evictions().into_iter().map(|(p, _)| p).collect();
+            protected.keys().all(|p| evicted.contains(p)).then_some(())
+        },
+    )
+    .await;
+}
