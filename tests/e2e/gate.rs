@@ -26,6 +26,7 @@ use snapdrain::controller::ControllerHandle;
 use snapdrain::controller::run::RunOptions;
 use snapdrain::webhook::{Lifetimes, WebhookConfig};
 use snapdrain_sim::apiserver::admission::ADDRESS_ANNOTATION;
+use snapdrain_sim::apiserver::faults::FaultRule;
 use snapdrain_testkit::eviction::{evict_with, namespace};
 use snapdrain_testkit::harness::{
     Harness, TIMEOUT, assert_no_eviction_before_verified_backup, fast_timings,
@@ -200,7 +201,7 @@ async fn kubectl_drain_waits_for_the_verified_backup_the_gate_names() {
     assert!(stderr.contains(&denied), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "DisruptionPlan {} was started for node {node}",
+            "starting DisruptionPlan {} for node {node}",
             plan.name_any()
         )),
         "the first refusal says which plan it started:\n{stderr}"
@@ -558,15 +559,17 @@ async fn a_restart_of_every_replica_lets_no_eviction_through_early() {
         .map(|(a, b)| (a.to_owned(), b.to_owned()))
         .expect("a protected pod");
     let client = client_without_retries(&h);
-    assert_eq!(
-        evict_code(&client, &ns, &pod).await,
-        429,
-        "held, a plan started"
-    );
-    let plan = gate_plans(&h.client, &node)
-        .await
-        .pop()
-        .expect("the first refusal started a plan");
+    // A drainer retrying: held, and the refusal starts the plan (off the request path, so it shows a
+    // moment later).
+    let plan = eventually_within(
+        "a refusal started a plan",
+        Duration::from_secs(30),
+        || async {
+            assert_eq!(evict_code(&client, &ns, &pod).await, 429, "held");
+            gate_plans(&h.client, &node).await.pop()
+        },
+    )
+    .await;
     let bundle = ca_bundle(&h.client).await;
     first.kill();
     // No replica serves: the API server cannot call the webhook, and Fail refuses the eviction.
@@ -882,4 +885,258 @@ async fn a_cluster_autoscaler_scale_down_waits_at_the_gate_for_the_verified_back
         "the gate refused Cluster Autoscaler at least once"
     );
     assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plans[0]);
+}
+
+/// A value of the controller's metrics text: the sample line starting with `series` (full name and
+/// labels), read as a number.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+}
+
+/// A slow API server never turns into an admitted eviction. kube-apiserver admits an eviction whose
+/// webhook does not answer within `timeoutSeconds` under `failurePolicy: Ignore` (kubernetes
+/// `staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/validating/dispatcher.go`: a call error,
+/// a timeout included, is ignored for an Ignore hook), and the simulator's admission does the same. Every
+/// read the gate used to make inside the admission call (GET pod, GET node, LIST of every plan) takes
+/// longer than the webhook's 5 s here: the gate still refuses kubectl drain's first eviction of a
+/// protected pod with 429, answers every review within a second, the plan is still created, and no
+/// protected pod leaves before its verified backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_api_server_never_lets_a_protected_pod_through_the_gate() {
+    let h = Harness::start().await;
+    let controller =
+        controller_with_gate(&h, "Ignore", Lifetimes::default(), Duration::from_secs(30)).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    let (ns, pod) = protected
+        .keys()
+        .next()
+        .and_then(|k| k.split_once('/'))
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .expect("a protected pod");
+    // The gate's caches are in once a dry run is held for the pod's backup, not for loading.
+    let client = client_without_retries(&h);
+    eventually_within("the gate has loaded", Duration::from_secs(30), || async {
+        match evict_with(&client, &ns, &pod, json!({}), "?dryRun=All").await {
+            Err(kube::Error::Api(s)) if s.code == 429 && !s.message.contains("loading") => Some(()),
+            _ => None,
+        }
+    })
+    .await;
+    for (verb, resource) in [
+        ("list", "disruptionplans.snapdrain.io"),
+        ("get", "nodes"),
+        ("get", "pods"),
+    ] {
+        h.cluster.faults.add(FaultRule {
+            verb: Some(verb.into()),
+            resource: Some(resource.into()),
+            latency_ms: 6_000,
+            ..FaultRule::default()
+        });
+    }
+
+    let k = Kubectl::new(&h.cluster);
+    let drain = k.spawn(&drain_args(&node, "--timeout=240s"));
+    let first = eventually_within(
+        "kubectl's first eviction of a protected pod",
+        Duration::from_secs(30),
+        || async {
+            h.audit().into_iter().find(|e| {
+                e.resource == "pods/eviction"
+                    && e.verb == "create"
+                    && protected.contains_key(&format!(
+                        "{}/{}",
+                        e.namespace.as_deref().unwrap_or_default(),
+                        e.name.as_deref().unwrap_or_default()
+                    ))
+                    && e.user_agent
+                        .as_deref()
+                        .is_some_and(|a| a.starts_with("kubectl"))
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        first.code,
+        Some(429),
+        "the first eviction of a protected pod is refused: {first:?}"
+    );
+    // While the API server stays slow: the gate's plan is created, backs the node up and releases it.
+    let plan = eventually_within("the gate's plan", Duration::from_secs(60), || async {
+        gate_plans(&h.client, &node).await.pop()
+    })
+    .await;
+    let plan = h
+        .wait_plan_until(&plan.name_any(), Duration::from_secs(120), |p| {
+            p.status.as_ref().is_some_and(|s| s.released_at.is_some())
+        })
+        .await;
+    // kubectl waits for each evicted pod's deletion with a GET a second: the rest of the drain runs at
+    // the API server's normal speed.
+    h.cluster.faults.set(Vec::new());
+    let (ok, stdout, stderr) = drain.finish().await;
+    assert!(ok, "kubectl drain completes:\n{stdout}\n{stderr}");
+    let plans = gate_plans(&h.client, &node).await;
+    assert_eq!(plans.len(), 1, "one plan for the node: {plans:#?}");
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+    let metrics = controller.metrics.render();
+    let answered = sample(&metrics, "snapdrain_gate_decision_duration_seconds_count ")
+        .expect("the gate answered");
+    let within_a_second = sample(
+        &metrics,
+        "snapdrain_gate_decision_duration_seconds_bucket{le=\"1.024\"} ",
+    )
+    .expect("the gate's latency histogram");
+    assert_eq!(
+        within_a_second, answered,
+        "every review answered within a second:\n{metrics}"
+    );
+}
+
+/// The gate's CA (PEM) from its Secret.
+async fn gate_ca(client: &Client) -> Vec<u8> {
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .get("snapdrain-webhook-tls")
+        .await
+        .expect("the gate's Secret")
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ca.crt"))
+        .expect("a CA in the Secret")
+        .0
+        .clone()
+}
+
+/// A slowloris client: opens TLS to the gate as kube-apiserver would (trusting its CA, under the
+/// Service's name), starts a request and sends its headers a byte every half second. Returns how long
+/// the gate kept the connection open.
+async fn slowloris(addr: SocketAddr, ca: Vec<u8>) -> Duration {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
+        roots.add(cert.expect("CA PEM")).expect("a CA certificate");
+    }
+    let mut tls = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the gate");
+    let name =
+        rustls::pki_types::ServerName::try_from(format!("{SERVICE}.{NS}.svc")).expect("a DNS name");
+    let mut stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls))
+        .connect(name, tcp)
+        .await
+        .expect("the TLS handshake");
+    let opened = tokio::time::Instant::now();
+    stream
+        .write_all(format!("POST /validate HTTP/1.1\r\nHost: {SERVICE}.{NS}.svc\r\n").as_bytes())
+        .await
+        .expect("the request line");
+    let mut trickle = b"content-type: application/json\r\n".iter().cycle();
+    let mut buf = [0u8; 256];
+    loop {
+        tokio::select! {
+            read = stream.read(&mut buf) => match read {
+                Ok(n) if n > 0 => {}
+                _ => return opened.elapsed(),
+            },
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                let byte = [*trickle.next().expect("cycles forever")];
+                if stream.write_all(&byte).await.is_err() || stream.flush().await.is_err() {
+                    return opened.elapsed();
+                }
+            }
+        }
+    }
+}
+
+/// Slow clients never keep reviews from being answered (security review H-2): while 40 connections
+/// trickle their headers, every eviction the API server sends through the gate is answered (with
+/// `failurePolicy: Fail`, an unanswered call would be a 500, not the gate's 429), and the gate closes
+/// each slow connection once its first request is late (`webhook::limits::FIRST_REQUEST`), so they
+/// cannot pile up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn slow_clients_never_keep_reviews_from_being_answered() {
+    let h = Harness::start().await;
+    let controller =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let addr = controller.webhook_addr.expect("the gate listens");
+    let node = h.node_with_statefulset_pods().await;
+    let (ns, pod) = h
+        .protected_pods_on(&node)
+        .await
+        .into_keys()
+        .next()
+        .and_then(|k| k.split_once('/').map(|(a, b)| (a.to_owned(), b.to_owned())))
+        .expect("a protected pod");
+    let client = client_without_retries(&h);
+    let held = || async {
+        match evict_with(&client, &ns, &pod, json!({}), "?dryRun=All").await {
+            Err(kube::Error::Api(s)) => (s.code, s.message),
+            other => (0, format!("{other:?}")),
+        }
+    };
+    eventually_within("the gate has loaded", Duration::from_secs(30), || async {
+        let (code, message) = held().await;
+        (code == 429 && !message.contains("loading")).then_some(())
+    })
+    .await;
+    let ca = gate_ca(&h.client).await;
+    let slow: Vec<_> = (0..40)
+        .map(|_| tokio::spawn(slowloris(addr, ca.clone())))
+        .collect();
+    for _ in 0..20 {
+        let asked = tokio::time::Instant::now();
+        let (code, message) = held().await;
+        assert_eq!(code, 429, "the gate answered: {message}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "answered in {:?}",
+            asked.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let limit = snapdrain::webhook::limits::FIRST_REQUEST + Duration::from_secs(10);
+    for s in slow {
+        let kept = tokio::time::timeout(limit, s)
+            .await
+            .unwrap_or_else(|_| panic!("a slowloris connection was still open after {limit:?}"))
+            .expect("the slow client ran");
+        assert!(
+            kept >= snapdrain::webhook::limits::FIRST_REQUEST - Duration::from_secs(1),
+            "closed after {kept:?}: not before its first request was late"
+        );
+    }
+}
+
+/// snapdrain's own Execute plan under `backup.policy: skip` drains its node with the gate on (review
+/// #9): the plan's drain evicts protected pods with no backup, as the person asked
+/// (`planning::drain::gate_eviction`), and the gate lets those evictions through instead of refusing
+/// them until the drain times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_gate_lets_snapdrains_own_drain_without_a_required_backup_through() {
+    let h = Harness::start().await;
+    let _controller =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    h.create_plan(
+        "skip-backup",
+        json!({"nodes": [node], "backup": {"policy": "skip"}}),
+    )
+    .await;
+    eventually_within(
+        "the plan evicted the protected pods",
+        Duration::from_secs(90),
+        || async {
+            let evicted: Vec<String> = h.accepted_evictions().into_iter().map(|(p, _)| p).collect();
+            protected.keys().all(|p| evicted.contains(p)).then_some(())
+        },
+    )
+    .await;
 }

@@ -14,4 +14,4 @@ pub mod plan;
 pub mod window;
 
 pub use error::SignalError;
-pub use plan::{NodeSignal, Outcome, join_or_create, spec_for};
+pub use plan::{NodeSignal, Outcome, join_or_create, join_or_create_known, spec_for};

@@ -255,7 +255,16 @@ pub async fn join_or_create(
     // again, and join it. Twice is enough: after a 409 the plan exists.
     let mut taken = String::new();
     for _ in 0..2 {
-        match decide(&api, signal, defaults, protected).await? {
+        // Plans a signal made carry the node label; a person's plan naming the node does not, so all
+        // are read. Decoded one by one: a plan snapdrain cannot read is left out instead of failing
+        // the list.
+        let plans: Vec<DisruptionPlan> = lenient::list_decoded(&api.clone().into_client())
+            .await
+            .map_err(|source| SignalError::List {
+                node: signal.node.clone(),
+                source,
+            })?;
+        match decide(&api, &plans, signal, defaults, protected).await? {
             Ok(outcome) => return Ok(outcome),
             Err(name) => taken = name,
         }
@@ -263,31 +272,39 @@ pub async fn join_or_create(
     Ok(Outcome::Joined(taken))
 }
 
-/// One look at the plans: join, settle or create. `Err(name)` when the create of `name` met the same
+/// [`join_or_create`] over plans already in memory (a reflector's store): no LIST, one create or one
+/// patch at most. A 409 on create means the plan exists (another replica or the signal watcher made it
+/// at the same moment): it is joined as it is.
+pub async fn join_or_create_known<P: Borrow<DisruptionPlan>>(
+    client: &Client,
+    plans: &[P],
+    signal: &NodeSignal,
+    defaults: &DisruptionPlanSpec,
+    protected: &[String],
+) -> Result<Outcome, SignalError> {
+    let api: Api<DisruptionPlan> = Api::all(client.clone());
+    Ok(decide(&api, plans, signal, defaults, protected)
+        .await?
+        .unwrap_or_else(Outcome::Joined))
+}
+
+/// One look at `plans`: join, settle or create. `Err(name)` when the create of `name` met the same
 /// plan made meanwhile by another caller.
-async fn decide(
+async fn decide<P: Borrow<DisruptionPlan>>(
     api: &Api<DisruptionPlan>,
+    plans: &[P],
     signal: &NodeSignal,
     defaults: &DisruptionPlanSpec,
     protected: &[String],
 ) -> Result<Result<Outcome, String>, SignalError> {
-    // Plans a signal made carry the node label; a person's plan naming the node does not, so all are read.
-    // A list of plans is small (one per disrupted node, kept while they are wanted).
-    // Decoded one by one: a plan snapdrain cannot read is left out instead of failing the list.
-    let plans: Vec<DisruptionPlan> = lenient::list_decoded(&api.clone().into_client())
-        .await
-        .map_err(|source| SignalError::List {
-            node: signal.node.clone(),
-            source,
-        })?;
-    match choose(&plans, signal) {
+    match choose(plans, signal) {
         Choice::Join {
             plan,
             record,
             earlier_deadline,
         } => {
             if record || earlier_deadline.is_some() {
-                join(api, &plans, &plan, signal, record, earlier_deadline).await?;
+                join(api, plans, &plan, signal, record, earlier_deadline).await?;
             }
             Ok(Ok(Outcome::Joined(plan)))
         }
@@ -333,9 +350,9 @@ async fn decide(
     }
 }
 
-async fn join(
+async fn join<P: Borrow<DisruptionPlan>>(
     api: &Api<DisruptionPlan>,
-    plans: &[DisruptionPlan],
+    plans: &[P],
     name: &str,
     signal: &NodeSignal,
     record: bool,
@@ -343,6 +360,7 @@ async fn join(
 ) -> Result<(), SignalError> {
     let mut records = plans
         .iter()
+        .map(Borrow::borrow)
         .find(|p| p.name_any() == name)
         .map(records_of)
         .unwrap_or_default();

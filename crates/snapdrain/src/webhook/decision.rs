@@ -11,8 +11,9 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::api::DisruptionPlan;
+use crate::api::plan::BackupPolicy;
 use crate::api::status::{BackupRecord, PlanPhase};
+use crate::api::{DisruptionPlan, PlanMode};
 use crate::planning::inventory::pvc_claims;
 
 /// What the gate answers for one eviction.
@@ -31,6 +32,9 @@ pub enum Allowed {
     NotScheduled,
     /// Verified backups cover all its PVCs; the plans that hold them.
     Covered { plans: Vec<String> },
+    /// A running plan for its node lets it go without a verified backup, as snapdrain's own drain does
+    /// under that plan's `backup.policy` (the plan named).
+    Waived { plan: String },
 }
 
 /// A protected pod whose PVCs are not all covered yet.
@@ -75,6 +79,45 @@ fn plan_covers_node(plan: &DisruptionPlan, node: &str) -> bool {
             .status
             .as_ref()
             .is_some_and(|s| s.nodes.iter().any(|n| n.name == node))
+}
+
+/// The running plan for `node` that lets `pod` go without a verified backup, as snapdrain itself does
+/// (review #9: otherwise the gate refuses snapdrain's own evictions and those it meant to allow):
+/// - an Execute plan whose `backup.policy` is `best-effort` or `skip`, once it drains: its own drain
+///   evicts every pod then (`planning::drain::gate_eviction`), so another drainer going first changes
+///   nothing;
+/// - a Release plan under `best-effort` or `skip` that released this very pod (`status.releasedPods`,
+///   same uid: a pod re-created under the name is not it), as `controller::steps::release::covered`
+///   releases pods whose backup did not verify under best-effort.
+///
+/// Under `required` nothing is waived: only a verified backup lets a protected pod go.
+fn waived_by<'a>(
+    pod: &Pod,
+    node: &str,
+    plans: &[&'a DisruptionPlan],
+) -> Option<&'a DisruptionPlan> {
+    let namespace = pod.namespace().unwrap_or_default();
+    let name = pod.name_any();
+    let uid = pod.uid().unwrap_or_default();
+    plans.iter().copied().find(|p| {
+        if p.spec.backup.policy == BackupPolicy::Required
+            || !running(p)
+            || !plan_covers_node(p, node)
+        {
+            return false;
+        }
+        match p.spec.mode {
+            PlanMode::Execute => matches!(
+                phase_of(p),
+                PlanPhase::Draining | PlanPhase::Terminating | PlanPhase::Replacing
+            ),
+            PlanMode::Release => p.status.as_ref().is_some_and(|s| {
+                s.released_pods
+                    .iter()
+                    .any(|r| r.namespace == namespace && r.name == name && r.uid == uid)
+            }),
+        }
+    })
 }
 
 /// True for a pod of Velero's node-agent: the DaemonSet `node-agent` whose pods carry `name: node-agent`,
@@ -146,6 +189,10 @@ pub fn decide<P: Borrow<DisruptionPlan>>(
     else {
         return Decision::Allow(Allowed::NotScheduled);
     };
+    let all: Vec<&DisruptionPlan> = plans.iter().map(Borrow::borrow).collect();
+    if let Some(p) = waived_by(pod, &node, &all) {
+        return Decision::Allow(Allowed::Waived { plan: p.name_any() });
+    }
     let namespace = pod.namespace().unwrap_or_default();
     let claims: BTreeSet<&str> = pvc_claims(pod).collect();
     let mut covering = BTreeSet::new();
@@ -209,13 +256,13 @@ fn progress(plan: &DisruptionPlan, namespace: &str, now: jiff::Timestamp) -> Pla
 pub enum PlanNote {
     /// The reflector's view (the plan was there already).
     Known(PlanProgress),
-    /// This eviction created the plan (or joined one the reflector has not seen yet).
-    Started(String),
+    /// The plan (named) is being started or joined off the request path, or was moments ago.
+    Starting(String),
     /// The node's last plan for this signal failed or was aborted: it waits for a person.
     Settled { plan: String, phase: PlanPhase },
     /// A dry run: nothing was created.
     WouldStart,
-    /// The plan could not be created (the error is logged and counted).
+    /// The plan could not be started moments ago, or the start queue is full (the error is logged).
     NotStarted,
 }
 
@@ -245,8 +292,8 @@ pub fn message(held: &Held, note: &PlanNote) -> String {
             };
             format!("DisruptionPlan {} is {waits} ({wait})", p.name)
         }
-        PlanNote::Started(plan) => format!(
-            "DisruptionPlan {plan} was started for node {} to back them up (expected wait: unknown)",
+        PlanNote::Starting(plan) => format!(
+            "starting DisruptionPlan {plan} for node {} to back them up (expected wait: unknown)",
             held.node
         ),
         PlanNote::Settled { plan, phase } => format!(
@@ -264,6 +311,15 @@ pub fn message(held: &Held, note: &PlanNote) -> String {
         ),
     };
     format!("{head}; {tail}")
+}
+
+/// The message of a 429 while the gate's caches are still loading (`kinds`): the gate cannot tell a
+/// protected pod from another yet, and it does not ask the API server inside the admission call.
+pub fn loading_message(namespace: &str, name: &str, kinds: &[&str]) -> String {
+    format!(
+        "snapdrain holds the eviction of pod {namespace}/{name}: its eviction gate is still loading its {} cache(s) and cannot tell yet whether the pod is protected (expected wait: seconds; if this lasts, check snapdrain's log and that it may list and watch them)",
+        kinds.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -452,6 +508,83 @@ mod tests {
         }
     }
 
+    fn plan_with(
+        mode: &str,
+        policy: &str,
+        phase: &str,
+        status: serde_json::Value,
+    ) -> DisruptionPlan {
+        let mut status = status;
+        status["phase"] = json!(phase);
+        serde_json::from_value(json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": "p"},
+            "spec": {"nodes": ["n1"], "mode": mode, "backup": {"policy": policy}},
+            "status": status
+        }))
+        .expect("a plan from JSON")
+    }
+
+    #[test]
+    fn snapdrains_own_drain_without_a_required_backup_is_not_refused() {
+        let mut p = pod(Some("n1"), &["data"]);
+        p.metadata.uid = Some("u-pg-0".into());
+        let decide_with = |plan: DisruptionPlan| decide(&p, protects, &[plan], now());
+        let waived = Decision::Allow(Allowed::Waived { plan: "p".into() });
+        // An Execute plan under skip or best-effort evicts every pod itself once it drains.
+        for policy in ["skip", "best-effort"] {
+            assert_eq!(
+                decide_with(plan_with("Execute", policy, "Draining", json!({}))),
+                waived
+            );
+            // Not before: until it drains, the plan may still be backing the pod up.
+            assert!(matches!(
+                decide_with(plan_with("Execute", policy, "BackingUp", json!({}))),
+                Decision::Deny(_)
+            ));
+        }
+        // Under required, only a verified backup counts, whatever the phase.
+        assert!(matches!(
+            decide_with(plan_with("Execute", "required", "Draining", json!({}))),
+            Decision::Deny(_)
+        ));
+        // A best-effort Release plan lets go exactly the pods it released (same uid).
+        let released =
+            |uid: &str| json!({"releasedPods": [{"namespace": "db", "name": "pg-0", "uid": uid}]});
+        assert_eq!(
+            decide_with(plan_with(
+                "Release",
+                "best-effort",
+                "Draining",
+                released("u-pg-0")
+            )),
+            waived
+        );
+        assert!(matches!(
+            decide_with(plan_with(
+                "Release",
+                "best-effort",
+                "Draining",
+                released("other")
+            )),
+            Decision::Deny(_)
+        ));
+        assert!(matches!(
+            decide_with(plan_with(
+                "Release",
+                "required",
+                "Draining",
+                released("u-pg-0")
+            )),
+            Decision::Deny(_)
+        ));
+        // A finished plan waives nothing.
+        assert!(matches!(
+            decide_with(plan_with("Execute", "skip", "Completed", json!({}))),
+            Decision::Deny(_)
+        ));
+    }
+
     #[test]
     fn the_message_names_plan_backup_and_wait() {
         let p = plan(
@@ -472,9 +605,9 @@ mod tests {
              DisruptionPlan gate-n1 is waiting for backup gate-n1-db-1 (phase BackingUp for 30s; \
              expected wait: unknown)"
         );
-        let started = message(&held, &PlanNote::Started("gate-n1".into()));
+        let started = message(&held, &PlanNote::Starting("gate-n1".into()));
         assert!(
-            started.contains("DisruptionPlan gate-n1 was started for node n1"),
+            started.contains("starting DisruptionPlan gate-n1 for node n1"),
             "{started}"
         );
         assert!(message(&held, &PlanNote::WouldStart).contains("dry run"));

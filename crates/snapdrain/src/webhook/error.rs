@@ -1,6 +1,6 @@
 //! What can go wrong in the eviction gate: a request the gate cannot read ([`ReviewError`], answered
-//! with HTTP 400), a decision it cannot make ([`GateError`], HTTP 500 so the webhook's `failurePolicy`
-//! decides), and keeping its certificates ([`CertError`]).
+//! with HTTP 400) and keeping its certificates ([`CertError`]). A decision itself cannot fail: it reads
+//! memory only, and a cache still loading is a 429 that says so.
 
 use thiserror::Error;
 
@@ -23,32 +23,6 @@ pub enum ReviewError {
     BadRequest(String),
     #[error("the AdmissionReview request has no uid to answer to")]
     NoUid,
-}
-
-/// A decision the gate could not make.
-#[derive(Debug, Error)]
-pub enum GateError {
-    #[error(
-        "cannot read pod {namespace}/{name} to decide its eviction: {source} (may snapdrain get pods?)"
-    )]
-    GetPod {
-        namespace: String,
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error(
-        "cannot list DisruptionPlans while the gate's cache is still loading: {0} (is the DisruptionPlan CRD installed, and may snapdrain list disruptionplans?)"
-    )]
-    ListPlans(#[source] kube::Error),
-    #[error(
-        "cannot list the pods on node {node} to decide the eviction of Velero's node-agent there: {source} (may snapdrain list pods?)"
-    )]
-    ListNodePods {
-        node: String,
-        #[source]
-        source: kube::Error,
-    },
 }
 
 /// Making, storing or serving the webhook's certificates.

@@ -1,5 +1,8 @@
-//! One AdmissionReview in, one answer out: read the request, GET the pod, decide over the cached plans,
-//! and for a held pod start (or join) the plan for its node. The I/O around [`decision::decide`].
+//! One AdmissionReview in, one answer out: read the request, find the pod in the shared pod cache,
+//! decide over the cached plans, and for a held pod hand its node to the plan starter. No API call on
+//! the way: kube-apiserver admits the eviction when the gate does not answer within the webhook's
+//! `timeoutSeconds` under `failurePolicy: Ignore` (`apiserver/pkg/admission/plugin/webhook/validating/
+//! dispatcher.go`), so an answer that waits on a slow API server is a protected pod evicted unbacked.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -7,20 +10,19 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 
 use super::decision::{self, Decision, PlanNote};
-use super::error::GateError;
 use super::review::{self, Answer, Target};
+use super::starter::{self, Requested, Starter};
 use tokio::sync::watch;
 
+use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
-use crate::api::{DisruptionPlan, PlanMode, PlanSource};
 use crate::controller::cache::{Cache, CachedPod};
-use crate::signals::{NodeSignal, Outcome, join_or_create};
+use crate::signals::plan::{Choice, choose};
 use crate::telemetry::Metrics;
 
 /// Which pods the gate protects (the DisruptionPolicy's rule).
@@ -30,45 +32,50 @@ pub type Protects = Arc<dyn Fn(&Pod) -> bool + Send + Sync>;
 /// an eviction storm must not become an Event storm.
 const EVENT_WINDOW: Duration = Duration::from_secs(60);
 
+/// What the gate decides from: everything in memory, kept by watches.
+pub struct Sources {
+    /// DisruptionPlans, kept by the gate's reflector.
+    pub plans: Store<DisruptionPlan>,
+    /// The process's shared pod cache (indexed by node).
+    pub pods: Cache<CachedPod>,
+    /// The process's node cache: the node's uid names the plan the gate starts.
+    pub nodes: Cache<Node>,
+}
+
 /// What the gate's handler shares.
 pub struct Gate {
-    pub client: Client,
-    /// DisruptionPlans, kept by a reflector so a decision reads memory, not the API.
-    pub plans: Store<DisruptionPlan>,
-    /// The process's shared pod cache (indexed by node), for the node-agent decision.
-    pub pods: Cache<CachedPod>,
+    sources: Sources,
     pub protects: Protects,
     /// The policy in force: the spec of plans the gate creates comes from its defaults.
     pub policy: watch::Receiver<DisruptionPolicySpec>,
     pub metrics: Metrics,
     pub recorder: Recorder,
+    starter: Starter,
     last_event: Mutex<HashMap<String, Instant>>,
 }
 
 impl Gate {
     pub fn new(
-        client: Client,
-        plans: Store<DisruptionPlan>,
-        pods: Cache<CachedPod>,
+        sources: Sources,
+        starter: Starter,
         protects: Protects,
         policy: watch::Receiver<DisruptionPolicySpec>,
         metrics: Metrics,
         recorder: Recorder,
     ) -> Self {
         Self {
-            client,
-            plans,
-            pods,
+            sources,
             protects,
             policy,
             metrics,
             recorder,
+            starter,
             last_event: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Answers one body: never panics, whatever the bytes.
-    pub async fn answer(&self, body: &[u8]) -> Answer {
+    /// Answers one body: never panics, whatever the bytes, and never waits on I/O.
+    pub fn answer(&self, body: &[u8]) -> Answer {
         let asked = match review::parse(body) {
             Ok(a) => a,
             Err(e) => {
@@ -93,157 +100,107 @@ impl Gate {
                 dry_run,
             } => (namespace, name, *dry_run),
         };
-        match self.judge(namespace, name, dry_run).await {
-            Ok(None) => {
+        match self.judge(namespace, name, dry_run) {
+            None => {
                 self.metrics.gate_decision("allowed");
                 review::allow(&asked.request, None)
             }
-            Ok(Some(message)) => {
+            Some(message) => {
                 self.metrics.gate_decision("denied");
                 review::hold(&asked.request, &message)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "eviction gate cannot decide");
-                self.metrics.gate_decision("error");
-                review::cannot_decide(&e.to_string())
             }
         }
     }
 
+    /// The caches the gate reads that have not finished their first list, if any. Until they have,
+    /// "not in the cache" would mean "not known yet", not "not there".
+    fn loading(&self) -> Vec<&'static str> {
+        let mut kinds = Vec::new();
+        if !self.sources.pods.synced() {
+            kinds.push("Pod");
+        }
+        if !self.sources.nodes.synced() {
+            kinds.push("Node");
+        }
+        // Ready means the first list is in; it resolves at once then, so no request waits on it.
+        if !matches!(
+            self.sources.plans.wait_until_ready().now_or_never(),
+            Some(Ok(()))
+        ) {
+            kinds.push("DisruptionPlan");
+        }
+        kinds
+    }
+
     /// None to allow, or the message of the 429.
-    async fn judge(
-        &self,
-        namespace: &str,
-        name: &str,
-        dry_run: bool,
-    ) -> Result<Option<String>, GateError> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let Some(pod) = pods
-            .get_opt(name)
-            .await
-            .map_err(|source| GateError::GetPod {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-                source,
-            })?
-        else {
-            // kube-apiserver answers the eviction of a missing pod with 404 itself.
-            return Ok(None);
-        };
-        let plans = self.current_plans().await?;
+    fn judge(&self, namespace: &str, name: &str, dry_run: bool) -> Option<String> {
+        let loading = self.loading();
+        if !loading.is_empty() {
+            return Some(decision::loading_message(namespace, name, &loading));
+        }
+        // Not in a synced cache: no such pod (kube-apiserver's eviction reads the pod after admission
+        // and answers 404 itself, `pkg/registry/core/pod/storage/eviction.go`), or one created a moment
+        // ago, which has run nothing yet.
+        let pod = self.sources.pods.get(namespace, name)?.to_pod();
+        let plans = self.sources.plans.state();
         let protects = self.protects.clone();
         if decision::is_backup_agent(&pod) {
-            return self.judge_agent(&pod, &plans).await;
+            return self.judge_agent(&pod, &plans);
         }
         let held = match decision::decide(&pod, |p| protects(p), &plans, jiff::Timestamp::now()) {
-            Decision::Allow(_) => return Ok(None),
+            Decision::Allow(_) => return None,
             Decision::Deny(held) => held,
         };
         let note = match &held.plan {
             Some(p) => PlanNote::Known(p.clone()),
-            // The webhook is registered with sideEffects NoneOnDryRun: a dry run creates nothing.
-            None if dry_run => PlanNote::WouldStart,
-            None => self.start_plan(&held.node).await,
+            None => self.start_plan(&held.node, &plans, dry_run),
         };
         let message = decision::message(&held, &note);
         if !dry_run {
-            self.event_once(&pod, &message).await;
+            self.event_once(&pod, &message);
         }
-        Ok(Some(message))
+        Some(message)
     }
 
     /// Velero's node-agent runs the file-system backups of its node's pods: it stays while a plan backs
     /// the node up, and while the node runs protected pods no verified backup covers yet (a drainer that
     /// evicts every pod at once, as Cluster Autoscaler does, asks for the agent before the plan exists).
-    async fn judge_agent(
-        &self,
-        agent: &Pod,
-        plans: &[Arc<DisruptionPlan>],
-    ) -> Result<Option<String>, GateError> {
+    fn judge_agent(&self, agent: &Pod, plans: &[Arc<DisruptionPlan>]) -> Option<String> {
         if let Some(plan) = decision::agent_needed_by(agent, plans) {
-            return Ok(Some(decision::agent_message(agent, Some(&plan))));
+            return Some(decision::agent_message(agent, Some(&plan)));
         }
-        let Some(node) = agent.spec.as_ref().and_then(|s| s.node_name.clone()) else {
-            return Ok(None);
-        };
-        // The shared pod cache's node index once it is filled; the API before (an empty cache would
-        // let the agent go while protected pods are still uncovered).
-        let on_node: Vec<Pod> = if self.pods.synced() {
-            self.pods
-                .indexed(&node)
-                .iter()
-                .map(|p| p.to_pod())
-                .collect()
-        } else {
-            Api::<Pod>::all(self.client.clone())
-                .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-                .await
-                .map_err(|source| GateError::ListNodePods {
-                    node: node.clone(),
-                    source,
-                })?
-                .items
-        };
+        let node = agent.spec.as_ref().and_then(|s| s.node_name.clone())?;
         let protects = self.protects.clone();
         let now = jiff::Timestamp::now();
-        let uncovered = on_node.iter().any(|p| {
+        let uncovered = self.sources.pods.indexed(&node).iter().any(|p| {
             matches!(
-                decision::decide(p, |p| protects(p), plans, now),
+                decision::decide(&p.to_pod(), |p| protects(p), plans, now),
                 Decision::Deny(_)
             )
         });
-        Ok(uncovered.then(|| decision::agent_message(agent, None)))
+        uncovered.then(|| decision::agent_message(agent, None))
     }
 
-    /// The cached plans, or (while the reflector's first list is not in yet) a list from the API: an
-    /// empty cache would hold pods whose backups are verified.
-    async fn current_plans(&self) -> Result<Vec<Arc<DisruptionPlan>>, GateError> {
-        // Ready means the first list is in; it resolves at once then, so no request waits on it.
-        if matches!(self.plans.wait_until_ready().now_or_never(), Some(Ok(()))) {
-            return Ok(self.plans.state());
-        }
-        let api: Api<DisruptionPlan> = Api::all(self.client.clone());
-        let list = api
-            .list(&Default::default())
-            .await
-            .map_err(GateError::ListPlans)?;
-        Ok(list.items.into_iter().map(Arc::new).collect())
-    }
-
-    async fn start_plan(&self, node: &str) -> PlanNote {
-        // The node's uid lets a re-created node of the same name get a plan of its own; unknown is fine.
-        let node_uid = Api::<Node>::all(self.client.clone())
-            .get_opt(node)
-            .await
-            .ok()
-            .flatten()
-            .and_then(|n| n.uid())
-            .unwrap_or_default();
-        let signal = NodeSignal {
-            node: node.to_owned(),
-            node_uid,
-            source: PlanSource::EvictionGate,
-            reason: "EvictionRequested".into(),
-            mode: PlanMode::Release,
-            deadline: None,
+    /// What becomes of the node's plan, decided over the store: a settled plan is said at once (no I/O
+    /// on any retry), a new one is handed to the starter.
+    fn start_plan(&self, node: &str, plans: &[Arc<DisruptionPlan>], dry_run: bool) -> PlanNote {
+        let signal = starter::signal_for(node, &self.sources.nodes);
+        let name = match choose(plans, &signal) {
+            Choice::Settled { plan, phase } => return PlanNote::Settled { plan, phase },
+            Choice::Join { plan, .. } | Choice::Create { name: plan } => plan,
         };
-        let defaults = self.policy.borrow().plan_defaults();
-        match join_or_create(&self.client, &signal, &defaults, &[]).await {
-            Ok(Outcome::Created(plan)) => {
-                tracing::info!(%node, %plan, "eviction gate started a plan");
-                PlanNote::Started(plan)
-            }
-            Ok(Outcome::Joined(plan)) => PlanNote::Started(plan),
-            Ok(Outcome::Settled { plan, phase }) => PlanNote::Settled { plan, phase },
-            Err(e) => {
-                tracing::warn!(%node, error = %e, "eviction gate cannot start a plan");
-                PlanNote::NotStarted
-            }
+        // The webhook is registered with sideEffects NoneOnDryRun: a dry run starts nothing.
+        if dry_run {
+            return PlanNote::WouldStart;
+        }
+        match self.starter.request(node) {
+            Requested::Starting => PlanNote::Starting(name),
+            Requested::Failed | Requested::Busy => PlanNote::NotStarted,
         }
     }
 
     /// A Warning Event on the pod, at most once per [`EVENT_WINDOW`] per pod.
-    async fn event_once(&self, pod: &Pod, message: &str) {
+    fn event_once(&self, pod: &Pod, message: &str) {
         let key = pod.uid().unwrap_or_else(|| pod.name_any());
         let now = Instant::now();
         {
@@ -261,9 +218,13 @@ impl Gate {
             action: "HoldEviction".into(),
             secondary: None,
         };
-        // Events are best-effort: the answer matters, not its record.
-        if let Err(e) = self.recorder.publish(&event, &pod.object_ref(&())).await {
-            tracing::debug!(pod = %pod.name_any(), error = %e, "cannot publish the eviction gate's event");
-        }
+        // Events are best-effort and published off the request path: the answer matters, not its record.
+        let recorder = self.recorder.clone();
+        let regarding = pod.object_ref(&());
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&event, &regarding).await {
+                tracing::debug!(pod = ?regarding.name, error = %e, "cannot publish the eviction gate's event");
+            }
+        });
     }
 }

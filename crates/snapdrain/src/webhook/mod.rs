@@ -5,12 +5,14 @@
 //!
 //! - [`decision`]: pure: allow or hold, and the message a person reads.
 //! - [`review`]: the AdmissionReview read and answered.
-//! - [`gate`]: one request's I/O (the pod, the plan cache, starting a plan, Events).
+//! - [`gate`]: one request over the caches (the pod, the plans), handing plan starts to [`starter`].
+//! - [`starter`]: plan creation off the request path, one node at a time.
 //! - [`certs`]: pure: the CA and serving certificate, and when to renew them.
 //! - [`keeper`]: the certificates' Secret and the configuration's caBundle.
 //! - [`server`]: HTTPS with certificates swapped per handshake.
+//! - [`limits`]: the server's caps and timeouts.
 //!
-//! Every replica serves the gate (not only the Lease holder): decisions read a cache, and plan
+//! Every replica serves the gate (not only the Lease holder): decisions read caches only, and plan
 //! creation is safe from any replica (deterministic names, 409 joins).
 
 pub mod certs;
@@ -18,8 +20,10 @@ pub mod decision;
 pub mod error;
 pub mod gate;
 pub mod keeper;
+pub mod limits;
 pub mod review;
 pub mod server;
+pub mod starter;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,8 +35,8 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector;
 
 pub use certs::Lifetimes;
-pub use error::{CertError, GateError, ReviewError};
-pub use gate::{Gate, Protects};
+pub use error::{CertError, ReviewError};
+pub use gate::{Gate, Protects, Sources};
 
 use tokio::sync::watch;
 
@@ -173,10 +177,15 @@ pub async fn start(
             }
         })
     };
+    let (starter, starting) =
+        starter::Starter::spawn(client, plans.clone(), caches.nodes.clone(), policy.clone());
     let gate = Arc::new(Gate::new(
-        client,
-        plans,
-        caches.pods.clone(),
+        Sources {
+            plans,
+            pods: caches.pods.clone(),
+            nodes: caches.nodes.clone(),
+        },
+        starter,
         protects,
         policy,
         metrics,
@@ -188,6 +197,6 @@ pub async fn start(
         addr,
         slot,
         server,
-        tasks: vec![cache, keeping, following],
+        tasks: vec![cache, keeping, following, starting],
     })
 }

@@ -128,12 +128,6 @@ pub fn unreadable(err: &ReviewError) -> Answer {
     failure(StatusCode::BAD_REQUEST, "BadRequest", &err.to_string())
 }
 
-/// The gate could not decide (a pod it cannot read): 500, a failed call, so the webhook's
-/// failurePolicy decides (Ignore lets the eviction through, Fail refuses it).
-pub fn cannot_decide(message: &str) -> Answer {
-    failure(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", message)
-}
-
 fn failure(status: StatusCode, reason: &str, message: &str) -> Answer {
     Answer {
         status,

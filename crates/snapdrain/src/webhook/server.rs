@@ -1,5 +1,6 @@
 //! HTTPS for the gate: axum over rustls, with the certificate chosen per handshake from a slot the
-//! keeper refills, so a rotation takes effect on the next connection and drops none in flight.
+//! keeper refills, so a rotation takes effect on the next connection and drops none in flight. What
+//! one client may hold of it (connections, time, reviews in flight) is in [`limits`].
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
@@ -9,13 +10,16 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
+use http::StatusCode;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use tokio::sync::Semaphore;
 
 use super::error::CertError;
 use super::gate::Gate;
+use super::limits;
 
 /// The certificate every new TLS handshake gets.
 #[derive(Debug, Default)]
@@ -62,13 +66,34 @@ impl ResolvesServerCert for CertSlot {
     }
 }
 
-async fn validate(State(gate): State<Arc<Gate>>, body: Bytes) -> impl IntoResponse {
+/// What the handler shares: the gate, and the places for reviews in flight.
+#[derive(Clone)]
+struct Served {
+    gate: Arc<Gate>,
+    in_flight: Arc<Semaphore>,
+}
+
+async fn validate(State(served): State<Served>, body: Bytes) -> axum::response::Response {
+    // Over the cap the answer is at once, never a queue: a failed call lets kube-apiserver's
+    // failurePolicy decide now rather than after timeoutSeconds.
+    let Ok(_place) = served.in_flight.try_acquire() else {
+        served.gate.metrics.gate_decision("error");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                "reason": "ServiceUnavailable", "code": 503,
+                "message": format!("snapdrain's eviction gate is answering {} reviews already; retry", limits::IN_FLIGHT)})),
+        )
+            .into_response();
+    };
     let started = Instant::now();
-    let answer = gate.answer(&body).await;
-    gate.metrics
+    let answer = served.gate.answer(&body);
+    served
+        .gate
+        .metrics
         .gate_latency
         .observe(started.elapsed().as_secs_f64());
-    (answer.status, axum::Json(answer.body))
+    (answer.status, axum::Json(answer.body)).into_response()
 }
 
 /// The gate's routes: `POST /validate` (the AdmissionReview) and `GET /healthz`.
@@ -76,7 +101,10 @@ pub fn router(gate: Arc<Gate>) -> axum::Router {
     axum::Router::new()
         .route("/validate", post(validate))
         .route("/healthz", get(|| async { "ok" }))
-        .with_state(gate)
+        .with_state(Served {
+            gate,
+            in_flight: Arc::new(Semaphore::new(limits::IN_FLIGHT)),
+        })
 }
 
 /// Listens on `addr` with TLS from `slot`; returns the bound address and a handle that stops it.
@@ -96,7 +124,18 @@ pub fn serve(
     let listener = std::net::TcpListener::bind(addr).map_err(listen)?;
     listener.set_nonblocking(true).map_err(listen)?;
     let bound = listener.local_addr().map_err(listen)?;
-    let server = axum_server::from_tcp_rustls(listener, config).map_err(listen)?;
+    // Capped first (a refused connection costs no handshake), then TLS.
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(config)
+        .handshake_timeout(limits::HANDSHAKE)
+        .acceptor(limits::Capped::new(limits::CONNECTIONS, limits::PER_PEER));
+    let mut server = axum_server::from_tcp(listener)
+        .map_err(listen)?
+        .acceptor(acceptor)
+        .first_request_timeout(limits::FIRST_REQUEST);
+    let http = server.http_builder();
+    http.http1().header_read_timeout(limits::IDLE);
+    http.http2()
+        .max_concurrent_streams(u32::try_from(limits::IN_FLIGHT).unwrap_or(u32::MAX));
     let handle = axum_server::Handle::new();
     let app = router(gate);
     let server = server.handle(handle.clone());

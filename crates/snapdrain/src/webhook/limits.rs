@@ -1,0 +1,212 @@
+//! What one client may hold of the gate's HTTPS server: connections (in all and per peer), time to
+//! send a request, time idle, and reviews in flight. Under `failurePolicy: Ignore` a gate that cannot
+//! answer admits every eviction, so no client (a slow one, or a pod flooding port 8443) may use up
+//! what kube-apiserver's calls need (security review H-2).
+//!
+//! The values follow kube-apiserver's webhook client, a Go `net/http` transport with client-go's
+//! defaults (kubernetes `staging/src/k8s.io/apimachinery/pkg/util/net/http.go`,
+//! `SetOldTransportDefaults`: `TLSHandshakeTimeout` and `IdleConnTimeout` from Go's
+//! `http.DefaultTransport`, 10 s and 90 s), and the webhook's own `timeoutSeconds` (at most 30 s).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum_server::accept::Accept;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+
+/// The TLS handshake: kube-apiserver gives up on its own after 10 s, so waiting longer serves nobody.
+pub const HANDSHAKE: Duration = Duration::from_secs(10);
+/// From the handshake to a complete first request. kube-apiserver writes its request at once; a client
+/// that trickles its headers (slowloris) is cut off here.
+pub const FIRST_REQUEST: Duration = Duration::from_secs(10);
+/// A connection with no byte either way, and the wait for the next request's headers on HTTP/1.1
+/// (hyper's header read timer also runs between keep-alive requests). Longer than kube-apiserver's
+/// 90 s idle timeout, so that kube-apiserver always closes an idle connection first: Go's transport
+/// does not retry a POST written into a connection the server is closing, and under `Ignore` that
+/// failed call would admit the eviction.
+pub const IDLE: Duration = Duration::from_secs(120);
+/// Open connections in all. kube-apiserver needs few (HTTP/2: one per API server instance).
+pub const CONNECTIONS: usize = 512;
+/// Open connections from one address, so that one pod cannot take the rest.
+pub const PER_PEER: usize = 64;
+/// Reviews being answered at once. A review is answered from memory in microseconds; beyond this the
+/// gate answers 503 at once rather than queue.
+pub const IN_FLIGHT: usize = 64;
+
+/// Open connections per peer address.
+type Peers = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// Admits a new connection only while the caps allow; a refused one is closed before its handshake.
+#[derive(Clone)]
+pub struct Capped {
+    total: Arc<Semaphore>,
+    peers: Peers,
+    per_peer: usize,
+}
+
+impl Capped {
+    pub fn new(total: usize, per_peer: usize) -> Self {
+        Self {
+            total: Arc::new(Semaphore::new(total)),
+            peers: Arc::default(),
+            per_peer,
+        }
+    }
+
+    fn admit(&self, stream: TcpStream) -> io::Result<Counted> {
+        let refused = |why: &str| io::Error::other(format!("connection refused: {why}"));
+        let peer = stream.peer_addr()?.ip();
+        let permit = self
+            .total
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| refused("the gate's connection cap is reached"))?;
+        {
+            let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+            let open = peers.entry(peer).or_default();
+            if *open >= self.per_peer {
+                return Err(refused("this address holds its share of connections"));
+            }
+            *open += 1;
+        }
+        Ok(Counted {
+            inner: stream,
+            idle: Box::pin(tokio::time::sleep(IDLE)),
+            _permit: permit,
+            peer: Some((peer, self.peers.clone())),
+        })
+    }
+}
+
+impl<S: Send + 'static> Accept<TcpStream, S> for Capped {
+    type Stream = Counted;
+    type Service = S;
+    type Future = std::future::Ready<io::Result<(Counted, S)>>;
+
+    fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
+        std::future::ready(self.admit(stream).map(|s| (s, service)))
+    }
+}
+
+/// An admitted connection: it gives its place back when dropped, and fails once idle for [`IDLE`].
+pub struct Counted {
+    inner: TcpStream,
+    idle: Pin<Box<Sleep>>,
+    _permit: OwnedSemaphorePermit,
+    peer: Option<(IpAddr, Peers)>,
+}
+
+impl Counted {
+    fn active(&mut self) {
+        self.idle.as_mut().reset(Instant::now() + IDLE);
+    }
+
+    fn idle_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        self.idle
+            .as_mut()
+            .poll(cx)
+            .map(|()| io::Error::new(io::ErrorKind::TimedOut, "the connection was idle too long"))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some((peer, peers)) = self.peer.take() {
+            let mut peers = peers.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(open) = peers.get_mut(&peer) {
+                *open = open.saturating_sub(1);
+                if *open == 0 {
+                    peers.remove(&peer);
+                }
+            }
+        }
+    }
+}
+
+impl AsyncRead for Counted {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                if buf.filled().len() > before {
+                    self.active();
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => self.idle_out(cx).map(Err),
+        }
+    }
+}
+
+impl AsyncWrite for Counted {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.active();
+        }
+        r
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn pair(listener: &tokio::net::TcpListener) -> (TcpStream, TcpStream) {
+        let addr = listener.local_addr().expect("bound");
+        let (client, server) = tokio::join!(TcpStream::connect(addr), listener.accept());
+        (client.expect("connect"), server.expect("accept").0)
+    }
+
+    #[tokio::test]
+    async fn connections_are_capped_per_peer_and_in_all_and_given_back_when_closed() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let caps = Capped::new(3, 2);
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            let (c, s) = pair(&listener).await;
+            held.push((c, caps.admit(s).expect("within the caps")));
+        }
+        let (_c, s) = pair(&listener).await;
+        let refused = caps.admit(s).err().expect("a third from one peer");
+        assert!(refused.to_string().contains("its share"), "{refused}");
+        drop(held.pop());
+        let (_c2, s) = pair(&listener).await;
+        caps.admit(s)
+            .expect("a closed connection gave its place back");
+
+        let total = Capped::new(1, 8);
+        let (_c3, s) = pair(&listener).await;
+        let _kept = total.admit(s).expect("the first");
+        let (_c4, s) = pair(&listener).await;
+        let refused = total.admit(s).err().expect("over the total cap");
+        assert!(refused.to_string().contains("cap is reached"), "{refused}");
+    }
+}
