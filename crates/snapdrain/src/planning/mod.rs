@@ -11,7 +11,8 @@
 //! - [`naming`]: Backup names, EC2 client tokens, label values.
 //! - [`phase`]: the phase machine.
 //! - [`facts`]: the phase machine's facts, from a plan's written status.
-//! - [`replacement`]: join settings, subnets, Auto Scaling decrement and join timeout of replacements.
+//! - [`join`]: what a replacement needs to join (cluster, profile, security groups, subnets), resolved while planning.
+//! - [`replacement`]: subnet order, Auto Scaling decrement and join timeout of replacements.
 //! - [`taint`]: snapdrain's drain taint and toleration matching.
 
 pub mod backups;
@@ -20,6 +21,7 @@ pub mod evictions;
 pub mod facts;
 pub mod holds;
 pub mod inventory;
+pub mod join;
 pub mod naming;
 pub mod node;
 pub mod phase;
