@@ -251,17 +251,17 @@ impl SimCluster {
                             spot: false,
                             // As Karpenter or a node group launched them: with the node role's instance
                             // profile, the cluster security group and IMDSv2 (karpenter-provider-aws
-                            // pkg/providers/launchtemplate/types.go).
-                            iam_instance_profile: Some(
-                                ec2_sim.config().instance_profile_arn(NODE_INSTANCE_PROFILE),
-                            ),
+                            // pkg/providers/launchtemplate/types.go), unless the scenario says not.
+                            iam_instance_profile: i.instance_profile.then(|| {
+                                ec2_sim.config().instance_profile_arn(NODE_INSTANCE_PROFILE)
+                            }),
                             security_group_ids: vec![CLUSTER_SECURITY_GROUP.into()],
                             metadata_options: MetadataOptions {
                                 http_tokens: "required".into(),
                                 hop_limit: 1,
                             },
                         },
-                        Some(&user_data),
+                        i.user_data.then_some(user_data.as_str()),
                     )
                     .map_err(|e| SimError::Load {
                         what: format!("instance {} of node {}", i.instance_id, i.node_name),

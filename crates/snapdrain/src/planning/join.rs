@@ -94,18 +94,57 @@ pub enum JoinError {
         /// What was looked at besides the plan and the flags, for the message.
         looked: String,
     },
-    #[error(
-        "the replacement of node {node} needs an IAM instance profile for its kubelet to authenticate to the cluster, and {why}: set spec.replacement.iamInstanceProfile (or name a launch template that carries one)"
-    )]
-    NoInstanceProfile { node: String, why: String },
-    #[error(
-        "the replacement of node {node} needs security groups that reach the control plane, and {why}: set spec.replacement.securityGroupIds (or name a launch template that carries them)"
-    )]
-    NoSecurityGroups { node: String, why: String },
-    #[error(
-        "the replacement of node {node} needs a subnet to launch into, and {why}: set spec.replacement.subnets (or name a launch template that carries one)"
-    )]
-    NoSubnet { node: String, why: String },
+    #[error("{}", node_message(.node, .missing, .why))]
+    NodeSettings {
+        node: String,
+        missing: Vec<NodeKey>,
+        /// Why nothing could be copied from the replaced instance.
+        why: String,
+    },
+}
+
+/// A launch setting of the replacement instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeKey {
+    InstanceProfile,
+    SecurityGroups,
+    Subnet,
+}
+
+impl NodeKey {
+    fn needs(self) -> &'static str {
+        match self {
+            Self::InstanceProfile => {
+                "an IAM instance profile (its kubelet authenticates to the cluster with the node role)"
+            }
+            Self::SecurityGroups => "security groups that reach the control plane",
+            Self::Subnet => "a subnet to launch into",
+        }
+    }
+
+    fn field(self) -> &'static str {
+        match self {
+            Self::InstanceProfile => "iamInstanceProfile",
+            Self::SecurityGroups => "securityGroupIds",
+            Self::Subnet => "subnets",
+        }
+    }
+}
+
+fn node_message(node: &str, missing: &[NodeKey], why: &str) -> String {
+    format!(
+        "the replacement of node {node} needs {}, and {why}: set spec.replacement.{} (or name a launch template that carries them)",
+        missing
+            .iter()
+            .map(|k| k.needs())
+            .collect::<Vec<_>>()
+            .join(", "),
+        missing
+            .iter()
+            .map(|k| k.field())
+            .collect::<Vec<_>>()
+            .join(", spec.replacement."),
+    )
 }
 
 fn cluster_message(missing: &[ClusterKey], looked: &str) -> String {
@@ -315,15 +354,20 @@ pub fn resolve_node(
             ),
             (Some(id), Some(_)) => format!("the replaced instance {id} has none to copy"),
         };
-        let node = node.to_string();
-        if instance_profile.is_none() {
-            return Err(JoinError::NoInstanceProfile { node, why: why() });
-        }
-        if security_group_ids.is_empty() {
-            return Err(JoinError::NoSecurityGroups { node, why: why() });
-        }
-        if subnet_ids.is_empty() {
-            return Err(JoinError::NoSubnet { node, why: why() });
+        let missing: Vec<NodeKey> = [
+            (NodeKey::InstanceProfile, instance_profile.is_none()),
+            (NodeKey::SecurityGroups, security_group_ids.is_empty()),
+            (NodeKey::Subnet, subnet_ids.is_empty()),
+        ]
+        .into_iter()
+        .filter_map(|(k, absent)| absent.then_some(k))
+        .collect();
+        if !missing.is_empty() {
+            return Err(JoinError::NodeSettings {
+                node: node.to_string(),
+                missing,
+                why: why(),
+            });
         }
     }
     Ok(NodeJoinRecord {
@@ -525,13 +569,16 @@ mod tests {
         );
 
         let e = resolve_node(&spec(), "n1", None, None).unwrap_err();
-        assert!(matches!(e, JoinError::NoInstanceProfile { .. }), "{e}");
         assert!(
-            e.to_string()
-                .contains("spec.replacement.iamInstanceProfile"),
+            matches!(&e, JoinError::NodeSettings { missing, .. } if missing.len() == 3),
             "{e}"
         );
-        assert!(e.to_string().contains("spec.providerID"), "{e}");
+        let m = e.to_string();
+        assert!(
+            m.contains("set spec.replacement.iamInstanceProfile, spec.replacement.securityGroupIds, spec.replacement.subnets"),
+            "{m}"
+        );
+        assert!(m.contains("spec.providerID"), "{m}");
         let e = resolve_node(&spec(), "n1", Some("i-9"), None).unwrap_err();
         assert!(
             e.to_string()
@@ -541,6 +588,11 @@ mod tests {
         let mut no_sg = record();
         no_sg.security_group_ids.clear();
         let e = resolve_node(&spec(), "n1", Some("i-1"), Some(&no_sg)).unwrap_err();
+        assert!(
+            matches!(&e, JoinError::NodeSettings { missing, .. } if *missing == [NodeKey::SecurityGroups]),
+            "{e}"
+        );
+        assert!(e.to_string().contains("has none to copy"), "{e}");
         assert!(
             e.to_string().contains("spec.replacement.securityGroupIds"),
             "{e}"

@@ -41,6 +41,8 @@ pub async fn resolve(
     if let Err(why) = join_timeout(spec) {
         return Ok(Err(why));
     }
+    // Every problem is reported at once, so one edit of the plan (or the flags) fixes them all.
+    let mut problems = Vec::new();
     let mut records = Vec::with_capacity(status.nodes.len());
     for i in 0..status.nodes.len() {
         let record = match observe(status, i, io).await? {
@@ -59,8 +61,11 @@ pub async fn resolve(
             node.instance_id.as_deref(),
             record.as_ref(),
         ) {
-            Ok(join) => records.push((join, record.is_some())),
-            Err(e) => return Ok(Err(e.to_string())),
+            Ok(join) => records.push((Some(join), record.is_some())),
+            Err(e) => {
+                problems.push(e.to_string());
+                records.push((None, record.is_some()));
+            }
         }
     }
     let settings = io.settings;
@@ -91,8 +96,14 @@ pub async fn resolve(
     }
     let cluster = match resolve_cluster(spec, &defaults, &read) {
         Ok(c) => c,
-        Err(e) => return Ok(Err(e.to_string())),
+        Err(e) => {
+            problems.push(e.to_string());
+            return Ok(Err(problems.join("; ")));
+        }
     };
+    if !problems.is_empty() {
+        return Ok(Err(problems.join("; ")));
+    }
     // Rendered (and validated as the host would) now, so a label kubelet refuses or settings that are
     // not TOML fail the plan here rather than at launch.
     if needed_keys(spec).len() > 1
@@ -104,7 +115,7 @@ pub async fn resolve(
         )));
     }
     for (node, (join, _)) in status.nodes.iter_mut().zip(records) {
-        node.join = Some(join);
+        node.join = join;
     }
     status.join = Some(cluster);
     Ok(Ok(()))
