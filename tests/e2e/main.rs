@@ -20,6 +20,7 @@ mod image;
 mod kustomize;
 mod least_privilege;
 mod monitoring;
+mod moto;
 mod notifications;
 mod posture;
 mod real_backup;
