@@ -27,6 +27,39 @@ fn instance_of(node: &Node) -> String {
         .to_string()
 }
 
+/// Nothing was done to the node (no patch, so no cordon), to its pods (no eviction), to its data (no
+/// Backup) or to its instance (still running, never terminated), and nothing was launched: from the
+/// audit log of every mutating request and world event.
+async fn assert_untouched(h: &Harness, plan: &str, node: &str, instance: &str) {
+    let audit = h.audit();
+    let touched: Vec<_> = audit
+        .iter()
+        .filter(|e| {
+            (e.resource == "nodes" && e.source == "api" && e.name.as_deref() == Some(node))
+                || e.resource == "pods/eviction"
+                || (e.resource == "backups" && e.verb == "create")
+                || (e.verb == "instance-terminated" && e.name.as_deref() == Some(instance))
+        })
+        .collect();
+    assert!(
+        touched.is_empty(),
+        "plan {plan} touched something: {touched:#?}"
+    );
+    assert!(h.backups_of(plan).await.is_empty());
+    let still = h.node(node).await.expect("the node stays");
+    assert_ne!(
+        still.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "not cordoned"
+    );
+    let ec2 = h.cluster.ec2.as_ref().expect("ec2");
+    assert_eq!(
+        ec2.instance(instance).expect("known").state,
+        InstanceState::Running
+    );
+    assert!(h.instances_of(plan).is_empty(), "nothing launched");
+}
+
 /// The controller as the chart runs it on EKS with `cluster.*` left empty: no `--cluster-name`,
 /// `--api-server` or `--cluster-certificate`.
 async fn controller_without_join_flags(h: &Harness) -> ControllerHandle {
@@ -145,34 +178,7 @@ async fn replacement_that_cannot_be_built_fails_before_the_node_is_touched() {
         .await;
     let status = plan.status.expect("a status");
     assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
-    let audit = h.audit();
-    let touched: Vec<_> = audit
-        .iter()
-        .filter(|e| {
-            // The audit log holds mutating requests only.
-            (e.resource == "nodes" && e.source == "api" && e.name.as_deref() == Some(node.as_str()))
-                || e.resource == "pods/eviction"
-                || (e.resource == "backups" && e.verb == "create")
-                || (e.verb == "instance-terminated" && e.name.as_deref() == Some(old.as_str()))
-        })
-        .collect();
-    assert!(
-        touched.is_empty(),
-        "the plan touched something: {touched:#?}"
-    );
-    assert!(h.backups_of("cannot-join").await.is_empty());
-    let still = h.node(&node).await.expect("the node stays");
-    assert_ne!(
-        still.spec.and_then(|s| s.unschedulable),
-        Some(true),
-        "not cordoned"
-    );
-    let ec2 = h.cluster.ec2.as_ref().expect("ec2");
-    assert_eq!(
-        ec2.instance(&old).expect("known").state,
-        InstanceState::Running
-    );
-    assert!(h.instances_of("cannot-join").is_empty(), "nothing launched");
+    assert_untouched(&h, "cannot-join", &node, &old).await;
     let message = status.message.unwrap_or_default();
     for want in [
         "spec.replacement.iamInstanceProfile",
@@ -190,5 +196,45 @@ async fn replacement_that_cannot_be_built_fails_before_the_node_is_touched() {
         status.step_timings
     );
 
+    controller.shutdown().await;
+}
+
+/// A subnet or launch template the plan names that EC2 does not have would only be refused by the
+/// launch (`InvalidSubnetID.NotFound`, `InvalidLaunchTemplateName.NotFoundException`: EC2 API error
+/// codes), after the drain; planning asks DescribeSubnets and DescribeLaunchTemplates and fails first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subnet_or_launch_template_ec2_does_not_have_fails_the_plan_while_planning() {
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let old = instance_of(&h.node(&node).await.expect("the node"));
+    let cases = [
+        (
+            "no-such-subnet",
+            json!({"subnets": ["subnet-0123456789abcdef0"]}),
+            "spec.replacement.subnets cannot be used: EC2 DescribeSubnets failed with InvalidSubnetID.NotFound: The subnet ID 'subnet-0123456789abcdef0' does not exist",
+        ),
+        (
+            "no-such-template",
+            json!({"launchTemplate": {"name": "no-such-template"}}),
+            "spec.replacement.launchTemplate no-such-template does not exist",
+        ),
+    ];
+    // One after the other: a node has one running plan at a time.
+    for (name, extra, want) in cases {
+        let mut replacement =
+            json!({"when": "after-drain", "instanceTypes": ["m6i.xlarge"], "imageId": AMI});
+        for (k, v) in extra.as_object().expect("an object") {
+            replacement[k] = v.clone();
+        }
+        h.create_plan(name, json!({"nodes": [node], "replacement": replacement}))
+            .await;
+        let plan = h.wait_plan(name, TIMEOUT, |p| p.is_terminal()).await;
+        let status = plan.status.expect("a status");
+        assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+        let message = status.message.unwrap_or_default();
+        assert!(message.contains(want), "{want:?} is not in {message:?}");
+        assert_untouched(&h, name, &node, &old).await;
+    }
     controller.shutdown().await;
 }

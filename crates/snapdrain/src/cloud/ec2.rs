@@ -639,6 +639,33 @@ impl Ec2Cloud {
             .collect())
     }
 
+    /// Whether a launch template exists, by `lt-` id or by name (DescribeLaunchTemplates, which
+    /// answers an unknown one with `InvalidLaunchTemplateId.NotFound` or
+    /// `InvalidLaunchTemplateName.NotFoundException`).
+    pub async fn launch_template_exists(&self, id_or_name: &str) -> Result<bool, CloudError> {
+        let req = self.client.describe_launch_templates();
+        let req = if is_launch_template_id(id_or_name) {
+            req.launch_template_ids(id_or_name)
+        } else {
+            req.launch_template_names(id_or_name)
+        };
+        match req.send().await {
+            Ok(out) => Ok(!out.launch_templates().is_empty()),
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some(
+                        "InvalidLaunchTemplateId.NotFound"
+                            | "InvalidLaunchTemplateName.NotFoundException"
+                    )
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(CloudError::from_sdk("DescribeLaunchTemplates", None, e)),
+        }
+    }
+
     /// Deletes a launch template by name; one already gone is fine.
     pub async fn delete_launch_template(&self, name: &str) -> Result<(), CloudError> {
         match self

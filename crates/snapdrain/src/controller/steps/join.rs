@@ -3,8 +3,9 @@
 //! terminated, instead of after, with the cluster a node short.
 //!
 //! Reads only: the replaced instances (DescribeInstances, recorded as the plan's instance records, which
-//! Terminating and Replacing then use) and, for cluster settings neither the plan nor the controller's
-//! flags give, their user data (DescribeInstanceAttribute `userData`).
+//! Terminating and Replacing then use); for cluster settings neither the plan nor the controller's
+//! flags give, their user data (DescribeInstanceAttribute `userData`); and the subnets and launch
+//! template the plan names (DescribeSubnets, DescribeLaunchTemplates).
 
 use crate::api::DisruptionPlan;
 use crate::api::plan::{PlanMode, ReplacementSpec, ReplacementWhen};
@@ -94,16 +95,13 @@ pub async fn resolve(
             user_data,
         });
     }
-    let cluster = match resolve_cluster(spec, &defaults, &read) {
-        Ok(c) => c,
-        Err(e) => {
-            problems.push(e.to_string());
-            return Ok(Err(problems.join("; ")));
-        }
-    };
-    if !problems.is_empty() {
+    let cluster = resolve_cluster(spec, &defaults, &read)
+        .map_err(|e| problems.push(e.to_string()))
+        .ok();
+    problems.extend(launch_targets(spec, io).await?);
+    let Some(cluster) = cluster.filter(|_| problems.is_empty()) else {
         return Ok(Err(problems.join("; ")));
-    }
+    };
     // Rendered (and validated as the host would) now, so a label kubelet refuses or settings that are
     // not TOML fail the plan here rather than at launch.
     if needed_keys(spec).len() > 1
@@ -137,4 +135,54 @@ async fn user_data(io: &Io<'_>, id: &str) -> Result<UserData, ControllerError> {
         )),
         Err(e) => return Err(e.into()),
     })
+}
+
+/// What the plan names for the launch that EC2 does not have: its subnets (DescribeSubnets) and its
+/// launch template (DescribeLaunchTemplates). Either would only be refused at launch, after the drain.
+async fn launch_targets(
+    spec: &ReplacementSpec,
+    io: &Io<'_>,
+) -> Result<Vec<String>, ControllerError> {
+    let mut problems = Vec::new();
+    if spec.subnets.is_empty() && spec.launch_template.is_none() {
+        // Copied from the replaced instances, which run in them.
+        return Ok(problems);
+    }
+    let ec2 = io.cloud.ec2().await?;
+    if !spec.subnets.is_empty() {
+        match ec2.subnet_zones(&spec.subnets).await {
+            Ok(zones) => {
+                let unknown: Vec<&str> = spec
+                    .subnets
+                    .iter()
+                    .filter(|s| !zones.contains_key(*s))
+                    .map(String::as_str)
+                    .collect();
+                if !unknown.is_empty() {
+                    problems.push(format!(
+                        "spec.replacement.subnets names subnets EC2 does not have in this region: {}",
+                        unknown.join(", ")
+                    ));
+                }
+            }
+            Err(e) if e.is_permanent() => {
+                problems.push(format!("spec.replacement.subnets cannot be used: {e}"))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(t) = &spec.launch_template {
+        let id_or_name = t.id.as_deref().or(t.name.as_deref()).unwrap_or_default();
+        match ec2.launch_template_exists(id_or_name).await {
+            Ok(true) => {}
+            Ok(false) => problems.push(format!(
+                "spec.replacement.launchTemplate {id_or_name} does not exist in this region; create it or name another"
+            )),
+            Err(e) if e.is_permanent() => problems.push(format!(
+                "spec.replacement.launchTemplate {id_or_name} cannot be used: {e}"
+            )),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(problems)
 }
