@@ -1,6 +1,7 @@
 //! A whole simulated cluster in one handle: the API server, the CRDs and scenario it was started with,
 //! and the world controllers around it.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use super::world::karpenter::{self, Cloud, KarpenterConfig, KarpenterHandle};
 use super::world::nth::{self, NthConfig, NthHandle};
 use super::world::velero::{self, VeleroConfig, VeleroHandle};
 use super::world::{Timings, World, WorldContext, ec2_nodes};
-use crate::ec2::bottlerocket::ClusterJoin;
+use crate::ec2::bottlerocket::{ClusterJoin, karpenter_user_data};
 
 /// Other crates load objects through this path; the function lives with the scenario that uses it.
 pub use super::scenario::manifest::load_object;
@@ -219,43 +220,49 @@ impl SimCluster {
                     what: "the EC2 endpoint".into(),
                     message: e.to_string(),
                 })?;
+            // The user data Karpenter (or the EKS node group) launched them with: it names the
+            // cluster (karpenter-provider-aws pkg/providers/amifamily/bootstrap/bottlerocket.go).
+            let user_data = karpenter_user_data(&cluster_join(&api.url()), &BTreeMap::new(), &[]);
             for i in loaded.iter().flat_map(|l| l.instances.iter()) {
                 ec2_sim
-                    .insert_running(InstanceInfo {
-                        id: i.instance_id.clone(),
-                        instance_type: i.instance_type.clone(),
-                        image_id: i.image_id.clone(),
-                        zone: i.zone.clone(),
-                        subnet_id: ec2_sim
-                            .config()
-                            .subnets
-                            .iter()
-                            .find(|s| s.zone == i.zone)
-                            .map(|s| s.id.clone())
-                            .unwrap_or_default(),
-                        private_ip: i.private_ip.clone(),
-                        private_dns_name: i.node_name.clone(),
-                        tags: i
-                            .node_pool
-                            .iter()
-                            .map(|p| ("karpenter.sh/nodepool".to_string(), p.clone()))
-                            .collect(),
-                        user_data: None,
-                        kubelet_error: None,
-                        launch_time: jiff::Timestamp::now(),
-                        spot: false,
-                        // As Karpenter or a node group launched them: with the node role's instance
-                        // profile, the cluster security group and IMDSv2 (karpenter-provider-aws
-                        // pkg/providers/launchtemplate/types.go).
-                        iam_instance_profile: Some(
-                            ec2_sim.config().instance_profile_arn(NODE_INSTANCE_PROFILE),
-                        ),
-                        security_group_ids: vec![CLUSTER_SECURITY_GROUP.into()],
-                        metadata_options: MetadataOptions {
-                            http_tokens: "required".into(),
-                            hop_limit: 1,
+                    .insert_running_with_user_data(
+                        InstanceInfo {
+                            id: i.instance_id.clone(),
+                            instance_type: i.instance_type.clone(),
+                            image_id: i.image_id.clone(),
+                            zone: i.zone.clone(),
+                            subnet_id: ec2_sim
+                                .config()
+                                .subnets
+                                .iter()
+                                .find(|s| s.zone == i.zone)
+                                .map(|s| s.id.clone())
+                                .unwrap_or_default(),
+                            private_ip: i.private_ip.clone(),
+                            private_dns_name: i.node_name.clone(),
+                            tags: i
+                                .node_pool
+                                .iter()
+                                .map(|p| ("karpenter.sh/nodepool".to_string(), p.clone()))
+                                .collect(),
+                            user_data: None,
+                            kubelet_error: None,
+                            launch_time: jiff::Timestamp::now(),
+                            spot: false,
+                            // As Karpenter or a node group launched them: with the node role's instance
+                            // profile, the cluster security group and IMDSv2 (karpenter-provider-aws
+                            // pkg/providers/launchtemplate/types.go), unless the scenario says not.
+                            iam_instance_profile: i.instance_profile.then(|| {
+                                ec2_sim.config().instance_profile_arn(NODE_INSTANCE_PROFILE)
+                            }),
+                            security_group_ids: vec![CLUSTER_SECURITY_GROUP.into()],
+                            metadata_options: MetadataOptions {
+                                http_tokens: "required".into(),
+                                hop_limit: 1,
+                            },
                         },
-                    })
+                        i.user_data.then_some(user_data.as_str()),
+                    )
                     .map_err(|e| SimError::Load {
                         what: format!("instance {} of node {}", i.instance_id, i.node_name),
                         message: e.to_string(),

@@ -82,6 +82,7 @@ pub(super) fn dispatch(shared: &Arc<Shared>, p: &Params, request_id: &str) -> Ac
         "CreateFleet" => create_fleet(shared, p, &mut x)?,
         "TerminateInstances" => terminate_instances(shared, p, &mut x)?,
         "DescribeInstances" => describe_instances(shared, p, &mut x)?,
+        "DescribeInstanceAttribute" => describe_instance_attribute(shared, p, &mut x)?,
         "CreateTags" => create_tags(shared, p, &mut x)?,
         "CreateLaunchTemplate" => create_launch_template(shared, p, &mut x)?,
         "DescribeLaunchTemplates" => describe_launch_templates(shared, p, &mut x)?,
@@ -91,7 +92,7 @@ pub(super) fn dispatch(shared: &Arc<Shared>, p: &Params, request_id: &str) -> Ac
             return Err(ApiError::bad(
                 "InvalidAction",
                 format!(
-                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates, DeleteLaunchTemplate, DescribeSubnets)."
+                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, DescribeInstanceAttribute, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates, DeleteLaunchTemplate, DescribeSubnets)."
                 ),
             ));
         }
@@ -1149,6 +1150,90 @@ fn describe_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(
         x.close("instancesSet").close("item");
     }
     x.close("reservationSet");
+    Ok(())
+}
+
+/// The attribute names DescribeInstanceAttribute accepts (EC2 API reference, `Attribute`).
+const INSTANCE_ATTRIBUTES: &[&str] = &[
+    "instanceType",
+    "kernel",
+    "ramdisk",
+    "userData",
+    "disableApiTermination",
+    "instanceInitiatedShutdownBehavior",
+    "rootDeviceName",
+    "blockDeviceMapping",
+    "productCodes",
+    "sourceDestCheck",
+    "groupSet",
+    "ebsOptimized",
+    "sriovNetSupport",
+    "enaSupport",
+    "enclaveOptions",
+    "disableApiStop",
+];
+
+/// DescribeInstanceAttribute for `userData` (base64, as EC2 returns it; an empty `<userData/>` for an
+/// instance launched without), `instanceType` and `groupSet`, in the response shape of the EC2 API
+/// reference (`<instanceId>` then the attribute's element, a `<value>` inside for single values).
+fn describe_instance_attribute(
+    shared: &Arc<Shared>,
+    p: &Params,
+    x: &mut Xml,
+) -> Result<(), ApiError> {
+    let id = p
+        .get("InstanceId")
+        .ok_or_else(|| ApiError::missing("InstanceId"))?;
+    let attribute = p
+        .get("Attribute")
+        .ok_or_else(|| ApiError::missing("Attribute"))?;
+    if !INSTANCE_ATTRIBUTES.contains(&attribute) {
+        return Err(ApiError::bad(
+            "InvalidParameterValue",
+            format!("Value ({attribute}) for parameter attribute is invalid. Unknown attribute."),
+        ));
+    }
+    let world = shared.world();
+    known_ids(&world, &[id.to_string()])?;
+    let Some(inst) = world.instances.get(id) else {
+        return Err(ApiError::bad(
+            "InvalidInstanceID.NotFound",
+            format!("The instance ID '{id}' does not exist"),
+        ));
+    };
+    x.leaf("instanceId", id);
+    match attribute {
+        "userData" => {
+            x.open("userData");
+            if let Some(raw) = &inst.raw_user_data {
+                x.leaf(
+                    "value",
+                    base64::engine::general_purpose::STANDARD.encode(raw),
+                );
+            }
+            x.close("userData");
+        }
+        "instanceType" => {
+            x.open("instanceType")
+                .leaf("value", &inst.info.instance_type)
+                .close("instanceType");
+        }
+        "groupSet" => {
+            x.open("groupSet");
+            for g in &inst.info.security_group_ids {
+                x.open("item").leaf("groupId", g).close("item");
+            }
+            x.close("groupSet");
+        }
+        other => {
+            return Err(ApiError::bad(
+                "UnsupportedOperation",
+                format!(
+                    "the simulator answers DescribeInstanceAttribute for userData, instanceType and groupSet, not {other}"
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -589,9 +589,19 @@ impl Ec2Sim {
         self.handle.shared.events.subscribe()
     }
 
-    /// Adds an instance that is already running (for Nodes a scenario starts with).
-    /// No `Booted` event is sent: the scenario already has that Node.
+    /// Adds an instance that is already running (for Nodes a scenario starts with), launched without
+    /// user data. No `Booted` event is sent: the scenario already has that Node.
     pub fn insert_running(&self, info: InstanceInfo) -> Result<(), Ec2SimError> {
+        self.insert_running_with_user_data(info, None)
+    }
+
+    /// Like [`Ec2Sim::insert_running`], launched with this (plain, not base64) user data, which
+    /// DescribeInstanceAttribute then returns as EC2 does.
+    pub fn insert_running_with_user_data(
+        &self,
+        info: InstanceInfo,
+        user_data: Option<&str>,
+    ) -> Result<(), Ec2SimError> {
         let shared = &self.handle.shared;
         if !shared.config.subnets.iter().any(|s| s.id == info.subnet_id) {
             return Err(Ec2SimError::UnknownSubnet(info.subnet_id));
@@ -605,7 +615,7 @@ impl Ec2Sim {
             state: InstanceState::Running,
             state_reason: None,
             client_token: None,
-            raw_user_data: None,
+            raw_user_data: user_data.map(|u| u.as_bytes().to_vec()),
             info,
         });
         Ok(())

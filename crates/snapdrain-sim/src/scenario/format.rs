@@ -93,6 +93,23 @@ pub struct NodeGroup {
     pub karpenter: Option<KarpenterNode>,
     #[serde(default)]
     pub unschedulable: bool,
+    /// How the nodes' instances were launched. Absent: as Karpenter and EKS node groups launch
+    /// Bottlerocket nodes.
+    #[serde(default)]
+    pub launch: Option<InstanceLaunch>,
+}
+
+/// What a node's instance was launched with, as far as a replacement can copy it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InstanceLaunch {
+    /// The node role's instance profile. `false`: none (an instance started by hand).
+    #[serde(default = "yes")]
+    pub instance_profile: bool,
+    /// Bottlerocket user data naming the cluster. `false`: none (the cluster settings were given
+    /// some other way, or the instance was started by hand).
+    #[serde(default = "yes")]
+    pub user_data: bool,
 }
 
 pub fn default_instance_type() -> String {

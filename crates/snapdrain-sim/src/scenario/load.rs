@@ -39,6 +39,10 @@ pub struct NodeInstance {
     pub image_id: String,
     /// The NodePool when Karpenter manages the node.
     pub node_pool: Option<String>,
+    /// Launched with the node role's instance profile.
+    pub instance_profile: bool,
+    /// Launched with Bottlerocket user data naming the cluster.
+    pub user_data: bool,
 }
 
 /// A built-in scenario by name, or a scenario file by path. Returns it with the label errors use.

@@ -305,6 +305,8 @@ pub fn load(store: &Store, s: &Scenario, file: &str) -> Result<Vec<NodeInstance>
                 provider_id,
                 image_id,
                 node_pool,
+                instance_profile: g.launch.as_ref().is_none_or(|l| l.instance_profile),
+                user_data: g.launch.as_ref().is_none_or(|l| l.user_data),
             });
         }
     }

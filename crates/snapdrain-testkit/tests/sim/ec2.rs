@@ -907,3 +907,53 @@ async fn run_instances_capacity_errors_are_capacity_not_permanent() {
     assert!(err.is_capacity() && !err.is_permanent(), "{err}");
     assert_eq!(snapdrain::cloud::ec2::CAPACITY_ATTEMPTS, 3);
 }
+
+/// DescribeInstanceAttribute `userData` answers the user data an instance was launched with, base64 as
+/// EC2 returns it (EC2 API reference, DescribeInstanceAttribute; `<userData><value>` in the response),
+/// and an empty `<userData/>` for an instance launched without; Ec2Cloud decodes it and reads the
+/// cluster it names. An unknown attribute or instance is refused with EC2's codes.
+#[tokio::test]
+async fn describe_instance_attribute_returns_the_user_data_base64() {
+    let (sim, cloud) = start().await;
+    let client = cloud.client().clone();
+    let out = run(&client, &sim)
+        .subnet_id(subnet(&sim, 0))
+        .user_data(encode_base64(USER_DATA))
+        .send()
+        .await
+        .unwrap();
+    let id = out.instances()[0].instance_id().unwrap().to_string();
+    let attr = client
+        .describe_instance_attribute()
+        .instance_id(&id)
+        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(attr.instance_id(), Some(id.as_str()));
+    assert_eq!(
+        attr.user_data().and_then(|v| v.value()),
+        Some(encode_base64(USER_DATA).as_str())
+    );
+    let raw = cloud.user_data(&id).await.unwrap().expect("user data");
+    let cluster = snapdrain::cloud::bottlerocket::cluster_settings(&raw).unwrap();
+    assert_eq!(cluster.cluster_name.as_deref(), Some("prod-eks-1"));
+
+    let bare = run(&client, &sim)
+        .subnet_id(subnet(&sim, 0))
+        .send()
+        .await
+        .unwrap();
+    let bare = bare.instances()[0].instance_id().unwrap().to_string();
+    assert_eq!(cloud.user_data(&bare).await.unwrap(), None);
+    assert_eq!(cloud.user_data("i-0000000000000dead").await.unwrap(), None);
+
+    let e = client
+        .describe_instance_attribute()
+        .instance_id(&id)
+        .attribute(aws_sdk_ec2::types::InstanceAttributeName::from("userdata"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("InvalidParameterValue"));
+}

@@ -131,6 +131,10 @@ pub struct DisruptionPlanStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_at: Option<Time>,
 
+    /// The cluster the replacements join, resolved while planning (before any node is touched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<ClusterJoinRecord>,
+
     /// When the current phase began (drain timeouts count from here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase_started_at: Option<MicroTime>,
@@ -233,6 +237,51 @@ pub struct NodeProgress {
     /// its subnet and security groups): a replacement is launched the same way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<InstanceRecord>,
+    /// What the node's replacement is launched with, resolved while planning (before any node is
+    /// touched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<NodeJoinRecord>,
+}
+
+/// The cluster settings (Bottlerocket `settings.kubernetes`) every replacement of the plan joins with:
+/// from the plan, else the controller's flags, else the replaced instance's user data.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterJoinRecord {
+    /// `settings.kubernetes.cluster-name`.
+    pub cluster_name: String,
+    /// `settings.kubernetes.api-server`; absent when a launch template carries the user data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_server: Option<String>,
+    /// `settings.kubernetes.cluster-certificate` (base64); absent when a launch template carries the
+    /// user data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_certificate: Option<String>,
+    /// Where each setting came from, e.g. `clusterName: user data of instance i-0abc (node n1)`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from: Vec<String>,
+}
+
+/// What a node's replacement needs to join besides its user data: from the plan, else copied from the
+/// replaced instance (none with a launch template, which carries its own).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeJoinRecord {
+    /// Instance profile ARN or name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_profile: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub security_group_ids: Vec<String>,
+    /// Subnets to launch into; those in the zone of the drained pods' volumes are tried first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subnet_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_tokens_required: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hop_limit: Option<i32>,
+    /// Where each setting came from, e.g. `instanceProfile: instance i-0abc`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub from: Vec<String>,
 }
 
 /// What EC2 said about a node's instance while it ran.

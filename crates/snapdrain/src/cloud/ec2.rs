@@ -8,12 +8,14 @@ use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
     FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
     FleetOnDemandAllocationStrategy, FleetType, HttpTokensState, IamInstanceProfileSpecification,
-    InstanceMarketOptionsRequest, InstanceMetadataOptionsRequest, InstanceType,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    InstanceAttributeName, InstanceMarketOptionsRequest, InstanceMetadataOptionsRequest,
+    InstanceType, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataOptionsRequest, LaunchTemplateSpecification, MarketType,
     OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy,
     SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest,
 };
+use base64::Engine as _;
 use sha2::Digest as _;
 use thiserror::Error;
 
@@ -575,6 +577,44 @@ impl Ec2Cloud {
         }))
     }
 
+    /// The instance's user data, base64-decoded (DescribeInstanceAttribute `userData`, which EC2 answers
+    /// base64-encoded, also for user data that came from a launch template). `None` when EC2 does not
+    /// know the instance or it was launched without user data.
+    pub async fn user_data(&self, instance_id: &str) -> Result<Option<Vec<u8>>, CloudError> {
+        let out = match self
+            .client
+            .describe_instance_attribute()
+            .instance_id(instance_id)
+            .attribute(InstanceAttributeName::UserData)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            Err(e) if e.code() == Some("InvalidInstanceID.NotFound") => return Ok(None),
+            Err(e) => {
+                return Err(CloudError::from_sdk(
+                    "DescribeInstanceAttribute",
+                    Some(instance_id),
+                    e,
+                ));
+            }
+        };
+        let Some(b64) = out
+            .user_data()
+            .and_then(|v| v.value())
+            .filter(|v| !v.trim().is_empty())
+        else {
+            return Ok(None);
+        };
+        base64::engine::general_purpose::STANDARD
+            .decode(b64.trim())
+            .map(Some)
+            .map_err(|_| CloudError::UnexpectedResponse {
+                operation: "DescribeInstanceAttribute",
+                missing: "base64 user data",
+            })
+    }
+
     /// The availability zone of each subnet (DescribeSubnets).
     pub async fn subnet_zones(
         &self,
@@ -597,6 +637,33 @@ impl Ec2Cloud {
                 ))
             })
             .collect())
+    }
+
+    /// Whether a launch template exists, by `lt-` id or by name (DescribeLaunchTemplates, which
+    /// answers an unknown one with `InvalidLaunchTemplateId.NotFound` or
+    /// `InvalidLaunchTemplateName.NotFoundException`).
+    pub async fn launch_template_exists(&self, id_or_name: &str) -> Result<bool, CloudError> {
+        let req = self.client.describe_launch_templates();
+        let req = if is_launch_template_id(id_or_name) {
+            req.launch_template_ids(id_or_name)
+        } else {
+            req.launch_template_names(id_or_name)
+        };
+        match req.send().await {
+            Ok(out) => Ok(!out.launch_templates().is_empty()),
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some(
+                        "InvalidLaunchTemplateId.NotFound"
+                            | "InvalidLaunchTemplateName.NotFoundException"
+                    )
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(CloudError::from_sdk("DescribeLaunchTemplates", None, e)),
+        }
     }
 
     /// Deletes a launch template by name; one already gone is fine.

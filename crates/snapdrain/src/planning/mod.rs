@@ -12,7 +12,8 @@
 //! - [`phase`]: the phase machine.
 //! - [`facts`]: the phase machine's facts, from a plan's written status.
 //! - [`history`]: which finished plans the policy's history settings delete.
-//! - [`replacement`]: join settings, subnets, Auto Scaling decrement and join timeout of replacements.
+//! - [`join`]: what a replacement needs to join (cluster, profile, security groups, subnets), resolved while planning.
+//! - [`replacement`]: subnet order, Auto Scaling decrement and join timeout of replacements.
 //! - [`taint`]: snapdrain's drain taint and toleration matching.
 
 pub mod backups;
@@ -22,6 +23,7 @@ pub mod facts;
 pub mod history;
 pub mod holds;
 pub mod inventory;
+pub mod join;
 pub mod naming;
 pub mod node;
 pub mod phase;

@@ -2,6 +2,7 @@
 //!
 //! Used by the controller to launch replacement capacity: nothing invalid is ever sent to EC2.
 
+mod cluster;
 mod error;
 mod rules;
 mod validate;
@@ -11,6 +12,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use toml::{Table, Value};
 
+pub use cluster::{ClusterSettings, cluster_settings};
 pub use error::UserDataError;
 pub use validate::{MAX_USER_DATA_BYTES, ParsedUserData, Taint, validate, validate_bytes};
 

@@ -42,6 +42,12 @@ pub fn validate(user_data: &str) -> Result<ParsedUserData, UserDataError> {
 
 /// Validates user data as EC2 would deliver it: plain TOML or gzip-compressed TOML.
 pub fn validate_bytes(raw: &[u8]) -> Result<ParsedUserData, UserDataError> {
+    Validator.check(read_settings(raw)?)
+}
+
+/// The `[settings]` table of user data as EC2 delivers it (plain or gzip-compressed TOML, at most
+/// [`MAX_USER_DATA_BYTES`]), as Bottlerocket's early-boot-config reads it before applying anything.
+pub fn read_settings(raw: &[u8]) -> Result<Table, UserDataError> {
     if raw.len() > MAX_USER_DATA_BYTES {
         return Err(UserDataError::TooLarge {
             size: raw.len(),
@@ -62,18 +68,15 @@ pub fn validate_bytes(raw: &[u8]) -> Result<ParsedUserData, UserDataError> {
     let doc: Table = text
         .parse()
         .map_err(|e: toml::de::Error| UserDataError::Toml(e.message().to_string()))?;
-    let settings = match doc.get("settings") {
-        Some(Value::Table(t)) => t.clone(),
-        Some(_) => {
-            return Err(UserDataError::invalid(
-                "settings",
-                "is not a table",
-                "write settings as [settings.*] tables",
-            ));
-        }
-        None => return Err(UserDataError::MissingSettings),
-    };
-    Validator.check(settings)
+    match doc.get("settings") {
+        Some(Value::Table(t)) => Ok(t.clone()),
+        Some(_) => Err(UserDataError::invalid(
+            "settings",
+            "is not a table",
+            "write settings as [settings.*] tables",
+        )),
+        None => Err(UserDataError::MissingSettings),
+    }
 }
 
 /// Quotes a TOML key when it needs quoting, so error paths read like the file.
@@ -93,7 +96,7 @@ fn at(path: &str, r: RuleResult) -> Result<(), UserDataError> {
     r.map_err(|(problem, fix)| UserDataError::invalid(path, problem, fix))
 }
 
-fn table<'a>(v: &'a Value, path: &str) -> Result<&'a Table, UserDataError> {
+pub(crate) fn table<'a>(v: &'a Value, path: &str) -> Result<&'a Table, UserDataError> {
     v.as_table().ok_or_else(|| {
         UserDataError::invalid(
             path,
@@ -103,7 +106,7 @@ fn table<'a>(v: &'a Value, path: &str) -> Result<&'a Table, UserDataError> {
     })
 }
 
-fn string<'a>(v: &'a Value, path: &str) -> Result<&'a str, UserDataError> {
+pub(crate) fn string<'a>(v: &'a Value, path: &str) -> Result<&'a str, UserDataError> {
     v.as_str().ok_or_else(|| {
         UserDataError::invalid(
             path,

@@ -8,6 +8,7 @@ pub mod cordon;
 pub mod drain;
 pub mod instance;
 pub mod inventory;
+pub mod join;
 pub mod plan;
 pub mod release;
 pub mod replace;

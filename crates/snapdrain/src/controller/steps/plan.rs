@@ -1,4 +1,6 @@
-//! Pending: decide which nodes, which pods, which backups (reusing fresh verified ones).
+//! Pending: decide which nodes, which pods, which backups (reusing fresh verified ones), and resolve
+//! what the replacements join with, so that nothing that can fail the plan is found after its nodes
+//! were touched.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -72,6 +74,17 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
         name: &v.name(),
         uid: &v.uid(),
     };
+    // Checked before anything is touched (no cordon, no Backup): a replacement that could never be
+    // built fails the plan here, with the node as it was.
+    if let Some(replacement) = super::join::launches(v.plan) {
+        out.status.nodes = std::mem::take(&mut seen.nodes);
+        if let Err(why) = super::join::resolve(replacement, io, &mut out.status).await? {
+            return Ok(out.then(Next::Fail(format!(
+                "{why} (the plan failed while planning: no node was cordoned, backed up, drained or terminated)"
+            ))));
+        }
+        seen.nodes = std::mem::take(&mut out.status.nodes);
+    }
     out.status.backups = seen
         .needs
         .values()

@@ -1,8 +1,9 @@
 //! Replacing: launch Bottlerocket capacity for each node (CreateFleet instant, or RunInstances from a
 //! launch template) with a ClientToken derived from the node's UID and attempt, recorded in status before
 //! the call, so a restarted controller never launches twice; then wait for the new Node to be Ready, up
-//! to the join timeout. The replacement carries what a node needs to join (instance profile, security
-//! groups, IMDS options, the cluster tag), from the plan or copied from the replaced instance.
+//! to the join timeout. The replacement carries what a node needs to join (cluster settings, instance
+//! profile, security groups, subnets, IMDS options, the cluster tag), as planning resolved and recorded
+//! them ([`super::join`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -12,36 +13,34 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 
-use super::instance::{Instance, observe};
 use crate::api::parse_duration;
 use crate::api::plan::{CapacityType as SpecCapacity, ReplacementSpec};
-use crate::api::status::{DisruptionPlanStatus, ReplacementProgress};
+use crate::api::status::{ClusterJoinRecord, DisruptionPlanStatus, ReplacementProgress};
 use crate::cloud::bottlerocket::{self, NodeSettings};
 use crate::cloud::ec2::{
     CAPACITY_ATTEMPTS, CapacityType, CloudError, FleetOverride, JoinSettings, LaunchRequest,
     LaunchStrategy, LaunchTemplateRef,
 };
-use crate::controller::context::Settings;
 use crate::controller::error::ControllerError;
 use crate::controller::report::What;
 use crate::controller::step::{Io, Next, Outcome, PlanView, Wake, ready_node_for};
 use crate::planning::client_token;
-use crate::planning::replacement::{
-    DEFAULT_JOIN_TIMEOUT, JoinWait, join_settings, join_wait, launch_subnets,
-};
+use crate::planning::join::{ClusterKey, join_settings, needed_keys};
+use crate::planning::replacement::{DEFAULT_JOIN_TIMEOUT, JoinWait, join_wait, order_subnets};
 
-/// Bottlerocket settings for the replacement, from the plan with the controller's cluster defaults.
+/// Bottlerocket settings for the replacement: the plan's, joining the cluster resolved while planning.
 pub fn node_settings(
     spec: &ReplacementSpec,
-    settings: &Settings,
-) -> Result<NodeSettings, ControllerError> {
+    cluster: &ClusterJoinRecord,
+) -> Result<NodeSettings, String> {
     let br = spec.bottlerocket.clone().unwrap_or_default();
-    let pick = |plan: Option<String>, default: &Option<String>, what: &str| {
-        plan.or_else(|| default.clone()).ok_or_else(|| {
-            ControllerError::Config(format!(
-                "replacement needs the cluster's {what} for Bottlerocket to join: set spec.replacement.bottlerocket.{what} or start the controller with --{}",
-                what.chars().flat_map(|c| if c.is_uppercase() { vec!['-', c.to_ascii_lowercase()] } else { vec![c] }).collect::<String>()
-            ))
+    let resolved = |v: &Option<String>, key: ClusterKey| {
+        v.clone().ok_or_else(|| {
+            format!(
+                "settings.kubernetes.{} was not resolved while planning; set spec.replacement.bottlerocket.{}",
+                key.toml(),
+                key.field()
+            )
         })
     };
     let extra = match br.settings {
@@ -49,20 +48,19 @@ pub fn node_settings(
             Ok(toml::Value::Table(t)) => t,
             Ok(_) => toml::Table::new(),
             Err(e) => {
-                return Err(ControllerError::Config(format!(
+                return Err(format!(
                     "spec.replacement.bottlerocket.settings cannot be expressed as TOML: {e}"
-                )));
+                ));
             }
         },
         None => toml::Table::new(),
     };
     Ok(NodeSettings {
-        cluster_name: pick(br.cluster_name, &settings.cluster_name, "clusterName")?,
-        api_server: pick(br.api_server, &settings.api_server, "apiServer")?,
-        cluster_certificate: pick(
-            br.cluster_certificate,
-            &settings.cluster_certificate,
-            "clusterCertificate",
+        cluster_name: cluster.cluster_name.clone(),
+        api_server: resolved(&cluster.api_server, ClusterKey::ApiServer)?,
+        cluster_certificate: resolved(
+            &cluster.cluster_certificate,
+            ClusterKey::ClusterCertificate,
         )?,
         cluster_dns_ip: br.cluster_dns_ip,
         max_pods: None,
@@ -81,7 +79,7 @@ fn cluster_tag(cluster_name: &str) -> String {
 #[allow(clippy::too_many_arguments)]
 fn launch_request(
     spec: &ReplacementSpec,
-    user_data: String,
+    user_data: Option<String>,
     token: String,
     plan: &str,
     node: &str,
@@ -136,11 +134,7 @@ fn launch_request(
     Ok(LaunchRequest {
         strategy,
         image_id: spec.image_id.clone(),
-        user_data: if spec.launch_template.is_some() && spec.bottlerocket.is_none() {
-            None
-        } else {
-            Some(user_data)
-        },
+        user_data,
         tags,
         join,
         client_token: token,
@@ -240,7 +234,7 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
 }
 
 /// `spec.replacement.joinTimeout`, or the default.
-fn join_timeout(spec: &ReplacementSpec) -> Result<Duration, String> {
+pub(super) fn join_timeout(spec: &ReplacementSpec) -> Result<Duration, String> {
     match spec.join_timeout.as_deref() {
         None => Ok(DEFAULT_JOIN_TIMEOUT),
         Some(t) => parse_duration(t).ok_or_else(|| {
@@ -331,8 +325,9 @@ enum Prepared {
     Then(Next),
 }
 
-/// Builds node `i`'s launch request: user data, the replaced instance's record (written before the
-/// launch: the instance may be gone by the next look), the zones of its volumes and the subnets.
+/// Builds node `i`'s launch request from what planning resolved and recorded: user data for the
+/// cluster, the node's instance profile, security groups and subnets (those in the zones of its volumes
+/// first).
 async fn prepare(
     v: &PlanView<'_>,
     io: &Io<'_>,
@@ -341,52 +336,50 @@ async fn prepare(
     out: &mut Outcome,
 ) -> Result<Prepared, ControllerError> {
     let node = out.status.nodes[i].clone();
+    let (Some(cluster), Some(join)) = (out.status.join.clone(), node.join.clone()) else {
+        // Planned by a controller that did not resolve the join settings: resolve them now and write
+        // them before the launch.
+        return Ok(Prepared::Then(
+            match super::join::resolve(spec, io, &mut out.status).await? {
+                Ok(()) => Next::Checkpoint,
+                Err(why) => Next::Fail(why),
+            },
+        ));
+    };
     let fail = |e: &dyn std::fmt::Display| {
         Prepared::Then(Next::Fail(format!(
             "replacement for node {}: {e}",
             node.name
         )))
     };
-    // Checked before anything is read: problems no retry can fix fail the plan (rolled back).
-    let (cluster_name, user_data) = match node_settings(spec, io.settings).and_then(|s| {
-        let rendered = bottlerocket::render(&s).map_err(ControllerError::from)?;
-        Ok((s.cluster_name, rendered))
-    }) {
-        Ok(u) => u,
-        Err(e) => return Ok(fail(&e)),
-    };
-    let record = match observe(&out.status, i, io).await? {
-        Instance::New(r) => {
-            out.status.nodes[i].instance = Some(r);
-            return Ok(Prepared::Then(Next::Checkpoint));
+    let user_data = if needed_keys(spec).len() > 1 {
+        match node_settings(spec, &cluster)
+            .and_then(|s| bottlerocket::render(&s).map_err(|e| e.to_string()))
+        {
+            Ok(u) => Some(u),
+            Err(e) => return Ok(fail(&e)),
         }
-        found => found.record().cloned(),
+    } else {
+        None
     };
     let zones = volume_zones(&out.status, io).await?;
-    let subnet_zones = if spec.subnets.len() > 1 && !zones.is_empty() {
-        io.cloud.ec2().await?.subnet_zones(&spec.subnets).await?
+    let subnet_zones = if join.subnet_ids.len() > 1 && !zones.is_empty() {
+        io.cloud.ec2().await?.subnet_zones(&join.subnet_ids).await?
     } else {
         BTreeMap::new()
     };
-    let subnets = launch_subnets(
-        spec,
-        record.as_ref(),
-        |s| subnet_zones.get(s).cloned(),
-        &zones,
-    );
+    let subnets = order_subnets(&join.subnet_ids, |s| subnet_zones.get(s).cloned(), &zones);
     let token = node.replacement.map(|r| r.client_token).unwrap_or_default();
-    let request = join_settings(spec, record.as_ref()).and_then(|join| {
-        launch_request(
-            spec,
-            user_data,
-            token,
-            &v.name(),
-            &node.name,
-            &cluster_name,
-            join,
-            subnets,
-        )
-    });
+    let request = launch_request(
+        spec,
+        user_data,
+        token,
+        &v.name(),
+        &node.name,
+        &cluster.cluster_name,
+        join_settings(&join),
+        subnets,
+    );
     Ok(match request {
         Ok(r) => Prepared::Request(Box::new(r)),
         Err(e) => fail(&e),
@@ -753,7 +746,7 @@ mod tests {
         let req = |subnets: Vec<String>| {
             launch_request(
                 &spec,
-                String::new(),
+                None,
                 "t".into(),
                 "p",
                 "n1",
@@ -773,7 +766,7 @@ mod tests {
         });
         let r = launch_request(
             &with_template,
-            String::new(),
+            None,
             "t".into(),
             "p",
             "n1",

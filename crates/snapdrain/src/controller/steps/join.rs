@@ -1,0 +1,188 @@
+//! The replacement's join settings, resolved and recorded while planning: a plan whose replacement
+//! could never be built fails in Pending, before its node is cordoned, backed up, drained or
+//! terminated, instead of after, with the cluster a node short.
+//!
+//! Reads only: the replaced instances (DescribeInstances, recorded as the plan's instance records, which
+//! Terminating and Replacing then use); for cluster settings neither the plan nor the controller's
+//! flags give, their user data (DescribeInstanceAttribute `userData`); and the subnets and launch
+//! template the plan names (DescribeSubnets, DescribeLaunchTemplates).
+
+use crate::api::DisruptionPlan;
+use crate::api::plan::{PlanMode, ReplacementSpec, ReplacementWhen};
+use crate::api::status::DisruptionPlanStatus;
+use crate::cloud::bottlerocket::{self, cluster_settings};
+use crate::controller::error::ControllerError;
+use crate::controller::step::Io;
+use crate::planning::join::{
+    ClusterDefaults, InstanceUserData, UserData, needed_keys, resolve_cluster, resolve_node,
+    unset_keys,
+};
+
+use super::instance::{Instance, observe};
+use super::replace::{join_timeout, node_settings};
+
+/// The plan launches replacements: Execute mode with `replacement.when` set, not a dry run (a dry run
+/// reads nothing from EC2).
+pub fn launches(plan: &DisruptionPlan) -> Option<&ReplacementSpec> {
+    let spec = &plan.spec;
+    spec.replacement
+        .as_ref()
+        .filter(|r| r.when != ReplacementWhen::None)
+        .filter(|_| spec.mode == PlanMode::Execute && !spec.dry_run)
+}
+
+/// Resolves what every node's replacement joins with and records it in `status` (with each replaced
+/// instance's record). `Ok(Err(message))`: no replacement could be built; the message names what is
+/// missing and where to set it. `Err`: EC2 could not be asked (retried).
+pub async fn resolve(
+    spec: &ReplacementSpec,
+    io: &Io<'_>,
+    status: &mut DisruptionPlanStatus,
+) -> Result<Result<(), String>, ControllerError> {
+    if let Err(why) = join_timeout(spec) {
+        return Ok(Err(why));
+    }
+    // Every problem is reported at once, so one edit of the plan (or the flags) fixes them all.
+    let mut problems = Vec::new();
+    let mut records = Vec::with_capacity(status.nodes.len());
+    for i in 0..status.nodes.len() {
+        let record = match observe(status, i, io).await? {
+            Instance::New(r) => {
+                status.nodes[i].instance = Some(r.clone());
+                Some(r)
+            }
+            Instance::Known(r) => r,
+            // Terminated already: nothing about how it ran is left to copy.
+            Instance::Gone(_) => None,
+        };
+        let node = &status.nodes[i];
+        match resolve_node(
+            spec,
+            &node.name,
+            node.instance_id.as_deref(),
+            record.as_ref(),
+        ) {
+            Ok(join) => records.push((Some(join), record.is_some())),
+            Err(e) => {
+                problems.push(e.to_string());
+                records.push((None, record.is_some()));
+            }
+        }
+    }
+    let settings = io.settings;
+    let defaults = ClusterDefaults {
+        cluster_name: settings.cluster_name.as_deref(),
+        api_server: settings.api_server.as_deref(),
+        cluster_certificate: settings.cluster_certificate.as_deref(),
+    };
+    let mut unset = unset_keys(spec, &defaults);
+    let mut read = Vec::new();
+    for (i, (_, described)) in records.iter().enumerate() {
+        if unset.is_empty() {
+            break;
+        }
+        let node = &status.nodes[i];
+        let Some(id) = node.instance_id.as_deref().filter(|_| *described) else {
+            continue;
+        };
+        let user_data = user_data(io, id).await?;
+        if let UserData::Read(s) = &user_data {
+            unset.retain(|k| k.of(s).is_none());
+        }
+        read.push(InstanceUserData {
+            node: node.name.clone(),
+            instance: id.to_string(),
+            user_data,
+        });
+    }
+    let cluster = resolve_cluster(spec, &defaults, &read)
+        .map_err(|e| problems.push(e.to_string()))
+        .ok();
+    problems.extend(launch_targets(spec, io).await?);
+    let Some(cluster) = cluster.filter(|_| problems.is_empty()) else {
+        return Ok(Err(problems.join("; ")));
+    };
+    // Rendered (and validated as the host would) now, so a label kubelet refuses or settings that are
+    // not TOML fail the plan here rather than at launch.
+    if needed_keys(spec).len() > 1
+        && let Err(e) = node_settings(spec, &cluster)
+            .and_then(|s| bottlerocket::render(&s).map_err(|e| e.to_string()))
+    {
+        return Ok(Err(format!(
+            "the replacement's user data would not boot: {e}"
+        )));
+    }
+    for (node, (join, _)) in status.nodes.iter_mut().zip(records) {
+        node.join = join;
+    }
+    status.join = Some(cluster);
+    Ok(Ok(()))
+}
+
+/// What instance `id`'s user data says about its cluster. A refusal no retry fixes (no
+/// `ec2:DescribeInstanceAttribute` permission, say) makes it unusable, with the reason; a transient
+/// failure is retried.
+async fn user_data(io: &Io<'_>, id: &str) -> Result<UserData, ControllerError> {
+    let ec2 = io.cloud.ec2().await?;
+    Ok(match ec2.user_data(id).await {
+        Ok(None) => UserData::Empty,
+        Ok(Some(raw)) => match cluster_settings(&raw) {
+            Ok(s) => UserData::Read(s),
+            Err(e) => UserData::Unusable(format!("it is not Bottlerocket user data ({e})")),
+        },
+        Err(e) if e.is_permanent() => UserData::Unusable(format!(
+            "{e} (snapdrain's IAM role needs ec2:DescribeInstanceAttribute, see deploy/iam/snapdrain-policy.json)"
+        )),
+        Err(e) => return Err(e.into()),
+    })
+}
+
+/// What the plan names for the launch that EC2 does not have: its subnets (DescribeSubnets) and its
+/// launch template (DescribeLaunchTemplates). Either would only be refused at launch, after the drain.
+async fn launch_targets(
+    spec: &ReplacementSpec,
+    io: &Io<'_>,
+) -> Result<Vec<String>, ControllerError> {
+    let mut problems = Vec::new();
+    if spec.subnets.is_empty() && spec.launch_template.is_none() {
+        // Copied from the replaced instances, which run in them.
+        return Ok(problems);
+    }
+    let ec2 = io.cloud.ec2().await?;
+    if !spec.subnets.is_empty() {
+        match ec2.subnet_zones(&spec.subnets).await {
+            Ok(zones) => {
+                let unknown: Vec<&str> = spec
+                    .subnets
+                    .iter()
+                    .filter(|s| !zones.contains_key(*s))
+                    .map(String::as_str)
+                    .collect();
+                if !unknown.is_empty() {
+                    problems.push(format!(
+                        "spec.replacement.subnets names subnets EC2 does not have in this region: {}",
+                        unknown.join(", ")
+                    ));
+                }
+            }
+            Err(e) if e.is_permanent() => {
+                problems.push(format!("spec.replacement.subnets cannot be used: {e}"))
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(t) = &spec.launch_template {
+        let id_or_name = t.id.as_deref().or(t.name.as_deref()).unwrap_or_default();
+        match ec2.launch_template_exists(id_or_name).await {
+            Ok(true) => {}
+            Ok(false) => problems.push(format!(
+                "spec.replacement.launchTemplate {id_or_name} does not exist in this region; create it or name another"
+            )),
+            Err(e) if e.is_permanent() => problems.push(format!(
+                "spec.replacement.launchTemplate {id_or_name} cannot be used: {e}"
+            )),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(problems)
+}
