@@ -225,7 +225,7 @@ fn rbac_grants_exactly_what_the_controller_uses() {
         (
             "snapdrain.io",
             "disruptionplans",
-            &["list", "watch", "patch", "create"],
+            &["list", "watch", "patch", "create", "delete"],
         ),
         ("snapdrain.io", "disruptionplans/status", &["patch"]),
         (
@@ -296,7 +296,11 @@ fn rbac_grants_exactly_what_the_controller_uses() {
     let leases = role_docs("role-leader-election.yaml");
     assert_eq!(
         grants(&leases[0]["rules"]),
-        expect(&[("coordination.k8s.io", "leases", &["get", "create", "patch"])])
+        expect(&[(
+            "coordination.k8s.io",
+            "leases",
+            &["get", "list", "watch", "create", "patch"],
+        )])
     );
 }
 

@@ -45,6 +45,14 @@ const SA_USER: &str = "system:serviceaccount:snapdrain:snapdrain";
 /// the e2e test that takes it (those run with the same roles through the chart: deploy.rs renders the
 /// same rules). (role, resource, verb).
 const RARE_PATHS: &[(&str, &str, &str, &str)] = &[
+    // Finished plans past the policy's history.ttlAfterFinished (72h by default) are deleted
+    // (controller::history); history.rs runs with a TTL of seconds.
+    (
+        "snapdrain",
+        "disruptionplans",
+        "delete",
+        "finished plan past its TTL",
+    ),
     // An abandoned backup attempt Velero never started is deleted (controller::steps::backups);
     // real_velero.rs / resilience.rs abandon attempts.
     ("snapdrain", "backups", "delete", "abandoned backup attempt"),

@@ -35,6 +35,7 @@ const KNOWN_LINT: &[&str] = &[
     "snapdrain_hold_changes_total no help text",
     "snapdrain_plan_deadlines_missed_total no help text",
     "snapdrain_protected_pods_left_unbacked_total no help text",
+    "snapdrain_plans_deleted_total no help text",
     "snapdrain_plans_failed_total no help text",
     "snapdrain_reconcile_errors_total no help text",
     "snapdrain_signals_total no help text",

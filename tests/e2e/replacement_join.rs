@@ -27,16 +27,16 @@ fn instance_of(node: &Node) -> String {
         .to_string()
 }
 
-/// Nothing was done to the node (no patch, so no cordon), to its pods (no eviction), to its data (no
+/// Nothing was done to the node (not cordoned, not tainted), to its pods (no eviction), to its data (no
 /// Backup) or to its instance (still running, never terminated), and nothing was launched: from the
-/// audit log of every mutating request and world event.
+/// audit log of every mutating request and world event. (The node is patched: the hold keeper places
+/// the node-level `karpenter.sh/do-not-disrupt` on every node with held pods, plan or no plan.)
 async fn assert_untouched(h: &Harness, plan: &str, node: &str, instance: &str) {
     let audit = h.audit();
     let touched: Vec<_> = audit
         .iter()
         .filter(|e| {
-            (e.resource == "nodes" && e.source == "api" && e.name.as_deref() == Some(node))
-                || e.resource == "pods/eviction"
+            e.resource == "pods/eviction"
                 || (e.resource == "backups" && e.verb == "create")
                 || (e.verb == "instance-terminated" && e.name.as_deref() == Some(instance))
         })
@@ -47,10 +47,15 @@ async fn assert_untouched(h: &Harness, plan: &str, node: &str, instance: &str) {
     );
     assert!(h.backups_of(plan).await.is_empty());
     let still = h.node(node).await.expect("the node stays");
-    assert_ne!(
-        still.spec.and_then(|s| s.unschedulable),
-        Some(true),
-        "not cordoned"
+    let spec = still.spec.unwrap_or_default();
+    assert_ne!(spec.unschedulable, Some(true), "not cordoned");
+    assert!(
+        !spec
+            .taints
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == "snapdrain.io/draining"),
+        "not tainted"
     );
     let ec2 = h.cluster.ec2.as_ref().expect("ec2");
     assert_eq!(

@@ -64,6 +64,33 @@ impl Pass {
         }
     }
 
+    /// A pass that goes on from `patched`, the resourceVersion this controller's own metadata patch
+    /// (the finalizer) made of `plan`, when it made one: `plan`'s own version is then superseded.
+    fn after(
+        plan: Arc<DisruptionPlan>,
+        valid: ValidSpec,
+        patched: Option<String>,
+        ctx: &Context,
+    ) -> Self {
+        let mut pass = Self::new(plan, valid);
+        if let Some(rv) = patched {
+            let old = std::mem::replace(&mut pass.resource_version, Some(rv));
+            pass.supersede(ctx, old);
+        }
+        pass
+    }
+
+    /// Remembers that `old` is a version of this plan the controller has written over.
+    fn supersede(&self, ctx: &Context, old: Option<String>) {
+        if let (Some(old), Ok(mut superseded)) = (old, ctx.superseded.lock()) {
+            let kept = superseded.entry(self.name()).or_insert_with(VecDeque::new);
+            kept.push_back(old);
+            if kept.len() > SUPERSEDED_KEPT {
+                kept.pop_front();
+            }
+        }
+    }
+
     fn name(&self) -> String {
         self.plan.name_any()
     }
@@ -111,15 +138,8 @@ impl Pass {
                 plan: self.name(),
                 source,
             })?;
-        if let (Some(old), Ok(mut superseded)) =
-            (self.resource_version.take(), ctx.superseded.lock())
-        {
-            let kept = superseded.entry(self.name()).or_insert_with(VecDeque::new);
-            kept.push_back(old);
-            if kept.len() > SUPERSEDED_KEPT {
-                kept.pop_front();
-            }
-        }
+        let old = self.resource_version.take();
+        self.supersede(ctx, old);
         self.resource_version = written.metadata.resource_version;
         self.written = self.status.clone();
         Ok(())
@@ -303,16 +323,19 @@ fn completion_message(status: &DisruptionPlanStatus) -> String {
 }
 
 /// Adds or removes [`FINALIZER`] (a no-op when it is already as wanted). `resource_version` is the
-/// newest this controller knows of the plan (after its own status writes, newer than `plan`'s).
+/// newest this controller knows of the plan (after its own status writes, newer than `plan`'s). Returns
+/// the resourceVersion its patch made, when it patched: the pass goes on from that one, so its status
+/// write does not go over the finalizer (kube-apiserver refuses a stale resourceVersion with 409) and a
+/// copy from before the patch is known to be superseded.
 async fn set_finalizer(
     plan: &DisruptionPlan,
     ctx: &Context,
     present: bool,
     resource_version: Option<String>,
-) -> Result<(), ControllerError> {
+) -> Result<Option<String>, ControllerError> {
     let mut finalizers = plan.finalizers().to_vec();
     if finalizers.iter().any(|f| f == FINALIZER) == present {
-        return Ok(());
+        return Ok(None);
     }
     if present {
         finalizers.push(FINALIZER.to_string());
@@ -331,8 +354,8 @@ async fn set_finalizer(
         )
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Ok(patched) => Ok(patched.metadata.resource_version),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
         Err(source) => Err(ControllerError::WriteStatus {
             plan: plan.name_any(),
             source,
@@ -365,17 +388,26 @@ pub async fn reconcile(
         set_finalizer(&plan, &ctx, false, plan.resource_version()).await?;
         return Ok(Action::await_change());
     }
+    let mut finalized = None;
     if plan.meta().deletion_timestamp.is_none() {
         // Deleting a plan mid-way must not leave a node cordoned: the finalizer gives the controller
         // the chance to roll back first (the deletion then aborts the plan).
-        set_finalizer(&plan, &ctx, true, plan.resource_version()).await?;
+        finalized = set_finalizer(&plan, &ctx, true, plan.resource_version()).await?;
     }
     let valid = match validate(&plan.spec) {
         Ok(v) => v,
-        Err(problems) => return mark_invalid(plan, &ctx, problems_message(&problems)).await,
+        Err(problems) => {
+            let message = problems_message(&problems);
+            return mark_invalid(
+                Pass::after(plan, ValidSpec::default(), finalized, &ctx),
+                &ctx,
+                message,
+            )
+            .await;
+        }
     };
     let name = plan.name_any();
-    let mut pass = Pass::new(plan, valid);
+    let mut pass = Pass::after(plan, valid, finalized, &ctx);
     let span = tracing::info_span!("plan", plan = %name);
     let result = drive(&mut pass, &ctx).instrument(span).await;
     // Only a pass that succeeded resets the error policy's count: consecutive failures back off longer.
@@ -389,11 +421,10 @@ pub async fn reconcile(
 
 /// An invalid spec is recorded once and waits for a change (no hot loop).
 async fn mark_invalid(
-    plan: Arc<DisruptionPlan>,
+    mut pass: Pass,
     ctx: &Context,
     message: String,
 ) -> Result<Action, ControllerError> {
-    let mut pass = Pass::new(plan, ValidSpec::default());
     let already = pass
         .status
         .conditions
