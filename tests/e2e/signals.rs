@@ -506,6 +506,51 @@ async fn an_invalid_policy_is_refused_and_protection_stays() {
     wait_all_protected_held(&h).await;
 }
 
+/// Review finding #6: a NodeClaim deleted with no terminationGracePeriod (expiry, a spot interruption
+/// through Karpenter's queue, `kubectl delete nodeclaim`) carries no termination timestamp, yet the node
+/// goes: Karpenter's terminator waits on the holds for good. Such a signal must not wait for a
+/// maintenance window (here closed for the next two hours).
+#[tokio::test]
+async fn a_nodeclaim_deleted_without_a_grace_period_never_waits_for_a_window() {
+    let h = Harness::start().await;
+    let closed = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(2))
+        .to_zoned(jiff::tz::TimeZone::UTC);
+    let schedule = format!("{} {} * * *", closed.minute(), closed.hour());
+    let policy: DisruptionPolicy = serde_json::from_value(json!({
+        "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPolicy",
+        "metadata": {"name": "default"},
+        "spec": {"maintenanceWindows": [{"schedule": schedule, "duration": "1m", "timeZone": "UTC"}]}
+    }))
+    .expect("a policy");
+    Api::<DisruptionPolicy>::all(h.client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create the policy");
+    let _controller = h.controller().await;
+    wait_all_protected_held(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected_on_node = h.protected_pods_on(&node).await;
+    let claim = h.nodeclaim_of(&node).await;
+    nodeclaims(&h)
+        .delete(&claim, &Default::default())
+        .await
+        .expect("delete the NodeClaim");
+    let plan = wait_signal_plan(&h, &node).await;
+    assert_eq!(plan.spec.reason.as_deref(), Some("NodeClaimDeleted"));
+    assert!(plan.spec.deadline.is_none(), "no terminationGracePeriod");
+    let done = h
+        .wait_plan(
+            &plan.name_any(),
+            Duration::from_secs(120),
+            PlanPhase::is_terminal,
+        )
+        .await;
+    let status = done.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{:?}", status.message);
+    assert!(h.node(&node).await.is_none(), "Karpenter took the node");
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected_on_node, &done);
+}
+
 #[tokio::test]
 async fn graceful_signals_wait_for_a_maintenance_window_and_a_free_slot() {
     let h = Harness::start().await;

@@ -46,7 +46,9 @@ pub struct DisruptionPolicySpec {
     #[schemars(regex(pattern = DURATION_PATTERN), length(max = DURATION_MAX_LENGTH))]
     pub release_window: String,
 
-    /// How many signal plans run at once. Forceful signals (a deadline) never wait for a slot.
+    /// How many signal plans run at once. Forceful signals (a NodeClaim deletion, Karpenter's disrupted
+    /// taint, NTH's spot interruption, ASG lifecycle termination or scheduled maintenance) never wait
+    /// for a slot.
     #[serde(default)]
     pub concurrency: ConcurrencySpec,
 

@@ -176,7 +176,7 @@ impl Watcher {
                         }
                     }
                     let running = self.running(node_pool_of(&node));
-                    let forceful = signal.deadline.is_some();
+                    let forceful = crate::signals::detect::is_forceful(&signal);
                     let admitted = if !forceful && !window::open(&windows, now) {
                         Err("outside the policy's maintenance windows".to_owned())
                     } else {

@@ -41,6 +41,27 @@ pub const FORCE_DELETE_MARGIN: Duration = Duration::from_secs(10);
 /// (`k8s.io/api/core/v1` `DefaultTerminationGracePeriodSeconds`). Pods read from the API always have it.
 const DEFAULT_POD_GRACE: Duration = Duration::from_secs(30);
 
+/// Whether the node goes whatever snapdrain does: such a signal never waits for a maintenance window or
+/// a concurrency slot. By kind, not by whether a deadline is known (review #6): Karpenter deletes the
+/// NodeClaim of an expired or spot-interrupted node with no termination timestamp when the NodePool sets
+/// no terminationGracePeriod (`pkg/controllers/nodeclaim/lifecycle/controller.go` writes it only then;
+/// karpenter-provider-aws `pkg/controllers/interruption` deletes the claim outright), and a node
+/// Karpenter has tainted `karpenter.sh/disrupted` is committed to its disruption. NTH's spot
+/// interruption, ASG lifecycle termination and scheduled maintenance end the instance on EC2's clock.
+/// Drift, consolidation, a rebalance recommendation and Cluster Autoscaler's scale-down (it gives up
+/// after its eviction timeout and tries again later) are graceful.
+pub fn is_forceful(signal: &NodeSignal) -> bool {
+    signal.deadline.is_some()
+        || matches!(
+            (signal.source, signal.reason.as_str()),
+            (PlanSource::Karpenter, "NodeClaimDeleted" | "Disrupting")
+                | (
+                    PlanSource::NodeTerminationHandler,
+                    "SpotInterruption" | "AutoScalingLifecycleTermination" | "ScheduledMaintenance"
+                )
+        )
+}
+
 /// The pod's `terminationGracePeriodSeconds` (negative counts as 0).
 pub fn pod_grace(pod: &Pod) -> Duration {
     pod.spec
@@ -232,6 +253,36 @@ mod tests {
             c["metadata"]["deletionTimestamp"] = json!("2026-12-01T11:59:00Z");
         }
         c
+    }
+
+    #[test]
+    fn forcefulness_is_by_kind_not_by_a_known_deadline() {
+        let look = |n: Node, c: Option<Value>| {
+            detect(&n, c.as_ref(), &SignalsSpec::default(), now(), grace).expect("a signal")
+        };
+        let no_tgp_deletion = look(node(json!([])), Some(claim(json!([]), true, json!({}))));
+        assert_eq!(no_tgp_deletion.deadline, None);
+        assert!(is_forceful(&no_tgp_deletion), "a NodeClaim deletion without TGP");
+        let taint = |key: &str| json!([{"key": key, "effect": "NoSchedule"}]);
+        for key in [
+            KARPENTER_DISRUPTED_TAINT,
+            "aws-node-termination-handler/spot-itn",
+            "aws-node-termination-handler/asg-lifecycle-termination",
+            "aws-node-termination-handler/scheduled-maintenance",
+        ] {
+            assert!(is_forceful(&look(node(taint(key)), None)), "{key}");
+        }
+        for key in [
+            CLUSTER_AUTOSCALER_TAINT,
+            "aws-node-termination-handler/rebalance-recommendation",
+        ] {
+            assert!(!is_forceful(&look(node(taint(key)), None)), "{key}");
+        }
+        let drift = look(
+            node(json!([])),
+            Some(claim(json!([{"type": "Drifted", "status": "True"}]), false, json!({}))),
+        );
+        assert!(!is_forceful(&drift));
     }
 
     #[test]
