@@ -74,7 +74,7 @@ impl Pass {
     ) -> Self {
         let mut pass = Self::new(plan, valid);
         if let Some(rv) = patched {
-            let old = std::mem::replace(&mut pass.resource_version, Some(rv));
+            let old = pass.resource_version.replace(rv);
             pass.supersede(ctx, old);
         }
         pass

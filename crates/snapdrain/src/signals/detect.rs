@@ -262,7 +262,10 @@ mod tests {
         };
         let no_tgp_deletion = look(node(json!([])), Some(claim(json!([]), true, json!({}))));
         assert_eq!(no_tgp_deletion.deadline, None);
-        assert!(is_forceful(&no_tgp_deletion), "a NodeClaim deletion without TGP");
+        assert!(
+            is_forceful(&no_tgp_deletion),
+            "a NodeClaim deletion without TGP"
+        );
         let taint = |key: &str| json!([{"key": key, "effect": "NoSchedule"}]);
         for key in [
             KARPENTER_DISRUPTED_TAINT,
@@ -280,7 +283,11 @@ mod tests {
         }
         let drift = look(
             node(json!([])),
-            Some(claim(json!([{"type": "Drifted", "status": "True"}]), false, json!({}))),
+            Some(claim(
+                json!([{"type": "Drifted", "status": "True"}]),
+                false,
+                json!({}),
+            )),
         );
         assert!(!is_forceful(&drift));
     }
