@@ -143,9 +143,14 @@ pub fn choose<P: Borrow<DisruptionPlan>>(plans: &[P], signal: &NodeSignal) -> Ch
     }
     // The node's earlier runs. Finished plans are deleted by the policy's history, so the runs that are
     // left may have gaps: the next run follows the highest, never fills a gap.
+    // Every run's name carries the hash of the node and its uid: a substring test skips the other
+    // plans before a name is rebuilt (the gate decides over every stored plan on each eviction).
+    let first = naming::signal_plan_name(&signal.node, &signal.node_uid, 1);
+    let hash = first.rsplit_once('-').map_or(first.as_str(), |(_, h)| h);
     let runs: Vec<(u32, &DisruptionPlan)> = plans
         .iter()
         .map(Borrow::borrow)
+        .filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.contains(hash)))
         .filter_map(|p| Some((run_of(p, signal)?, p)))
         .collect();
     // This signal's plan failed or was aborted: it stays so, rather than coming back as a new plan on
