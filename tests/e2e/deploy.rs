@@ -169,13 +169,14 @@ fn the_deployment_runs_two_leader_elected_non_root_replicas_with_metrics() {
     );
 }
 
-/// A template whose only template expressions sit on their own lines (metadata): dropping those lines
-/// leaves plain YAML.
-fn strip_template_lines(text: &str) -> String {
-    text.lines()
-        .filter(|l| !l.contains("{{"))
-        .collect::<Vec<_>>()
-        .join("\n")
+/// The object of `kind` named `name` in a default install of the chart as real Helm renders it (release
+/// `snapdrain` in namespace `snapdrain`, Velero in `velero`).
+fn rendered(kind: &str, name: &str) -> Value {
+    super::helm::default_chart()
+        .iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("the chart renders no {kind} {name}"))
 }
 
 type Grants = BTreeMap<(String, String), BTreeSet<String>>;
@@ -216,11 +217,7 @@ fn expect(entries: &[(&str, &str, &[&str])]) -> Grants {
 
 #[test]
 fn rbac_grants_exactly_what_the_controller_uses() {
-    let cluster_role = &parse_all(
-        &strip_template_lines(&read(&chart().join("templates/clusterrole.yaml"))),
-        "clusterrole.yaml",
-    )[0];
-    assert_eq!(cluster_role["kind"], "ClusterRole");
+    let cluster_role = &rendered("ClusterRole", "snapdrain");
     let want = expect(&[
         (
             "snapdrain.io",
@@ -263,13 +260,8 @@ fn rbac_grants_exactly_what_the_controller_uses() {
     ]);
     assert_eq!(grants(&cluster_role["rules"]), want);
 
-    let role_docs = |file: &str| {
-        parse_all(
-            &strip_template_lines(&read(&chart().join("templates").join(file))),
-            file,
-        )
-    };
-    let secrets = role_docs("role-velero-secrets.yaml");
+    let role_docs = |name: &str| [rendered("Role", name), rendered("RoleBinding", name)];
+    let secrets = role_docs("snapdrain-velero-secrets");
     assert_eq!(
         grants(&secrets[0]["rules"]),
         expect(&[
@@ -279,21 +271,17 @@ fn rbac_grants_exactly_what_the_controller_uses() {
     );
     assert_eq!(secrets[1]["kind"], "RoleBinding");
     // Velero's Secrets by name only (`velero install`'s and the Helm chart's), from velero.secretNames.
-    let velero_role = rendered_rbac()
-        .into_iter()
-        .find(|d| d["metadata"]["name"] == "snapdrain-velero-secrets" && d["kind"] == "Role")
-        .expect("the Velero secrets Role renders");
     assert_eq!(
-        velero_role["rules"][0]["resourceNames"],
+        secrets[0]["rules"][0]["resourceNames"],
         serde_json::json!(["cloud-credentials", "velero"])
     );
-    let webhook = role_docs("role-webhook.yaml");
+    let webhook = role_docs("snapdrain-webhook");
     assert_eq!(
         grants(&webhook[0]["rules"]),
         expect(&[("", "secrets", &["get", "create", "update"])])
     );
     assert_eq!(webhook[1]["kind"], "RoleBinding");
-    let leases = role_docs("role-leader-election.yaml");
+    let leases = role_docs("snapdrain-leader-election");
     assert_eq!(
         grants(&leases[0]["rules"]),
         expect(&[(
@@ -307,12 +295,9 @@ fn rbac_grants_exactly_what_the_controller_uses() {
 /// The chart's RBAC objects as a default install in namespace `snapdrain` renders them (release
 /// `snapdrain`, Velero in `velero`), hooks left out.
 fn rendered_rbac() -> Vec<Value> {
-    let release = super::helm_render::Release {
-        name: "snapdrain",
-        namespace: "snapdrain",
-    };
-    super::helm_render::render_chart(&chart(), &serde_json::json!({}), &release)
-        .into_iter()
+    super::helm::default_chart()
+        .iter()
+        .cloned()
         .filter(|d| {
             matches!(
                 d["kind"].as_str(),
@@ -322,18 +307,24 @@ fn rendered_rbac() -> Vec<Value> {
         .collect()
 }
 
-/// The chart's webhook.yaml (Service and ValidatingWebhookConfiguration) as a default install renders
-/// it, with `failurePolicy: Fail` so that a gate the chart's RBAC broke would stop the plan's drain.
-fn rendered_webhook() -> Vec<Value> {
-    let text = read(&chart().join("templates/webhook.yaml"))
-        .replace("{{ include \"snapdrain.fullname\" . }}", "snapdrain")
-        .replace("{{ .Release.Namespace }}", "snapdrain")
-        .replace("{{ .Values.webhook.failurePolicy }}", "Fail")
-        .replace("{{ .Values.webhook.timeoutSeconds }}", "5");
-    parse_all(&strip_template_lines(&text), "webhook.yaml")
-        .into_iter()
-        .filter(|d| !d.is_null())
-        .collect()
+/// The chart's gate (its Service and ValidatingWebhookConfiguration) as an install with
+/// `webhook.failurePolicy: Fail` renders it, so that a gate the chart's RBAC broke would stop the
+/// plan's drain.
+fn rendered_webhook() -> [Value; 2] {
+    static RENDERED: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
+    let docs = RENDERED.get_or_init(|| {
+        super::helm::rendered_chart(&serde_json::json!({"webhook": {"failurePolicy": "Fail"}}))
+    });
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("the chart renders no {kind} {name}"))
+    };
+    [
+        find("Service", "snapdrain-webhook"),
+        find("ValidatingWebhookConfiguration", "snapdrain"),
+    ]
 }
 
 /// Installs `docs` (RBAC objects) through the admin client.
@@ -396,10 +387,7 @@ async fn plan_as_the_chart_service_account(
     // The gate as the chart installs it: its configuration first (the gate patches the caBundle), then
     // the controller serving it with the chart's names, then the Service at its address.
     let webhook = rendered_webhook();
-    let (mut svc, vwc) = match webhook.as_slice() {
-        [svc, vwc] => (svc.clone(), vwc.clone()),
-        other => panic!("webhook.yaml renders a Service and a configuration: {other:?}"),
-    };
+    let [mut svc, vwc] = webhook;
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     use k8s_openapi::api::core::v1::Service;
     let vwc: ValidatingWebhookConfiguration =
@@ -494,20 +482,13 @@ async fn without_the_eviction_rule_the_drain_is_refused_with_the_servers_403() {
     );
 }
 
-/// The chart's uninstall hook (ServiceAccount, RBAC, Job) as a default install renders it (release
-/// `snapdrain` in namespace `snapdrain`); lines that are only template control are dropped.
+/// The chart's uninstall hook (ServiceAccount, RBAC, Job: the objects annotated `helm.sh/hook`) as a
+/// default install renders it (release `snapdrain` in namespace `snapdrain`).
 fn rendered_hook() -> Vec<Value> {
-    let text = read(&chart().join("templates/uninstall-hook.yaml"))
-        .replace("{{ include \"snapdrain.fullname\" . }}", "snapdrain")
-        .replace("{{ .Release.Namespace }}", "snapdrain")
-        .replace("{{ .Release.Name }}", "snapdrain")
-        .replace("{{ .Chart.Name }}", "snapdrain")
-        .replace("{{ .Values.uninstall.stopTimeout }}", "2m")
-        .replace("{{ .Values.uninstall.backoffLimit }}", "2")
-        .replace("{{ .Values.uninstall.activeDeadlineSeconds }}", "280");
-    parse_all(&strip_template_lines(&text), "uninstall-hook.yaml")
-        .into_iter()
-        .filter(|d| !d.is_null())
+    super::helm::default_chart()
+        .iter()
+        .filter(|d| d.pointer("/metadata/annotations/helm.sh~1hook").is_some())
+        .cloned()
         .collect()
 }
 
@@ -962,19 +943,12 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
 /// says.
 #[test]
 fn the_network_policy_admits_only_the_api_server_and_the_scrapers() {
-    use super::helm_render::{Release, render_chart};
-    let release = Release {
-        name: "snapdrain",
-        namespace: "snapdrain",
-    };
-    let off = render_chart(&chart(), &serde_json::json!({}), &release);
+    let off = super::helm::default_chart();
     assert!(!off.iter().any(|d| d["kind"] == "NetworkPolicy"));
     let api_server = serde_json::json!([{"ipBlock": {"cidr": "10.0.0.0/28"}}]);
     let scrapers = serde_json::json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]);
-    let on = render_chart(
-        &chart(),
+    let on = super::helm::rendered_chart(
         &serde_json::json!({"networkPolicy": {"enabled": true, "webhookFrom": api_server, "metricsFrom": scrapers}}),
-        &release,
     );
     let policy = on
         .iter()

@@ -111,6 +111,60 @@ fn chart() -> PathBuf {
     root().join("deploy/helm/snapdrain")
 }
 
+/// The chart as real Helm renders it for `values` (merged over values.yaml), release `snapdrain` in
+/// namespace `snapdrain`: the release's manifest and its hooks, crds/ aside. helm-sdkpy has no template
+/// or dry-run action, so Helm installs the chart, without waiting, into a simulated API server of its
+/// own (no world runs there) that serves the Prometheus Operator kinds; what Helm sent is what it
+/// rendered. Blocking, so that plain tests can call it: its own thread and runtime.
+pub fn rendered_chart(values: &Value) -> Vec<Value> {
+    let values = values.to_string();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        rt.block_on(async move {
+            let sim = SimCluster::start(SimConfig::default())
+                .await
+                .expect("the simulated API server starts");
+            let dir = tempfile::tempdir().expect("temp dir");
+            let kubeconfig = sim
+                .write_kubeconfig(&dir.path().join("kubeconfig"))
+                .expect("kubeconfig written");
+            let client = kube::Client::try_from(sim.kube_config()).expect("a kube client");
+            install_prometheus_operator_kinds(&client).await;
+            let release = run_helm(
+                &kubeconfig,
+                dir.path(),
+                "render",
+                &[RELEASE, &chart_arg(&chart()), &values],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("helm cannot install the chart with {values}: {e}"));
+            let mut objects = manifest_objects(&release);
+            for hook in release["hooks"].as_array().into_iter().flatten() {
+                let text = hook["manifest"].as_str().unwrap_or_default();
+                objects.extend(
+                    serde_saphyr::from_multiple::<Value>(text)
+                        .unwrap_or_else(|e| panic!("a hook's manifest is not YAML: {e}\n{text}"))
+                        .into_iter()
+                        .filter(|d| !d.is_null()),
+                );
+            }
+            objects
+        })
+    })
+    .join()
+    .unwrap_or_else(|e| std::panic::resume_unwind(e))
+}
+
+/// [`rendered_chart`] with the default values, rendered once per test process.
+pub fn default_chart() -> &'static [Value] {
+    static RENDERED: std::sync::OnceLock<Vec<Value>> = std::sync::OnceLock::new();
+    RENDERED.get_or_init(|| rendered_chart(&json!({})))
+}
+
 /// The objects of a release's manifest (Helm's rendering of templates/, hooks and crds/ aside).
 fn manifest_objects(release: &Value) -> Vec<Value> {
     let text = release["manifest"]

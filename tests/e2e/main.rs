@@ -11,8 +11,6 @@ mod drain_cli;
 mod gate;
 mod gate_fuzz;
 mod helm;
-// The template subset posture.rs and deploy.rs still render the chart with (offline, no cluster).
-mod helm_render;
 mod history;
 mod holds_cli;
 mod hostile_input;

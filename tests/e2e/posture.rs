@@ -1,20 +1,15 @@
-//! checkov's Kubernetes policies pass on what users install: the Helm chart rendered with its default
-//! values and with every optional object on, and the kustomize base, overlays and policy, rendered by
-//! `kubectl kustomize`. Each finding snapdrain accepts is skipped in the manifest itself with a
+//! checkov's Kubernetes policies pass on what users install: the Helm chart as real Helm renders it
+//! (tests/e2e/helm.rs) with its default values and with every optional object on, and the kustomize
+//! base, overlays and policy, rendered by `kubectl kustomize`. Each finding snapdrain accepts is skipped in the manifest itself with a
 //! `checkov.io/skipN: <check>=<reason>` annotation (checkov's Kubernetes skip syntax), so a new finding
 //! fails here. checkov runs offline (`--skip-download`); .ci/run installs it (`pip install checkov`).
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{Value, json};
 
-use super::helm_render::{Release, render_chart};
+use super::helm::{default_chart, rendered_chart};
 use super::kustomize::kustomize;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// Runs checkov on `docs` written as one multi-document YAML file; returns its report when it fails.
 fn checkov(name: &str, docs: &[Value]) -> Option<String> {
@@ -48,11 +43,6 @@ fn checkov(name: &str, docs: &[Value]) -> Option<String> {
 
 #[test]
 fn checkov_passes_on_the_chart_and_the_kustomize_manifests() {
-    let chart = root().join("deploy/helm/snapdrain");
-    let release = Release {
-        name: "snapdrain",
-        namespace: "snapdrain",
-    };
     let everything_on = json!({
         "networkPolicy": {"enabled": true,
                           "webhookFrom": [{"ipBlock": {"cidr": "10.0.0.0/28"}}],
@@ -60,11 +50,8 @@ fn checkov_passes_on_the_chart_and_the_kustomize_manifests() {
         "metrics": {"serviceMonitor": {"enabled": true}},
     });
     let sets = [
-        ("chart-defaults", render_chart(&chart, &json!({}), &release)),
-        (
-            "chart-all-on",
-            render_chart(&chart, &everything_on, &release),
-        ),
+        ("chart-defaults", default_chart().to_vec()),
+        ("chart-all-on", rendered_chart(&everything_on)),
         ("kustomize-base", kustomize("deploy/kustomize/base")),
         (
             "kustomize-irsa",

@@ -3,6 +3,7 @@
 
     helm.py KUBECONFIG NAMESPACE lint CHART
     helm.py KUBECONFIG NAMESPACE install RELEASE CHART VALUES_JSON
+    helm.py KUBECONFIG NAMESPACE render RELEASE CHART VALUES_JSON
     helm.py KUBECONFIG NAMESPACE upgrade RELEASE CHART VALUES_JSON
     helm.py KUBECONFIG NAMESPACE uninstall RELEASE
 
@@ -44,6 +45,18 @@ async def run(kubeconfig, namespace, action, args):
             wait=True,
             timeout=TIMEOUT,
         )
+    if action == "render":
+        # What `helm template` prints, from a real install (helm-sdkpy has no template or dry-run
+        # action): the release's manifest and hooks, without waiting for anything to run.
+        release, chart, values = args
+        return await helm.Install(config).run(
+            release,
+            chart,
+            values=json.loads(values),
+            create_namespace=True,
+            wait=False,
+            timeout=TIMEOUT,
+        )
     if action == "upgrade":
         release, chart, values = args
         return await helm.Upgrade(config).run(
@@ -52,7 +65,7 @@ async def run(kubeconfig, namespace, action, args):
     if action == "uninstall":
         (release,) = args
         return await helm.Uninstall(config).run(release, wait=True, timeout=TIMEOUT)
-    raise ValueError(f"unknown action {action!r}: lint, install, upgrade or uninstall")
+    raise ValueError(f"unknown action {action!r}: lint, install, render, upgrade or uninstall")
 
 
 def main():

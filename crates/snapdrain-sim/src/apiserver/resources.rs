@@ -333,6 +333,18 @@ const BUILTINS: &[Builtin] = &[
         status: true,
         extra: &[],
     },
+    // Stored only: the simulator runs no network, so nothing enforces a NetworkPolicy (the chart's
+    // optional one must still install).
+    Builtin {
+        group: "networking.k8s.io",
+        version: "v1",
+        kind: "NetworkPolicy",
+        plural: "networkpolicies",
+        short: &["netpol"],
+        namespaced: true,
+        status: false,
+        extra: &[],
+    },
     Builtin {
         group: "coordination.k8s.io",
         version: "v1",

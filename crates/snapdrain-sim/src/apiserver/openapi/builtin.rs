@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use k8s_openapi::api::{
-    admissionregistration, apps, batch, coordination, core, events, policy, rbac, storage,
+    admissionregistration, apps, batch, coordination, core, events, networking, policy, rbac, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
 use schemars::JsonSchema;
@@ -65,6 +65,7 @@ fn all() -> &'static HashMap<String, Schemas> {
             apps::v1::DaemonSet,
             batch::v1::Job,
             policy::v1::PodDisruptionBudget,
+            networking::v1::NetworkPolicy,
             coordination::v1::Lease,
             events::v1::Event,
             storage::v1::VolumeAttachment,
