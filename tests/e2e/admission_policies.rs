@@ -173,3 +173,41 @@ async fn the_service_account_may_change_only_holds_cordons_and_the_ca_bundle() {
         "{text:?}"
     );
 }
+
+/// A plan's status is written by snapdrain's ServiceAccount only (review M-2): the gate opens for a
+/// protected pod on a running plan's recorded verified backup, and termination acts on the recorded
+/// nodes, so a user granted `disruptionplans/status` must not be able to forge either. The admin
+/// client here has every RBAC right and is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn only_snapdrains_service_account_writes_a_plans_status() {
+    use snapdrain::api::DisruptionPlan;
+    let h = Harness::start().await;
+    let sa = as_the_service_account(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    // No controller runs: the plan stays as created.
+    h.create_plan("forged", json!({"nodes": [node], "dryRun": true}))
+        .await;
+    let admin: Api<DisruptionPlan> = Api::all(h.client.clone());
+    let forged = json!({"status": {"phase": "Draining", "backups": [
+        {"namespace": "db", "pvcs": ["data-pg-0"], "verified": true}]}});
+    let text = refusal(
+        admin
+            .patch_status("forged", &PatchParams::default(), &merge(forged.clone()))
+            .await,
+    );
+    assert!(
+        text.contains("ValidatingAdmissionPolicy 'snapdrain-plan-status'")
+            && text.contains("only snapdrain's controller writes"),
+        "{text:?}"
+    );
+    let sa_plans: Api<DisruptionPlan> = Api::all(sa);
+    let own = json!({"status": {"message": "written by the controller"}});
+    assert_eq!(
+        refusal(
+            sa_plans
+                .patch_status("forged", &PatchParams::default(), &merge(own))
+                .await
+        ),
+        ""
+    );
+}

@@ -134,6 +134,14 @@ pub fn rendered_chart(values: &Value) -> Vec<Value> {
                 .expect("kubeconfig written");
             let client = kube::Client::try_from(sim.kube_config()).expect("a kube client");
             install_prometheus_operator_kinds(&client).await;
+            // Velero's namespace, where the chart's Role for Velero's Secrets goes (Velero is installed).
+            let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+            let velero = serde_json::from_value(json!({"metadata": {"name": "velero"}}))
+                .expect("a Namespace");
+            namespaces
+                .create(&PostParams::default(), &velero)
+                .await
+                .expect("create the velero namespace");
             let release = run_helm(
                 &kubeconfig,
                 dir.path(),

@@ -10,6 +10,7 @@
 //! - [`controller`]: reconcile wiring, leader election.
 //! - [`webhook`]: the eviction gate (validating webhook on pods/eviction) and its certificates.
 //! - [`telemetry`]: metrics and logs.
+//! - [`fuzzing`]: what each parser of untrusted input holds for any bytes (the fuzz targets' bodies).
 
 pub mod api;
 pub mod api_errors;
@@ -17,6 +18,7 @@ pub mod backup;
 pub mod cloud;
 pub mod controller;
 pub mod drain;
+pub mod fuzzing;
 pub mod planning;
 pub mod signals;
 pub mod telemetry;

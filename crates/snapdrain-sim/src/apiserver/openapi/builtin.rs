@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use k8s_openapi::api::{
-    admissionregistration, apps, batch, coordination, core, events, networking, policy, rbac, storage,
+    admissionregistration, apps, batch, coordination, core, events, networking, policy, rbac,
+    storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions;
 use schemars::JsonSchema;

@@ -4,7 +4,7 @@
 
 mod cluster;
 mod error;
-mod rules;
+pub(crate) mod rules;
 mod validate;
 
 use std::collections::BTreeMap;

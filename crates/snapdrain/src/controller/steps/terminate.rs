@@ -86,6 +86,7 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
             Step::Next => {}
             Step::Wait(what) => waiting.push((v.status.nodes[i].name.clone(), what)),
             Step::Checkpoint => return Ok(out.then(Next::Checkpoint)),
+            Step::Refuse(why) => return Ok(out.then(Next::Fail(why))),
         }
     }
     if waiting.is_empty() {
@@ -120,6 +121,37 @@ enum Step {
     Wait(String),
     /// The instance's record is new: write it before the instance is terminated.
     Checkpoint,
+    /// Terminating would act on something other than the drained node: fail the plan, saying why.
+    Refuse(String),
+}
+
+/// The instance to terminate for a node: the one its plan recorded, confirmed by the node's own
+/// `spec.providerID` as it is now. The status is not trusted alone (review M-2: whoever may write a
+/// plan's status could otherwise name another instance), nor the node alone (review L-6: a node
+/// recreated under the name, or re-pointed, must not be terminated in the drained one's place).
+/// `None`: the plan recorded no instance, so none is terminated.
+pub fn instance_to_terminate(
+    node: &str,
+    recorded: Option<&str>,
+    provider_id: Option<&str>,
+) -> Result<Option<String>, String> {
+    let Some(recorded) = recorded else {
+        return Ok(None);
+    };
+    let live = provider_id.map(crate::cloud::ec2::instance_id_from_provider_id);
+    match live {
+        Some(Ok(live)) if live == recorded => Ok(Some(live)),
+        Some(Ok(live)) => Err(format!(
+            "node {node} runs on instance {live} (its providerID), but the plan's status names {recorded}: \
+             nothing was terminated. Only snapdrain's controller writes a plan's status; check who \
+             changed it (the audit log), then abort this plan and start a new one"
+        )),
+        _ => Err(format!(
+            "node {node} no longer names EC2 instance {recorded} in its providerID ({}): nothing was \
+             terminated; check the node, then abort this plan and start a new one",
+            provider_id.unwrap_or("unset")
+        )),
+    }
 }
 
 /// Terminates node `i` once, as decided from what owns it.
@@ -147,10 +179,15 @@ async fn node(
         ));
         return Ok(Step::Next);
     }
+    let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    let instance_id = match instance_to_terminate(&n.name, n.instance_id.as_deref(), provider_id) {
+        Ok(id) => id,
+        Err(why) => return Ok(Step::Refuse(why)),
+    };
     let what = Termination::decide(
         &spec.termination,
         nodeclaim_of(&node),
-        n.instance_id.as_deref(),
+        instance_id.as_deref(),
     );
     if n.phase != NodePhase::Terminating {
         let mut record = None;
@@ -310,6 +347,32 @@ async fn terminate_in_group(io: &Io<'_>, id: &str, decrement: bool) -> Result<()
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_instance_terminated_is_the_recorded_one_confirmed_by_the_node() {
+        use super::instance_to_terminate as pick;
+        let aws = "aws:///us-west-2a/i-0abc";
+        assert_eq!(
+            pick("n1", Some("i-0abc"), Some(aws)),
+            Ok(Some("i-0abc".into()))
+        );
+        // Nothing recorded: nothing terminated, whatever the node says.
+        assert_eq!(pick("n1", None, Some(aws)), Ok(None));
+        assert_eq!(pick("n1", None, None), Ok(None));
+        // A status naming another instance than the node runs on.
+        let other = pick("n1", Some("i-0fff"), Some(aws)).unwrap_err();
+        assert!(
+            other.contains("i-0abc") && other.contains("i-0fff"),
+            "{other}"
+        );
+        // A node that no longer names an instance, or names something that is not one.
+        assert!(
+            pick("n1", Some("i-0abc"), None)
+                .unwrap_err()
+                .contains("unset")
+        );
+        assert!(pick("n1", Some("i-0abc"), Some("kind://x")).is_err());
+    }
+
     use super::*;
 
     fn spec(terminate_instance: bool, delete_node: bool) -> TerminationSpec {
