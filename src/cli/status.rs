@@ -11,6 +11,7 @@ use kube::api::Api;
 
 use super::cluster::ClusterArgs;
 use super::follow::events::human_bytes;
+use super::terminal::json_safe;
 use snapdrain::api::DisruptionPlan;
 use snapdrain::api::status::PlanPhase;
 
@@ -222,7 +223,9 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
                 StatusFormat::Text => {
                     print!("{}", super::terminal::escape_controls(&detail(&plan)))
                 }
-                StatusFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
+                StatusFormat::Json => {
+                    println!("{}", json_safe(serde_json::to_string_pretty(&plan)?))
+                }
                 StatusFormat::Yaml => print!("{}", serde_saphyr::to_string(&plan)?),
             }
         }
@@ -240,7 +243,9 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
                     "{}",
                     super::terminal::escape_controls(&table(&plans, jiff::Timestamp::now()))
                 ),
-                StatusFormat::Json => println!("{}", serde_json::to_string_pretty(&list)?),
+                StatusFormat::Json => {
+                    println!("{}", json_safe(serde_json::to_string_pretty(&list)?))
+                }
                 StatusFormat::Yaml => print!("{}", serde_saphyr::to_string(&list)?),
             }
         }

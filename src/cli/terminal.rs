@@ -22,9 +22,42 @@ pub fn escape_controls(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Serialized JSON with DEL and the C1 controls written as `\u00..` escapes: serde_json escapes only
+/// the C0 controls, and a terminal acts on an 8-bit CSI (U+009B) as on ESC [. Such characters appear in
+/// JSON only inside strings, where an escape stands for the same character, so the document means the
+/// same to a parser.
+pub fn json_safe(json: String) -> String {
+    let unsafe_char = |c: char| c == '\u{7f}' || ('\u{80}'..='\u{9f}').contains(&c);
+    if !json.chars().any(unsafe_char) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 8);
+    for c in json.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_output_escapes_c1_controls_and_means_the_same() {
+        let value = serde_json::json!({"message": "a\u{9b}31m b\u{7f} \u{1b}[2J ok"});
+        let text = json_safe(value.to_string());
+        assert!(!text.chars().any(|c| c.is_control()), "{text:?}");
+        assert!(
+            text.contains("\\u009b") && text.contains("\\u007f"),
+            "{text}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&text).expect("still JSON");
+        assert_eq!(back, value);
+    }
 
     #[test]
     fn escape_sequences_are_shown_not_run() {

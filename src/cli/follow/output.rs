@@ -33,7 +33,7 @@ pub fn json_line(elapsed: Duration, time: &str, plan: &str, event: Value) -> Str
     if let (Some(o), Value::Object(fields)) = (obj.as_object_mut(), event) {
         o.extend(fields);
     }
-    obj.to_string()
+    super::super::terminal::json_safe(obj.to_string())
 }
 
 pub struct Output {

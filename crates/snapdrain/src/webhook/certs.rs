@@ -12,8 +12,8 @@
 use std::time::Duration;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, GeneralSubtree, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, NameConstraints,
 };
 
 use super::error::CertError;
@@ -125,7 +125,7 @@ pub fn renew(
     now: jiff::Timestamp,
 ) -> Result<Option<Bundle>, CertError> {
     let Some(cur) = current else {
-        let ca = issue_ca(now, life.ca)?;
+        let ca = issue_ca(now, life.ca, names)?;
         let serving = issue_serving(&ca, names, now, life.serving)?;
         return Ok(Some(Bundle {
             ca,
@@ -152,7 +152,7 @@ pub fn renew(
     if cur.next_ca.is_none() && due(cur.ca.not_before, cur.ca.not_after, now) {
         // Step one: publish the next CA; the serving certificate stays under the current one.
         return Ok(Some(Bundle {
-            next_ca: Some(issue_ca(now, life.ca)?),
+            next_ca: Some(issue_ca(now, life.ca, names)?),
             previous_ca: previous_live,
             ..cur.clone()
         }));
@@ -209,9 +209,20 @@ fn ca_params() -> Result<CertificateParams, CertError> {
     Ok(p)
 }
 
-fn issue_ca(now: jiff::Timestamp, life: Duration) -> Result<Issued, CertError> {
+/// A new CA for the gate's `names` only: name constraints (RFC 5280 4.2.1.10) permit just those DNS
+/// names, so whoever reads its key from the Secret cannot mint a certificate for another name that a
+/// client trusting this CA would accept (review L-4). Go's crypto/x509, which kube-apiserver verifies
+/// the gate with, and webpki both enforce them.
+fn issue_ca(now: jiff::Timestamp, life: Duration, names: &[String]) -> Result<Issued, CertError> {
     let key = KeyPair::generate()?;
     let mut p = ca_params()?;
+    p.name_constraints = Some(NameConstraints {
+        permitted_subtrees: names
+            .iter()
+            .map(|n| GeneralSubtree::DnsName(n.clone()))
+            .collect(),
+        excluded_subtrees: Vec::new(),
+    });
     let not_after = plus(now, life);
     set_validity(&mut p, now, not_after)?;
     let cert = p.self_signed(&key)?;
@@ -292,6 +303,40 @@ mod tests {
             None
         );
         assert_eq!(next_due(&b, PROMOTE), t(200));
+    }
+
+    /// A certificate for a name outside the gate's, signed with the CA's key (what a reader of the
+    /// Secret could do), is refused by a client that trusts the CA; the gate's own is accepted.
+    #[test]
+    fn the_ca_signs_for_the_gates_names_only() {
+        use rustls::client::WebPkiServerVerifier;
+        use rustls::client::danger::ServerCertVerifier;
+        use rustls::pki_types::{CertificateDer, ServerName, UnixTime, pem::PemObject};
+        let names = service_names("snapdrain", "ops");
+        let now = jiff::Timestamp::now();
+        let b = renew(None, &names, Lifetimes::default(), PROMOTE, now)
+            .expect("issue")
+            .expect("a new bundle");
+        let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).expect("PEM");
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(der(&b.ca.cert_pem)).expect("the CA is a root");
+        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let verifier = WebPkiServerVerifier::builder_with_provider(roots.into(), provider)
+            .build()
+            .expect("a verifier");
+        let verify = |cert: &Issued, name: &str| {
+            let name = ServerName::try_from(name.to_owned()).expect("a DNS name");
+            verifier.verify_server_cert(&der(&cert.cert_pem), &[], &name, &[], UnixTime::now())
+        };
+        assert!(verify(&b.serving, "snapdrain.ops.svc").is_ok());
+        let forged = issue_serving(&b.ca, &["evil.example.com".to_owned()], now, life().serving)
+            .expect("signed with the CA's key");
+        let refused =
+            verify(&forged, "evil.example.com").expect_err("outside the name constraints");
+        assert!(
+            format!("{refused:?}").contains("NameConstraint"),
+            "{refused:?}"
+        );
     }
 
     #[test]
