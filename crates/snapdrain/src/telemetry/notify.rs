@@ -1,8 +1,12 @@
 //! Notifications: every plan Event, also POSTed as JSON to the DisruptionPolicy's
 //! `notifications.webhook.url` (Kubernetes Events are always written; this is for a chat or paging
-//! system). Delivery is best effort and never slows a plan: Events are queued and sent by one task, each
-//! retried with exponential backoff (1 s doubling, at most 5 min apart) up to `retries` times; a full
-//! queue drops the newest and counts it.
+//! system). Delivery is best effort and never slows a plan: Events are queued and sent in order by one
+//! task, each retried with exponential backoff (1 s doubling, at most 5 min apart) up to `retries` times.
+//! What matters during an incident is kept (review #15): a full queue drops its oldest Normal
+//! notification (its oldest of all only when every one is a Warning), never the newest; and after
+//! [`BREAKER_AFTER`] notifications in a row could not be delivered, the endpoint counts as down: nothing
+//! is given up then, the head of the queue is tried once per pause (doubling up to 5 min) until it goes
+//! through, and the backlog follows.
 //!
 //! Whoever edits the policy chooses where snapdrain sends requests from inside the cluster, so: https
 //! only unless `allowInsecureHttp`; no loopback, link-local, private or unique-local address unless
@@ -11,19 +15,26 @@
 //! are not followed; and errors and logs show the URL's scheme and host only (its path or query is
 //! often the secret of a chat webhook).
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use backon::{ExponentialBuilder, Retryable};
 use serde::Serialize;
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 use super::Metrics;
 use crate::api::policy::WebhookNotification;
 
-/// How many notifications wait for delivery before new ones are dropped.
+/// How many notifications wait for delivery before old ones are dropped.
 const QUEUE: usize = 512;
+
+/// Notifications in a row that could not be delivered before the endpoint counts as down.
+pub const BREAKER_AFTER: u32 = 3;
+
+/// Longest pause between tries of an endpoint that is down.
+const MAX_PAUSE: Duration = Duration::from_secs(300);
 
 /// What the webhook receives, one JSON object per plan Event.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -203,10 +214,10 @@ struct Clients {
 }
 
 impl Clients {
-    fn build() -> Result<Self, reqwest::Error> {
+    fn build(timeout: Duration) -> Result<Self, reqwest::Error> {
         let base = || {
             reqwest::Client::builder()
-                .timeout(Duration::from_secs(10))
+                .timeout(timeout)
                 .redirect(reqwest::redirect::Policy::none())
         };
         Ok(Self {
@@ -224,23 +235,122 @@ impl Clients {
     }
 }
 
+/// How the delivery task sends: the first retry's delay (doubling), one request's timeout, and the first
+/// pause once the endpoint is down (doubling up to [`MAX_PAUSE`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Delivery {
+    pub first_retry: Duration,
+    pub timeout: Duration,
+    pub first_pause: Duration,
+}
+
+impl Delivery {
+    pub fn new(first_retry: Duration) -> Self {
+        Self {
+            first_retry,
+            timeout: Duration::from_secs(10),
+            first_pause: Duration::from_secs(15),
+        }
+    }
+}
+
+/// A notification waiting, with its place in the order of sending.
+type Queued = (u64, WebhookNotification, Notification);
+
+/// The notifications waiting, shared by the notifiers and the delivery task.
+#[derive(Default)]
+struct Queue {
+    items: Mutex<VecDeque<Queued>>,
+    sent: std::sync::atomic::AtomicU64,
+    /// Set when the last notifier is gone: the task ends once the queue is empty.
+    closed: std::sync::atomic::AtomicBool,
+    wake: Notify,
+}
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Queued>> {
+        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends a notification; when full, drops (and returns) the oldest Normal one, else the oldest
+    /// (possibly the one being sent: [`Queue::pop`] then leaves the queue alone).
+    fn push(&self, webhook: WebhookNotification, n: Notification) -> Option<Queued> {
+        let seq = self.sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let mut items = self.lock();
+        let dropped = (items.len() >= QUEUE)
+            .then(|| {
+                let at = items
+                    .iter()
+                    .position(|(_, _, n)| n.type_ != "Warning")
+                    .unwrap_or(0);
+                items.remove(at)
+            })
+            .flatten();
+        items.push_back((seq, webhook, n));
+        drop(items);
+        self.wake.notify_one();
+        dropped
+    }
+
+    /// The head of the queue, waiting for one; `None` once closed and empty.
+    async fn head(&self) -> Option<Queued> {
+        loop {
+            let woken = self.wake.notified();
+            if let Some(item) = self.lock().front().cloned() {
+                return Some(item);
+            }
+            if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+                return None;
+            }
+            woken.await;
+        }
+    }
+
+    /// Removes notification `seq` if it is still the head.
+    fn pop(&self, seq: u64) {
+        let mut items = self.lock();
+        if items.front().is_some_and(|(s, _, _)| *s == seq) {
+            items.pop_front();
+        }
+    }
+}
+
+/// Closes the queue when the last notifier goes.
+struct Sender {
+    queue: Arc<Queue>,
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.queue
+            .closed
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.queue.wake.notify_one();
+    }
+}
+
 /// The sending side, shared by every plan's reconcile. The webhook in force is set by whoever follows the
 /// policy ([`Notifier::configure`]); without one, nothing is queued.
 #[derive(Clone)]
 pub struct Notifier {
     webhook: Arc<RwLock<Option<WebhookNotification>>>,
-    tx: mpsc::Sender<(WebhookNotification, Notification)>,
+    sender: Arc<Sender>,
     metrics: Metrics,
 }
 
 impl Notifier {
-    /// A notifier and its delivery task (which ends when every notifier is dropped).
+    /// A notifier and its delivery task (which ends when every notifier is dropped and the queue is
+    /// empty).
     pub fn start(metrics: Metrics, first_retry: Duration) -> Self {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(deliver_all(rx, metrics.clone(), first_retry));
+        Self::start_with(metrics, Delivery::new(first_retry))
+    }
+
+    pub fn start_with(metrics: Metrics, delivery: Delivery) -> Self {
+        let queue = Arc::new(Queue::default());
+        tokio::spawn(deliver_all(queue.clone(), metrics.clone(), delivery));
         Self {
             webhook: Arc::new(RwLock::new(None)),
-            tx,
+            sender: Arc::new(Sender { queue }),
             metrics,
         }
     }
@@ -259,30 +369,44 @@ impl Notifier {
         let Some(webhook) = webhook.filter(|w| wanted(w, &n.reason)) else {
             return;
         };
-        if self.tx.try_send((webhook, n)).is_err() {
+        if let Some((_, _, lost)) = self.sender.queue.push(webhook, n) {
+            tracing::debug!(plan = %lost.plan, reason = %lost.reason, "notification queue full; the oldest dropped");
             self.metrics.notification("dropped");
         }
     }
 }
 
-async fn deliver_all(
-    mut rx: mpsc::Receiver<(WebhookNotification, Notification)>,
-    metrics: Metrics,
-    first_retry: Duration,
-) {
-    let clients = match Clients::build() {
+/// The pause before the next try of an endpoint that is down, after `failures` in a row.
+fn pause(delivery: &Delivery, failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(BREAKER_AFTER).min(16);
+    delivery
+        .first_pause
+        .saturating_mul(1 << doublings)
+        .min(MAX_PAUSE)
+}
+
+async fn deliver_all(queue: Arc<Queue>, metrics: Metrics, delivery: Delivery) {
+    let clients = match Clients::build(delivery.timeout) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the notification client; notifications are off");
             return;
         }
     };
+    // Notifications in a row that were not delivered.
+    let mut failures = 0u32;
     // In order, one at a time: a receiver sees a plan's Events as they happened.
-    while let Some((webhook, n)) = rx.recv().await {
+    while let Some((seq, webhook, n)) = queue.head().await {
+        let down = failures >= BREAKER_AFTER;
+        if down {
+            tokio::time::sleep(pause(&delivery, failures)).await;
+        }
+        // An endpoint that is down gets one try per pause, not a round of retries per notification.
+        let retries = if down { 0 } else { webhook.retries as usize };
         let backoff = ExponentialBuilder::default()
-            .with_min_delay(first_retry)
-            .with_max_delay(Duration::from_secs(300))
-            .with_max_times(webhook.retries as usize);
+            .with_min_delay(delivery.first_retry)
+            .with_max_delay(MAX_PAUSE)
+            .with_max_times(retries);
         let client = clients.for_webhook(&webhook);
         let sent = (|| post(client, &webhook, &n))
             .retry(backoff)
@@ -292,9 +416,32 @@ async fn deliver_all(
             })
             .await;
         match sent {
-            Ok(()) => metrics.notification("sent"),
+            Ok(()) => {
+                if down {
+                    tracing::info!(
+                        failures,
+                        "the notification webhook answers again; sending the backlog"
+                    );
+                }
+                failures = 0;
+                queue.pop(seq);
+                metrics.notification("sent");
+            }
+            // Only a failure that a later try can mend keeps the notification at the head.
+            Err(e) if e.retryable() => {
+                failures = failures.saturating_add(1);
+                if failures == BREAKER_AFTER {
+                    tracing::warn!(error = %e, "the notification webhook is down; notifications wait and are tried again, the oldest Normal ones dropped when the queue is full");
+                }
+                if !down && failures < BREAKER_AFTER {
+                    tracing::warn!(plan = %n.plan, reason = %n.reason, error = %e, "notification not delivered");
+                    queue.pop(seq);
+                    metrics.notification("failed");
+                }
+            }
             Err(e) => {
                 tracing::warn!(plan = %n.plan, reason = %n.reason, error = %e, "notification not delivered");
+                queue.pop(seq);
                 metrics.notification("failed");
             }
         }
@@ -428,10 +575,148 @@ mod tests {
         (format!("http://{addr}/hook"), followed)
     }
 
+    /// A receiver that hangs every request (a blackhole) until `up` is set, then answers 200; it
+    /// counts the requests and keeps the messages it answered, in order.
+    async fn flaky_receiver() -> (
+        String,
+        Arc<std::sync::atomic::AtomicBool>,
+        Arc<std::sync::atomic::AtomicUsize>,
+        Arc<Mutex<Vec<Notification2>>>,
+    ) {
+        use axum::routing::post as route_post;
+        use std::sync::atomic::Ordering::SeqCst;
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tries = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let (u, t, g) = (up.clone(), tries.clone(), got.clone());
+        let app = axum::Router::new().route(
+            "/hook",
+            route_post(move |axum::Json(n): axum::Json<Notification2>| {
+                let (u, g) = (u.clone(), g.clone());
+                t.fetch_add(1, SeqCst);
+                async move {
+                    if !u.load(SeqCst) {
+                        std::future::pending::<()>().await;
+                    }
+                    g.lock().expect("lock").push(n);
+                    axum::http::StatusCode::OK
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("bound");
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        (format!("http://{addr}/hook"), up, tries, got)
+    }
+
+    /// What the receiver reads of a notification.
+    #[derive(serde::Deserialize, Clone, Debug)]
+    struct Notification2 {
+        reason: String,
+        message: String,
+    }
+
+    /// Review #15: a blackholed endpoint and 600 Events (the last a PlanFailed Warning). Nothing waits
+    /// on a dead endpoint a retry round per notification, the Normal ones go first when the queue is
+    /// full, and once the endpoint answers again the PlanFailed is delivered, after everything kept,
+    /// in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_last_plan_failed_is_delivered_after_a_blackholed_endpoint_recovers() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (url, up, tries, got) = flaky_receiver().await;
+        let metrics = Metrics::new();
+        let notifier = Notifier::start_with(
+            metrics.clone(),
+            Delivery {
+                first_retry: Duration::from_millis(10),
+                timeout: Duration::from_millis(100),
+                first_pause: Duration::from_millis(50),
+            },
+        );
+        notifier.configure(Some(WebhookNotification {
+            retries: 1,
+            allow_insecure_http: true,
+            allow_private_addresses: true,
+            ..at(&url)
+        }));
+        for i in 0..599 {
+            notifier.send(Notification::new(
+                "p",
+                "Normal",
+                "Progress",
+                &i.to_string(),
+                "Draining",
+                &[],
+            ));
+        }
+        notifier.send(Notification::new(
+            "p",
+            "Warning",
+            "PlanFailed",
+            "599",
+            "Failed",
+            &[],
+        ));
+        // Down: BREAKER_AFTER notifications with their retry each, then one try per pause.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let opened = BREAKER_AFTER as usize * 2 + 2;
+        while tries.load(SeqCst) < opened {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "tries: {}",
+                tries.load(SeqCst)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        up.store(true, SeqCst);
+        let delivered = |got: &Mutex<Vec<Notification2>>| {
+            got.lock()
+                .expect("lock")
+                .iter()
+                .any(|n| n.reason == "PlanFailed")
+        };
+        while !delivered(&got) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "PlanFailed not delivered"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let got = got.lock().expect("lock").clone();
+        let order: Vec<u32> = got
+            .iter()
+            .map(|n| n.message.parse().expect("an index"))
+            .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "in order: {order:?}");
+        assert_eq!(got.last().map(|n| n.reason.as_str()), Some("PlanFailed"));
+        // Each of the 600 delivered, given up (before the endpoint counted as down) or dropped (the
+        // oldest Normal ones, once the queue was full), and only those.
+        let count = |result: &str| {
+            let text = metrics.render();
+            let key = format!("snapdrain_notifications_total{{result=\"{result}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(key.as_str()))
+                .map_or(0, |v| v.trim().parse::<usize>().expect("a count"))
+        };
+        let (sent, failed, dropped) = (count("sent"), count("failed"), count("dropped"));
+        assert_eq!(sent, got.len());
+        assert!(failed < BREAKER_AFTER as usize, "failed {failed}");
+        assert!(dropped >= 600 - QUEUE, "dropped {dropped}");
+        assert_eq!(
+            sent + failed + dropped,
+            600,
+            "sent {sent}, failed {failed}, dropped {dropped}"
+        );
+    }
+
     #[tokio::test]
     async fn redirects_are_not_followed_and_private_addresses_are_refused() {
         let (url, followed) = redirecting_receiver().await;
-        let clients = Clients::build().expect("clients");
+        let clients = Clients::build(Duration::from_secs(10)).expect("clients");
         let n = Notification::new("p", "Normal", "PlanCompleted", "m", "Completed", &[]);
         // Loopback without allowPrivateAddresses: refused before any request.
         let strict = WebhookNotification {
