@@ -61,6 +61,24 @@ pub fn apply_patch(
     if kind == PatchType::Apply {
         let manager = manager
             .ok_or_else(|| ApiError::bad_request("fieldManager is required for apply requests"))?;
+        // A resourceVersion in the applied object is a precondition, as for an update: kube-apiserver
+        // keeps it on the patched object and GuaranteedUpdate refuses a stale one
+        // (kubernetes/kubernetes#63104; `endpoints/handlers/patch.go`).
+        let rv = |o: &Value| {
+            o.pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .filter(|rv| !rv.is_empty())
+                .map(str::to_owned)
+        };
+        if let (Some(live), Some(wanted)) = (current, rv(body))
+            && rv(live).as_deref() != Some(wanted.as_str())
+        {
+            return Err(ApiError::conflict(
+                &target.def.group,
+                &target.def.plural,
+                target.name.as_deref().unwrap_or(""),
+            ));
+        }
         return Ok(patch::apply(
             current,
             body,

@@ -219,6 +219,51 @@ async fn stale_replace_conflicts() {
     assert_eq!(cms.get("c").await.unwrap().data.unwrap()["k"], "fresh");
 }
 
+/// Server-side apply with `metadata.resourceVersion` set is a precondition, as for an update: the
+/// patched object keeps the applied resourceVersion and storage's GuaranteedUpdate refuses a stale one
+/// (kubernetes/kubernetes#63104, `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go`).
+#[tokio::test]
+async fn server_side_apply_with_a_stale_resource_version_conflicts() {
+    let cluster = start_cluster().await;
+    let cms: Api<ConfigMap> = Api::default_namespaced(client(&cluster));
+    let created = cms
+        .create(&PostParams::default(), &configmap("c", &[]))
+        .await
+        .unwrap();
+    let stale = created.resource_version().unwrap();
+    let apply = |rv: &str, v: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "c", "resourceVersion": rv}, "data": {"applied": v}})
+    };
+    let pp = PatchParams::apply("test");
+    let fresh = cms
+        .patch("c", &pp, &Patch::Apply(apply(&stale, "first")))
+        .await
+        .expect("the current resourceVersion applies");
+    let err = status(
+        cms.patch("c", &pp, &Patch::Apply(apply(&stale, "stale")))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((err.code, err.reason.as_str()), (409, "Conflict"));
+    assert!(
+        err.message.contains("the object has been modified"),
+        "{}",
+        err.message
+    );
+    assert_eq!(
+        cms.get("c").await.unwrap().data.unwrap()["applied"],
+        "first"
+    );
+    // Without a resourceVersion, no precondition.
+    let unconditional = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "c"}, "data": {"applied": "any"}});
+    cms.patch("c", &pp, &Patch::Apply(unconditional))
+        .await
+        .expect("no precondition");
+    assert_ne!(fresh.resource_version(), None);
+}
+
 #[tokio::test]
 async fn patches_of_every_kind() {
     let cluster = start_cluster().await;
