@@ -238,3 +238,53 @@ async fn a_plan_after_a_watch_outage_and_a_410_sees_exactly_the_current_pods_wit
     assert!(lists.is_empty(), "one plan listed cached kinds: {lists:?}");
     c.shutdown().await;
 }
+
+/// A lenient LIST (the plans read for backup reuse and for pods new on a released node) goes a page at
+/// a time, as client-go's pager does, so its responses stay bounded however many plans the cluster
+/// keeps; every object comes back once. The pages are counted by the simulator's authorizer, which
+/// records the requests of a user outside system:masters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lenient_lists_go_a_page_at_a_time() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use snapdrain::api::lenient::{LIST_PAGE, list_decoded};
+    use snapdrain_sim::{SimCluster, SimConfig};
+    let sim = SimCluster::start(SimConfig::default())
+        .await
+        .expect("the simulated API server starts");
+    let admin = kube::Client::try_from(sim.kube_config()).expect("a kube client");
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    let n = LIST_PAGE as usize * 2 + 7;
+    for i in 0..n {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": format!("cm-{i:04}")}}))
+                .expect("a ConfigMap");
+        cms.create(&PostParams::default(), &cm)
+            .await
+            .expect("create");
+    }
+    let all = list_decoded::<ConfigMap>(&admin).await.expect("list").len();
+    assert!(all >= n, "{all}");
+    sim.auth().set_enforced(false);
+    let token = sim.auth().issue("snapdrain", "pager");
+    let mut config = sim.kube_config();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    let client = kube::Client::try_from(config).expect("a kube client");
+    let listed = list_decoded::<ConfigMap>(&client).await.expect("list");
+    let names: BTreeSet<String> = listed.iter().map(|c| c.name_any()).collect();
+    assert_eq!(listed.len(), all);
+    assert_eq!(names.len(), listed.len(), "every object once");
+    let pages = sim
+        .auth()
+        .decisions()
+        .into_iter()
+        .filter(|d| d.user.name == "system:serviceaccount:snapdrain:pager")
+        .filter(|d| {
+            matches!(&d.attributes, Attributes::Resource { verb, resource, .. }
+                if verb == "list" && resource == "configmaps")
+        })
+        .count();
+    assert_eq!(pages, all.div_ceil(LIST_PAGE as usize), "pages");
+}

@@ -111,19 +111,27 @@ impl<K: Resource<DynamicType = ()>> Resource for Lenient<K> {
     }
 }
 
-/// Every object of kind `K` that decodes, listed cluster-wide; one that does not is left out instead
-/// of failing the list.
+/// Objects per page of [`list_decoded`]: kube-apiserver's own default for paging clients (client-go's
+/// `pager.defaultPageSize`), so no single response holds every plan ever made.
+pub const LIST_PAGE: u32 = 500;
+
+/// Every object of kind `K` that decodes, listed cluster-wide a page at a time; one that does not is
+/// left out instead of failing the list.
 pub async fn list_decoded<K>(client: &Client) -> Result<Vec<K>, kube::Error>
 where
     K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug,
 {
-    Ok(Api::<Lenient<K>>::all(client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter_map(Lenient::into_decoded)
-        .collect())
+    let api = Api::<Lenient<K>>::all(client.clone());
+    let mut out = Vec::new();
+    let mut params = ListParams::default().limit(LIST_PAGE);
+    loop {
+        let page = api.list(&params).await?;
+        out.extend(page.items.into_iter().filter_map(Lenient::into_decoded));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
 }
 
 /// A cluster-wide watch (with kube-runtime's default backoff) of the objects of kind `K` that decode,
