@@ -110,8 +110,8 @@ impl HoldsError {
     }
 }
 
-/// One pod carrying snapdrain's holds, as `holds list` shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One pod carrying snapdrain's holds, as `holds list` shows it (ordered by namespace, then name).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct HeldPod {
     pub namespace: String,
     pub pod: String,
@@ -174,19 +174,26 @@ pub fn removed_line(pod: &str, patch: &AnnotationPatch) -> String {
     format!("{pod}: removed {}", keys.join(", "))
 }
 
-fn pod_name(pod: &Pod) -> String {
-    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
-}
-
-async fn all_pods(client: &kube::Client) -> Result<Vec<Pod>, HoldsError> {
+/// What `keep` picks of every pod, read a page at a time (500 pods, as client-go's pager): the
+/// uninstall hook runs under a small memory limit in clusters of any size (review #8), so it holds one
+/// page and what it kept, never every pod. Sorted by what `keep` returns.
+async fn each_pod<T: Ord>(
+    client: &kube::Client,
+    keep: impl Fn(&Pod) -> Option<T>,
+) -> Result<Vec<T>, HoldsError> {
     let api: Api<Pod> = Api::all(client.clone());
-    let mut pods = api
-        .list(&ListParams::default())
-        .await
-        .map_err(HoldsError::List)?
-        .items;
-    pods.sort_by_key(pod_name);
-    Ok(pods)
+    let mut kept = Vec::new();
+    let mut params = ListParams::default().limit(snapdrain::api::lenient::LIST_PAGE);
+    loop {
+        let page = api.list(&params).await.map_err(HoldsError::List)?;
+        kept.extend(page.items.iter().filter_map(&keep));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    kept.sort();
+    Ok(kept)
 }
 
 /// Removes snapdrain's holds from one pod, read afresh, with a patch guarded by its resourceVersion (a
@@ -308,11 +315,7 @@ async fn release_nodes(
 
 async fn list(args: ListArgs) -> anyhow::Result<()> {
     let client = args.cluster.client().await?;
-    let rows: Vec<HeldPod> = all_pods(&client)
-        .await?
-        .iter()
-        .filter_map(held_pod)
-        .collect();
+    let rows: Vec<HeldPod> = each_pod(&client, held_pod).await?;
     if rows.is_empty() {
         println!("no pod carries snapdrain's holds");
     } else {
@@ -344,12 +347,12 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
         println!("Deployment {ns}/{name} is scaled to 0 and its pods are gone");
     }
     // Both listed before anything changes, so a missing `list` right changes nothing.
-    let candidates: Vec<(String, String)> = all_pods(&client)
-        .await?
-        .iter()
-        .filter(|p| holds::remove(p).is_some())
-        .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
-        .collect();
+    let candidates: Vec<(String, String)> = each_pod(&client, |p| {
+        holds::remove(p)
+            .is_some()
+            .then(|| (p.namespace().unwrap_or_default(), p.name_any()))
+    })
+    .await?;
     let nodes = held_nodes(&client).await?;
     // Nodes first: while a pod is still held its node stays so on Karpenter's side only for drift
     // under a terminationGracePeriod; a pod hold left behind by a failure here would keep more.
