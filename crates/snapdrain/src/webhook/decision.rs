@@ -15,6 +15,7 @@ use crate::api::plan::BackupPolicy;
 use crate::api::status::{BackupRecord, PlanPhase};
 use crate::api::{DisruptionPlan, PlanMode};
 use crate::planning::inventory::pvc_claims;
+use crate::planning::velero_pods::DataPathOwner;
 
 /// What the gate answers for one eviction.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,6 +169,56 @@ pub fn agent_message(pod: &Pod, plan: Option<&str>) -> String {
             .as_ref()
             .and_then(|s| s.node_name.as_deref())
             .unwrap_or_default()
+    )
+}
+
+/// The running plan whose backup the Velero server pod `pod` runs: one in BackingUp whose Velero namespace
+/// is the pod's. A restarted server marks every InProgress backup Failed (velero `pkg/cmd/server/
+/// server.go` `markInProgressBackupsFailed`), so an eviction then costs the plan an attempt (and a
+/// forceful plan its deadline). Other phases do not need the server: verification reads the bucket.
+pub fn server_needed_by<P: Borrow<DisruptionPlan>>(pod: &Pod, plans: &[P]) -> Option<String> {
+    let ns = pod.metadata.namespace.as_deref()?;
+    plans
+        .iter()
+        .map(Borrow::borrow)
+        .find(|p| {
+            running(p)
+                && phase_of(p) == PlanPhase::BackingUp
+                && p.spec.backup.velero_namespace == ns
+        })
+        .map(|p| p.name_any())
+}
+
+/// The message of a 429 for the Velero server pod while `plan` backs up.
+pub fn server_message(pod: &Pod, plan: &str) -> String {
+    format!(
+        "snapdrain holds the eviction of the Velero server pod {}/{}: DisruptionPlan {plan} is backing up, and a Velero restart fails every backup in progress (expected wait: until the backup completes)",
+        pod.namespace().unwrap_or_default(),
+        pod.name_any()
+    )
+}
+
+/// The message of a 429 for a Velero data-path pod moving the data of `owner`.
+pub fn data_path_message(pod: &Pod, owner: &DataPathOwner) -> String {
+    format!(
+        "snapdrain holds the eviction of Velero's data-path pod {}/{} on node {}: it is moving the data of {} {}, which fails if the pod goes (expected wait: until that backup's volume is uploaded; Velero deletes the pod then)",
+        pod.namespace().unwrap_or_default(),
+        pod.name_any(),
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or_default(),
+        owner.kind(),
+        owner.name()
+    )
+}
+
+/// The message of a 429 for a pod of the Velero namespace the gate's cache has not seen yet: a
+/// data-path pod is created the moment its backup needs it, and a drainer listing the node from its own
+/// cache may ask for it first (no answer here may wait on the API server).
+pub fn unseen_message(namespace: &str, name: &str) -> String {
+    format!(
+        "snapdrain holds the eviction of pod {namespace}/{name} in Velero's namespace: its eviction gate has not seen the pod yet and cannot tell whether a backup runs in it (expected wait: a second)"
     )
 }
 

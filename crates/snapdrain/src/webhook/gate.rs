@@ -1,5 +1,7 @@
 //! One AdmissionReview in, one answer out: read the request, find the pod in the shared pod cache,
-//! decide over the cached plans, and for a held pod hand its node to the plan starter. No API call on
+//! decide over the cached plans, and for a held pod hand its node to the plan starter. Velero's own
+//! pods a backup needs are kept too: its 1.17+ data-path pods while they run, its server while a plan
+//! backs up, its node-agent while its node is backed up (`planning::velero_pods`). No API call on
 //! the way: kube-apiserver admits the eviction when the gate does not answer within the webhook's
 //! `timeoutSeconds` under `failurePolicy: Ignore` (`apiserver/pkg/admission/plugin/webhook/validating/
 //! dispatcher.go`), so an answer that waits on a slow API server is a protected pod evicted unbacked.
@@ -22,6 +24,7 @@ use tokio::sync::watch;
 use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::controller::cache::{Cache, CachedPod};
+use crate::planning::velero_pods;
 use crate::signals::plan::{Choice, choose};
 use crate::telemetry::Metrics;
 
@@ -138,11 +141,30 @@ impl Gate {
         if !loading.is_empty() {
             return Some(decision::loading_message(namespace, name, &loading));
         }
+        let plans = self.sources.plans.state();
+        let default_namespace = self.policy.borrow().backup.velero_namespace.clone();
+        let velero = velero_pods::velero_namespaces(&default_namespace, &plans);
         // Not in a synced cache: no such pod (kube-apiserver's eviction reads the pod after admission
         // and answers 404 itself, `pkg/registry/core/pod/storage/eviction.go`), or one created a moment
-        // ago, which has run nothing yet.
-        let pod = self.sources.pods.get(namespace, name)?.to_pod();
-        let plans = self.sources.plans.state();
+        // ago, which has run nothing yet. Except in Velero's namespace: a data-path pod is created the
+        // moment a backup needs it, and going then fails that backup.
+        let Some(cached) = self.sources.pods.get(namespace, name) else {
+            return velero
+                .contains(&namespace)
+                .then(|| decision::unseen_message(namespace, name));
+        };
+        let pod = cached.to_pod();
+        if let Some(owner) = velero_pods::active_data_path(&pod, &velero) {
+            let message = decision::data_path_message(&pod, &owner);
+            if !dry_run {
+                self.event_once(&pod, &message);
+            }
+            return Some(message);
+        }
+        if velero_pods::is_velero_server(&pod, &velero) {
+            return decision::server_needed_by(&pod, &plans)
+                .map(|plan| decision::server_message(&pod, &plan));
+        }
         let protects = self.protects.clone();
         if decision::is_backup_agent(&pod) {
             return self.judge_agent(&pod, &plans);
