@@ -9,6 +9,7 @@ pub mod harness;
 pub mod karpenter;
 pub mod kubectl;
 pub mod safety;
+pub mod gate;
 pub mod webhook;
 
 use std::future::Future;

@@ -189,6 +189,10 @@ impl Keeper {
     /// A Velero data-path pod whose backup runs, in a Velero namespace snapdrain knows (the policy's, or
     /// a running plan's).
     fn is_active_data_path(&self, pod: &Pod) -> bool {
+        // Cheap first: most pods the sweep looks at are protected pods, not Velero's.
+        if velero_pods::data_path_owner(pod).is_none() {
+            return false;
+        }
         let default_namespace = self.policy.borrow().backup.velero_namespace.clone();
         let plans = self.plans.state();
         let namespaces = velero_pods::velero_namespaces(&default_namespace, &plans);

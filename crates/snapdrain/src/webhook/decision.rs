@@ -431,6 +431,60 @@ mod tests {
             "{m}"
         );
     }
+
+    fn server(ns: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "velero-5d8f-x2", "namespace": ns, "labels": {"deploy": "velero"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "velero-5d8f",
+                                     "uid": "r1", "controller": true}]},
+            "spec": {"nodeName": "n7", "containers": []}
+        }))
+        .expect("a server pod")
+    }
+
+    #[test]
+    fn the_velero_server_is_held_only_while_a_plan_of_its_namespace_backs_up() {
+        let s = server("velero");
+        // Any node's plan: the server runs every backup.
+        assert_eq!(
+            server_needed_by(&s, &[plan_in(PlanPhase::BackingUp, "n1")]).as_deref(),
+            Some("plan-n1")
+        );
+        for phase in [
+            PlanPhase::Pending,
+            PlanPhase::Cordoning,
+            PlanPhase::Verifying,
+            PlanPhase::Draining,
+            PlanPhase::Completed,
+            PlanPhase::Failed,
+        ] {
+            assert_eq!(server_needed_by(&s, &[plan_in(phase, "n1")]), None, "{phase}");
+        }
+        // A plan whose Velero runs elsewhere does not need this one.
+        assert_eq!(
+            server_needed_by(&server("other"), &[plan_in(PlanPhase::BackingUp, "n1")]),
+            None
+        );
+        let m = server_message(&s, "plan-n1");
+        assert!(
+            m.contains("velero/velero-5d8f-x2") && m.contains("plan-n1"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn data_path_and_unseen_messages_name_the_pod_and_what_it_waits_for() {
+        let mut p = server("velero");
+        p.metadata.name = Some("b-1".into());
+        let m = data_path_message(&p, &DataPathOwner::PodVolumeBackup("b-1".into()));
+        assert!(
+            m.contains("velero/b-1") && m.contains("on node n7") && m.contains("PodVolumeBackup b-1"),
+            "{m}"
+        );
+        let m = unseen_message("velero", "b-2");
+        assert!(m.contains("velero/b-2") && m.contains("not seen"), "{m}");
+    }
+
     use crate::planning::inventory::ProtectionRule;
     use serde_json::json;
 
