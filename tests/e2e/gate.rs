@@ -24,7 +24,7 @@ use serde_json::json;
 use snapdrain::api::{DisruptionPlan, PlanSource};
 use snapdrain::controller::ControllerHandle;
 use snapdrain::controller::run::RunOptions;
-use snapdrain::webhook::{Lifetimes, WebhookConfig};
+use snapdrain::webhook::Lifetimes;
 use snapdrain_sim::apiserver::admission::ADDRESS_ANNOTATION;
 use snapdrain_sim::apiserver::faults::FaultRule;
 use snapdrain_testkit::eviction::{evict_with, namespace};

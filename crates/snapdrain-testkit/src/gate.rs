@@ -24,7 +24,6 @@ pub const SERVICE: &str = "snapdrain-webhook";
 pub const CONFIGURATION: &str = "snapdrain";
 pub const HOOK: &str = "gate.snapdrain.io";
 
-const HOOK: &str = "gate.snapdrain.io";
 
 /// The ValidatingWebhookConfiguration as the Helm chart renders it (deploy/helm/snapdrain/templates/
 /// webhook.yaml), with `ca_bundle` when the test sets one itself.
@@ -107,6 +106,3 @@ pub async fn controller_with_gate(
     service(&h.client, addr).await;
     controller
 }
-
-async fn ca_bundle(client: &Client) -> Option<Vec<u8>> {
-    let vwc = Api::<ValidatingWebhookConfiguration>::all(client.clone())
