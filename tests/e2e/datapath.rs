@@ -220,7 +220,11 @@ async fn the_velero_server_is_held_while_a_plan_backs_up() {
         .into_iter()
         .find(|p| p.metadata.deletion_timestamp.is_none())
         .expect("the Velero server pod");
-    let refused = evict_with(&h.client, "velero", &server.name_any(), json!({}), "")
+    // The 429 must reach the test, not be retried inside the client.
+    let mut config = h.kube_config();
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).expect("a client");
+    let refused = evict_with(&client, "velero", &server.name_any(), json!({}), "")
         .await
         .expect_err("the gate refuses");
     let kube::Error::Api(status) = refused else {
@@ -237,7 +241,7 @@ async fn the_velero_server_is_held_while_a_plan_backs_up() {
         !matches!(p, PlanPhase::Pending | PlanPhase::BackingUp)
     })
     .await;
-    evict_with(&h.client, "velero", &server.name_any(), json!({}), "")
+    evict_with(&client, "velero", &server.name_any(), json!({}), "")
         .await
         .expect("evicted once the plan is past its backup");
 }
