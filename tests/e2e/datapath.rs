@@ -25,11 +25,13 @@ use serde_json::json;
 use snapdrain::api::DisruptionPlan;
 use snapdrain::api::status::PlanPhase;
 use snapdrain_sim::apiserver::audit::AuditEntry;
+use snapdrain_sim::world::Timings;
 use snapdrain_sim::world::velero::VeleroFault;
 use snapdrain_testkit::eviction::evict_with;
 use snapdrain_testkit::gate::controller_with_gate;
-use snapdrain_sim::world::Timings;
-use snapdrain_testkit::harness::{Harness, assert_no_eviction_before_verified_backup, fast_timings};
+use snapdrain_testkit::harness::{
+    Harness, assert_no_eviction_before_verified_backup, fast_timings,
+};
 use snapdrain_testkit::safety::{accepted_deletions, accepted_evictions, pods_removed};
 use snapdrain_testkit::{eventually_within, karpenter};
 
@@ -71,7 +73,10 @@ async fn gated() -> (Harness, snapdrain::controller::ControllerHandle) {
         let held: Vec<&Pod> = ps.iter().filter(|p| protected(p)).collect();
         held.len() == 5
             && held.iter().all(|p| {
-                p.annotations().get("karpenter.sh/do-not-disrupt").map(String::as_str) == Some("true")
+                p.annotations()
+                    .get("karpenter.sh/do-not-disrupt")
+                    .map(String::as_str)
+                    == Some("true")
             })
     })
     .await;
@@ -189,7 +194,7 @@ async fn forceful_termination(grace: Option<&str>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_forceful_termination_with_a_grace_period_keeps_the_hosting_pods_until_the_verified_backup()
-{
+ {
     forceful_termination(Some("10m")).await;
 }
 

@@ -28,13 +28,13 @@ use snapdrain::webhook::Lifetimes;
 use snapdrain_sim::apiserver::admission::ADDRESS_ANNOTATION;
 use snapdrain_sim::apiserver::faults::FaultRule;
 use snapdrain_testkit::eviction::{evict_with, namespace};
+use snapdrain_testkit::gate::{
+    CONFIGURATION, HOOK, NS, SERVICE, configuration, controller_with_gate, service, webhook_config,
+};
 use snapdrain_testkit::harness::{
     Harness, TIMEOUT, assert_no_eviction_before_verified_backup, fast_timings,
 };
 use snapdrain_testkit::kubectl::Kubectl;
-use snapdrain_testkit::gate::{
-    CONFIGURATION, HOOK, NS, SERVICE, configuration, controller_with_gate, service, webhook_config,
-};
 use snapdrain_testkit::{eventually_within, webhook::pki};
 
 async fn ca_bundle(client: &Client) -> Option<Vec<u8>> {

@@ -24,7 +24,6 @@ pub const SERVICE: &str = "snapdrain-webhook";
 pub const CONFIGURATION: &str = "snapdrain";
 pub const HOOK: &str = "gate.snapdrain.io";
 
-
 /// The ValidatingWebhookConfiguration as the Helm chart renders it (deploy/helm/snapdrain/templates/
 /// webhook.yaml), with `ca_bundle` when the test sets one itself.
 pub async fn configuration(client: &Client, failure_policy: &str, ca_bundle: Option<&str>) {

@@ -5,11 +5,11 @@
 //! Helpers panic with a message on failure: they run inside tests, where a panic is the failure report.
 
 pub mod eviction;
+pub mod gate;
 pub mod harness;
 pub mod karpenter;
 pub mod kubectl;
 pub mod safety;
-pub mod gate;
 pub mod webhook;
 
 use std::future::Future;

@@ -26,7 +26,11 @@ fn owner_kinds() -> Vec<(&'static str, ResKey, bool)> {
         ("NodePool", nodepools(), false),
         ("Backup", ResKey::new("velero.io", "backups"), true),
         // A PodVolumeBackup's hosting pod (Velero 1.17+).
-        ("PodVolumeBackup", ResKey::new("velero.io", "podvolumebackups"), true),
+        (
+            "PodVolumeBackup",
+            ResKey::new("velero.io", "podvolumebackups"),
+            true,
+        ),
     ]
 }
 

@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams,
+};
 use kube::core::GroupVersionKind;
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -67,7 +69,9 @@ async fn start(timings: Timings, data_path: DataPath) -> (SimCluster, Client) {
     })
     .await;
     eventually_within("the Velero server running", LIMIT, || async {
-        server_pod(&client).await.filter(|p| phase(p) == Some("Running"))
+        server_pod(&client)
+            .await
+            .filter(|p| phase(p) == Some("Running"))
     })
     .await;
     (cluster, client)
@@ -190,7 +194,11 @@ async fn a_backup_moves_each_volume_in_a_hosting_pod_on_the_source_node() {
     .await
     .expect("the hosting pod comes and goes within the backup");
     let pod = seen.expect("the hosting pod was seen before its deletion");
-    let pvb = pod.labels().get(PVB_LABEL).cloned().expect("labelled with its PVB");
+    let pvb = pod
+        .labels()
+        .get(PVB_LABEL)
+        .cloned()
+        .expect("labelled with its PVB");
     assert_eq!(pod.name_any(), pvb, "named after its PVB");
     assert_eq!(deleted.name_any(), pvb);
     let owner = pod.owner_references().first().cloned().expect("an owner");
@@ -206,7 +214,8 @@ async fn a_backup_moves_each_volume_in_a_hosting_pod_on_the_source_node() {
             .tolerations
             .iter()
             .flatten()
-            .any(|t| t.key.as_deref() == Some("karpenter.sh/disrupted") || t.operator.as_deref() == Some("Exists") && t.key.is_none()),
+            .any(|t| t.key.as_deref() == Some("karpenter.sh/disrupted")
+                || t.operator.as_deref() == Some("Exists") && t.key.is_none()),
         "a hosting pod tolerates no Karpenter disruption taint: {:?}",
         spec.tolerations
     );
@@ -249,12 +258,19 @@ async fn losing_the_server_pod_mid_backup_fails_the_backup_and_cancels_its_pvbs(
         .delete(&server.name_any(), &DeleteParams::default())
         .await
         .expect("delete the server pod");
-    let done = wait_backup(&client, "restarted", &["Completed", "PartiallyFailed", "Failed"]).await;
+    let done = wait_backup(
+        &client,
+        "restarted",
+        &["Completed", "PartiallyFailed", "Failed"],
+    )
+    .await;
     assert_eq!(status(&done, "phase"), Some("Failed"));
     assert_eq!(status(&done, "failureReason"), Some(RESTART_FAILURE));
     let p = pvb_named(&client, &pvb).await;
     assert_eq!(status(&p, "phase"), Some("Canceled"));
-    let next = server_pod(&client).await.expect("the Deployment made another");
+    let next = server_pod(&client)
+        .await
+        .expect("the Deployment made another");
     assert_ne!(next.uid(), server.uid());
     eventually_within("the hosting pod gone", LIMIT, || async {
         Api::<Pod>::namespaced(client.clone(), "velero")
@@ -273,11 +289,18 @@ async fn the_1_16_data_path_moves_data_in_the_node_agent_without_a_hosting_pod()
     back_up_postgres_0(&client, "old").await;
     let done = wait_backup(&client, "old", &["Completed", "PartiallyFailed", "Failed"]).await;
     assert_eq!(status(&done, "phase"), Some("Completed"));
-    let list = pvbs(&client).list(&ListParams::default()).await.expect("PVBs");
+    let list = pvbs(&client)
+        .list(&ListParams::default())
+        .await
+        .expect("PVBs");
     assert_eq!(list.items.len(), 1);
     assert_eq!(status(&list.items[0], "phase"), Some("Completed"));
     assert!(
-        !cluster.audit.since(0).iter().any(|e| e.verb == "hosting-pod"),
+        !cluster
+            .audit
+            .since(0)
+            .iter()
+            .any(|e| e.verb == "hosting-pod"),
         "no hosting pod in the 1.16 data path"
     );
 }

@@ -259,8 +259,14 @@ mod tests {
         assert_eq!(
             patch,
             AnnotationPatch::from([
-                (DO_NOT_DISRUPT_ANNOTATION.to_owned(), Some("true".to_owned())),
-                (HELD_ANNOTATION.to_owned(), Some("do-not-disrupt".to_owned())),
+                (
+                    DO_NOT_DISRUPT_ANNOTATION.to_owned(),
+                    Some("true".to_owned())
+                ),
+                (
+                    HELD_ANNOTATION.to_owned(),
+                    Some("do-not-disrupt".to_owned())
+                ),
             ])
         );
         assert_eq!(place_data_path(&apply(&pod(&[]), &patch)), None);

@@ -33,7 +33,10 @@ use crate::api::DisruptionPlan;
 
 /// The namespaces Velero runs in as snapdrain knows them: the policy's (`default`) and those of the plans
 /// that have not ended, each once.
-pub fn velero_namespaces<'a, P: Borrow<DisruptionPlan>>(default: &'a str, plans: &'a [P]) -> Vec<&'a str> {
+pub fn velero_namespaces<'a, P: Borrow<DisruptionPlan>>(
+    default: &'a str,
+    plans: &'a [P],
+) -> Vec<&'a str> {
     let mut out = vec![default];
     for p in plans.iter().map(Borrow::borrow) {
         let over = p.status.as_ref().is_some_and(|s| s.phase.is_terminal());
@@ -142,11 +145,21 @@ mod tests {
 
     #[test]
     fn a_hosting_pod_is_its_pvbs_data_path_while_it_runs() {
-        let p = pod("velero", json!({PVB_LABEL: "b-1"}), pvb_owner("b-1"), "Running");
+        let p = pod(
+            "velero",
+            json!({PVB_LABEL: "b-1"}),
+            pvb_owner("b-1"),
+            "Running",
+        );
         let owner = Some(DataPathOwner::PodVolumeBackup("b-1".into()));
         assert_eq!(active_data_path(&p, &["velero"]), owner);
         // Not yet running (the image starting) counts: its PVB waits for it.
-        let starting = pod("velero", json!({PVB_LABEL: "b-1"}), pvb_owner("b-1"), "Pending");
+        let starting = pod(
+            "velero",
+            json!({PVB_LABEL: "b-1"}),
+            pvb_owner("b-1"),
+            "Pending",
+        );
         assert_eq!(active_data_path(&starting, &["velero"]), owner);
         // Finished, or on its way out: its PVB has ended.
         for phase in ["Succeeded", "Failed"] {
@@ -154,9 +167,10 @@ mod tests {
             assert_eq!(active_data_path(&done, &["velero"]), None, "{phase}");
         }
         let mut leaving = p.clone();
-        leaving.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            "2026-01-01T00:00:00Z".parse().expect("a time"),
-        ));
+        leaving.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2026-01-01T00:00:00Z".parse().expect("a time"),
+            ));
         assert_eq!(active_data_path(&leaving, &["velero"]), None);
         // Outside the Velero namespace it is someone else's pod.
         assert_eq!(active_data_path(&p, &["backup"]), None);
@@ -171,12 +185,22 @@ mod tests {
         );
         // The label must name the controller.
         assert_eq!(
-            data_path_owner(&pod("velero", json!({PVB_LABEL: "b-2"}), pvb_owner("b-1"), "Running")),
+            data_path_owner(&pod(
+                "velero",
+                json!({PVB_LABEL: "b-2"}),
+                pvb_owner("b-1"),
+                "Running"
+            )),
             None
         );
         let du = json!({"apiVersion": "velero.io/v2alpha1", "kind": "DataUpload", "name": "d-1", "uid": "u", "controller": true});
         assert_eq!(
-            data_path_owner(&pod("velero", json!({DATA_UPLOAD_LABEL: "d-1"}), du, "Running")),
+            data_path_owner(&pod(
+                "velero",
+                json!({DATA_UPLOAD_LABEL: "d-1"}),
+                du,
+                "Running"
+            )),
             Some(DataPathOwner::DataUpload("d-1".into()))
         );
     }
@@ -184,14 +208,29 @@ mod tests {
     #[test]
     fn the_server_pod_is_known_by_either_installers_labels() {
         let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "velero-5d8f", "uid": "u", "controller": true});
-        let cli = pod("velero", json!({"component": "velero", "deploy": "velero"}), rs.clone(), "Running");
-        let helm = pod("velero", json!({"name": "velero", "app.kubernetes.io/name": "velero"}), rs.clone(), "Running");
+        let cli = pod(
+            "velero",
+            json!({"component": "velero", "deploy": "velero"}),
+            rs.clone(),
+            "Running",
+        );
+        let helm = pod(
+            "velero",
+            json!({"name": "velero", "app.kubernetes.io/name": "velero"}),
+            rs.clone(),
+            "Running",
+        );
         assert!(is_velero_server(&cli, &["velero"]));
         assert!(is_velero_server(&helm, &["velero"]));
         assert!(!is_velero_server(&cli, &["other"]));
         // The node-agent shares `component: velero` but is a DaemonSet's `name: node-agent`.
         let ds = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "node-agent", "uid": "u", "controller": true});
-        let agent = pod("velero", json!({"component": "velero", "name": "node-agent"}), ds, "Running");
+        let agent = pod(
+            "velero",
+            json!({"component": "velero", "name": "node-agent"}),
+            ds,
+            "Running",
+        );
         assert!(!is_velero_server(&agent, &["velero"]));
     }
 }

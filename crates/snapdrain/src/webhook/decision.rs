@@ -458,7 +458,11 @@ mod tests {
             PlanPhase::Completed,
             PlanPhase::Failed,
         ] {
-            assert_eq!(server_needed_by(&s, &[plan_in(phase, "n1")]), None, "{phase}");
+            assert_eq!(
+                server_needed_by(&s, &[plan_in(phase, "n1")]),
+                None,
+                "{phase}"
+            );
         }
         // A plan whose Velero runs elsewhere does not need this one.
         assert_eq!(
@@ -478,7 +482,9 @@ mod tests {
         p.metadata.name = Some("b-1".into());
         let m = data_path_message(&p, &DataPathOwner::PodVolumeBackup("b-1".into()));
         assert!(
-            m.contains("velero/b-1") && m.contains("on node n7") && m.contains("PodVolumeBackup b-1"),
+            m.contains("velero/b-1")
+                && m.contains("on node n7")
+                && m.contains("PodVolumeBackup b-1"),
             "{m}"
         );
         let m = unseen_message("velero", "b-2");

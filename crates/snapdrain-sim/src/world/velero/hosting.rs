@@ -34,7 +34,10 @@ use crate::world::WorldContext;
 pub const PVB_LABEL: &str = "velero.io/pod-volume-backup";
 
 /// The node-agent tolerations a hosting pod inherits (velero `pkg/util/third_party.go`).
-const THIRD_PARTY_TOLERATIONS: [&str; 2] = ["kubernetes.azure.com/scalesetpriority", "CriticalAddonsOnly"];
+const THIRD_PARTY_TOLERATIONS: [&str; 2] = [
+    "kubernetes.azure.com/scalesetpriority",
+    "CriticalAddonsOnly",
+];
 
 /// The source of one hosting pod: what the PVB backs up and where.
 pub struct Source<'a> {
@@ -173,15 +176,20 @@ pub fn clean_up(ctx: &WorldContext, config: &VeleroConfig, name: &str, uid: &str
 
 /// Writes a PVB's phase (and message), leaving a final phase alone.
 pub fn set_phase(ctx: &WorldContext, config: &VeleroConfig, name: &str, phase: &str) {
-    let _ = ctx
-        .store
-        .modify(&pvb_key(), Some(&config.namespace), name, None, INTERNAL, |cur| {
+    let _ = ctx.store.modify(
+        &pvb_key(),
+        Some(&config.namespace),
+        name,
+        None,
+        INTERNAL,
+        |cur| {
             let mut v = cur.clone();
             if !is_final(&v) {
                 v["status"]["phase"] = json!(phase);
             }
             Ok(v)
-        });
+        },
+    );
 }
 
 fn is_final(pvb: &Value) -> bool {
@@ -264,7 +272,10 @@ mod tests {
         assert_eq!(p["metadata"]["name"], "b1-x7k2q");
         assert_eq!(p["metadata"]["namespace"], "velero");
         assert_eq!(p["metadata"]["labels"][PVB_LABEL], "b1-x7k2q");
-        assert_eq!(p["metadata"]["ownerReferences"][0]["kind"], "PodVolumeBackup");
+        assert_eq!(
+            p["metadata"]["ownerReferences"][0]["kind"],
+            "PodVolumeBackup"
+        );
         assert_eq!(p["metadata"]["ownerReferences"][0]["controller"], true);
         assert_eq!(p["spec"]["nodeName"], "n1");
         assert_eq!(p["spec"]["terminationGracePeriodSeconds"], 0);

@@ -75,7 +75,11 @@ fn running_pod(p: &Value) -> bool {
 }
 
 /// Looks at the server pods and moves `server` on.
-fn follow_server(ctx: &WorldContext, config: &VeleroConfig, server: &mut ServerPod) -> Option<Transition> {
+fn follow_server(
+    ctx: &WorldContext,
+    config: &VeleroConfig,
+    server: &mut ServerPod,
+) -> Option<Transition> {
     let pods = ctx
         .store
         .list(
@@ -441,6 +445,12 @@ mod tests {
         assert!(s.down);
         assert_eq!(s.step(false, None), None);
         assert_eq!(s.step(false, Some("b".into())), Some(Transition::Started));
-        assert_eq!(s, ServerPod { uid: Some("b".into()), down: false });
+        assert_eq!(
+            s,
+            ServerPod {
+                uid: Some("b".into()),
+                down: false
+            }
+        );
     }
 }

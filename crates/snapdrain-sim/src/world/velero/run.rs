@@ -11,8 +11,8 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::archive::{gzip, tar_gz};
 use super::bucket::Bucket;
-use super::queue::{Location, location_of};
 use super::hosting::{self, Hosted};
+use super::queue::{Location, location_of};
 use super::{
     DataPath, INTERNAL, VeleroConfig, VeleroError, VeleroFault, VeleroHandle, audit_phase,
     backups_key, parse_go_duration, pvb_key, rfc3339, scope, write_backup,
@@ -532,7 +532,9 @@ async fn expose(ctx: &WorldContext, config: &VeleroConfig, volumes: &mut [Volume
             let prepared = ctx
                 .store
                 .get(&pvb_key(), Some(&config.namespace), &pvb)
-                .is_some_and(|p| p.pointer("/status/phase").and_then(Value::as_str) != Some("Accepted"));
+                .is_some_and(|p| {
+                    p.pointer("/status/phase").and_then(Value::as_str) != Some("Accepted")
+                });
             if prepared {
                 continue;
             }
