@@ -35,6 +35,13 @@ pub type Protects = Arc<dyn Fn(&Pod) -> bool + Send + Sync>;
 /// an eviction storm must not become an Event storm.
 const EVENT_WINDOW: Duration = Duration::from_secs(60);
 
+/// How long a pod of Velero's namespace the pod cache has not seen is held after its first refusal. A
+/// data-path pod reaches the cache milliseconds after it is created; a pod already deleted never does,
+/// and a drainer retrying it must get the API server's 404 (kubectl drain retries every 5 s).
+const UNSEEN_WINDOW: Duration = Duration::from_secs(3);
+/// How long the first refusal of an unseen pod is remembered.
+const UNSEEN_MEMORY: Duration = Duration::from_secs(300);
+
 /// What the gate decides from: everything in memory, kept by watches.
 pub struct Sources {
     /// DisruptionPlans, kept by the gate's reflector.
@@ -55,6 +62,8 @@ pub struct Gate {
     pub recorder: Recorder,
     starter: Starter,
     last_event: Mutex<HashMap<String, Instant>>,
+    /// First refusal of each unseen pod of Velero's namespace (`namespace/name`).
+    unseen: Mutex<HashMap<String, Instant>>,
 }
 
 impl Gate {
@@ -74,6 +83,7 @@ impl Gate {
             recorder,
             starter,
             last_event: Mutex::new(HashMap::new()),
+            unseen: Mutex::new(HashMap::new()),
         }
     }
 
@@ -149,8 +159,7 @@ impl Gate {
         // ago, which has run nothing yet. Except in Velero's namespace: a data-path pod is created the
         // moment a backup needs it, and going then fails that backup.
         let Some(cached) = self.sources.pods.get(namespace, name) else {
-            return velero
-                .contains(&namespace)
+            return (velero.contains(&namespace) && self.still_unseen(namespace, name))
                 .then(|| decision::unseen_message(namespace, name));
         };
         let pod = cached.to_pod();
@@ -219,6 +228,17 @@ impl Gate {
             Requested::Starting => PlanNote::Starting(name),
             Requested::Failed | Requested::Busy => PlanNote::NotStarted,
         }
+    }
+
+    /// Whether an unseen pod is still within [`UNSEEN_WINDOW`] of its first refusal (counting this one).
+    fn still_unseen(&self, namespace: &str, name: &str) -> bool {
+        let now = Instant::now();
+        let mut unseen = self.unseen.lock().unwrap_or_else(|e| e.into_inner());
+        // First refusals are remembered well past the window, so a drainer retrying a deleted pod is
+        // not refused again on each retry.
+        unseen.retain(|_, t| now.duration_since(*t) < UNSEEN_MEMORY);
+        let first = *unseen.entry(format!("{namespace}/{name}")).or_insert(now);
+        now.duration_since(first) < UNSEEN_WINDOW
     }
 
     /// A Warning Event on the pod, at most once per [`EVENT_WINDOW`] per pod.
