@@ -24,102 +24,18 @@ use serde_json::json;
 use snapdrain::api::{DisruptionPlan, PlanSource};
 use snapdrain::controller::ControllerHandle;
 use snapdrain::controller::run::RunOptions;
-use snapdrain::webhook::{Lifetimes, WebhookConfig};
+use snapdrain::webhook::Lifetimes;
 use snapdrain_sim::apiserver::admission::ADDRESS_ANNOTATION;
 use snapdrain_sim::apiserver::faults::FaultRule;
 use snapdrain_testkit::eviction::{evict_with, namespace};
+use snapdrain_testkit::gate::{
+    CONFIGURATION, HOOK, NS, SERVICE, configuration, controller_with_gate, service, webhook_config,
+};
 use snapdrain_testkit::harness::{
     Harness, TIMEOUT, assert_no_eviction_before_verified_backup, fast_timings,
 };
 use snapdrain_testkit::kubectl::Kubectl;
 use snapdrain_testkit::{eventually_within, webhook::pki};
-
-const NS: &str = "snapdrain";
-const SERVICE: &str = "snapdrain-webhook";
-const CONFIGURATION: &str = "snapdrain";
-const HOOK: &str = "gate.snapdrain.io";
-
-/// The ValidatingWebhookConfiguration as the Helm chart renders it (deploy/helm/snapdrain/templates/
-/// webhook.yaml), with `ca_bundle` when the test sets one itself.
-async fn configuration(client: &Client, failure_policy: &str, ca_bundle: Option<&str>) {
-    let mut client_config =
-        json!({"service": {"namespace": NS, "name": SERVICE, "path": "/validate", "port": 443}});
-    if let Some(pem) = ca_bundle {
-        // ByteString serializes as base64, as caBundle is written.
-        client_config["caBundle"] = json!(k8s_openapi::ByteString(pem.as_bytes().to_vec()));
-    }
-    let cfg: ValidatingWebhookConfiguration = serde_json::from_value(json!({
-        "metadata": {"name": CONFIGURATION},
-        "webhooks": [{
-            "name": HOOK,
-            "clientConfig": client_config,
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                "resources": ["pods/eviction"], "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
-                "operator": "NotIn", "values": ["kube-system", NS]}]},
-            "failurePolicy": failure_policy,
-            "sideEffects": "NoneOnDryRun",
-            "admissionReviewVersions": ["v1"],
-            "timeoutSeconds": 5
-        }]
-    }))
-    .expect("configuration JSON");
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .create(&PostParams::default(), &cfg)
-        .await
-        .expect("create the ValidatingWebhookConfiguration");
-}
-
-/// The Service in front of the gate; the simulator dials the annotated address for it.
-async fn service(client: &Client, addr: SocketAddr) {
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": SERVICE, "namespace": NS,
-            "annotations": {ADDRESS_ANNOTATION: addr.to_string()}},
-        "spec": {"ports": [{"port": 443, "targetPort": 8443}]}
-    }))
-    .expect("service JSON");
-    Api::<Service>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &svc)
-        .await
-        .expect("create the Service");
-}
-
-fn webhook_config(lifetimes: Lifetimes, resync: Duration) -> WebhookConfig {
-    WebhookConfig {
-        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        namespace: NS.into(),
-        service: SERVICE.into(),
-        configuration: CONFIGURATION.into(),
-        lifetimes,
-        resync,
-        ..WebhookConfig::default()
-    }
-}
-
-/// The configuration first (so the gate patches its caBundle on its first pass), then the controller
-/// with the gate, then the Service pointing at where it listens.
-async fn controller_with_gate(
-    h: &Harness,
-    failure_policy: &str,
-    lifetimes: Lifetimes,
-    resync: Duration,
-) -> ControllerHandle {
-    namespace(&h.client, NS, json!({})).await;
-    configuration(&h.client, failure_policy, None).await;
-    let controller = h
-        .controller_with(
-            RunOptions {
-                lease_namespace: None,
-                webhook: Some(webhook_config(lifetimes, resync)),
-                ..RunOptions::default()
-            },
-            "snapdrain-0",
-        )
-        .await;
-    let addr = controller.webhook_addr.expect("the gate listens");
-    service(&h.client, addr).await;
-    controller
-}
 
 async fn ca_bundle(client: &Client) -> Option<Vec<u8>> {
     let vwc = Api::<ValidatingWebhookConfiguration>::all(client.clone())

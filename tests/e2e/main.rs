@@ -5,6 +5,7 @@ mod admission_policies;
 mod caches;
 mod controller;
 mod crds;
+mod datapath;
 mod demo;
 mod deploy;
 mod drain_cli;

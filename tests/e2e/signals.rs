@@ -80,6 +80,19 @@ async fn delete_nodeclaim_with_grace(
     (api, claim)
 }
 
+/// The controller with its eviction gate, as the chart installs it. Karpenter's forceful termination
+/// evicts Velero 1.17+'s hosting pods on its first pass over the node: the hold keeper's
+/// `do-not-disrupt` on them lands a moment after they appear, and the gate covers that moment.
+async fn gated_controller(h: &Harness) -> snapdrain::controller::ControllerHandle {
+    snapdrain_testkit::gate::controller_with_gate(
+        h,
+        "Ignore",
+        snapdrain::webhook::Lifetimes::default(),
+        Duration::from_secs(30),
+    )
+    .await
+}
+
 async fn wait_signal_plan(h: &Harness, node: &str) -> DisruptionPlan {
     let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
     let found = h
@@ -334,7 +347,7 @@ async fn the_release_window_restores_the_holds_and_the_next_run_reuses_the_backu
 #[tokio::test]
 async fn a_deleted_nodeclaim_makes_a_plan_with_karpenters_deadline() {
     let h = Harness::start().await;
-    let _controller = h.controller().await;
+    let _controller = gated_controller(&h).await;
     wait_all_protected_held(&h).await;
     let node = h.node_with_statefulset_pods().await;
     let protected_on_node = h.protected_pods_on(&node).await;
@@ -526,7 +539,7 @@ async fn a_nodeclaim_deleted_without_a_grace_period_never_waits_for_a_window() {
         .create(&PostParams::default(), &policy)
         .await
         .expect("create the policy");
-    let _controller = h.controller().await;
+    let _controller = gated_controller(&h).await;
     wait_all_protected_held(&h).await;
     let node = h.node_with_statefulset_pods().await;
     let protected_on_node = h.protected_pods_on(&node).await;

@@ -102,6 +102,19 @@ pub struct SimCluster {
     reach: Option<timeline::Reach>,
 }
 
+/// The simulated Velero server as the scenario installs it: its data path, and its server pod's labels
+/// (`velero install`: `deploy: velero`; the Helm chart: `name: velero`).
+fn velero_config(spec: Option<&scenario::format::VeleroSpec>) -> VeleroConfig {
+    let mut config = VeleroConfig::default();
+    if let Some(v) = spec {
+        config.data_path = v.data_path;
+        if v.install == scenario::format::VeleroInstall::Helm {
+            config.server_labels = BTreeMap::from([("name".into(), "velero".into())]);
+        }
+    }
+    config
+}
+
 impl SimCluster {
     pub async fn start(config: SimConfig) -> Result<Self, SimError> {
         let store = Store::new();
@@ -285,7 +298,7 @@ impl SimCluster {
             let vh = VeleroHandle::new();
             world.adopt(tokio::spawn(velero::run(
                 ctx.clone(),
-                VeleroConfig::default(),
+                velero_config(resolved.as_ref().and_then(|(scn, _)| scn.velero.as_ref())),
                 vh.clone(),
             )));
             let client = karpenter::api_client(&api.url()).map_err(|message| SimError::Load {

@@ -5,6 +5,7 @@
 //! Helpers panic with a message on failure: they run inside tests, where a panic is the failure report.
 
 pub mod eviction;
+pub mod gate;
 pub mod harness;
 pub mod karpenter;
 pub mod kubectl;

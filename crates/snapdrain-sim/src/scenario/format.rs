@@ -394,6 +394,10 @@ pub struct VeleroSpec {
     /// The node-agent DaemonSet (file-system backups).
     #[serde(default = "yes")]
     pub node_agent: bool,
+    /// Where file-system backups move their data: `hostingPod` (Velero 1.17+, the default: a pod per
+    /// PodVolumeBackup on the source node) or `nodeAgent` (Velero ≤ 1.16: inside the node-agent pod).
+    #[serde(default)]
+    pub data_path: crate::world::velero::DataPath,
     /// How Velero was installed: `cli` (`velero install`: Secret `cloud-credentials`) or `helm` (the
     /// vmware-tanzu chart, release `velero`: Secret named after the release, `velero`).
     #[serde(default)]
@@ -444,6 +448,7 @@ impl Default for VeleroSpec {
             access_key: default_access_key(),
             secret_key: default_secret_key(),
             node_agent: true,
+            data_path: crate::world::velero::DataPath::default(),
             install: VeleroInstall::default(),
             credentials: VeleroCredentials::default(),
             role_arn: default_role_arn(),

@@ -672,6 +672,21 @@ fn velero_objects(v: &VeleroSpec, s3_url: &str, ca_pem: Option<&str>) -> Vec<Val
         },
     );
     deployment["metadata"]["labels"] = labels.clone();
+    // The server pod's labels: `velero install` gives `component: velero` and `deploy: velero`
+    // (velero pkg/install/deployment.go, resources.go `podLabels`); the chart `name: velero` and its
+    // app.kubernetes.io labels (charts/velero/templates/deployment.yaml).
+    let pod_labels = match v.install {
+        VeleroInstall::Cli => json!({"component": "velero", "deploy": "velero"}),
+        VeleroInstall::Helm => json!({"name": "velero", "app.kubernetes.io/name": "velero",
+                                      "app.kubernetes.io/instance": "velero",
+                                      "app.kubernetes.io/managed-by": "Helm"}),
+    };
+    if let (Some(into), Some(from)) = (
+        deployment["spec"]["template"]["metadata"]["labels"].as_object_mut(),
+        pod_labels.as_object(),
+    ) {
+        into.extend(from.clone());
+    }
     let pod = &mut deployment["spec"]["template"]["spec"];
     let mut env = vec![json!({"name": "VELERO_NAMESPACE", "value": "velero"})];
     let mut out = Vec::new();

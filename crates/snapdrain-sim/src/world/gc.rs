@@ -25,6 +25,12 @@ fn owner_kinds() -> Vec<(&'static str, ResKey, bool)> {
         ("NodeClaim", nodeclaims(), false),
         ("NodePool", nodepools(), false),
         ("Backup", ResKey::new("velero.io", "backups"), true),
+        // A PodVolumeBackup's hosting pod (Velero 1.17+).
+        (
+            "PodVolumeBackup",
+            ResKey::new("velero.io", "podvolumebackups"),
+            true,
+        ),
     ]
 }
 

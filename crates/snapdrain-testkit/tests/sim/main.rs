@@ -15,5 +15,6 @@ mod scenario_runs;
 mod scenarios;
 mod validation;
 mod velero;
+mod velero_datapath;
 mod velero_install;
 mod world;

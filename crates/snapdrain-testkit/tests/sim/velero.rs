@@ -17,7 +17,7 @@ use snapdrain_sim::apiserver::resources::ResKey;
 use snapdrain_sim::apiserver::store::{DeleteOptions, WriteOptions};
 use snapdrain_sim::cluster::load_object;
 use snapdrain_sim::world::velero::{
-    self, RESTART_FAILURE, VeleroConfig, VeleroFault, VeleroHandle,
+    self, DataPath, RESTART_FAILURE, VeleroConfig, VeleroFault, VeleroHandle,
 };
 use snapdrain_sim::world::{Timings, WorldContext};
 use snapdrain_sim::{SimCluster, SimConfig, manifests};
@@ -224,8 +224,11 @@ impl Env {
             timings,
         ));
         let velero = VeleroHandle::new();
+        // No kubelet runs here (pods are written as it would): the ≤ 1.16 data path, inside the
+        // node-agent. The 1.17+ hosting pods are tested with the world in velero_datapath.rs.
         let config = VeleroConfig {
             concurrent_backups: concurrent,
+            data_path: DataPath::NodeAgent,
             ..Default::default()
         };
         tokio::spawn(velero::run(ctx.clone(), config, velero.clone()));

@@ -1,6 +1,9 @@
 //! The hold keeper: every protected pod carries snapdrain's holds from the moment it is seen (and on
 //! start-up for the pods that exist), a released pod gets them back once the plan that released it is
 //! over (completed, failed, aborted or deleted), and a pod the policy no longer protects loses them.
+//! A Velero data-path pod (1.17+: a PodVolumeBackup's hosting pod, a DataUpload's pod) gets
+//! `karpenter.sh/do-not-disrupt` as it appears, so Karpenter's termination never queues it while its
+//! backup runs (`planning::velero_pods`); Velero deletes it when that backup's volume is done.
 //! The Node under a held pod carries `karpenter.sh/do-not-disrupt` too, the only hold Karpenter's drift
 //! honours under a NodePool terminationGracePeriod (why: [`crate::planning::holds`]); it goes when no
 //! held pod is left on the node (a plan released them all, they left, or they are no longer protected).
@@ -26,6 +29,7 @@ use crate::api::policy::DisruptionPolicySpec;
 use crate::planning::holds::{self, AnnotationPatch, HoldState};
 use crate::planning::inventory::{is_terminal, is_terminating};
 use crate::planning::protection;
+use crate::planning::velero_pods;
 use crate::telemetry::Metrics;
 
 /// How often every pod in the cache is looked at again (a missed event, a plan that ended).
@@ -76,9 +80,13 @@ pub async fn apply_node(
     }
 }
 
-/// Whether a pod keeps its node held: it carries snapdrain's hold (not released) and is not leaving.
+/// Whether a pod keeps its node held: it carries snapdrain's hold (not released) and is not leaving. A
+/// Velero data-path pod's hold is its own: it keeps Karpenter off the pod, not off the node.
 pub fn holds_its_node(pod: &Pod) -> bool {
-    matches!(holds::state(pod), HoldState::Held(_)) && !is_terminal(pod) && !is_terminating(pod)
+    matches!(holds::state(pod), HoldState::Held(_))
+        && !is_terminal(pod)
+        && !is_terminating(pod)
+        && velero_pods::data_path_owner(pod).is_none()
 }
 
 /// Brings the Node `name` to the hold its pods want (`needed`). From the cache: a Node not cached yet is
@@ -145,6 +153,12 @@ impl Keeper {
         if is_terminal(pod) || is_terminating(pod) {
             return Some(false);
         }
+        if self.is_active_data_path(pod) {
+            if let Some(patch) = holds::place_data_path(pod) {
+                self.write(pod, "placed", &patch).await;
+            }
+            return Some(false);
+        }
         let protection = self.policy.borrow().protection.clone();
         let ns_labels = self
             .namespaces
@@ -166,10 +180,27 @@ impl Keeper {
             }
             (true, _) => (holds::place(pod).map(|p| ("placed", p)), true),
         };
-        let Some((action, patch)) = change else {
-            return Some(holds_node);
-        };
-        match apply(&self.client, pod, &patch).await {
+        if let Some((action, patch)) = change {
+            self.write(pod, action, &patch).await;
+        }
+        Some(holds_node)
+    }
+
+    /// A Velero data-path pod whose backup runs, in a Velero namespace snapdrain knows (the policy's, or
+    /// a running plan's).
+    fn is_active_data_path(&self, pod: &Pod) -> bool {
+        // Cheap first: most pods the sweep looks at are protected pods, not Velero's.
+        if velero_pods::data_path_owner(pod).is_none() {
+            return false;
+        }
+        let default_namespace = self.policy.borrow().backup.velero_namespace.clone();
+        let plans = self.plans.state();
+        let namespaces = velero_pods::velero_namespaces(&default_namespace, &plans);
+        velero_pods::active_data_path(pod, &namespaces).is_some()
+    }
+
+    async fn write(&self, pod: &Pod, action: &str, patch: &AnnotationPatch) {
+        match apply(&self.client, pod, patch).await {
             Ok(true) => {
                 self.metrics.hold_change(action);
                 tracing::debug!(pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), action, "hold");
@@ -181,7 +212,6 @@ impl Keeper {
                 "cannot {action} snapdrain's hold (may snapdrain patch pods?); retrying"
             ),
         }
-        Some(holds_node)
     }
 
     /// After one pod was looked at: its node is held while this pod or another one there keeps it so

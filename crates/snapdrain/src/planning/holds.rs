@@ -48,6 +48,11 @@ const POD_HOLDS: [Hold; 2] = [
     (SAFE_TO_EVICT_ANNOTATION, "false", "safe-to-evict"),
 ];
 
+/// The hold of a Velero data-path pod (`super::velero_pods`): Karpenter's only, so its termination
+/// never queues the pod while its backup runs (kubernetes-sigs/karpenter `pkg/utils/pod/scheduling.go`
+/// `IsEvictable`). Cluster Autoscaler does not remove a node for a pod that is gone in minutes anyway.
+const DATA_PATH_HOLDS: [Hold; 1] = [(DO_NOT_DISRUPT_ANNOTATION, "true", "do-not-disrupt")];
+
 /// A Node's hold: Karpenter's only (`ValidateNodeDisruptable` reads it from the Node once it is
 /// registered). Cluster Autoscaler already keeps a node with a `safe-to-evict: "false"` pod.
 const NODE_HOLDS: [Hold; 1] = [(DO_NOT_DISRUPT_ANNOTATION, "true", "do-not-disrupt")];
@@ -145,6 +150,13 @@ pub fn place(pod: &Pod) -> Option<AnnotationPatch> {
     place_on(annotations_of(pod), &POD_HOLDS)
 }
 
+/// Places the hold of a running Velero data-path pod (ownership-marked like the others; a user's own
+/// `do-not-disrupt`, e.g. from the node-agent ConfigMap's `podAnnotations`, is left as it is). The pod
+/// is deleted by Velero when its backup ends, so the hold is never taken off.
+pub fn place_data_path(pod: &Pod) -> Option<AnnotationPatch> {
+    place_on(annotations_of(pod), &DATA_PATH_HOLDS)
+}
+
 /// Removes the holds snapdrain placed (only where the value is still the one it wrote) and marks the
 /// pod released by `plan`.
 pub fn release(pod: &Pod, plan: &str) -> Option<AnnotationPatch> {
@@ -240,6 +252,30 @@ pub fn merge_patch<K: Metadata<Ty = ObjectMeta>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_data_path_pod_gets_do_not_disrupt_alone_and_a_users_own_stays() {
+        let patch = place_data_path(&pod(&[])).expect("an unheld pod gets the hold");
+        assert_eq!(
+            patch,
+            AnnotationPatch::from([
+                (
+                    DO_NOT_DISRUPT_ANNOTATION.to_owned(),
+                    Some("true".to_owned())
+                ),
+                (
+                    HELD_ANNOTATION.to_owned(),
+                    Some("do-not-disrupt".to_owned())
+                ),
+            ])
+        );
+        assert_eq!(place_data_path(&apply(&pod(&[]), &patch)), None);
+        // The node-agent ConfigMap's podAnnotations already hold it: not snapdrain's to mark.
+        assert_eq!(
+            place_data_path(&pod(&[(DO_NOT_DISRUPT_ANNOTATION, "true")])),
+            None
+        );
+    }
 
     fn pod(annotations: &[(&str, &str)]) -> Pod {
         let mut p = Pod::default();

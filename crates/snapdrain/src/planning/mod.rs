@@ -15,6 +15,7 @@
 //! - [`join`]: what a replacement needs to join (cluster, profile, security groups, subnets), resolved while planning.
 //! - [`replacement`]: subnet order, Auto Scaling decrement and join timeout of replacements.
 //! - [`taint`]: snapdrain's drain taint and toleration matching.
+//! - [`velero_pods`]: Velero's data-path pods (1.17+) and server pod, which a running backup needs.
 
 pub mod backups;
 pub mod drain;
@@ -30,6 +31,7 @@ pub mod phase;
 pub mod protection;
 pub mod replacement;
 pub mod taint;
+pub mod velero_pods;
 
 pub use backups::{
     BackupNeed, BackupProgress, Clock, RetryDecision, ReusableBackup, backup_retry,

@@ -15,6 +15,7 @@ use crate::api::plan::BackupPolicy;
 use crate::api::status::{BackupRecord, PlanPhase};
 use crate::api::{DisruptionPlan, PlanMode};
 use crate::planning::inventory::pvc_claims;
+use crate::planning::velero_pods::DataPathOwner;
 
 /// What the gate answers for one eviction.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,6 +169,56 @@ pub fn agent_message(pod: &Pod, plan: Option<&str>) -> String {
             .as_ref()
             .and_then(|s| s.node_name.as_deref())
             .unwrap_or_default()
+    )
+}
+
+/// The running plan whose backup the Velero server pod `pod` runs: one in BackingUp whose Velero namespace
+/// is the pod's. A restarted server marks every InProgress backup Failed (velero `pkg/cmd/server/
+/// server.go` `markInProgressBackupsFailed`), so an eviction then costs the plan an attempt (and a
+/// forceful plan its deadline). Other phases do not need the server: verification reads the bucket.
+pub fn server_needed_by<P: Borrow<DisruptionPlan>>(pod: &Pod, plans: &[P]) -> Option<String> {
+    let ns = pod.metadata.namespace.as_deref()?;
+    plans
+        .iter()
+        .map(Borrow::borrow)
+        .find(|p| {
+            running(p)
+                && phase_of(p) == PlanPhase::BackingUp
+                && p.spec.backup.velero_namespace == ns
+        })
+        .map(|p| p.name_any())
+}
+
+/// The message of a 429 for the Velero server pod while `plan` backs up.
+pub fn server_message(pod: &Pod, plan: &str) -> String {
+    format!(
+        "snapdrain holds the eviction of the Velero server pod {}/{}: DisruptionPlan {plan} is backing up, and a Velero restart fails every backup in progress (expected wait: until the backup completes)",
+        pod.namespace().unwrap_or_default(),
+        pod.name_any()
+    )
+}
+
+/// The message of a 429 for a Velero data-path pod moving the data of `owner`.
+pub fn data_path_message(pod: &Pod, owner: &DataPathOwner) -> String {
+    format!(
+        "snapdrain holds the eviction of Velero's data-path pod {}/{} on node {}: it is moving the data of {} {}, which fails if the pod goes (expected wait: until that backup's volume is uploaded; Velero deletes the pod then)",
+        pod.namespace().unwrap_or_default(),
+        pod.name_any(),
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or_default(),
+        owner.kind(),
+        owner.name()
+    )
+}
+
+/// The message of a 429 for a pod of the Velero namespace the gate's cache has not seen yet: a
+/// data-path pod is created the moment its backup needs it, and a drainer listing the node from its own
+/// cache may ask for it first (no answer here may wait on the API server).
+pub fn unseen_message(namespace: &str, name: &str) -> String {
+    format!(
+        "snapdrain holds the eviction of pod {namespace}/{name} in Velero's namespace: its eviction gate has not seen the pod yet and cannot tell whether a backup runs in it (expected wait: a second)"
     )
 }
 
@@ -380,6 +431,66 @@ mod tests {
             "{m}"
         );
     }
+
+    fn server(ns: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "velero-5d8f-x2", "namespace": ns, "labels": {"deploy": "velero"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "velero-5d8f",
+                                     "uid": "r1", "controller": true}]},
+            "spec": {"nodeName": "n7", "containers": []}
+        }))
+        .expect("a server pod")
+    }
+
+    #[test]
+    fn the_velero_server_is_held_only_while_a_plan_of_its_namespace_backs_up() {
+        let s = server("velero");
+        // Any node's plan: the server runs every backup.
+        assert_eq!(
+            server_needed_by(&s, &[plan_in(PlanPhase::BackingUp, "n1")]).as_deref(),
+            Some("plan-n1")
+        );
+        for phase in [
+            PlanPhase::Pending,
+            PlanPhase::Cordoning,
+            PlanPhase::Verifying,
+            PlanPhase::Draining,
+            PlanPhase::Completed,
+            PlanPhase::Failed,
+        ] {
+            assert_eq!(
+                server_needed_by(&s, &[plan_in(phase, "n1")]),
+                None,
+                "{phase}"
+            );
+        }
+        // A plan whose Velero runs elsewhere does not need this one.
+        assert_eq!(
+            server_needed_by(&server("other"), &[plan_in(PlanPhase::BackingUp, "n1")]),
+            None
+        );
+        let m = server_message(&s, "plan-n1");
+        assert!(
+            m.contains("velero/velero-5d8f-x2") && m.contains("plan-n1"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn data_path_and_unseen_messages_name_the_pod_and_what_it_waits_for() {
+        let mut p = server("velero");
+        p.metadata.name = Some("b-1".into());
+        let m = data_path_message(&p, &DataPathOwner::PodVolumeBackup("b-1".into()));
+        assert!(
+            m.contains("velero/b-1")
+                && m.contains("on node n7")
+                && m.contains("PodVolumeBackup b-1"),
+            "{m}"
+        );
+        let m = unseen_message("velero", "b-2");
+        assert!(m.contains("velero/b-2") && m.contains("not seen"), "{m}");
+    }
+
     use crate::planning::inventory::ProtectionRule;
     use serde_json::json;
 

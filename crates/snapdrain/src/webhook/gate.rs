@@ -1,5 +1,7 @@
 //! One AdmissionReview in, one answer out: read the request, find the pod in the shared pod cache,
-//! decide over the cached plans, and for a held pod hand its node to the plan starter. No API call on
+//! decide over the cached plans, and for a held pod hand its node to the plan starter. Velero's own
+//! pods a backup needs are kept too: its 1.17+ data-path pods while they run, its server while a plan
+//! backs up, its node-agent while its node is backed up (`planning::velero_pods`). No API call on
 //! the way: kube-apiserver admits the eviction when the gate does not answer within the webhook's
 //! `timeoutSeconds` under `failurePolicy: Ignore` (`apiserver/pkg/admission/plugin/webhook/validating/
 //! dispatcher.go`), so an answer that waits on a slow API server is a protected pod evicted unbacked.
@@ -22,6 +24,7 @@ use tokio::sync::watch;
 use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::controller::cache::{Cache, CachedPod};
+use crate::planning::velero_pods;
 use crate::signals::plan::{Choice, choose};
 use crate::telemetry::Metrics;
 
@@ -31,6 +34,13 @@ pub type Protects = Arc<dyn Fn(&Pod) -> bool + Send + Sync>;
 /// At most one denial Event per pod in this window: kubectl retries every 5 s and Karpenter faster, and
 /// an eviction storm must not become an Event storm.
 const EVENT_WINDOW: Duration = Duration::from_secs(60);
+
+/// How long a pod of Velero's namespace the pod cache has not seen is held after its first refusal. A
+/// data-path pod reaches the cache milliseconds after it is created; a pod already deleted never does,
+/// and a drainer retrying it must get the API server's 404 (kubectl drain retries every 5 s).
+const UNSEEN_WINDOW: Duration = Duration::from_secs(3);
+/// How long the first refusal of an unseen pod is remembered.
+const UNSEEN_MEMORY: Duration = Duration::from_secs(300);
 
 /// What the gate decides from: everything in memory, kept by watches.
 pub struct Sources {
@@ -52,6 +62,8 @@ pub struct Gate {
     pub recorder: Recorder,
     starter: Starter,
     last_event: Mutex<HashMap<String, Instant>>,
+    /// First refusal of each unseen pod of Velero's namespace (`namespace/name`).
+    unseen: Mutex<HashMap<String, Instant>>,
 }
 
 impl Gate {
@@ -71,6 +83,7 @@ impl Gate {
             recorder,
             starter,
             last_event: Mutex::new(HashMap::new()),
+            unseen: Mutex::new(HashMap::new()),
         }
     }
 
@@ -138,11 +151,29 @@ impl Gate {
         if !loading.is_empty() {
             return Some(decision::loading_message(namespace, name, &loading));
         }
+        let plans = self.sources.plans.state();
+        let default_namespace = self.policy.borrow().backup.velero_namespace.clone();
+        let velero = velero_pods::velero_namespaces(&default_namespace, &plans);
         // Not in a synced cache: no such pod (kube-apiserver's eviction reads the pod after admission
         // and answers 404 itself, `pkg/registry/core/pod/storage/eviction.go`), or one created a moment
-        // ago, which has run nothing yet.
-        let pod = self.sources.pods.get(namespace, name)?.to_pod();
-        let plans = self.sources.plans.state();
+        // ago, which has run nothing yet. Except in Velero's namespace: a data-path pod is created the
+        // moment a backup needs it, and going then fails that backup.
+        let Some(cached) = self.sources.pods.get(namespace, name) else {
+            return (velero.contains(&namespace) && self.still_unseen(namespace, name))
+                .then(|| decision::unseen_message(namespace, name));
+        };
+        let pod = cached.to_pod();
+        if let Some(owner) = velero_pods::active_data_path(&pod, &velero) {
+            let message = decision::data_path_message(&pod, &owner);
+            if !dry_run {
+                self.event_once(&pod, &message);
+            }
+            return Some(message);
+        }
+        if velero_pods::is_velero_server(&pod, &velero) {
+            return decision::server_needed_by(&pod, &plans)
+                .map(|plan| decision::server_message(&pod, &plan));
+        }
         let protects = self.protects.clone();
         if decision::is_backup_agent(&pod) {
             return self.judge_agent(&pod, &plans);
@@ -197,6 +228,17 @@ impl Gate {
             Requested::Starting => PlanNote::Starting(name),
             Requested::Failed | Requested::Busy => PlanNote::NotStarted,
         }
+    }
+
+    /// Whether an unseen pod is still within [`UNSEEN_WINDOW`] of its first refusal (counting this one).
+    fn still_unseen(&self, namespace: &str, name: &str) -> bool {
+        let now = Instant::now();
+        let mut unseen = self.unseen.lock().unwrap_or_else(|e| e.into_inner());
+        // First refusals are remembered well past the window, so a drainer retrying a deleted pod is
+        // not refused again on each retry.
+        unseen.retain(|_, t| now.duration_since(*t) < UNSEEN_MEMORY);
+        let first = *unseen.entry(format!("{namespace}/{name}")).or_insert(now);
+        now.duration_since(first) < UNSEEN_WINDOW
     }
 
     /// A Warning Event on the pod, at most once per [`EVENT_WINDOW`] per pod.

@@ -1,7 +1,9 @@
 //! Simulated Velero 1.18 server: runs `velero.io/v1` Backups through the 1.18 phase machine
 //! (Queued → ReadyToStart → InProgress → Finalizing → Completed, or PartiallyFailed / Failed /
-//! FailedValidation), backs up pod volumes through a simulated node-agent, writes the real bucket
-//! layout through aws-sdk-s3, and keeps BackupStorageLocation phases current.
+//! FailedValidation), backs up pod volumes through a simulated node-agent (since 1.17 in a hosting pod
+//! per PodVolumeBackup: [`hosting`]; the ≤ 1.16 in-agent path is [`DataPath::NodeAgent`]), writes the
+//! real bucket layout through aws-sdk-s3, keeps BackupStorageLocation phases current, and restarts when
+//! its server pod goes ([`queue`]).
 //!
 //! Anchored in `research/velero.md`; where this differs from real Velero, the report on the branch says so.
 
@@ -9,6 +11,7 @@ pub mod archive;
 pub mod bucket;
 mod deletion;
 mod gc;
+pub mod hosting;
 mod queue;
 mod run;
 pub mod scope;
@@ -54,6 +57,19 @@ pub enum VeleroError {
     },
 }
 
+/// Where a file-system backup's data moves.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DataPath {
+    /// Velero 1.17+ (the VGDP micro-service, velero `changelogs/CHANGELOG-1.17.md`): the node-agent
+    /// creates one hosting pod per PodVolumeBackup on the source pod's node and the data moves in it
+    /// (velero `pkg/exposer/pod_volume.go` `createHostingPod`).
+    #[default]
+    HostingPod,
+    /// Velero ≤ 1.16: the data moves inside the node-agent pod itself.
+    NodeAgent,
+}
+
 /// How the simulated Velero server is set up (what `velero install` flags would decide).
 #[derive(Clone, Debug)]
 pub struct VeleroConfig {
@@ -63,6 +79,16 @@ pub struct VeleroConfig {
     pub concurrent_backups: usize,
     /// Labels of the node-agent DaemonSet's pods (the install uses `name: node-agent`).
     pub node_agent_labels: BTreeMap<String, String>,
+    /// Labels of the Velero server Deployment's pods (`velero install`: `deploy: velero`, velero
+    /// `pkg/install/deployment.go`; the Helm chart: `name: velero`). When such a pod ran and goes, the
+    /// server stops; the next one to run starts it again ([`RESTART_FAILURE`]). With none ever seen (a
+    /// world without the Deployment) the server simply runs.
+    pub server_labels: BTreeMap<String, String>,
+    /// Where file-system backups move their data.
+    pub data_path: DataPath,
+    /// `--data-mover-prepare-timeout` of the node-agent (velero `pkg/cmd/cli/nodeagent/server.go`
+    /// `defaultDataMoverPrepareTimeout`, 30 min): a hosting pod not running by then fails its PVB.
+    pub prepare_timeout: Duration,
     /// How often BSLs are validated (Velero's default is 1m; the sim is faster).
     pub bsl_validation_period: Duration,
     /// `--default-backup-storage-location`: the location of a Backup without `spec.storageLocation`
@@ -79,6 +105,9 @@ impl Default for VeleroConfig {
             namespace: "velero".into(),
             concurrent_backups: 1,
             node_agent_labels: BTreeMap::from([("name".into(), "node-agent".into())]),
+            server_labels: BTreeMap::from([("deploy".into(), "velero".into())]),
+            data_path: DataPath::default(),
+            prepare_timeout: Duration::from_secs(30 * 60),
             bsl_validation_period: Duration::from_secs(1),
             default_backup_location: "default".into(),
             gc_frequency: Duration::from_secs(1),

@@ -1,5 +1,10 @@
 //! The server loop: the 1.18 backup queue (New → Queued with `queuePosition` → ReadyToStart, at most
 //! `concurrent_backups` running), validation, server restarts, and periodic BSL validation.
+//!
+//! The server runs in the pod of its Deployment: when that pod is deleted or evicted (a drain of its
+//! node), its running backups stop with it, and the next server pod to run starts the server again,
+//! which marks every InProgress backup Failed (velero `pkg/cmd/server/server.go`
+//! `markInProgressBackupsFailed`). A drain of the server's node mid-backup thus costs that backup.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,12 +15,88 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 
 use super::bucket::Bucket;
+use super::hosting;
 use super::{
     INTERNAL, RESTART_FAILURE, VeleroConfig, VeleroHandle, audit_phase, backups_key, bsl_key,
     dbr_key, deletion, gc, rfc3339, run as runner, write_backup,
 };
 use crate::apiserver::meta::meta_str;
+use crate::apiserver::resources::ResKey;
 use crate::world::WorldContext;
+
+/// Which server pod the simulated server runs in.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ServerPod {
+    /// The uid of the running server pod it runs in.
+    uid: Option<String>,
+    /// Its pod went and no other runs yet: nothing is processed.
+    down: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Transition {
+    Stopped,
+    Started,
+}
+
+impl ServerPod {
+    /// Follows the server pods: `current_alive` says whether the pod it runs in still runs, `running`
+    /// is a running server pod, if any.
+    fn step(&mut self, current_alive: bool, running: Option<String>) -> Option<Transition> {
+        if self.uid.is_some() && !current_alive {
+            self.uid = None;
+            self.down = true;
+            return Some(Transition::Stopped);
+        }
+        if self.uid.is_none()
+            && let Some(uid) = running
+        {
+            self.uid = Some(uid);
+            if std::mem::take(&mut self.down) {
+                return Some(Transition::Started);
+            }
+        }
+        None
+    }
+}
+
+fn is_server_pod(config: &VeleroConfig, p: &Value) -> bool {
+    let labels = super::scope::labels_of(p);
+    !config.server_labels.is_empty()
+        && config
+            .server_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+}
+
+fn running_pod(p: &Value) -> bool {
+    p.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+        && p.pointer("/metadata/deletionTimestamp").is_none()
+}
+
+/// Looks at the server pods and moves `server` on.
+fn follow_server(
+    ctx: &WorldContext,
+    config: &VeleroConfig,
+    server: &mut ServerPod,
+) -> Option<Transition> {
+    let pods = ctx
+        .store
+        .list(
+            &ResKey::core("pods"),
+            Some(&config.namespace),
+            &|p| is_server_pod(config, p) && running_pod(p),
+            None,
+            None,
+        )
+        .items;
+    let uid_of = |p: &Arc<Value>| meta_str(p, "uid").map(str::to_string);
+    let current_alive = server
+        .uid
+        .as_deref()
+        .is_some_and(|u| pods.iter().any(|p| meta_str(p, "uid") == Some(u)));
+    server.step(current_alive, pods.first().and_then(uid_of))
+}
 
 /// Runs the simulated Velero server until the task is dropped.
 pub async fn run(ctx: Arc<WorldContext>, config: VeleroConfig, handle: VeleroHandle) {
@@ -29,6 +110,8 @@ pub async fn run(ctx: Arc<WorldContext>, config: VeleroConfig, handle: VeleroHan
     let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
     let mut last_validation: Option<Instant> = None;
     let mut validation: Option<JoinHandle<()>> = None;
+    let (_, mut pod_events) = ctx.store.subscribe(&ResKey::core("pods"));
+    let mut server = ServerPod::default();
     loop {
         tokio::select! {
             changed = restarts.changed() => {
@@ -48,7 +131,32 @@ pub async fn run(ctx: Arc<WorldContext>, config: VeleroConfig, handle: VeleroHan
                 Ok(_) | Err(RecvError::Lagged(_)) => {}
                 Err(RecvError::Closed) => return,
             },
+            ev = pod_events.recv() => match ev {
+                // Only the server's own namespace matters; other pods wake nothing.
+                Ok(e) if meta_str(&e.object, "namespace") != Some(config.namespace.as_str()) => continue,
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            },
             _ = tick.tick() => {}
+        }
+        match follow_server(&ctx, &config, &mut server) {
+            Some(Transition::Stopped) => {
+                for (_, task) in running.drain() {
+                    task.abort();
+                }
+                ctx.audit.world(
+                    "stop",
+                    "deployments.apps",
+                    Some(&config.namespace),
+                    Some("velero"),
+                    json!({"reason": "the server pod went away"}),
+                );
+            }
+            Some(Transition::Started) => server_start(&ctx, &config, &handle, &mut running),
+            None => {}
+        }
+        if server.down {
+            continue;
         }
         running.retain(|_, t| !t.is_finished());
         reconcile_queue(&ctx, &config, &handle, &mut running);
@@ -236,6 +344,10 @@ fn server_start(
         let name = meta_str(&b, "name").unwrap_or("").to_string();
         match phase(&b) {
             "InProgress" => {
+                // markPodVolumeBackupsCancel: its unfinished PVBs are cancelled too.
+                if let Some(uid) = meta_str(&b, "uid") {
+                    hosting::cancel_for_restart(ctx, config, uid);
+                }
                 let now = rfc3339(jiff::Timestamp::now());
                 let res = write_backup(ctx, ns, &name, |v| {
                     v["status"]["phase"] = json!("Failed");
@@ -311,5 +423,34 @@ async fn validate_locations(ctx: Arc<WorldContext>, config: Arc<VeleroConfig>) {
                 json!({"phase": phase, "message": message}),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_stops_with_its_pod_and_starts_with_the_next() {
+        let mut s = ServerPod::default();
+        // No server pod yet: the server runs as it is (a world without the Deployment).
+        assert_eq!(s.step(false, None), None);
+        assert!(!s.down);
+        // Its pod runs: adopted without a restart.
+        assert_eq!(s.step(false, Some("a".into())), None);
+        assert_eq!(s.uid.as_deref(), Some("a"));
+        assert_eq!(s.step(true, Some("a".into())), None);
+        // The pod goes: stopped, and down until another runs.
+        assert_eq!(s.step(false, None), Some(Transition::Stopped));
+        assert!(s.down);
+        assert_eq!(s.step(false, None), None);
+        assert_eq!(s.step(false, Some("b".into())), Some(Transition::Started));
+        assert_eq!(
+            s,
+            ServerPod {
+                uid: Some("b".into()),
+                down: false
+            }
+        );
     }
 }

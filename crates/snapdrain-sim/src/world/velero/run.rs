@@ -1,5 +1,6 @@
-//! One backup from InProgress to its final phase: scope, PodVolumeBackups through the node-agent,
-//! kopia blobs, `PutBackup`, and the finalizer's last write, in Velero's order.
+//! One backup from InProgress to its final phase: scope, PodVolumeBackups through the node-agent (in
+//! their hosting pods since Velero 1.17: [`super::hosting`]), kopia blobs, `PutBackup`, and the
+//! finalizer's last write, in Velero's order.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -10,10 +11,11 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::archive::{gzip, tar_gz};
 use super::bucket::Bucket;
+use super::hosting::{self, Hosted};
 use super::queue::{Location, location_of};
 use super::{
-    INTERNAL, VeleroConfig, VeleroError, VeleroFault, VeleroHandle, audit_phase, backups_key,
-    parse_go_duration, pvb_key, rfc3339, scope, write_backup,
+    DataPath, INTERNAL, VeleroConfig, VeleroError, VeleroFault, VeleroHandle, audit_phase,
+    backups_key, parse_go_duration, pvb_key, rfc3339, scope, write_backup,
 };
 use crate::apiserver::meta::meta_str;
 use crate::apiserver::resources::ResKey;
@@ -49,6 +51,11 @@ struct VolumeWork {
     error: Option<String>,
     snapshot_id: String,
     pvb_name: Option<String>,
+    pvb_uid: String,
+    /// The uid of the PVB's hosting pod (Velero 1.17+ data path), once created.
+    hosting: Option<String>,
+    /// The PVB ended Canceled rather than Failed (its hosting pod went before the data path started).
+    canceled: bool,
     started: String,
     completed: Option<String>,
 }
@@ -129,6 +136,9 @@ fn collect(ctx: &WorldContext, spec: &Value) -> Covered {
                             error: None,
                             snapshot_id: String::new(),
                             pvb_name: None,
+                            pvb_uid: String::new(),
+                            hosting: None,
+                            canceled: false,
                             started: String::new(),
                             completed: None,
                         });
@@ -348,7 +358,13 @@ async fn execute_inner(
                 w.volume
             ));
         }
-        w.pvb_name = create_pvb(ctx, config, name, &uid, &location, w);
+        if let Some((pvb, pvb_uid)) = create_pvb(ctx, config, name, &uid, &location, w) {
+            w.pvb_name = Some(pvb);
+            w.pvb_uid = pvb_uid;
+        }
+    }
+    if config.data_path == DataPath::HostingPod {
+        expose(ctx, config, &mut volumes).await;
     }
     transfer(ctx, config, &mut volumes).await;
     handle
@@ -365,14 +381,20 @@ async fn execute_inner(
         if w.error.is_none() {
             w.snapshot_id = random_hex(32);
         }
+        // OnDataPathCompleted / OnDataPathFailed: the exposed pod goes first, then the PVB's status.
+        if let (Some(pvb), Some(pod_uid)) = (&w.pvb_name, &w.hosting) {
+            hosting::clean_up(ctx, config, pvb, pod_uid);
+        }
         finish_pvb(ctx, config, w);
     }
+    // pkg/podvolume/backupper.go WaitAllPodVolumesProcessed logs each one as an error of the backup.
     let errors: Vec<String> = volumes
         .iter()
         .filter_map(|w| {
             w.error.as_ref().map(|e| {
+                let how = if w.canceled { "canceled" } else { "failed" };
                 format!(
-                    "pod volume backup failed: {e} (pod {}/{} volume {})",
+                    "pod volume backup {how}: {e} (pod {}/{} volume {})",
                     w.pod_ns, w.pod_name, w.volume
                 )
             })
@@ -454,6 +476,17 @@ fn disrupted(ctx: &WorldContext, config: &VeleroConfig, w: &VolumeWork) -> Optio
             w.pod_ns, w.pod_name, w.volume, w.pod_uid
         ));
     }
+    if let (Some(pvb), Some(uid)) = (&w.pvb_name, &w.hosting) {
+        // The data moves in the hosting pod; a node-agent restarting meanwhile resumes watching it
+        // (velero pkg/controller/pod_volume_backup_controller.go AttemptPVBResume).
+        return match hosting::state(ctx, config, pvb, uid) {
+            Hosted::Running | Hosted::Starting => None,
+            Hosted::Ended(how) => Some(format!(
+                "data path backup failed: hosting pod {}/{pvb} ended ({how}) while volume {} of pod {}/{} was being uploaded",
+                config.namespace, w.volume, w.pod_ns, w.pod_name
+            )),
+        };
+    }
     if !node_agent_running(ctx, config, &w.node) {
         return Some(format!(
             "node-agent on node {} stopped: found a podvolumebackup with status \"InProgress\" during the server starting, mark it as \"Failed\"",
@@ -461,6 +494,84 @@ fn disrupted(ctx: &WorldContext, config: &VeleroConfig, w: &VolumeWork) -> Optio
         ));
     }
     None
+}
+
+/// The 1.17+ expose step: a hosting pod per PVB on the source node, then each PVB Prepared and
+/// InProgress once its pod runs; Canceled when the pod ends first, Failed when it is not running within
+/// the prepare timeout.
+async fn expose(ctx: &WorldContext, config: &VeleroConfig, volumes: &mut [VolumeWork]) {
+    for w in volumes.iter_mut().filter(|w| w.error.is_none()) {
+        let Some(pvb) = w.pvb_name.clone() else {
+            continue;
+        };
+        let source = hosting::Source {
+            pvb_name: &pvb,
+            pvb_uid: &w.pvb_uid,
+            node: &w.node,
+            pod_uid: &w.pod_uid,
+            pv: &w.pv,
+        };
+        match hosting::create(ctx, config, &source) {
+            Some(uid) => w.hosting = Some(uid),
+            None => {
+                w.error = Some(format!(
+                    "error exposing host path for pod volume: error to create hosting pod {}/{pvb}",
+                    config.namespace
+                ))
+            }
+        }
+    }
+    let deadline = tokio::time::Instant::now() + config.prepare_timeout;
+    let (_, mut pods) = ctx.store.subscribe(&ResKey::core("pods"));
+    loop {
+        let mut waiting = false;
+        for w in volumes.iter_mut().filter(|w| w.error.is_none()) {
+            let (Some(pvb), Some(uid)) = (w.pvb_name.clone(), w.hosting.clone()) else {
+                continue;
+            };
+            let prepared = ctx
+                .store
+                .get(&pvb_key(), Some(&config.namespace), &pvb)
+                .is_some_and(|p| {
+                    p.pointer("/status/phase").and_then(Value::as_str) != Some("Accepted")
+                });
+            if prepared {
+                continue;
+            }
+            match hosting::state(ctx, config, &pvb, &uid) {
+                Hosted::Running => {
+                    hosting::set_phase(ctx, config, &pvb, "Prepared");
+                    hosting::set_phase(ctx, config, &pvb, "InProgress");
+                }
+                Hosted::Starting => waiting = true,
+                Hosted::Ended(how) => {
+                    w.canceled = true;
+                    w.error = Some(format!(
+                        "Cancel PVB because the exposing pod {}/{pvb} is in abnormal status for reason Pod is in abnormal state [{how}]",
+                        config.namespace
+                    ));
+                }
+            }
+        }
+        if !waiting {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep_until(deadline) => {
+                for w in volumes.iter_mut().filter(|w| w.error.is_none() && w.hosting.is_some()) {
+                    let running = matches!(
+                        (&w.pvb_name, &w.hosting),
+                        (Some(p), Some(u)) if hosting::state(ctx, config, p, u) == Hosted::Running
+                    );
+                    if !running {
+                        w.error = Some("timeout on preparing PVB".into());
+                    }
+                }
+                return;
+            }
+            ev = pods.recv() => if let Err(RecvError::Closed) = ev { return },
+        }
+    }
 }
 
 /// Waits for the data to move (overhead + bytes / throughput), failing volumes whose pod or
@@ -482,6 +593,10 @@ async fn transfer(ctx: &WorldContext, config: &VeleroConfig, volumes: &mut [Volu
     loop {
         for w in volumes.iter_mut().filter(|w| w.error.is_none()) {
             w.error = disrupted(ctx, config, w);
+        }
+        // Every PVB has ended: nothing moves any more, and the backup goes on to PutBackup.
+        if !volumes.is_empty() && volumes.iter().all(|w| w.error.is_some()) {
+            break;
         }
         tokio::select! {
             _ = tokio::time::sleep_until(deadline) => break,
@@ -518,9 +633,16 @@ fn create_pvb(
     backup_uid: &str,
     location: &str,
     w: &VolumeWork,
-) -> Option<String> {
+) -> Option<(String, String)> {
     // PodVolumeBackups only exist when their CRD is installed.
     ctx.store.def(&pvb_key())?;
+    // In 1.17+ the node-agent accepts the PVB and exposes it in a hosting pod before the data path
+    // runs (velero pkg/controller/pod_volume_backup_controller.go acceptPodVolumeBackup); before,
+    // it ran at once in the agent.
+    let phase = match config.data_path {
+        DataPath::HostingPod => "Accepted",
+        DataPath::NodeAgent => "InProgress",
+    };
     let mut labels = json!({"velero.io/backup-name": backup, "velero.io/backup-uid": backup_uid});
     if !w.pvc_uid.is_empty() {
         labels["velero.io/pvc-uid"] = json!(w.pvc_uid);
@@ -543,17 +665,26 @@ fn create_pvb(
             "uploaderType": "kopia",
             "tags": {"backup": backup, "backup-uid": backup_uid, "ns": w.pod_ns, "pod": w.pod_name, "pod-uid": w.pod_uid, "pvc-uid": w.pvc_uid, "volume": w.volume},
         },
-        "status": {"phase": "InProgress", "startTimestamp": w.started, "progress": {"totalBytes": w.bytes}},
+        "status": {"phase": phase, "startTimestamp": w.started, "progress": {"totalBytes": w.bytes}},
     });
-    ctx.store
+    let created = ctx
+        .store
         .create(&pvb_key(), Some(&config.namespace), obj, INTERNAL)
-        .ok()
-        .and_then(|o| meta_str(&o, "name").map(str::to_string))
+        .ok()?;
+    Some((
+        meta_str(&created, "name")?.to_string(),
+        meta_str(&created, "uid").unwrap_or("").to_string(),
+    ))
 }
 
 fn pvb_status(w: &VolumeWork) -> Value {
+    let phase = match (&w.error, w.canceled) {
+        (None, _) => "Completed",
+        (Some(_), true) => "Canceled",
+        (Some(_), false) => "Failed",
+    };
     let mut st = json!({
-        "phase": if w.error.is_some() { "Failed" } else { "Completed" },
+        "phase": phase,
         "startTimestamp": w.started,
         "completionTimestamp": w.completed,
         "progress": {"totalBytes": w.bytes, "bytesDone": if w.error.is_some() { 0 } else { w.bytes }},

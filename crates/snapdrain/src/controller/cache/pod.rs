@@ -304,8 +304,9 @@ impl CachedPod {
     }
 
     /// Whether the hold keeper may have anything to do with this pod: it mounts a PVC (only such pods
-    /// are protected, `planning::ProtectionRule`) or carries one of snapdrain's annotations (marks to
-    /// remove). Most pods do neither, and the keeper's sweep skips them without converting them.
+    /// are protected, `planning::ProtectionRule`), carries one of snapdrain's annotations (marks to
+    /// remove) or a Velero data-path label (`planning::velero_pods`). Most pods do none of these, and
+    /// the keeper's sweep skips them without converting them.
     pub fn may_be_held(&self) -> bool {
         let claims = self
             .spec
@@ -318,7 +319,10 @@ impl CachedPod {
             .iter()
             .flatten()
             .any(|(k, _)| k.starts_with("snapdrain.io/"));
-        claims || marked
+        let data_path = crate::planning::velero_pods::has_data_path_label(
+            self.meta.labels.iter().flatten().map(|(k, _)| &**k),
+        );
+        claims || marked || data_path
     }
 }
 
