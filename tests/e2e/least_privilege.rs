@@ -219,7 +219,10 @@ async fn execute_with_replacement() -> Vec<Decision> {
     let h = Harness::start().await;
     let installed = install(&h).await;
     let node = h.node_with_statefulset_pods().await;
-    h.create_plan("lp-execute", replacing_spec(&h, &node)).await;
+    // From the scenario's EC2NodeClass, so reading it (by name) is part of the flow.
+    let mut spec = replacing_spec(&node);
+    spec["replacement"]["nodeClassRef"] = serde_json::json!({"name": "default"});
+    h.create_plan("lp-execute", spec).await;
     let done = completed(&h, "lp-execute").await;
     let status = done.status.expect("status");
     assert!(
