@@ -24,7 +24,7 @@ pub struct ReplacementPolicy {
     pub allow_free_form: bool,
     /// EC2NodeClasses a plan may name in `replacement.nodeClassRef`. Empty: any EC2NodeClass of the
     /// cluster (each is the platform team's own object, and Karpenter launches any of them for a pod
-    /// that asks); `[]` with a name narrows it to those.
+    /// that asks); a list narrows it to those names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 100), inner(length(min = 1, max = 253)))]
     pub node_classes: Vec<String>,
