@@ -22,8 +22,7 @@ use super::selector::{parse_selector, selector_string};
 use snapdrain::api::{
     BackupMethod, BackupPolicy, BottlerocketSpec, CapacityType, DisruptionPlan, DisruptionPlanSpec,
     LaunchTemplateRef, NodeClassRef, PlanMode, PlanSource, ReplacementSpec, ReplacementWhen,
-    parse_duration,
-    problems_message, validate,
+    parse_duration, problems_message, validate,
 };
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -573,12 +572,23 @@ mod tests {
         let e = plan_spec(&args(&["n1", "--image-id", "ami-1"]), now()).unwrap_err();
         assert!(e.to_string().contains("without --replace"), "{e}");
         let s = plan_spec(
-            &args(&["n1", "--replace", "after-drain", "--instance-type", "m6i.large", "--node-class", "general"]),
+            &args(&[
+                "n1",
+                "--replace",
+                "after-drain",
+                "--instance-type",
+                "m6i.large",
+                "--node-class",
+                "general",
+            ]),
             now(),
         )
         .expect("valid");
         assert_eq!(
-            s.replacement.and_then(|r| r.node_class_ref).map(|c| c.name).as_deref(),
+            s.replacement
+                .and_then(|r| r.node_class_ref)
+                .map(|c| c.name)
+                .as_deref(),
             Some("general")
         );
         let e = plan_spec(&args(&["n1", "--deadline", "tomorrow"]), now()).unwrap_err();

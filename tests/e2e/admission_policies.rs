@@ -242,7 +242,10 @@ async fn plan_authors_get_what_their_role_grants_and_no_more() {
 
     let editor = as_service_account(&h, "editor").await;
     let plans = Api::<DisruptionPlan>::all(editor.clone());
-    assert_eq!(refusal(plans.create(&pp, &plan("by-editor", "manual")).await), "");
+    assert_eq!(
+        refusal(plans.create(&pp, &plan("by-editor", "manual")).await),
+        ""
+    );
     let text = refusal(plans.create(&pp, &plan("posing", "karpenter")).await);
     assert!(
         text.contains("ValidatingAdmissionPolicy 'snapdrain-plan-sources'")

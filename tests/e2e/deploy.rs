@@ -1033,8 +1033,13 @@ fn only_the_plan_viewer_role_is_aggregated_to_built_in_roles() {
             .as_object()
             .into_iter()
             .flatten()
-            .filter(|(k, v)| k.starts_with("rbac.authorization.k8s.io/aggregate-to-") && *v == "true")
-            .map(|(k, _)| k.trim_start_matches("rbac.authorization.k8s.io/aggregate-to-").to_string())
+            .filter(|(k, v)| {
+                k.starts_with("rbac.authorization.k8s.io/aggregate-to-") && *v == "true"
+            })
+            .map(|(k, _)| {
+                k.trim_start_matches("rbac.authorization.k8s.io/aggregate-to-")
+                    .to_string()
+            })
             .collect();
         to.sort();
         to
@@ -1055,7 +1060,11 @@ fn only_the_plan_viewer_role_is_aggregated_to_built_in_roles() {
             grants(&role("snapdrain-plan-viewer")["rules"]),
             expect(&[
                 ("snapdrain.io", "disruptionplans", &["get", "list", "watch"]),
-                ("snapdrain.io", "disruptionpolicies", &["get", "list", "watch"]),
+                (
+                    "snapdrain.io",
+                    "disruptionpolicies",
+                    &["get", "list", "watch"]
+                ),
             ])
         );
         for name in ["snapdrain-plan-editor", "snapdrain-policy-admin"] {
@@ -1069,13 +1078,19 @@ fn only_the_plan_viewer_role_is_aggregated_to_built_in_roles() {
                     "disruptionplans",
                     &["get", "list", "watch", "create", "patch", "delete"]
                 ),
-                ("snapdrain.io", "disruptionpolicies", &["get", "list", "watch"]),
+                (
+                    "snapdrain.io",
+                    "disruptionpolicies",
+                    &["get", "list", "watch"]
+                ),
             ])
         );
         // Nothing else in either tree is aggregated to a built-in role.
         let others: Vec<&Value> = docs
             .iter()
-            .filter(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] != "snapdrain-plan-viewer")
+            .filter(|d| {
+                d["kind"] == "ClusterRole" && d["metadata"]["name"] != "snapdrain-plan-viewer"
+            })
             .filter(|d| !aggregated(d).is_empty())
             .collect();
         assert!(others.is_empty(), "{others:?}");

@@ -56,7 +56,10 @@ async fn free_form_image_and_bootstrap_container_are_refused_before_any_node_is_
     .await;
     let plan = h.wait_plan("evil", TIMEOUT, |p| p.is_terminal()).await;
     let (status, reason, message) = valid_condition(&plan);
-    assert_eq!((status.as_str(), reason.as_str()), ("False", "RefusedByPolicy"));
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RefusedByPolicy")
+    );
     assert_eq!(
         plan.status.as_ref().map(|s| s.phase),
         Some(PlanPhase::Failed)
@@ -93,7 +96,10 @@ async fn the_replacement_of_a_plan_cannot_be_changed_after_it_was_created() {
         )
         .await
         .expect_err("spec.replacement is immutable");
-    assert!(e.to_string().contains("spec.replacement is immutable"), "{e}");
+    assert!(
+        e.to_string().contains("spec.replacement is immutable"),
+        "{e}"
+    );
 }
 
 /// A plan naming the `default` EC2NodeClass launches with the AMI, subnet, security groups and instance
@@ -156,7 +162,10 @@ async fn a_plan_naming_an_ec2nodeclass_launches_what_karpenter_resolved_for_it()
     let record = st.node_class.clone().expect("the class is recorded");
     assert_eq!(record.name, "default");
     assert_eq!(record.tags.get("team").map(String::as_str), Some("storage"));
-    let join = st.nodes[0].join.clone().expect("the node's launch settings");
+    let join = st.nodes[0]
+        .join
+        .clone()
+        .expect("the node's launch settings");
     assert_eq!(join.image_id.as_deref(), Some(CLASS_AMI));
     assert!(
         join.from
@@ -169,9 +178,12 @@ async fn a_plan_naming_an_ec2nodeclass_launches_what_karpenter_resolved_for_it()
     let launched = h.instances_of("by-class");
     assert_eq!(launched.len(), 1, "{launched:?}");
     let sim = h.cluster.ec2.as_ref().expect("ec2");
-    let cloud =
-        snapdrain::cloud::ec2::Ec2Cloud::with_endpoint(&sim.endpoint(), &sim.config().region, Some(("test", "test")))
-            .await;
+    let cloud = snapdrain::cloud::ec2::Ec2Cloud::with_endpoint(
+        &sim.endpoint(),
+        &sim.config().region,
+        Some(("test", "test")),
+    )
+    .await;
     let described = cloud
         .client()
         .describe_instances()
@@ -187,7 +199,9 @@ async fn a_plan_naming_an_ec2nodeclass_launches_what_karpenter_resolved_for_it()
         .expect("the replacement");
     assert_eq!(instance.image_id(), Some(CLASS_AMI));
     assert!(
-        class_subnets.iter().any(|s| Some(s.as_str()) == instance.subnet_id()),
+        class_subnets
+            .iter()
+            .any(|s| Some(s.as_str()) == instance.subnet_id()),
         "{:?} not in {class_subnets:?}",
         instance.subnet_id()
     );
@@ -222,7 +236,11 @@ async fn a_plan_naming_an_ec2nodeclass_launches_what_karpenter_resolved_for_it()
     let text = user_data
         .user_data()
         .and_then(|u| u.value())
-        .map(|b| base64::engine::general_purpose::STANDARD.decode(b).expect("base64"))
+        .map(|b| {
+            base64::engine::general_purpose::STANDARD
+                .decode(b)
+                .expect("base64")
+        })
         .map(|b| String::from_utf8(b).expect("TOML text"))
         .expect("user data");
     // The class's setting, beside the cluster's (which snapdrain resolved and which win).
@@ -255,7 +273,8 @@ async fn a_missing_or_unready_ec2nodeclass_fails_the_plan_while_planning() {
     assert_eq!(st.phase, PlanPhase::Failed, "{st:#?}");
     let message = st.message.unwrap_or_default();
     assert!(
-        message.contains("EC2NodeClass no-such-class (spec.replacement.nodeClassRef) does not exist"),
+        message
+            .contains("EC2NodeClass no-such-class (spec.replacement.nodeClassRef) does not exist"),
         "{message}"
     );
     assert_untouched(&h, "no-class", &node, &old).await;
@@ -315,7 +334,10 @@ async fn a_plan_selecting_more_nodes_than_max_nodes_per_plan_is_refused() {
     .await;
     let plan = h.wait_plan("too-wide", TIMEOUT, |p| p.is_terminal()).await;
     let (status, reason, message) = valid_condition(&plan);
-    assert_eq!((status.as_str(), reason.as_str()), ("False", "RefusedByPolicy"));
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RefusedByPolicy")
+    );
     let want = format!(
         "spec.nodeSelector: matches {} nodes; the DisruptionPolicy default allows at most 2 per plan: split the plan, or raise the policy's spec.maxNodesPerPlan",
         nodes.len()

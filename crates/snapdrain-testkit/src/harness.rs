@@ -180,9 +180,13 @@ impl Harness {
                     .await
                     .expect("read the policy");
                 policy.metadata.resource_version = current.metadata.resource_version;
-                api.replace(snapdrain::api::DEFAULT_POLICY, &PostParams::default(), &policy)
-                    .await
-                    .expect("replace the policy");
+                api.replace(
+                    snapdrain::api::DEFAULT_POLICY,
+                    &PostParams::default(),
+                    &policy,
+                )
+                .await
+                .expect("replace the policy");
             }
             Err(e) => panic!("create the policy: {e}"),
         }

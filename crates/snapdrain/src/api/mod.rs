@@ -23,8 +23,7 @@ pub mod velero;
 pub use plan::{
     BackupMethod, BackupPolicy, BackupScope, BackupSpec, BottlerocketSpec, CapacityType,
     DisruptionPlan, DisruptionPlanSpec, DrainSpec, LaunchTemplateRef, NodeClassRef, PlanMode,
-    PlanSource,
-    ReplacementSpec, ReplacementWhen, TerminationSpec,
+    PlanSource, ReplacementSpec, ReplacementWhen, TerminationSpec,
 };
 /// Annotation a person sets to stop a plan; it rolls back what snapdrain did.
 pub const ABORT_ANNOTATION: &str = "snapdrain.io/abort";

@@ -260,7 +260,10 @@ impl Validator {
             {
                 self.problem(
                     "spec.replacement.nodeClassRef.name",
-                    format!("{:?} is not an EC2NodeClass name (DNS-1123 subdomain)", class.name),
+                    format!(
+                        "{:?} is not an EC2NodeClass name (DNS-1123 subdomain)",
+                        class.name
+                    ),
                 );
             }
         }

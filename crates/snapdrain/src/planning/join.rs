@@ -627,7 +627,11 @@ mod tests {
         s.image_id = None;
         let r = resolve_node(&s, "n1", Some("i-1"), Some(&record())).unwrap();
         assert_eq!(r.image_id.as_deref(), Some("ami-0old"));
-        assert!(r.from.contains(&"imageId: instance i-1".to_string()), "{:?}", r.from);
+        assert!(
+            r.from.contains(&"imageId: instance i-1".to_string()),
+            "{:?}",
+            r.from
+        );
         let mut unknown = record();
         unknown.image_id = None;
         let e = resolve_node(&s, "n1", Some("i-1"), Some(&unknown)).unwrap_err();
@@ -635,7 +639,10 @@ mod tests {
             matches!(&e, JoinError::NodeSettings { missing, .. } if *missing == [NodeKey::Image]),
             "{e}"
         );
-        assert!(e.to_string().contains("spec.replacement.nodeClassRef"), "{e}");
+        assert!(
+            e.to_string().contains("spec.replacement.nodeClassRef"),
+            "{e}"
+        );
         // The plan's own image wins.
         let r = resolve_node(&spec(), "n1", Some("i-1"), Some(&record())).unwrap();
         assert_eq!(r.image_id.as_deref(), Some("ami-1"));

@@ -8,8 +8,8 @@
 
 use crate::api::launch::ReplacementPolicy;
 use crate::api::plan::{BottlerocketSpec, DisruptionPlanSpec, ReplacementSpec, ReplacementWhen};
-use crate::api::{DEFAULT_POLICY, DisruptionPolicySpec};
 use crate::api::validate::SpecProblem;
+use crate::api::{DEFAULT_POLICY, DisruptionPolicySpec};
 
 /// Bottlerocket settings that run code as root on the host or change what it trusts or boots with:
 /// host and bootstrap containers (`superpowered`, any `source` image), bootstrap commands, kernel
@@ -59,7 +59,11 @@ pub fn check_plan(
     )
     .into_iter()
     .collect();
-    if let Some(r) = spec.replacement.as_ref().filter(|r| r.when != ReplacementWhen::None) {
+    if let Some(r) = spec
+        .replacement
+        .as_ref()
+        .filter(|r| r.when != ReplacementWhen::None)
+    {
         out.extend(check(r, &policy.replacement));
     }
     out
@@ -68,11 +72,7 @@ pub fn check_plan(
 /// The one-line message of a refused plan, for `status.message` and the `Valid` condition.
 pub fn refusal_message(problems: &[SpecProblem]) -> String {
     let parts: Vec<String> = problems.iter().map(ToString::to_string).collect();
-    format!(
-        "refused by {}: {}",
-        policy_name(),
-        parts.join("; ")
-    )
+    format!("refused by {}: {}", policy_name(), parts.join("; "))
 }
 
 /// Every problem of `spec` under the policy `policy`, each naming the plan's field and the policy field
@@ -103,7 +103,10 @@ pub fn check(spec: &ReplacementSpec, policy: &ReplacementPolicy) -> Vec<SpecProb
         ),
         (
             "iamInstanceProfile",
-            spec.iam_instance_profile.iter().map(String::as_str).collect(),
+            spec.iam_instance_profile
+                .iter()
+                .map(String::as_str)
+                .collect(),
             &policy.instance_profiles,
             "instanceProfiles",
             "leave it out to use the EC2NodeClass's or the replaced instance's",
@@ -259,7 +262,10 @@ pub fn setting_paths(br: &BottlerocketSpec) -> Vec<(&'static str, Vec<String>)> 
         "nodeTaints",
         keyed("kubernetes.node-taints", br.node_taints.keys().collect()),
     ));
-    out.push(("sysctls", keyed("kernel.sysctl", br.sysctls.keys().collect())));
+    out.push((
+        "sysctls",
+        keyed("kernel.sysctl", br.sysctls.keys().collect()),
+    ));
     out.push((
         "clusterDnsIp",
         br.cluster_dns_ip
@@ -273,6 +279,7 @@ pub fn setting_paths(br: &BottlerocketSpec) -> Vec<(&'static str, Vec<String>)> 
             leaves(k, v, &mut free);
         }
     }
+    free.sort();
     out.push(("settings", free));
     out.retain(|(_, paths)| !paths.is_empty());
     out
@@ -412,7 +419,11 @@ mod tests {
         let narrowed = policy(serde_json::json!({"nodeClasses": ["general"]}));
         let p = check(&by_class, &narrowed);
         assert_eq!(fields(&p), ["spec.replacement.nodeClassRef.name"]);
-        assert!(p[0].message.contains("spec.replacement.nodeClasses"), "{}", p[0]);
+        assert!(
+            p[0].message.contains("spec.replacement.nodeClasses"),
+            "{}",
+            p[0]
+        );
     }
 
     #[test]
@@ -444,8 +455,16 @@ mod tests {
                 "spec.replacement.bottlerocket.sysctls",
             ]
         );
-        assert!(problems[1].message.starts_with("subnet-0b not allowed"), "{}", problems[1]);
-        assert!(problems[3].message.starts_with("p5.48xlarge"), "{}", problems[3]);
+        assert!(
+            problems[1].message.starts_with("subnet-0b not allowed"),
+            "{}",
+            problems[1]
+        );
+        assert!(
+            problems[3].message.starts_with("p5.48xlarge"),
+            "{}",
+            problems[3]
+        );
     }
 
     #[test]
@@ -459,22 +478,44 @@ mod tests {
                 "motd": "hi", "host-containers": {"admin": {"enabled": true}}}}
         }));
         let problems = check(&s, &free);
-        assert_eq!(fields(&problems), ["spec.replacement.bottlerocket.settings"]);
-        assert!(problems[0].message.contains("host-containers.admin.enabled"));
+        assert_eq!(
+            fields(&problems),
+            ["spec.replacement.bottlerocket.settings"]
+        );
+        assert!(
+            problems[0]
+                .message
+                .contains("host-containers.admin.enabled")
+        );
         assert!(!problems[0].message.contains("motd"), "{}", problems[0]);
         assert!(problems[0].message.contains("even with allowFreeForm"));
-        let listed = policy(serde_json::json!({"allowFreeForm": true, "allowedSettings": ["host-containers.admin"]}));
+        let listed = policy(
+            serde_json::json!({"allowFreeForm": true, "allowedSettings": ["host-containers.admin"]}),
+        );
         assert_eq!(check(&s, &listed), []);
         // A list narrows free form: only its values.
-        let narrowed = policy(serde_json::json!({"allowFreeForm": true, "imageIds": ["ami-0good"]}));
-        assert_eq!(fields(&check(&s, &narrowed)), ["spec.replacement.imageId", "spec.replacement.bottlerocket.settings"]);
+        let narrowed =
+            policy(serde_json::json!({"allowFreeForm": true, "imageIds": ["ami-0good"]}));
+        assert_eq!(
+            fields(&check(&s, &narrowed)),
+            [
+                "spec.replacement.imageId",
+                "spec.replacement.bottlerocket.settings"
+            ]
+        );
     }
 
     #[test]
     fn a_parent_path_allows_its_children_and_nothing_beside_it() {
-        assert!(under("kernel.sysctl.fs.inotify.max_user_watches", "kernel.sysctl.fs.inotify"));
+        assert!(under(
+            "kernel.sysctl.fs.inotify.max_user_watches",
+            "kernel.sysctl.fs.inotify"
+        ));
         assert!(under("kubernetes.node-labels", "kubernetes.node-labels"));
-        assert!(!under("kubernetes.node-labels-extra.a", "kubernetes.node-labels"));
+        assert!(!under(
+            "kubernetes.node-labels-extra.a",
+            "kubernetes.node-labels"
+        ));
         assert!(!under("kernel", "kernel.sysctl"));
         assert!(is_root_setting("kernel.modules.x.allowed"));
         assert!(!is_root_setting("kernelx"));
@@ -497,12 +538,19 @@ mod tests {
         let over = check_plan(&plan, &policy, 11);
         assert_eq!(fields(&over), ["spec.nodeSelector"]);
         let mut launching = plan.clone();
-        launching.replacement = Some(spec(serde_json::json!({"when": "after-drain", "imageId": "ami-0evil"})));
+        launching.replacement = Some(spec(
+            serde_json::json!({"when": "after-drain", "imageId": "ami-0evil"}),
+        ));
         let problems = check_plan(&launching, &policy, 11);
-        assert_eq!(fields(&problems), ["spec.nodeSelector", "spec.replacement.imageId"]);
+        assert_eq!(
+            fields(&problems),
+            ["spec.nodeSelector", "spec.replacement.imageId"]
+        );
         let m = refusal_message(&problems);
         assert!(
-            m.starts_with("refused by DisruptionPolicy default: spec.nodeSelector: matches 11 nodes"),
+            m.starts_with(
+                "refused by DisruptionPolicy default: spec.nodeSelector: matches 11 nodes"
+            ),
             "{m}"
         );
     }

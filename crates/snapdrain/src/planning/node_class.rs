@@ -89,7 +89,11 @@ pub fn resolve_class(class: &Ec2NodeClass) -> Result<ClassLaunch, String> {
         },
         user_data,
         instance_profile: profile.unwrap_or_default(),
-        security_group_ids: status.security_groups.iter().map(|g| g.id.clone()).collect(),
+        security_group_ids: status
+            .security_groups
+            .iter()
+            .map(|g| g.id.clone())
+            .collect(),
         subnet_ids: status.subnets.iter().map(|s| s.id.clone()).collect(),
         // The CRD's defaults (`required`, 1), as Karpenter's launch template writes them.
         http_tokens_required: imds.http_tokens.as_deref().unwrap_or("required") == "required",
@@ -113,10 +117,7 @@ fn sha256_hex(text: &str) -> String {
 /// `pkg/providers/amifamily/ami.go` `MapToInstanceTypes` picks per instance type. A requirement on a
 /// label the node does not carry counts as met for `In`/`NotIn`/`DoesNotExist` (Karpenter allows
 /// undefined well-known labels) and as unmet for `Exists` (e.g. the GPU count of an accelerated AMI).
-pub fn pick_ami<'a>(
-    amis: &'a [Ami],
-    labels: &BTreeMap<String, String>,
-) -> Option<&'a Ami> {
+pub fn pick_ami<'a>(amis: &'a [Ami], labels: &BTreeMap<String, String>) -> Option<&'a Ami> {
     let fits = |a: &&Ami| a.requirements.iter().all(|r| meets(r, labels));
     amis.iter()
         .filter(|a| !a.deprecated)
@@ -136,8 +137,12 @@ fn meets(
         ("NotIn", Some(v)) => !values.contains(v),
         ("Exists", h) => h.is_some(),
         ("DoesNotExist", h) => h.is_none(),
-        ("Gt", Some(v)) => matches!((number(Some(v)), number(values.first())), (Some(a), Some(b)) if a > b),
-        ("Lt", Some(v)) => matches!((number(Some(v)), number(values.first())), (Some(a), Some(b)) if a < b),
+        ("Gt", Some(v)) => {
+            matches!((number(Some(v)), number(values.first())), (Some(a), Some(b)) if a > b)
+        }
+        ("Lt", Some(v)) => {
+            matches!((number(Some(v)), number(values.first())), (Some(a), Some(b)) if a < b)
+        }
         (_, None) => true,
         _ => false,
     }
@@ -217,7 +222,10 @@ mod tests {
     }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -231,22 +239,54 @@ mod tests {
         assert_eq!(launch.instance_profile, "cluster_123");
         assert_eq!(launch.subnet_ids, ["subnet-a", "subnet-b"]);
         assert_eq!((launch.http_tokens_required, launch.hop_limit), (true, 2));
-        assert_eq!(launch.record.tags.get("team").map(String::as_str), Some("db"));
+        assert_eq!(
+            launch.record.tags.get("team").map(String::as_str),
+            Some("db")
+        );
         assert_eq!(launch.record.generation, Some(3));
-        assert_eq!(launch.user_data.as_deref(), Some("[settings.kernel.lockdown]\n"));
-        assert_eq!(launch.record.user_data_sha256.as_ref().map(String::len), Some(64));
+        assert_eq!(
+            launch.user_data.as_deref(),
+            Some("[settings.kernel.lockdown]\n")
+        );
+        assert_eq!(
+            launch.record.user_data_sha256.as_ref().map(String::len),
+            Some(64)
+        );
         let amis = &c.status.as_ref().expect("status").amis;
-        let (r, name) = node_record(&launch, amis, "n1", &labels(&[("kubernetes.io/arch", "amd64")]))
-            .expect("an AMI");
-        assert_eq!(r.image_id.as_deref(), Some("ami-x86"), "not deprecated, no GPU");
+        let (r, name) = node_record(
+            &launch,
+            amis,
+            "n1",
+            &labels(&[("kubernetes.io/arch", "amd64")]),
+        )
+        .expect("an AMI");
+        assert_eq!(
+            r.image_id.as_deref(),
+            Some("ami-x86"),
+            "not deprecated, no GPU"
+        );
         assert_eq!(name.as_deref(), Some("br-x86"));
-        assert_eq!(r.from[0], "imageId: EC2NodeClass default status.amis (br-x86)");
-        let gpu = labels(&[("kubernetes.io/arch", "amd64"), ("karpenter.k8s.aws/instance-gpu-count", "1")]);
+        assert_eq!(
+            r.from[0],
+            "imageId: EC2NodeClass default status.amis (br-x86)"
+        );
+        let gpu = labels(&[
+            ("kubernetes.io/arch", "amd64"),
+            ("karpenter.k8s.aws/instance-gpu-count", "1"),
+        ]);
         assert_eq!(pick_ami(amis, &gpu).map(|a| a.id.as_str()), Some("ami-gpu"));
         let arm = labels(&[("kubernetes.io/arch", "arm64")]);
-        assert_eq!(pick_ami(amis, &arm).map(|a| a.id.as_str()), Some("ami-new-arm"));
-        let e = node_record(&launch, amis, "n2", &labels(&[("kubernetes.io/arch", "s390x")]))
-            .expect_err("no AMI");
+        assert_eq!(
+            pick_ami(amis, &arm).map(|a| a.id.as_str()),
+            Some("ami-new-arm")
+        );
+        let e = node_record(
+            &launch,
+            amis,
+            "n2",
+            &labels(&[("kubernetes.io/arch", "s390x")]),
+        )
+        .expect_err("no AMI");
         assert!(e.contains("no AMI for node n2 (architecture s390x)"), "{e}");
         // Only a deprecated AMI fits: used, as Karpenter does rather than launching nothing.
         let only_old = &amis[2..3];
@@ -266,14 +306,20 @@ mod tests {
             ]
         }));
         let e = resolve_class(&c).expect_err("not ready");
-        assert!(e.contains("EC2NodeClass default is not Ready: Ready is False (UnhealthyDependents"), "{e}");
+        assert!(
+            e.contains("EC2NodeClass default is not Ready: Ready is False (UnhealthyDependents"),
+            "{e}"
+        );
         assert!(e.contains("SubnetsReady SubnetsNotFound"), "{e}");
         assert!(e.contains("spec.replacement.nodeClassRef"), "{e}");
         let e = resolve_class(&class(serde_json::json!({}))).expect_err("never resolved");
         assert!(e.contains("no Ready condition"), "{e}");
-        let e = resolve_class(&class(serde_json::json!({"conditions": ready()}))).expect_err("empty");
+        let e =
+            resolve_class(&class(serde_json::json!({"conditions": ready()}))).expect_err("empty");
         assert!(
-            e.contains("status.instanceProfile, status.subnets, status.securityGroups, status.amis"),
+            e.contains(
+                "status.instanceProfile, status.subnets, status.securityGroups, status.amis"
+            ),
             "{e}"
         );
     }

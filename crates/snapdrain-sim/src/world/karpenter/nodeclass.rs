@@ -48,7 +48,10 @@ pub fn resolve_all(store: &Store, ec2: &Ec2SimConfig) -> Result<(), String> {
         if class["status"]["subnets"].is_array() {
             continue;
         }
-        let name = class["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        let name = class["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
         let (subnets, groups) = (subnets.clone(), groups.clone());
         store
             .modify(

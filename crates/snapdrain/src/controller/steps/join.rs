@@ -144,9 +144,11 @@ pub async fn resolve(
         && let Err(e) = node_settings(
             spec,
             &cluster,
-            class_user_data.as_ref().map(|(n, u)| (n.as_str(), u.as_str())),
+            class_user_data
+                .as_ref()
+                .map(|(n, u)| (n.as_str(), u.as_str())),
         )
-            .and_then(|s| bottlerocket::render(&s).map_err(|e| e.to_string()))
+        .and_then(|s| bottlerocket::render(&s).map_err(|e| e.to_string()))
     {
         return Ok(Err(format!(
             "the replacement's user data would not boot: {e}"

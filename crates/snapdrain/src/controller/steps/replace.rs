@@ -115,7 +115,10 @@ struct LaunchInputs<'a> {
     subnets: Vec<String>,
 }
 
-fn launch_request(spec: &ReplacementSpec, inputs: LaunchInputs<'_>) -> Result<LaunchRequest, String> {
+fn launch_request(
+    spec: &ReplacementSpec,
+    inputs: LaunchInputs<'_>,
+) -> Result<LaunchRequest, String> {
     let LaunchInputs {
         user_data,
         token,
@@ -394,7 +397,8 @@ async fn prepare(
     };
     // Judged again right before the launch: the policy may have narrowed since the plan was decided.
     let Some(policy) = &io.policy else {
-        out.status.message = Some("waiting for the DisruptionPolicy to be read before launching".into());
+        out.status.message =
+            Some("waiting for the DisruptionPolicy to be read before launching".into());
         return Ok(Prepared::Then(Next::Wait {
             wake: Wake::Never,
             recheck: Duration::from_millis(500),
@@ -425,9 +429,11 @@ async fn prepare(
         match node_settings(
             spec,
             &cluster,
-            class_user_data.as_ref().map(|(n, u)| (n.as_str(), u.as_str())),
+            class_user_data
+                .as_ref()
+                .map(|(n, u)| (n.as_str(), u.as_str())),
         )
-            .and_then(|s| bottlerocket::render(&s).map_err(|e| e.to_string()))
+        .and_then(|s| bottlerocket::render(&s).map_err(|e| e.to_string()))
         {
             Ok(u) => Some(u),
             Err(e) => return Ok(fail(&e)),
@@ -810,6 +816,45 @@ mod tests {
             ["us-east-1b"]
         );
         assert!(pv_zones(&PersistentVolume::default()).is_empty());
+    }
+
+    #[test]
+    fn the_node_classs_user_data_is_the_base_and_the_cluster_settings_win() {
+        let spec = ReplacementSpec {
+            when: crate::api::plan::ReplacementWhen::AfterDrain,
+            instance_types: vec!["m5.large".into()],
+            bottlerocket: Some(crate::api::plan::BottlerocketSpec {
+                node_labels: [("example.com/pool".to_string(), "db".to_string())].into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let cluster = ClusterJoinRecord {
+            cluster_name: "prod".into(),
+            api_server: Some("https://prod.example".into()),
+            cluster_certificate: Some("Y2E=".into()),
+            from: Vec::new(),
+        };
+        let class = "[settings]\nmotd = \"platform\"\n[settings.kubernetes]\ncluster-name = \"other\"\n[settings.kubernetes.node-labels]\n\"example.com/team\" = \"storage\"\n";
+        let rendered = bottlerocket::render(
+            &node_settings(&spec, &cluster, Some(("general", class))).unwrap(),
+        )
+        .unwrap();
+        let doc: toml::Table = toml::from_str(&rendered).unwrap();
+        let settings = &doc["settings"];
+        assert_eq!(settings["motd"].as_str(), Some("platform"));
+        assert_eq!(
+            settings["kubernetes"]["cluster-name"].as_str(),
+            Some("prod")
+        );
+        let labels = &settings["kubernetes"]["node-labels"];
+        assert_eq!(labels["example.com/team"].as_str(), Some("storage"));
+        assert_eq!(labels["example.com/pool"].as_str(), Some("db"));
+        let e = node_settings(&spec, &cluster, Some(("general", "not toml ["))).unwrap_err();
+        assert!(
+            e.contains("EC2NodeClass general is not Bottlerocket TOML"),
+            "{e}"
+        );
     }
 
     #[test]
