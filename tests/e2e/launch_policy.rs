@@ -131,7 +131,6 @@ async fn a_plan_naming_an_ec2nodeclass_launches_what_karpenter_resolved_for_it()
     .await
     .expect("Karpenter resolves a newer AMI");
     let status = &resolved["status"];
-    eprintln!("DEBUG {}", serde_json::to_string(&resolved).unwrap());
     let ids = |v: &Value| -> Vec<String> {
         v.as_array()
             .into_iter()

@@ -396,13 +396,26 @@ fn refused(
         .collect()
 }
 
-/// The roles the base ships: (index in the ClusterRole list or Role list, is a ClusterRole).
+/// The roles the base ships for the controller: (index in the ClusterRole list or Role list, is a
+/// ClusterRole). The ClusterRoles for people (plan viewer, plan editor, policy admin) are bound to no
+/// ServiceAccount of the base and left out; deploy.rs and admission_policies.rs check them.
 fn shipped(roles: &(Vec<Value>, Vec<Value>, Vec<Value>, Vec<Value>)) -> Vec<(bool, usize, String)> {
     let ours = |o: &Value| {
         o.pointer("/metadata/labels/app.kubernetes.io~1name") == Some(&Value::from("snapdrain"))
     };
+    let bound = |r: &Value| {
+        roles
+            .1
+            .iter()
+            .any(|b| b["roleRef"]["name"] == r["metadata"]["name"])
+    };
     let mut out = Vec::new();
-    for (i, r) in roles.0.iter().enumerate().filter(|(_, r)| ours(r)) {
+    for (i, r) in roles
+        .0
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| ours(r) && bound(r))
+    {
         out.push((
             true,
             i,
