@@ -93,50 +93,59 @@ pub fn check(spec: &ReplacementSpec, policy: &ReplacementPolicy) -> Vec<SpecProb
             ),
         ));
     }
-    let lists: [(&str, Vec<&str>, &[String], &str, &str); 5] = [
-        (
-            "imageId",
-            spec.image_id.iter().map(String::as_str).collect(),
-            &policy.image_ids,
-            "imageIds",
-            "leave it out to launch the EC2NodeClass's or the replaced instance's AMI",
-        ),
-        (
-            "iamInstanceProfile",
-            spec.iam_instance_profile
+    let lists = [
+        AllowList {
+            field: "imageId",
+            values: spec.image_id.iter().map(String::as_str).collect(),
+            allowed: &policy.image_ids,
+            policy_field: "imageIds",
+            instead: "leave it out to launch the EC2NodeClass's or the replaced instance's AMI",
+        },
+        AllowList {
+            field: "iamInstanceProfile",
+            values: spec
+                .iam_instance_profile
                 .iter()
                 .map(String::as_str)
                 .collect(),
-            &policy.instance_profiles,
-            "instanceProfiles",
-            "leave it out to use the EC2NodeClass's or the replaced instance's",
-        ),
-        (
-            "securityGroupIds",
-            spec.security_group_ids.iter().map(String::as_str).collect(),
-            &policy.security_group_ids,
-            "securityGroupIds",
-            "leave them out to use the EC2NodeClass's or the replaced instance's",
-        ),
-        (
-            "subnets",
-            spec.subnets.iter().map(String::as_str).collect(),
-            &policy.subnets,
-            "subnets",
-            "leave them out to use the EC2NodeClass's or the replaced instance's",
-        ),
-        (
-            "launchTemplate",
-            spec.launch_template
+            allowed: &policy.instance_profiles,
+            policy_field: "instanceProfiles",
+            instead: "leave it out to use the EC2NodeClass's or the replaced instance's",
+        },
+        AllowList {
+            field: "securityGroupIds",
+            values: spec.security_group_ids.iter().map(String::as_str).collect(),
+            allowed: &policy.security_group_ids,
+            policy_field: "securityGroupIds",
+            instead: "leave them out to use the EC2NodeClass's or the replaced instance's",
+        },
+        AllowList {
+            field: "subnets",
+            values: spec.subnets.iter().map(String::as_str).collect(),
+            allowed: &policy.subnets,
+            policy_field: "subnets",
+            instead: "leave them out to use the EC2NodeClass's or the replaced instance's",
+        },
+        AllowList {
+            field: "launchTemplate",
+            values: spec
+                .launch_template
                 .iter()
                 .filter_map(|t| t.id.as_deref().or(t.name.as_deref()))
                 .collect(),
-            &policy.launch_templates,
-            "launchTemplates",
-            "name an EC2NodeClass in spec.replacement.nodeClassRef instead",
-        ),
+            allowed: &policy.launch_templates,
+            policy_field: "launchTemplates",
+            instead: "name an EC2NodeClass in spec.replacement.nodeClassRef instead",
+        },
     ];
-    for (field, values, allowed, policy_field, instead) in lists {
+    for AllowList {
+        field,
+        values,
+        allowed,
+        policy_field,
+        instead,
+    } in lists
+    {
         let refused = refused(&values, allowed, policy.allow_free_form);
         if !refused.is_empty() {
             out.push(problem(
@@ -188,6 +197,18 @@ pub fn check(spec: &ReplacementSpec, policy: &ReplacementPolicy) -> Vec<SpecProb
         bottlerocket(br, policy, &mut out);
     }
     out
+}
+
+/// One free-form field of the plan and the policy's list for it.
+struct AllowList<'a> {
+    /// Under `spec.replacement.`.
+    field: &'static str,
+    values: Vec<&'a str>,
+    allowed: &'a [String],
+    /// Under the policy's `spec.replacement.`.
+    policy_field: &'static str,
+    /// What the plan can do instead.
+    instead: &'static str,
 }
 
 /// Values not on `allowed` (all of them when it is empty, unless free form is allowed).
