@@ -62,6 +62,13 @@ impl PolicyView {
             *p = Some(policy);
         }
     }
+
+    /// Forgets the policy (a replica that leads again reads it afresh before judging plans).
+    pub fn clear(&self) {
+        if let Ok(mut p) = self.0.write() {
+            *p = None;
+        }
+    }
 }
 
 /// Keeps `view` at the followed policy: after the first read (or the wait), then on every change.

@@ -401,6 +401,7 @@ fn start_helpers(
         })
     };
     let policy_for_notify = policy.clone();
+    ctx.policy.clear();
     let mirror = {
         let ctx = ctx.clone();
         let policy = policy.clone();
