@@ -21,8 +21,8 @@ use super::follow::{FollowOptions, follow, tell_ending};
 use super::selector::{parse_selector, selector_string};
 use snapdrain::api::{
     BackupMethod, BackupPolicy, BottlerocketSpec, CapacityType, DisruptionPlan, DisruptionPlanSpec,
-    LaunchTemplateRef, PlanMode, PlanSource, ReplacementSpec, ReplacementWhen, parse_duration,
-    problems_message, validate,
+    LaunchTemplateRef, NodeClassRef, PlanMode, PlanSource, ReplacementSpec, ReplacementWhen,
+    parse_duration, problems_message, validate,
 };
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -171,7 +171,12 @@ pub struct DrainArgs {
         help_heading = "Replacement"
     )]
     pub instance_type: Vec<String>,
-    /// Bottlerocket AMI id.
+    /// Karpenter EC2NodeClass to launch from (its AMI, instance profile, security groups, subnets and
+    /// user data). Without it, or free-form flags the DisruptionPolicy allows, the replacement is
+    /// launched as the replaced instance was.
+    #[arg(long, value_name = "NAME", help_heading = "Replacement")]
+    pub node_class: Option<String>,
+    /// Bottlerocket AMI id (the DisruptionPolicy must allow it).
     #[arg(long, value_name = "AMI", help_heading = "Replacement")]
     pub image_id: Option<String>,
     /// Subnet ids (repeat or comma-separate).
@@ -331,6 +336,7 @@ pub fn plan_spec(args: &DrainArgs, now: jiff::Timestamp) -> anyhow::Result<Disru
                     }
                 }
             }),
+            node_class_ref: args.node_class.clone().map(|name| NodeClassRef { name }),
             instance_types: args.instance_type.clone(),
             capacity_type: args.capacity_type.map(|c| match c {
                 CapacityArg::OnDemand => CapacityType::OnDemand,
@@ -342,6 +348,7 @@ pub fn plan_spec(args: &DrainArgs, now: jiff::Timestamp) -> anyhow::Result<Disru
             ..Default::default()
         });
     } else if !args.instance_type.is_empty()
+        || args.node_class.is_some()
         || args.image_id.is_some()
         || !args.subnet.is_empty()
         || args.launch_template.is_some()
@@ -532,6 +539,7 @@ mod tests {
         );
         let r = s.replacement.expect("replacement");
         assert_eq!(r.when, ReplacementWhen::AfterDrain);
+        assert_eq!(r.node_class_ref, None);
         assert_eq!(r.instance_types, vec!["m6i.xlarge", "m6a.xlarge"]);
         let br = r.bottlerocket.expect("bottlerocket");
         assert_eq!(br.node_labels.get("pool").map(String::as_str), Some("db"));
@@ -563,6 +571,26 @@ mod tests {
         );
         let e = plan_spec(&args(&["n1", "--image-id", "ami-1"]), now()).unwrap_err();
         assert!(e.to_string().contains("without --replace"), "{e}");
+        let s = plan_spec(
+            &args(&[
+                "n1",
+                "--replace",
+                "after-drain",
+                "--instance-type",
+                "m6i.large",
+                "--node-class",
+                "general",
+            ]),
+            now(),
+        )
+        .expect("valid");
+        assert_eq!(
+            s.replacement
+                .and_then(|r| r.node_class_ref)
+                .map(|c| c.name)
+                .as_deref(),
+            Some("general")
+        );
         let e = plan_spec(&args(&["n1", "--deadline", "tomorrow"]), now()).unwrap_err();
         assert!(e.to_string().contains("RFC 3339"), "{e}");
         let e = plan_spec(

@@ -98,11 +98,11 @@ pub fn plan_spec(node: &str, replacement: Option<&Replacement>) -> Value {
             .iter()
             .map(|(k, v)| (k.to_string(), json!(v)))
             .collect();
+        // The AMI, subnet, instance profile and security groups are the replaced instance's (the
+        // default DisruptionPolicy refuses a plan's own); `r` says which for the story.
         spec["replacement"] = json!({
             "when": "after-drain",
             "instanceTypes": [r.instance_type],
-            "subnets": [r.subnet],
-            "imageId": r.image_id,
             "bottlerocket": {
                 "nodeLabels": {REPLACEMENT_LABEL.0: REPLACEMENT_LABEL.1},
                 "nodeTaints": {REPLACEMENT_TAINT.0: [REPLACEMENT_TAINT.1]},
@@ -201,6 +201,13 @@ mod tests {
         let spec: snapdrain::api::DisruptionPlanSpec =
             serde_json::from_value(plan_spec("n1", Some(&r))).expect("spec parses");
         assert!(snapdrain::api::validate(&spec).is_ok());
+        let policy: snapdrain::api::DisruptionPolicySpec =
+            serde_json::from_value(super::super::setup::demo_policy()).expect("a policy");
+        assert_eq!(
+            snapdrain::planning::launch_policy::check_plan(&spec, &policy, 1),
+            [],
+            "the demo's policy allows the demo's plan"
+        );
         let br = spec
             .replacement
             .and_then(|r| r.bottlerocket)

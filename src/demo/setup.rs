@@ -73,8 +73,34 @@ pub fn controller_settings(cluster: &SimCluster) -> anyhow::Result<Settings> {
     Ok(settings)
 }
 
-/// The controller in this process, a single replica (no Lease).
+/// The DisruptionPolicy the demo's platform team writes: the default rules, plus the Bottlerocket
+/// settings the demo's replacement carries (its node label and taint, and the inotify sysctls), which
+/// the default policy refuses.
+pub fn demo_policy() -> serde_json::Value {
+    serde_json::json!({"replacement": {"allowedSettings": [
+        format!("kubernetes.node-labels.{}", super::plan::REPLACEMENT_LABEL.0),
+        format!("kubernetes.node-taints.{}", super::plan::REPLACEMENT_TAINT.0),
+        "kernel.sysctl.fs.inotify",
+    ]}})
+}
+
+/// The controller in this process, a single replica (no Lease), under [`demo_policy`] (written first,
+/// so the controller reads it before it judges the demo's plan).
 pub async fn start_controller(cluster: &SimCluster) -> anyhow::Result<ControllerHandle> {
+    let client = client_for(cluster)?;
+    let policy: snapdrain::api::DisruptionPolicy = serde_json::from_value(serde_json::json!({
+        "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPolicy",
+        "metadata": {"name": snapdrain::api::DEFAULT_POLICY}, "spec": demo_policy()
+    }))
+    .context("the demo's DisruptionPolicy does not match the CRD types (a bug in the demo)")?;
+    match Api::<snapdrain::api::DisruptionPolicy>::all(client)
+        .create(&kube::api::PostParams::default(), &policy)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e).context("cannot write the demo's DisruptionPolicy"),
+    }
     let settings = controller_settings(cluster)?;
     let opts = RunOptions {
         lease_namespace: None,

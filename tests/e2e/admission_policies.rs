@@ -22,10 +22,15 @@ async fn as_the_service_account(h: &Harness) -> Client {
     Kubectl::new(&h.cluster)
         .ok(&["apply", "-k", &base.display().to_string()])
         .await;
+    as_service_account(h, "snapdrain").await
+}
+
+/// A client holding only the token of ServiceAccount `name` in namespace `snapdrain`.
+async fn as_service_account(h: &Harness, name: &str) -> Client {
     let request: TokenRequest =
         serde_json::from_value(json!({"spec": {"audiences": []}})).expect("request");
     let token = Api::<ServiceAccount>::namespaced(h.client.clone(), "snapdrain")
-        .create_token_request("snapdrain", &PostParams::default(), &request)
+        .create_token_request(name, &PostParams::default(), &request)
         .await
         .expect("TokenRequest")
         .status
@@ -206,6 +211,111 @@ async fn only_snapdrains_service_account_writes_a_plans_status() {
         refusal(
             sa_plans
                 .patch_status("forged", &PatchParams::default(), &merge(own))
+                .await
+        ),
+        ""
+    );
+}
+
+/// The roles the base ships for people: `snapdrain-plan-viewer` reads plans and the policy and nothing
+/// more; `snapdrain-plan-editor` creates plans (manual or api ones: a plan passed off as Karpenter's is
+/// refused by the `snapdrain-plan-sources` policy) but cannot change the DisruptionPolicy that bounds
+/// what they launch; `snapdrain-policy-admin` can. Each bound with a ClusterRoleBinding, as the README
+/// tells (the simulated authorizer evaluates RBAC as kube-apiserver's `rbac` plugin does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn plan_authors_get_what_their_role_grants_and_no_more() {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    use snapdrain::api::{DisruptionPlan, DisruptionPolicy};
+
+    let h = Harness::start().await;
+    let snapdrain = as_the_service_account(&h).await;
+    let pp = PostParams::default();
+    for (user, role) in [
+        ("viewer", "snapdrain-plan-viewer"),
+        ("editor", "snapdrain-plan-editor"),
+        ("platform", "snapdrain-policy-admin"),
+    ] {
+        let sa: ServiceAccount =
+            serde_json::from_value(json!({"metadata": {"name": user, "namespace": "snapdrain"}}))
+                .expect("a ServiceAccount");
+        Api::<ServiceAccount>::namespaced(h.client.clone(), "snapdrain")
+            .create(&pp, &sa)
+            .await
+            .expect("create the ServiceAccount");
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": user},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": user, "namespace": "snapdrain"}]
+        }))
+        .expect("a binding");
+        Api::<ClusterRoleBinding>::all(h.client.clone())
+            .create(&pp, &binding)
+            .await
+            .expect("bind the role");
+    }
+    let plan = |name: &str, source: &str| -> DisruptionPlan {
+        serde_json::from_value(json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": name}, "spec": {"nodes": ["no-such-node"], "source": source}
+        }))
+        .expect("a plan")
+    };
+    let policy: DisruptionPolicy = serde_json::from_value(json!({
+        "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPolicy",
+        "metadata": {"name": "default"}, "spec": {"replacement": {"allowFreeForm": true}}
+    }))
+    .expect("a policy");
+
+    let viewer = as_service_account(&h, "viewer").await;
+    Api::<DisruptionPlan>::all(viewer.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("the viewer lists plans");
+    let text = refusal(
+        Api::<DisruptionPlan>::all(viewer)
+            .create(&pp, &plan("by-viewer", "manual"))
+            .await,
+    );
+    assert!(text.contains("cannot create resource"), "{text:?}");
+
+    let editor = as_service_account(&h, "editor").await;
+    let plans = Api::<DisruptionPlan>::all(editor.clone());
+    assert_eq!(
+        refusal(plans.create(&pp, &plan("by-editor", "manual")).await),
+        ""
+    );
+    let text = refusal(plans.create(&pp, &plan("posing", "karpenter")).await);
+    assert!(
+        text.contains("ValidatingAdmissionPolicy 'snapdrain-plan-sources'")
+            && text.contains("only snapdrain makes plans with spec.source karpenter"),
+        "{text:?}"
+    );
+    // Stopping a plan snapdrain made from a signal is still the editor's to do.
+    Api::<DisruptionPlan>::all(snapdrain)
+        .create(&pp, &plan("from-karpenter", "karpenter"))
+        .await
+        .expect("snapdrain makes plans from signals");
+    let abort = json!({"metadata": {"annotations": {"snapdrain.io/abort": "true"}}});
+    assert_eq!(
+        refusal(
+            plans
+                .patch("from-karpenter", &PatchParams::default(), &merge(abort))
+                .await
+        ),
+        ""
+    );
+    let text = refusal(
+        Api::<DisruptionPolicy>::all(editor)
+            .create(&pp, &policy)
+            .await,
+    );
+    assert!(text.contains("cannot create resource"), "{text:?}");
+
+    let platform = as_service_account(&h, "platform").await;
+    assert_eq!(
+        refusal(
+            Api::<DisruptionPolicy>::all(platform)
+                .create(&pp, &policy)
                 .await
         ),
         ""

@@ -27,12 +27,17 @@ fn latency(verb: &str, resource: &str, ms: u64) -> FaultRule {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn plan_backs_up_verifies_drains_terminates_and_replaces() {
     let h = Harness::start().await;
+    // The platform team lets plans set this label, this taint and the inotify sysctls (FluentBit's).
+    h.set_policy(json!({"replacement": {"allowedSettings": [
+        "kubernetes.node-labels.example.com/pool",
+        "kubernetes.node-taints.example.com/dedicated",
+        "kernel.sysctl.fs.inotify"
+    ]}}))
+    .await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     let protected = h.protected_pods_on(&node).await;
     assert!(!protected.is_empty());
-    let ec2 = h.cluster.ec2.as_ref().unwrap();
-    let subnet = ec2.config().subnets[0].id.clone();
     h.create_plan(
         "replace-one",
         json!({
@@ -40,8 +45,6 @@ async fn plan_backs_up_verifies_drains_terminates_and_replaces() {
             "replacement": {
                 "when": "after-drain",
                 "instanceTypes": ["m6i.xlarge"],
-                "imageId": "ami-0bottlerocket1350",
-                "subnets": [subnet],
                 "bottlerocket": {
                     "nodeLabels": {"example.com/pool": "stateful"},
                     "nodeTaints": {"example.com/dedicated": ["db:NoSchedule"]},
@@ -135,7 +138,7 @@ async fn failed_backup_fails_the_plan_and_evicts_nothing() {
             reason: "injected: node-agent crashed".into(),
         });
     let node = h.node_with_statefulset_pods().await;
-    let mut spec = replacing_spec(&h, &node);
+    let mut spec = replacing_spec(&node);
     spec["backup"] = json!({"maxAttempts": 2});
     h.create_plan("backup-fails", spec).await;
     let plan = h
@@ -180,7 +183,7 @@ async fn verification_fails_with(tamper: &str) -> String {
         .add(latency("get", "backupstoragelocations.velero.io", 1500));
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
-    let mut spec = replacing_spec(&h, &node);
+    let mut spec = replacing_spec(&node);
     spec["backup"] = json!({"maxAttempts": 1});
     let plan_name = format!("verify-{tamper}");
     h.create_plan(&plan_name, spec).await;
@@ -414,7 +417,7 @@ async fn crash_during(phase: PlanPhase) {
     let node = h.node_with_statefulset_pods().await;
     let protected = h.protected_pods_on(&node).await;
     let name = format!("crash-{}", phase.as_str().to_lowercase());
-    h.create_plan(&name, replacing_spec(&h, &node)).await;
+    h.create_plan(&name, replacing_spec(&node)).await;
     h.wait_plan(&name, TIMEOUT, |p| p == phase).await;
     // The pass that wrote this phase goes on into the step's slow call: crash it there.
     first.kill();

@@ -251,6 +251,7 @@ fn rbac_grants_exactly_what_the_controller_uses() {
             "nodeclaims",
             &["get", "list", "watch", "delete"],
         ),
+        ("karpenter.k8s.aws", "ec2nodeclasses", &["get"]),
         (
             "admissionregistration.k8s.io",
             "validatingwebhookconfigurations",
@@ -993,5 +994,79 @@ fn the_network_policy_admits_only_the_api_server_and_the_scrapers() {
             ports.contains(&port),
             "{port} is a container port: {ports:?}"
         );
+    }
+}
+
+/// Plans are cluster-scoped power (drain, terminate, launch): the editor and policy-admin roles join no
+/// built-in role, so `edit`/`admin` holders (namespace users) never get them; the viewer joins `view`.
+/// Same in the chart and the kustomize base.
+#[test]
+fn only_the_plan_viewer_role_is_aggregated_to_built_in_roles() {
+    let aggregated = |doc: &Value| -> Vec<String> {
+        let mut to: Vec<String> = doc["metadata"]["labels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, v)| {
+                k.starts_with("rbac.authorization.k8s.io/aggregate-to-") && *v == "true"
+            })
+            .map(|(k, _)| {
+                k.trim_start_matches("rbac.authorization.k8s.io/aggregate-to-")
+                    .to_string()
+            })
+            .collect();
+        to.sort();
+        to
+    };
+    let chart = rendered_rbac();
+    let base = super::kustomize::kustomize("deploy/kustomize/base");
+    for docs in [&chart, &base] {
+        let role = |name: &str| {
+            docs.iter()
+                .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("ClusterRole {name} is shipped"))
+        };
+        assert_eq!(
+            aggregated(role("snapdrain-plan-viewer")),
+            ["admin", "edit", "view"]
+        );
+        assert_eq!(
+            grants(&role("snapdrain-plan-viewer")["rules"]),
+            expect(&[
+                ("snapdrain.io", "disruptionplans", &["get", "list", "watch"]),
+                (
+                    "snapdrain.io",
+                    "disruptionpolicies",
+                    &["get", "list", "watch"]
+                ),
+            ])
+        );
+        for name in ["snapdrain-plan-editor", "snapdrain-policy-admin"] {
+            assert!(aggregated(role(name)).is_empty(), "{name} is aggregated");
+        }
+        assert_eq!(
+            grants(&role("snapdrain-plan-editor")["rules"]),
+            expect(&[
+                (
+                    "snapdrain.io",
+                    "disruptionplans",
+                    &["get", "list", "watch", "create", "patch", "delete"]
+                ),
+                (
+                    "snapdrain.io",
+                    "disruptionpolicies",
+                    &["get", "list", "watch"]
+                ),
+            ])
+        );
+        // Nothing else in either tree is aggregated to a built-in role.
+        let others: Vec<&Value> = docs
+            .iter()
+            .filter(|d| {
+                d["kind"] == "ClusterRole" && d["metadata"]["name"] != "snapdrain-plan-viewer"
+            })
+            .filter(|d| !aggregated(d).is_empty())
+            .collect();
+        assert!(others.is_empty(), "{others:?}");
     }
 }

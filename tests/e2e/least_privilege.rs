@@ -219,7 +219,10 @@ async fn execute_with_replacement() -> Vec<Decision> {
     let h = Harness::start().await;
     let installed = install(&h).await;
     let node = h.node_with_statefulset_pods().await;
-    h.create_plan("lp-execute", replacing_spec(&h, &node)).await;
+    // From the scenario's EC2NodeClass, so reading it (by name) is part of the flow.
+    let mut spec = replacing_spec(&node);
+    spec["replacement"]["nodeClassRef"] = serde_json::json!({"name": "default"});
+    h.create_plan("lp-execute", spec).await;
     let done = completed(&h, "lp-execute").await;
     let status = done.status.expect("status");
     assert!(
@@ -393,13 +396,26 @@ fn refused(
         .collect()
 }
 
-/// The roles the base ships: (index in the ClusterRole list or Role list, is a ClusterRole).
+/// The roles the base ships for the controller: (index in the ClusterRole list or Role list, is a
+/// ClusterRole). The ClusterRoles for people (plan viewer, plan editor, policy admin) are bound to no
+/// ServiceAccount of the base and left out; deploy.rs and admission_policies.rs check them.
 fn shipped(roles: &(Vec<Value>, Vec<Value>, Vec<Value>, Vec<Value>)) -> Vec<(bool, usize, String)> {
     let ours = |o: &Value| {
         o.pointer("/metadata/labels/app.kubernetes.io~1name") == Some(&Value::from("snapdrain"))
     };
+    let bound = |r: &Value| {
+        roles
+            .1
+            .iter()
+            .any(|b| b["roleRef"]["name"] == r["metadata"]["name"])
+    };
     let mut out = Vec::new();
-    for (i, r) in roles.0.iter().enumerate().filter(|(_, r)| ours(r)) {
+    for (i, r) in roles
+        .0
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| ours(r) && bound(r))
+    {
         out.push((
             true,
             i,

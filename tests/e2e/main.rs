@@ -18,6 +18,7 @@ mod hostile_input;
 mod iam_policy;
 mod image;
 mod kustomize;
+mod launch_policy;
 mod least_privilege;
 mod monitoring;
 mod moto;

@@ -80,7 +80,7 @@ async fn replacement_without_a_template_joins_with_the_replaced_instances_settin
     let old_subnet = ec2.instance(&old).unwrap().info.subnet_id;
     h.create_plan(
         "join-settings",
-        json!({"nodes": [node], "replacement": {"when": "after-drain", "instanceTypes": ["m6i.xlarge"], "imageId": AMI}}),
+        json!({"nodes": [node], "replacement": {"when": "after-drain", "instanceTypes": ["m6i.xlarge"]}}),
     )
     .await;
     let plan = h
@@ -120,13 +120,16 @@ async fn replacement_without_a_template_joins_with_the_replaced_instances_settin
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replacement_that_never_joins_is_terminated_retried_and_fails_the_plan() {
     let h = Harness::start().await;
+    // A security group of the plan's own: the platform team allowed free-form launch settings.
+    h.set_policy(json!({"replacement": {"allowFreeForm": true}}))
+        .await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     let uid = h.node(&node).await.unwrap().uid().unwrap();
     h.create_plan(
         "never-joins",
         json!({"nodes": [node], "replacement": {
-            "when": "after-drain", "instanceTypes": ["m6i.xlarge"], "imageId": AMI,
+            "when": "after-drain", "instanceTypes": ["m6i.xlarge"],
             "securityGroupIds": [DEFAULT_SECURITY_GROUP], "joinTimeout": "1s", "maxAttempts": 2
         }}),
     )
@@ -187,7 +190,7 @@ async fn node_group_member_is_terminated_through_its_group_without_doubling_capa
     h.create_plan(
         "node-group",
         json!({"nodes": [node], "backup": {"policy": "skip"},
-               "replacement": {"when": "after-drain", "instanceTypes": ["m6i.xlarge"], "imageId": AMI}}),
+               "replacement": {"when": "after-drain", "instanceTypes": ["m6i.xlarge"]}}),
     )
     .await;
     let plan = h
@@ -353,12 +356,15 @@ async fn node_recreated_under_the_same_name_is_left_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replacement_with_a_node_label_kubelet_refuses_fails_before_launching() {
     let h = Harness::start().await;
+    // Node labels are the platform team's to allow (the default policy refuses them).
+    h.set_policy(json!({"replacement": {"allowedSettings": ["kubernetes.node-labels"]}}))
+        .await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     h.create_plan(
         "bad-label",
         json!({"nodes": [node], "replacement": {
-            "when": "before-drain", "instanceTypes": ["m6i.xlarge"], "imageId": AMI,
+            "when": "before-drain", "instanceTypes": ["m6i.xlarge"],
             "bottlerocket": {"nodeLabels": {"node-role.kubernetes.io/worker": ""}}
         }}),
     )
@@ -395,7 +401,7 @@ async fn replacement_without_capacity_for_one_type_launches_the_next() {
     h.create_plan(
         "no-capacity",
         json!({"nodes": [node], "replacement": {
-            "when": "after-drain", "instanceTypes": ["m6i.xlarge", "m5.xlarge"], "imageId": AMI
+            "when": "after-drain", "instanceTypes": ["m6i.xlarge", "m5.xlarge"]
         }}),
     )
     .await;
@@ -474,6 +480,9 @@ async fn replacement_from_a_template_is_retried_until_capacity_comes_back() {
             )
         });
     ec2.inject_capacity_error("m6i.xlarge", None, "InsufficientInstanceCapacity");
+    // The platform team allows plans to launch from its template.
+    h.set_policy(json!({"replacement": {"launchTemplates": ["workers"]}}))
+        .await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     h.create_plan(

@@ -18,7 +18,7 @@ use snapdrain_testkit::harness::{Harness, TIMEOUT};
 
 const AMI: &str = "ami-0bottlerocket1350";
 
-fn instance_of(node: &Node) -> String {
+pub(super) fn instance_of(node: &Node) -> String {
     node.spec
         .as_ref()
         .and_then(|s| s.provider_id.as_deref())
@@ -31,7 +31,7 @@ fn instance_of(node: &Node) -> String {
 /// Backup) or to its instance (still running, never terminated), and nothing was launched: from the
 /// audit log of every mutating request and world event. (The node is patched: the hold keeper places
 /// the node-level `karpenter.sh/do-not-disrupt` on every node with held pods, plan or no plan.)
-async fn assert_untouched(h: &Harness, plan: &str, node: &str, instance: &str) {
+pub(super) async fn assert_untouched(h: &Harness, plan: &str, node: &str, instance: &str) {
     let audit = h.audit();
     let touched: Vec<_> = audit
         .iter()
@@ -95,7 +95,7 @@ async fn replacement_joins_with_the_cluster_named_in_the_replaced_instances_user
     let old = instance_of(&h.node(&node).await.expect("the node"));
     h.create_plan(
         "from-user-data",
-        json!({"nodes": [node], "replacement": {"when": "after-drain", "instanceTypes": ["m6i.xlarge"], "imageId": AMI}}),
+        json!({"nodes": [node], "replacement": {"when": "after-drain", "instanceTypes": ["m6i.xlarge"]}}),
     )
     .await;
     let plan = h
@@ -175,7 +175,7 @@ async fn replacement_that_cannot_be_built_fails_before_the_node_is_touched() {
     let old = instance_of(&h.node(&node).await.expect("the node"));
     h.create_plan(
         "cannot-join",
-        json!({"nodes": [node], "replacement": {"when": "after-drain", "instanceTypes": ["m6i.xlarge"], "imageId": AMI}}),
+        json!({"nodes": [node], "replacement": {"when": "after-drain", "instanceTypes": ["m6i.xlarge"]}}),
     )
     .await;
     let plan = h
@@ -210,6 +210,9 @@ async fn replacement_that_cannot_be_built_fails_before_the_node_is_touched() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_subnet_or_launch_template_ec2_does_not_have_fails_the_plan_while_planning() {
     let h = Harness::start().await;
+    // Free-form launch settings are the platform team's to allow (the default policy refuses them).
+    h.set_policy(json!({"replacement": {"allowFreeForm": true}}))
+        .await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     let old = instance_of(&h.node(&node).await.expect("the node"));

@@ -227,12 +227,23 @@ impl SimCluster {
                 .clone()
                 .or_else(|| loaded.as_ref().map(|l| l.timings.clone()))
                 .unwrap_or_default();
-            let ec2_sim = Ec2Sim::start(ec2_config_for(loaded.as_ref(), timings.instance_boot))
+            let mut ec2_config = ec2_config_for(loaded.as_ref(), timings.instance_boot);
+            // The instance profiles Karpenter created for the EC2NodeClasses' roles exist in IAM.
+            ec2_config
+                .instance_profiles
+                .extend(karpenter::nodeclass::instance_profiles(&store));
+            let ec2_sim = Ec2Sim::start(ec2_config)
                 .await
                 .map_err(|e| SimError::Load {
                     what: "the EC2 endpoint".into(),
                     message: e.to_string(),
                 })?;
+            karpenter::nodeclass::resolve_all(&store, ec2_sim.config()).map_err(|message| {
+                SimError::Load {
+                    what: "the EC2NodeClasses' status".into(),
+                    message,
+                }
+            })?;
             // The user data Karpenter (or the EKS node group) launched them with: it names the
             // cluster (karpenter-provider-aws pkg/providers/amifamily/bootstrap/bottlerocket.go).
             let user_data = karpenter_user_data(&cluster_join(&api.url()), &BTreeMap::new(), &[]);

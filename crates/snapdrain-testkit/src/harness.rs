@@ -162,6 +162,36 @@ impl Harness {
         .await
     }
 
+    /// Writes the DisruptionPolicy `default` with `spec` (created, or replaced when the controller made
+    /// it). Call it before [`Harness::controller`]: the controller judges plans only once it read the
+    /// policy, so a plan created after the controller started is judged by this one.
+    pub async fn set_policy(&self, spec: Value) {
+        let api: Api<snapdrain::api::DisruptionPolicy> = Api::all(self.client.clone());
+        let mut policy: snapdrain::api::DisruptionPolicy = serde_json::from_value(json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPolicy",
+            "metadata": {"name": snapdrain::api::DEFAULT_POLICY}, "spec": spec
+        }))
+        .expect("a DisruptionPolicy");
+        match api.create(&PostParams::default(), &policy).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let current = api
+                    .get(snapdrain::api::DEFAULT_POLICY)
+                    .await
+                    .expect("read the policy");
+                policy.metadata.resource_version = current.metadata.resource_version;
+                api.replace(
+                    snapdrain::api::DEFAULT_POLICY,
+                    &PostParams::default(),
+                    &policy,
+                )
+                .await
+                .expect("replace the policy");
+            }
+            Err(e) => panic!("create the policy: {e}"),
+        }
+    }
+
     pub async fn controller_with(&self, opts: RunOptions, identity: &str) -> ControllerHandle {
         start(self.kube_config(), self.settings(identity), opts)
             .await
@@ -488,18 +518,15 @@ pub async fn install_plan_crd(client: &Client) -> Result<(), kube::Error> {
     Ok(())
 }
 
-/// The plan spec used by most tests: one node, replacement after the drain.
-pub fn replacing_spec(h: &Harness, node: &str) -> Value {
-    let subnet = h.cluster.ec2.as_ref().expect("ec2").config().subnets[0]
-        .id
-        .clone();
+/// The plan spec used by most tests: one node, replacement after the drain, launched as the replaced
+/// instance was (its AMI, subnet, instance profile and security groups), which the default
+/// DisruptionPolicy allows.
+pub fn replacing_spec(node: &str) -> Value {
     json!({
         "nodes": [node],
         "replacement": {
             "when": "after-drain",
             "instanceTypes": ["m6i.xlarge"],
-            "imageId": "ami-0bottlerocket1350",
-            "subnets": [subnet],
         }
     })
 }

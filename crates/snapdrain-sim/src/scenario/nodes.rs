@@ -96,7 +96,12 @@ pub fn load(store: &Store, s: &Scenario, file: &str) -> Result<Vec<NodeInstance>
                          "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "snapdrain-sim"}}],
                          "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "snapdrain-sim"}}],
                          "metadataOptions": {"httpEndpoint": "enabled", "httpProtocolIPv6": "disabled", "httpPutResponseHopLimit": 1, "httpTokens": "required"}},
-                "status": {"amis": [{"id": image, "name": format!("bottlerocket-aws-k8s-1.35-x86_64-v{}", default_os_version())}],
+                // What Karpenter resolved: the alias's AMI (with the architecture requirement
+                // karpenter-provider-aws pkg/providers/amifamily/bottlerocket.go gives each SSM
+                // parameter) and the profile it created for the role; subnets and security groups are
+                // resolved against the EC2 endpoint once it runs (world/karpenter/nodeclass.rs).
+                "status": {"amis": [{"id": image, "name": format!("bottlerocket-aws-k8s-1.35-x86_64-v{}", default_os_version()),
+                                     "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}],
                            "instanceProfile": format!("snapdrain-sim_{}", c.name),
                            "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "", "lastTransitionTime": now()}]},
             }),

@@ -1053,3 +1053,62 @@ async fn nodeclaim_work_queue_follows_recreates_and_pool_changes() {
     .await;
     assert!(claim_indexes_agree_with_scan(&env, &[first_b, first_b_pid]));
 }
+
+// A: pkg/controllers/nodeclass/{subnet,securitygroup,instanceprofile}.go and status/readiness.go: each
+// EC2NodeClass's selectors are resolved into status (subnets with their zones, security groups with
+// their names, the role's instance profile) and the root Ready condition; the profile exists in the
+// account, so an instance launched with it is accepted.
+#[tokio::test]
+async fn every_ec2nodeclass_is_resolved_against_the_simulated_account() {
+    let cluster = SimCluster::start(SimConfig {
+        scenario: Some(snapdrain_sim::ScenarioSource::Named("quickstart".into())),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let ec2 = cluster.ec2.as_ref().expect("the world runs EC2");
+    let (classes, _) = cluster
+        .store
+        .snapshot(&ResKey::new("karpenter.k8s.aws", "ec2nodeclasses"));
+    assert_eq!(classes.len(), 1);
+    let status = &classes[0]["status"];
+    let subnets: Vec<(String, String)> = status["subnets"]
+        .as_array()
+        .expect("resolved subnets")
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().unwrap_or_default().to_string(),
+                s["zone"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = ec2
+        .config()
+        .subnets
+        .iter()
+        .map(|s| (s.id.clone(), s.zone.clone()))
+        .collect();
+    assert_eq!(subnets, want);
+    assert_eq!(
+        status["securityGroups"],
+        json!([{"id": snapdrain_sim::ec2::CLUSTER_SECURITY_GROUP, "name": "eks-cluster-sg-snapdrain-sim"}])
+    );
+    let profile = status["instanceProfile"].as_str().expect("a profile");
+    assert!(
+        ec2.config().instance_profiles.iter().any(|p| p == profile),
+        "{profile} is not in {:?}",
+        ec2.config().instance_profiles
+    );
+    let ready = status["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .expect("Ready");
+    assert_eq!(ready["status"], "True");
+    assert_eq!(
+        status["amis"][0]["requirements"],
+        json!([{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}])
+    );
+}

@@ -1,6 +1,8 @@
 //! The DisruptionPlan CRD (`snapdrain.io/v1alpha1`) and the Velero types snapdrain reads and writes.
 //!
 //! - [`duration`]: Go duration strings, parsed without overflow.
+//! - [`karpenter`]: plain serde structs for the Karpenter EC2NodeClass a replacement may launch from.
+//! - [`launch`]: the DisruptionPolicy's allow-lists of what a replacement may launch.
 //! - [`lenient`]: objects decoded one by one, so one bad object never fails a list or a watch.
 //! - [`plan`]: the spec, with its schema constraints and CEL rules.
 //! - [`policy`]: the cluster-wide DisruptionPolicy for plans made from signals.
@@ -9,6 +11,8 @@
 //! - [`velero`]: plain serde structs for Velero Backup and BackupStorageLocation.
 
 pub mod duration;
+pub mod karpenter;
+pub mod launch;
 pub mod lenient;
 pub mod plan;
 pub mod policy;
@@ -18,8 +22,8 @@ pub mod velero;
 
 pub use plan::{
     BackupMethod, BackupPolicy, BackupScope, BackupSpec, BottlerocketSpec, CapacityType,
-    DisruptionPlan, DisruptionPlanSpec, DrainSpec, LaunchTemplateRef, PlanMode, PlanSource,
-    ReplacementSpec, ReplacementWhen, TerminationSpec,
+    DisruptionPlan, DisruptionPlanSpec, DrainSpec, LaunchTemplateRef, NodeClassRef, PlanMode,
+    PlanSource, ReplacementSpec, ReplacementWhen, TerminationSpec,
 };
 /// Annotation a person sets to stop a plan; it rolls back what snapdrain did.
 pub const ABORT_ANNOTATION: &str = "snapdrain.io/abort";

@@ -69,6 +69,8 @@ pub const TAINT_VALUE_PATTERN: &str = r"^[^:]*:(NoSchedule|PreferNoSchedule|NoEx
     .message("spec.nodeSelector must not be empty: an empty selector would select every node"))]
 #[x_kube(validation = Rule::new("!has(self.replacement) || self.replacement.when == 'none' || !has(self.mode) || self.mode != 'Release'")
     .message("spec.replacement is only launched in Execute mode; in Release mode the autoscaler provisions capacity"))]
+#[x_kube(validation = Rule::new("has(self.replacement) == has(oldSelf.replacement) && (!has(self.replacement) || self.replacement == oldSelf.replacement)")
+    .message("spec.replacement is immutable (the DisruptionPolicy judged it when the plan was created); create a new DisruptionPlan"))]
 pub struct DisruptionPlanSpec {
     /// Names of the nodes to disrupt. Exclusive with `nodeSelector`. Immutable: create a new plan instead.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -344,11 +346,18 @@ impl Default for TerminationSpec {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.when == 'none' || (has(self.instanceTypes) && size(self.instanceTypes) > 0) || has(self.launchTemplate)")
     .message("replacement needs instanceTypes or launchTemplate unless replacement.when is none"))]
-#[x_kube(validation = Rule::new("self.when == 'none' || has(self.launchTemplate) || has(self.imageId)")
-    .message("without a launchTemplate the replacement needs imageId (the Bottlerocket AMI)"))]
+#[x_kube(validation = Rule::new("!has(self.nodeClassRef) || (!has(self.launchTemplate) && !has(self.imageId) && !has(self.iamInstanceProfile) && !has(self.securityGroupIds) && !has(self.subnets) && !has(self.metadataOptions))")
+    .message("spec.replacement.nodeClassRef carries the AMI, instance profile, security groups, subnets and IMDS options: remove launchTemplate, imageId, iamInstanceProfile, securityGroupIds, subnets and metadataOptions"))]
 pub struct ReplacementSpec {
     /// none, before-drain ("make before break") or after-drain.
     pub when: ReplacementWhen,
+
+    /// A Karpenter EC2NodeClass (`karpenter.k8s.aws/v1`) the platform team governs: the replacement
+    /// launches with what Karpenter resolved for it (`status.amis`, `status.subnets`,
+    /// `status.securityGroups`, `status.instanceProfile`) and its `spec.userData`, `spec.tags` and
+    /// `spec.metadataOptions`. Exclusive with the free-form launch settings below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class_ref: Option<NodeClassRef>,
 
     /// EC2 launch template to start from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -397,7 +406,8 @@ pub struct ReplacementSpec {
     #[schemars(range(min = 1, max = 5))]
     pub max_attempts: u32,
 
-    /// AMI id (a Bottlerocket image). Absent: the launch template's.
+    /// AMI id (a Bottlerocket image). Absent: the node class's, the launch template's, or the replaced
+    /// instance's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_id: Option<String>,
 
@@ -410,6 +420,7 @@ impl Default for ReplacementSpec {
     fn default() -> Self {
         Self {
             when: ReplacementWhen::default(),
+            node_class_ref: None,
             launch_template: None,
             instance_types: Vec::new(),
             capacity_type: None,
@@ -467,6 +478,15 @@ pub enum ReplacementWhen {
 pub enum CapacityType {
     OnDemand,
     Spot,
+}
+
+/// A Karpenter EC2NodeClass, by name (the class is cluster-scoped).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClassRef {
+    /// `metadata.name` of the EC2NodeClass.
+    #[schemars(length(min = 1, max = 253), regex(pattern = NODE_NAME_PATTERN))]
+    pub name: String,
 }
 
 /// An EC2 launch template, by id or by name.

@@ -11,6 +11,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::launch::ReplacementPolicy;
 use super::plan::{
     BackupSpec, DURATION_MAX_LENGTH, DURATION_PATTERN, DisruptionPlanSpec, DrainSpec,
     TerminationSpec,
@@ -77,6 +78,23 @@ pub struct DisruptionPolicySpec {
     /// How long finished plans (every plan, signal or manual) are kept before the controller deletes them.
     #[serde(default)]
     pub history: HistorySpec,
+
+    /// The most nodes one plan may select: its `spec.nodes`, or what its `spec.nodeSelector` matches
+    /// when it is decided. A plan over the cap is marked invalid before any node is touched. 0: no cap.
+    #[serde(default = "default_max_nodes_per_plan")]
+    pub max_nodes_per_plan: u32,
+
+    /// What a plan's replacement may launch (AMI, instance profile, security groups, subnets, launch
+    /// template, Bottlerocket settings). The default lets plans name an EC2NodeClass or inherit from
+    /// the replaced instance, nothing free-form.
+    #[serde(default)]
+    pub replacement: ReplacementPolicy,
+}
+
+fn default_max_nodes_per_plan() -> u32 {
+    // Enough for a rack or a node group's rolling batch; a plan wider than this is a cluster-wide
+    // event that a person should split or allow on purpose.
+    10
 }
 
 /// Finished plans are deleted once they are older than `ttlAfterFinished`, except the newest
@@ -317,6 +335,11 @@ impl DisruptionPolicySpec {
             && let Err(e) = crate::telemetry::notify::check_url(w)
         {
             problems.push(format!("spec.notifications.webhook.url: {e}"));
+        }
+        for (i, entry) in self.replacement.allowed_settings.iter().enumerate() {
+            if let Err(e) = crate::planning::launch_policy::check_setting_entry(entry) {
+                problems.push(format!("spec.replacement.allowedSettings[{i}]: {e}"));
+            }
         }
         if let Err(e) = super::validate::spec_duration(&self.history.ttl_after_finished) {
             problems.push(format!("spec.history.ttlAfterFinished: {e}"));

@@ -135,6 +135,11 @@ pub struct DisruptionPlanStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub join: Option<ClusterJoinRecord>,
 
+    /// The EC2NodeClass the replacements launch from (`spec.replacement.nodeClassRef`), as it was read
+    /// while planning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class: Option<NodeClassRecord>,
+
     /// When the current phase began (drain timeouts count from here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase_started_at: Option<MicroTime>,
@@ -262,11 +267,40 @@ pub struct ClusterJoinRecord {
     pub from: Vec<String>,
 }
 
+/// What the plan's EC2NodeClass gave its replacements besides what each node's [`NodeJoinRecord`]
+/// holds (AMI, instance profile, security groups, subnets, IMDS options).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClassRecord {
+    pub name: String,
+    /// The class's uid when it was read: a class recreated under the same name is another class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    /// `metadata.generation` of the class when it was read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// `status.amis[].name` of the AMI chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_name: Option<String>,
+    /// SHA-256 (hex) of the class's `spec.userData` when it was read. The user data itself is not
+    /// copied here (it may carry registry credentials; plan readers need not see it): the launch reads
+    /// the class again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_data_sha256: Option<String>,
+    /// `spec.tags`, put on the replacement instance as Karpenter puts them on its nodes.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, String>,
+}
+
 /// What a node's replacement needs to join besides its user data: from the plan, else copied from the
 /// replaced instance (none with a launch template, which carries its own).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeJoinRecord {
+    /// The AMI: the plan's, the EC2NodeClass's or the replaced instance's (absent when a launch
+    /// template carries it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
     /// Instance profile ARN or name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_profile: Option<String>,
@@ -288,6 +322,9 @@ pub struct NodeJoinRecord {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct InstanceRecord {
+    /// The AMI it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subnet_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

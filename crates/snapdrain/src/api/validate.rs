@@ -232,11 +232,40 @@ impl Validator {
                 "replacement needs instanceTypes or launchTemplate unless replacement.when is none",
             );
         }
-        if r.when != ReplacementWhen::None && r.launch_template.is_none() && r.image_id.is_none() {
-            self.problem(
-                "spec.replacement.imageId",
-                "without a launchTemplate the replacement needs imageId: the Bottlerocket AMI, e.g. from SSM /aws/service/bottlerocket/aws-k8s-1.35/x86_64/latest/image_id",
-            );
+        if let Some(class) = &r.node_class_ref {
+            let named: Vec<&str> = [
+                ("launchTemplate", r.launch_template.is_some()),
+                ("imageId", r.image_id.is_some()),
+                ("iamInstanceProfile", r.iam_instance_profile.is_some()),
+                ("securityGroupIds", !r.security_group_ids.is_empty()),
+                ("subnets", !r.subnets.is_empty()),
+                ("metadataOptions", r.metadata_options.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(f, set)| set.then_some(f))
+            .collect();
+            if !named.is_empty() {
+                self.problem(
+                    "spec.replacement.nodeClassRef",
+                    format!(
+                        "EC2NodeClass {} carries the AMI, instance profile, security groups, subnets and IMDS options: remove spec.replacement.{}",
+                        class.name,
+                        named.join(", spec.replacement.")
+                    ),
+                );
+            }
+            if class.name.is_empty()
+                || class.name.len() > 253
+                || !anchored(NODE_NAME_PATTERN).is_match(&class.name)
+            {
+                self.problem(
+                    "spec.replacement.nodeClassRef.name",
+                    format!(
+                        "{:?} is not an EC2NodeClass name (DNS-1123 subdomain)",
+                        class.name
+                    ),
+                );
+            }
         }
         if let Some(lt) = &r.launch_template {
             if lt.id.is_some() == lt.name.is_some() {
@@ -477,22 +506,30 @@ mod tests {
     fn replacement_needs_something_to_launch() {
         let mut s =
             spec(serde_json::json!({"nodes": ["n1"], "replacement": {"when": "after-drain"}}));
-        assert_eq!(
-            fields(&validate(&s).unwrap_err()),
-            ["spec.replacement", "spec.replacement.imageId"]
-        );
+        assert_eq!(fields(&validate(&s).unwrap_err()), ["spec.replacement"]);
         s.replacement = Some(ReplacementSpec {
             when: ReplacementWhen::None,
             max_attempts: 1,
             ..Default::default()
         });
         assert!(validate(&s).is_ok(), "when: none needs nothing");
+        // Without an imageId the AMI comes from the node class or the replaced instance.
         let s = spec(
             serde_json::json!({"nodes": ["n1"], "replacement": {"when": "before-drain", "instanceTypes": ["m7i.large"]}}),
         );
-        assert_eq!(
-            fields(&validate(&s).unwrap_err()),
-            ["spec.replacement.imageId"]
+        assert!(validate(&s).is_ok());
+        let s = spec(
+            serde_json::json!({"nodes": ["n1"], "replacement": {"when": "before-drain", "instanceTypes": ["m7i.large"],
+            "nodeClassRef": {"name": "default"}, "imageId": "ami-0abc", "subnets": ["subnet-1"]}}),
+        );
+        let problems = validate(&s).unwrap_err();
+        assert_eq!(fields(&problems), ["spec.replacement.nodeClassRef"]);
+        assert!(
+            problems[0]
+                .message
+                .contains("remove spec.replacement.imageId, spec.replacement.subnets"),
+            "{}",
+            problems[0]
         );
         let s = spec(
             serde_json::json!({"nodes": ["n1"], "replacement": {"when": "before-drain", "instanceTypes": ["m7i.large"], "imageId": "ami-0abc"}}),

@@ -320,6 +320,7 @@ pub struct JoinSettings {
 pub struct InstanceDetails {
     pub state: InstanceLifecycleState,
     pub instance_type: Option<String>,
+    pub image_id: Option<String>,
     pub subnet_id: Option<String>,
     pub zone: Option<String>,
     /// ARN.
@@ -546,6 +547,7 @@ impl Ec2Cloud {
                 .map(state_of)
                 .unwrap_or(InstanceLifecycleState::Other("unknown".into())),
             instance_type: i.instance_type().map(|t| t.as_str().to_string()),
+            image_id: i.image_id().filter(|s| !s.is_empty()).map(str::to_string),
             subnet_id: i.subnet_id().filter(|s| !s.is_empty()).map(str::to_string),
             zone: i
                 .placement()

@@ -91,6 +91,8 @@ pub struct Context {
     pub(crate) superseded: Mutex<HashMap<String, VecDeque<String>>>,
     /// What the steps read about the cluster (pods, PVCs, StatefulSets, PDBs, VolumeAttachments, Nodes).
     pub caches: super::cache::Caches,
+    /// The DisruptionPolicy plans are judged by (kept by the leader's policy follower).
+    pub(crate) policy: super::policy::PolicyView,
 }
 
 impl Context {
@@ -124,6 +126,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             superseded: Mutex::new(HashMap::new()),
             caches,
+            policy: super::policy::PolicyView::default(),
         }
     }
 
@@ -146,6 +149,7 @@ impl Context {
             cloud: &self.cloud,
             settings: &self.settings,
             requests: &self.metrics,
+            policy: self.policy.get(),
         }
     }
 }

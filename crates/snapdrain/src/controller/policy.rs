@@ -44,6 +44,44 @@ pub async fn wait_for_policy(policy: &mut watch::Receiver<DisruptionPolicySpec>)
     }
 }
 
+/// The policy as plan reconciles judge plans by: nothing until it was read once (or
+/// [`FIRST_POLICY_WAIT`] passed, then the built-in defaults, which refuse every free-form launch
+/// setting), so a plan is never judged by defaults the cluster's policy would have relaxed, nor let
+/// through by a policy not yet read.
+#[derive(Debug, Default)]
+pub struct PolicyView(std::sync::RwLock<Option<DisruptionPolicySpec>>);
+
+impl PolicyView {
+    /// The policy in force, once known.
+    pub fn get(&self) -> Option<DisruptionPolicySpec> {
+        self.0.read().ok().and_then(|p| p.clone())
+    }
+
+    pub fn set(&self, policy: DisruptionPolicySpec) {
+        if let Ok(mut p) = self.0.write() {
+            *p = Some(policy);
+        }
+    }
+
+    /// Forgets the policy (a replica that leads again reads it afresh before judging plans).
+    pub fn clear(&self) {
+        if let Ok(mut p) = self.0.write() {
+            *p = None;
+        }
+    }
+}
+
+/// Keeps `view` at the followed policy: after the first read (or the wait), then on every change.
+pub async fn mirror(mut policy: watch::Receiver<DisruptionPolicySpec>, view: &PolicyView) {
+    wait_for_policy(&mut policy).await;
+    loop {
+        view.set(policy.borrow_and_update().clone());
+        if policy.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Follows the default policy until `until`; the receiver always holds the last valid spec. With a
 /// `recorder` (the Lease holder) an invalid update is also reported as a Warning Event; every replica's
 /// eviction gate follows the policy too, without one, so that it is reported once.

@@ -24,7 +24,7 @@ use super::step::{Next, Outcome, PlanView, Wake};
 use super::steps;
 use crate::api::status::{DisruptionPlanStatus, PlanPhase, StatusSummary, condition};
 use crate::api::{DisruptionPlan, ValidSpec, problems_message, validate};
-use crate::planning::{PhaseDecision, PhaseFacts, next_phase};
+use crate::planning::{PhaseDecision, PhaseFacts, launch_policy, next_phase};
 use crate::telemetry::metrics::{PhaseLabel, ReasonLabel};
 
 pub const FIELD_MANAGER: &str = "snapdrain";
@@ -401,11 +401,40 @@ pub async fn reconcile(
             return mark_invalid(
                 Pass::after(plan, ValidSpec::default(), finalized, &ctx),
                 &ctx,
+                "InvalidSpec",
                 message,
             )
             .await;
         }
     };
+    // Judged by the policy while nothing is touched yet; once decided, spec.replacement is immutable
+    // and the launch is judged again right before it.
+    if status.phase == PlanPhase::Pending {
+        let Some(policy) = ctx.policy.get() else {
+            // The policy follower has not read the cluster's policy yet (at most FIRST_POLICY_WAIT).
+            return Ok(Action::requeue(Duration::from_millis(200)));
+        };
+        let selected = match &plan.spec.node_selector {
+            Some(sel) if plan.spec.nodes.is_empty() => {
+                steps::inventory::select_nodes(ctx.synced_caches().await?, sel)?.len()
+            }
+            _ => plan.spec.nodes.len(),
+        };
+        let problems = launch_policy::check_plan(&plan.spec, &policy, selected);
+        if !problems.is_empty() {
+            let message = format!(
+                "{} (no node was cordoned, backed up, drained or terminated)",
+                launch_policy::refusal_message(&problems)
+            );
+            return mark_invalid(
+                Pass::after(plan, valid, finalized, &ctx),
+                &ctx,
+                "RefusedByPolicy",
+                message,
+            )
+            .await;
+        }
+    }
     let name = plan.name_any();
     let mut pass = Pass::after(plan, valid, finalized, &ctx);
     let span = tracing::info_span!("plan", plan = %name);
@@ -423,6 +452,7 @@ pub async fn reconcile(
 async fn mark_invalid(
     mut pass: Pass,
     ctx: &Context,
+    reason: &str,
     message: String,
 ) -> Result<Action, ControllerError> {
     let already = pass
@@ -435,9 +465,13 @@ async fn mark_invalid(
         return Ok(Action::await_change());
     }
     let now = ctx.clock.now();
-    pass.set_condition(condition::VALID, false, "InvalidSpec", message.clone(), now);
+    pass.set_condition(condition::VALID, false, reason, message.clone(), now);
     pass.status.phase = PlanPhase::Failed;
-    pass.status.message = Some(format!("invalid spec: {message}"));
+    pass.status.message = Some(if message.starts_with("invalid spec") {
+        message.clone()
+    } else {
+        format!("invalid spec: {message}")
+    });
     let note = Note {
         what: What::InvalidSpec,
         text: message,

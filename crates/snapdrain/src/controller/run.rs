@@ -401,6 +401,12 @@ fn start_helpers(
         })
     };
     let policy_for_notify = policy.clone();
+    ctx.policy.clear();
+    let mirror = {
+        let ctx = ctx.clone();
+        let policy = policy.clone();
+        tokio::spawn(async move { policy::mirror(policy, &ctx.policy).await })
+    };
     let keeper = tokio::spawn(holds::run(
         client.clone(),
         ctx.caches.clone(),
@@ -439,7 +445,7 @@ fn start_helpers(
             }
         })
     };
-    vec![policy_task, keeper, history, watcher, notify]
+    vec![policy_task, mirror, keeper, history, watcher, notify]
 }
 
 #[cfg(test)]

@@ -70,6 +70,8 @@ pub struct Io<'a> {
     pub settings: &'a Settings,
     /// Request-level counters only (evictions by answer code): plan-level news is a [`Note`].
     pub requests: &'a Metrics,
+    /// The DisruptionPolicy in force, once read (a launch is judged by it again right before it).
+    pub policy: Option<crate::api::DisruptionPolicySpec>,
 }
 
 /// What one call of a step did. The driver writes `status` (when it changed), then publishes `notes`.

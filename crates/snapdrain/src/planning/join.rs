@@ -106,6 +106,7 @@ pub enum JoinError {
 /// A launch setting of the replacement instance.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NodeKey {
+    Image,
     InstanceProfile,
     SecurityGroups,
     Subnet,
@@ -114,6 +115,7 @@ pub enum NodeKey {
 impl NodeKey {
     fn needs(self) -> &'static str {
         match self {
+            Self::Image => "an AMI",
             Self::InstanceProfile => {
                 "an IAM instance profile (its kubelet authenticates to the cluster with the node role)"
             }
@@ -124,6 +126,7 @@ impl NodeKey {
 
     fn field(self) -> &'static str {
         match self {
+            Self::Image => "imageId",
             Self::InstanceProfile => "iamInstanceProfile",
             Self::SecurityGroups => "securityGroupIds",
             Self::Subnet => "subnets",
@@ -133,7 +136,7 @@ impl NodeKey {
 
 fn node_message(node: &str, missing: &[NodeKey], why: &str) -> String {
     format!(
-        "the replacement of node {node} needs {}, and {why}: set spec.replacement.{} (or name a launch template that carries them)",
+        "the replacement of node {node} needs {}, and {why}: name an EC2NodeClass in spec.replacement.nodeClassRef, or set spec.replacement.{} (or name a launch template that carries them)",
         missing
             .iter()
             .map(|k| k.needs())
@@ -302,6 +305,11 @@ pub fn resolve_node(
             from.push(format!("{field}: {copied}"));
         }
     };
+    let image_id = spec
+        .image_id
+        .clone()
+        .or_else(|| copy.and_then(|r| r.image_id.clone()));
+    pick("imageId", spec.image_id.is_some(), image_id.is_some());
     let instance_profile = spec
         .iam_instance_profile
         .clone()
@@ -355,6 +363,7 @@ pub fn resolve_node(
             (Some(id), Some(_)) => format!("the replaced instance {id} has none to copy"),
         };
         let missing: Vec<NodeKey> = [
+            (NodeKey::Image, image_id.is_none()),
             (NodeKey::InstanceProfile, instance_profile.is_none()),
             (NodeKey::SecurityGroups, security_group_ids.is_empty()),
             (NodeKey::Subnet, subnet_ids.is_empty()),
@@ -371,6 +380,7 @@ pub fn resolve_node(
         }
     }
     Ok(NodeJoinRecord {
+        image_id,
         instance_profile,
         security_group_ids,
         subnet_ids,
@@ -404,6 +414,7 @@ mod tests {
 
     fn record() -> InstanceRecord {
         InstanceRecord {
+            image_id: Some("ami-0old".into()),
             subnet_id: Some("subnet-a".into()),
             zone: Some("us-east-1a".into()),
             instance_profile: Some("arn:aws:iam::1:instance-profile/node".into()),
@@ -608,6 +619,33 @@ mod tests {
         s.subnets = vec!["subnet-a".into()];
         let r = resolve_node(&s, "n1", None, None).unwrap();
         assert_eq!((r.http_tokens_required, r.hop_limit), (Some(true), Some(1)));
+    }
+
+    #[test]
+    fn without_an_image_id_the_replaced_instances_ami_is_launched() {
+        let mut s = spec();
+        s.image_id = None;
+        let r = resolve_node(&s, "n1", Some("i-1"), Some(&record())).unwrap();
+        assert_eq!(r.image_id.as_deref(), Some("ami-0old"));
+        assert!(
+            r.from.contains(&"imageId: instance i-1".to_string()),
+            "{:?}",
+            r.from
+        );
+        let mut unknown = record();
+        unknown.image_id = None;
+        let e = resolve_node(&s, "n1", Some("i-1"), Some(&unknown)).unwrap_err();
+        assert!(
+            matches!(&e, JoinError::NodeSettings { missing, .. } if *missing == [NodeKey::Image]),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("spec.replacement.nodeClassRef"),
+            "{e}"
+        );
+        // The plan's own image wins.
+        let r = resolve_node(&spec(), "n1", Some("i-1"), Some(&record())).unwrap();
+        assert_eq!(r.image_id.as_deref(), Some("ami-1"));
     }
 
     #[test]

@@ -9,10 +9,12 @@
 //! - [`drain`]: the eviction gate for protected pods, the pass's batch, drain completion and timeout.
 //! - [`evictions`]: eviction tiers and eviction answer classification.
 //! - [`naming`]: Backup names, EC2 client tokens, label values.
+//! - [`node_class`]: a replacement's launch settings from a Karpenter EC2NodeClass.
 //! - [`phase`]: the phase machine.
 //! - [`facts`]: the phase machine's facts, from a plan's written status.
 //! - [`history`]: which finished plans the policy's history settings delete.
 //! - [`join`]: what a replacement needs to join (cluster, profile, security groups, subnets), resolved while planning.
+//! - [`launch_policy`]: what a replacement may launch under the DisruptionPolicy, and its cap on nodes per plan.
 //! - [`replacement`]: subnet order, Auto Scaling decrement and join timeout of replacements.
 //! - [`taint`]: snapdrain's drain taint and toleration matching.
 //! - [`velero_pods`]: Velero's data-path pods (1.17+) and server pod, which a running backup needs.
@@ -25,8 +27,10 @@ pub mod history;
 pub mod holds;
 pub mod inventory;
 pub mod join;
+pub mod launch_policy;
 pub mod naming;
 pub mod node;
+pub mod node_class;
 pub mod phase;
 pub mod protection;
 pub mod replacement;

@@ -11,6 +11,7 @@ mod consolidation;
 mod disruption;
 pub mod ec2;
 mod evict;
+pub mod nodeclass;
 mod queue;
 mod termination;
 

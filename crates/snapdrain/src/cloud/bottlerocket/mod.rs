@@ -92,7 +92,7 @@ pub fn encode_base64(user_data: &str) -> String {
 }
 
 /// Deep merge: tables merge key by key, anything else in `over` replaces what is in `base`.
-fn merge_into(base: &mut Table, over: Table) {
+pub fn merge_into(base: &mut Table, over: Table) {
     for (k, v) in over {
         match (base.get_mut(&k), v) {
             (Some(Value::Table(b)), Value::Table(o)) => merge_into(b, o),

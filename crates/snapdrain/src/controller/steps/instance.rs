@@ -51,6 +51,7 @@ pub fn classify(described: Option<InstanceDetails>) -> Instance {
     };
     let record = InstanceRecord {
         auto_scaling_group: d.auto_scaling_group().map(str::to_string),
+        image_id: d.image_id,
         subnet_id: d.subnet_id,
         zone: d.zone,
         instance_profile: d.instance_profile,
@@ -77,6 +78,7 @@ mod tests {
         InstanceDetails {
             state,
             instance_type: Some("m5.large".into()),
+            image_id: Some("ami-0abc".into()),
             subnet_id: Some("subnet-a".into()),
             zone: Some("us-west-2a".into()),
             instance_profile: Some("arn:aws:iam::1:instance-profile/nodes".into()),
@@ -92,6 +94,7 @@ mod tests {
             panic!("a running instance is recorded");
         };
         assert_eq!(r.subnet_id.as_deref(), Some("subnet-a"));
+        assert_eq!(r.image_id.as_deref(), Some("ami-0abc"));
         let Instance::Gone(g) = classify(Some(details(InstanceLifecycleState::Terminated))) else {
             panic!("a terminated instance is not recorded");
         };

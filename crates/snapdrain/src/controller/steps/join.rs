@@ -2,14 +2,17 @@
 //! could never be built fails in Pending, before its node is cordoned, backed up, drained or
 //! terminated, instead of after, with the cluster a node short.
 //!
-//! Reads only: the replaced instances (DescribeInstances, recorded as the plan's instance records, which
+//! Reads only: the EC2NodeClass the plan names (`spec.replacement.nodeClassRef`); the replaced instances (DescribeInstances, recorded as the plan's instance records, which
 //! Terminating and Replacing then use); for cluster settings neither the plan nor the controller's
 //! flags give, their user data (DescribeInstanceAttribute `userData`); and the subnets and launch
 //! template the plan names (DescribeSubnets, DescribeLaunchTemplates).
 
+use kube::api::{Api, DynamicObject};
+
 use crate::api::DisruptionPlan;
+use crate::api::karpenter::{Ami, Ec2NodeClass, ec2nodeclass_resource};
 use crate::api::plan::{PlanMode, ReplacementSpec, ReplacementWhen};
-use crate::api::status::DisruptionPlanStatus;
+use crate::api::status::{DisruptionPlanStatus, NodeClassRecord};
 use crate::cloud::bottlerocket::{self, cluster_settings};
 use crate::controller::error::ControllerError;
 use crate::controller::step::Io;
@@ -17,6 +20,7 @@ use crate::planning::join::{
     ClusterDefaults, InstanceUserData, UserData, needed_keys, resolve_cluster, resolve_node,
     unset_keys,
 };
+use crate::planning::node_class::{ClassLaunch, node_record, resolve_class};
 
 use super::instance::{Instance, observe};
 use super::replace::{join_timeout, node_settings};
@@ -42,9 +46,18 @@ pub async fn resolve(
     if let Err(why) = join_timeout(spec) {
         return Ok(Err(why));
     }
+    // A node class that cannot launch fails the plan alone: nothing else about the launch matters.
+    let class = match &spec.node_class_ref {
+        None => None,
+        Some(r) => match node_class(io, &r.name).await? {
+            Ok(c) => Some(c),
+            Err(why) => return Ok(Err(why)),
+        },
+    };
     // Every problem is reported at once, so one edit of the plan (or the flags) fixes them all.
     let mut problems = Vec::new();
     let mut records = Vec::with_capacity(status.nodes.len());
+    let mut image_name = None;
     for i in 0..status.nodes.len() {
         let record = match observe(status, i, io).await? {
             Instance::New(r) => {
@@ -56,15 +69,31 @@ pub async fn resolve(
             Instance::Gone(_) => None,
         };
         let node = &status.nodes[i];
-        match resolve_node(
-            spec,
-            &node.name,
-            node.instance_id.as_deref(),
-            record.as_ref(),
-        ) {
+        let resolved = match &class {
+            Some((launch, amis)) => {
+                let labels = io
+                    .caches
+                    .nodes
+                    .get("", &node.name)
+                    .and_then(|n| n.metadata.labels.clone())
+                    .unwrap_or_default();
+                node_record(launch, amis, &node.name, &labels).map(|(r, name)| {
+                    image_name = image_name.take().or(name);
+                    r
+                })
+            }
+            None => resolve_node(
+                spec,
+                &node.name,
+                node.instance_id.as_deref(),
+                record.as_ref(),
+            )
+            .map_err(|e| e.to_string()),
+        };
+        match resolved {
             Ok(join) => records.push((Some(join), record.is_some())),
             Err(e) => {
-                problems.push(e.to_string());
+                problems.push(e);
                 records.push((None, record.is_some()));
             }
         }
@@ -102,11 +131,24 @@ pub async fn resolve(
     let Some(cluster) = cluster.filter(|_| problems.is_empty()) else {
         return Ok(Err(problems.join("; ")));
     };
+    let class_user_data = class
+        .as_ref()
+        .and_then(|(l, _)| Some((l.record.name.clone(), l.user_data.clone()?)));
+    let class_record = class.map(|(launch, _)| NodeClassRecord {
+        image_name,
+        ..launch.record
+    });
     // Rendered (and validated as the host would) now, so a label kubelet refuses or settings that are
     // not TOML fail the plan here rather than at launch.
     if needed_keys(spec).len() > 1
-        && let Err(e) = node_settings(spec, &cluster)
-            .and_then(|s| bottlerocket::render(&s).map_err(|e| e.to_string()))
+        && let Err(e) = node_settings(
+            spec,
+            &cluster,
+            class_user_data
+                .as_ref()
+                .map(|(n, u)| (n.as_str(), u.as_str())),
+        )
+        .and_then(|s| bottlerocket::render(&s).map_err(|e| e.to_string()))
     {
         return Ok(Err(format!(
             "the replacement's user data would not boot: {e}"
@@ -116,7 +158,42 @@ pub async fn resolve(
         node.join = join;
     }
     status.join = Some(cluster);
+    status.node_class = class_record;
     Ok(Ok(()))
+}
+
+/// The EC2NodeClass `name`, resolved for launching: `Ok(Err(message))` when it does not exist or cannot
+/// launch (not Ready, a selector resolved to nothing). `Err`: the API server could not be asked
+/// (retried), or refused (RBAC: the plan fails naming the permission).
+pub(super) async fn node_class(
+    io: &Io<'_>,
+    name: &str,
+) -> Result<Result<(ClassLaunch, Vec<Ami>), String>, ControllerError> {
+    let api: Api<DynamicObject> = Api::all_with(io.client.clone(), &ec2nodeclass_resource());
+    let found = api
+        .get_opt(name)
+        .await
+        .map_err(|source| ControllerError::Read {
+            what: format!("EC2NodeClass {name} (karpenter.k8s.aws/v1)"),
+            source,
+        })?;
+    let Some(found) = found else {
+        return Ok(Err(format!(
+            "EC2NodeClass {name} (spec.replacement.nodeClassRef) does not exist: create it, name another (kubectl get ec2nodeclasses), or check that Karpenter's CRDs are installed"
+        )));
+    };
+    let class: Ec2NodeClass = match serde_json::to_value(&found).and_then(serde_json::from_value) {
+        Ok(c) => c,
+        Err(e) => {
+            return Ok(Err(format!(
+                "EC2NodeClass {name} cannot be read as karpenter.k8s.aws/v1: {e}"
+            )));
+        }
+    };
+    Ok(resolve_class(&class).map(|launch| {
+        let amis = class.status.map(|s| s.amis).unwrap_or_default();
+        (launch, amis)
+    }))
 }
 
 /// What instance `id`'s user data says about its cluster. A refusal no retry fixes (no

@@ -26,12 +26,17 @@ use crate::controller::report::What;
 use crate::controller::step::{Io, Next, Outcome, PlanView, Wake, ready_node_for};
 use crate::planning::client_token;
 use crate::planning::join::{ClusterKey, join_settings, needed_keys};
+use crate::planning::launch_policy;
 use crate::planning::replacement::{DEFAULT_JOIN_TIMEOUT, JoinWait, join_wait, order_subnets};
 
-/// Bottlerocket settings for the replacement: the plan's, joining the cluster resolved while planning.
+/// Bottlerocket settings for the replacement: the EC2NodeClass's user data (when the plan names one),
+/// the plan's settings over it, joining the cluster resolved while planning (which wins, as Karpenter's
+/// own cluster settings win over the class's user data: karpenter-provider-aws
+/// `pkg/providers/amifamily/bootstrap/bottlerocket.go` `Script`).
 pub fn node_settings(
     spec: &ReplacementSpec,
     cluster: &ClusterJoinRecord,
+    class_user_data: Option<(&str, &str)>,
 ) -> Result<NodeSettings, String> {
     let br = spec.bottlerocket.clone().unwrap_or_default();
     let resolved = |v: &Option<String>, key: ClusterKey| {
@@ -43,7 +48,15 @@ pub fn node_settings(
             )
         })
     };
-    let extra = match br.settings {
+    let mut extra = match class_user_data {
+        Some((class, text)) => class_settings(text).map_err(|e| {
+            format!(
+                "the user data of EC2NodeClass {class} is not Bottlerocket TOML with a [settings] table: {e}"
+            )
+        })?,
+        None => toml::Table::new(),
+    };
+    let plan_extra = match br.settings {
         Some(map) => match toml::Value::try_from(serde_json::Value::Object(map)) {
             Ok(toml::Value::Table(t)) => t,
             Ok(_) => toml::Table::new(),
@@ -55,6 +68,7 @@ pub fn node_settings(
         },
         None => toml::Table::new(),
     };
+    bottlerocket::merge_into(&mut extra, plan_extra);
     Ok(NodeSettings {
         cluster_name: cluster.cluster_name.clone(),
         api_server: resolved(&cluster.api_server, ClusterKey::ApiServer)?,
@@ -71,23 +85,52 @@ pub fn node_settings(
     })
 }
 
+/// The `[settings]` table of an EC2NodeClass's Bottlerocket user data.
+fn class_settings(text: &str) -> Result<toml::Table, String> {
+    let mut doc: toml::Table = toml::from_str(text).map_err(|e| e.to_string())?;
+    match doc.remove("settings") {
+        Some(toml::Value::Table(t)) => Ok(t),
+        Some(_) => Err("settings is not a table".into()),
+        None => Ok(toml::Table::new()),
+    }
+}
+
 /// The tag Bottlerocket's EKS quickstart (and Karpenter) put on nodes: the cluster owns the instance.
 fn cluster_tag(cluster_name: &str) -> String {
     format!("kubernetes.io/cluster/{cluster_name}")
 }
 
-#[allow(clippy::too_many_arguments)]
-fn launch_request(
-    spec: &ReplacementSpec,
+/// What a launch carries besides the plan's own spec.
+struct LaunchInputs<'a> {
     user_data: Option<String>,
     token: String,
-    plan: &str,
-    node: &str,
-    cluster_name: &str,
+    plan: &'a str,
+    node: &'a str,
+    cluster_name: &'a str,
     join: JoinSettings,
+    /// The plan's, the node class's or the replaced instance's AMI.
+    image_id: Option<String>,
+    /// The node class's `spec.tags` (snapdrain's own tags win).
+    class_tags: BTreeMap<String, String>,
     subnets: Vec<String>,
+}
+
+fn launch_request(
+    spec: &ReplacementSpec,
+    inputs: LaunchInputs<'_>,
 ) -> Result<LaunchRequest, String> {
-    let mut tags = BTreeMap::new();
+    let LaunchInputs {
+        user_data,
+        token,
+        plan,
+        node,
+        cluster_name,
+        join,
+        image_id,
+        class_tags,
+        subnets,
+    } = inputs;
+    let mut tags = class_tags;
     tags.insert("snapdrain.io/plan".to_string(), plan.to_string());
     tags.insert("snapdrain.io/replaces".to_string(), node.to_string());
     tags.insert(cluster_tag(cluster_name), "owned".to_string());
@@ -133,7 +176,7 @@ fn launch_request(
     };
     Ok(LaunchRequest {
         strategy,
-        image_id: spec.image_id.clone(),
+        image_id,
         user_data,
         tags,
         join,
@@ -352,9 +395,45 @@ async fn prepare(
             node.name
         )))
     };
+    // Judged again right before the launch: the policy may have narrowed since the plan was decided.
+    let Some(policy) = &io.policy else {
+        out.status.message =
+            Some("waiting for the DisruptionPolicy to be read before launching".into());
+        return Ok(Prepared::Then(Next::Wait {
+            wake: Wake::Never,
+            recheck: Duration::from_millis(500),
+        }));
+    };
+    let problems = launch_policy::check(spec, &policy.replacement);
+    if !problems.is_empty() {
+        return Ok(fail(&launch_policy::refusal_message(&problems)));
+    }
+    let class = out.status.node_class.clone();
+    // The class's user data is read again (the status keeps only its hash): the same class, or none.
+    let class_user_data = match &class {
+        None => None,
+        Some(record) => match super::join::node_class(io, &record.name).await? {
+            Ok((launch, _)) if launch.record.uid == record.uid => {
+                launch.user_data.map(|u| (record.name.clone(), u))
+            }
+            Ok(_) => {
+                return Ok(fail(&format!(
+                    "EC2NodeClass {} was deleted and created again since the plan was decided; create a new plan",
+                    record.name
+                )));
+            }
+            Err(why) => return Ok(fail(&why)),
+        },
+    };
     let user_data = if needed_keys(spec).len() > 1 {
-        match node_settings(spec, &cluster)
-            .and_then(|s| bottlerocket::render(&s).map_err(|e| e.to_string()))
+        match node_settings(
+            spec,
+            &cluster,
+            class_user_data
+                .as_ref()
+                .map(|(n, u)| (n.as_str(), u.as_str())),
+        )
+        .and_then(|s| bottlerocket::render(&s).map_err(|e| e.to_string()))
         {
             Ok(u) => Some(u),
             Err(e) => return Ok(fail(&e)),
@@ -370,15 +449,20 @@ async fn prepare(
     };
     let subnets = order_subnets(&join.subnet_ids, |s| subnet_zones.get(s).cloned(), &zones);
     let token = node.replacement.map(|r| r.client_token).unwrap_or_default();
+    let plan = v.name();
     let request = launch_request(
         spec,
-        user_data,
-        token,
-        &v.name(),
-        &node.name,
-        &cluster.cluster_name,
-        join_settings(&join),
-        subnets,
+        LaunchInputs {
+            user_data,
+            token,
+            plan: &plan,
+            node: &node.name,
+            cluster_name: &cluster.cluster_name,
+            join: join_settings(&join),
+            image_id: spec.image_id.clone().or_else(|| join.image_id.clone()),
+            class_tags: class.map(|c| c.tags).unwrap_or_default(),
+            subnets,
+        },
     );
     Ok(match request {
         Ok(r) => Prepared::Request(Box::new(r)),
@@ -735,6 +819,45 @@ mod tests {
     }
 
     #[test]
+    fn the_node_classs_user_data_is_the_base_and_the_cluster_settings_win() {
+        let spec = ReplacementSpec {
+            when: crate::api::plan::ReplacementWhen::AfterDrain,
+            instance_types: vec!["m5.large".into()],
+            bottlerocket: Some(crate::api::plan::BottlerocketSpec {
+                node_labels: [("example.com/pool".to_string(), "db".to_string())].into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let cluster = ClusterJoinRecord {
+            cluster_name: "prod".into(),
+            api_server: Some("https://prod.example".into()),
+            cluster_certificate: Some("Y2E=".into()),
+            from: Vec::new(),
+        };
+        let class = "[settings]\nmotd = \"platform\"\n[settings.kubernetes]\ncluster-name = \"other\"\n[settings.kubernetes.node-labels]\n\"example.com/team\" = \"storage\"\n";
+        let rendered = bottlerocket::render(
+            &node_settings(&spec, &cluster, Some(("general", class))).unwrap(),
+        )
+        .unwrap();
+        let doc: toml::Table = toml::from_str(&rendered).unwrap();
+        let settings = &doc["settings"];
+        assert_eq!(settings["motd"].as_str(), Some("platform"));
+        assert_eq!(
+            settings["kubernetes"]["cluster-name"].as_str(),
+            Some("prod")
+        );
+        let labels = &settings["kubernetes"]["node-labels"];
+        assert_eq!(labels["example.com/team"].as_str(), Some("storage"));
+        assert_eq!(labels["example.com/pool"].as_str(), Some("db"));
+        let e = node_settings(&spec, &cluster, Some(("general", "not toml ["))).unwrap_err();
+        assert!(
+            e.contains("EC2NodeClass general is not Bottlerocket TOML"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn launch_requests_tag_the_cluster_and_never_send_an_empty_subnet() {
         let spec = ReplacementSpec {
             when: crate::api::plan::ReplacementWhen::AfterDrain,
@@ -743,38 +866,35 @@ mod tests {
             capacity_type: Some(SpecCapacity::Spot),
             ..Default::default()
         };
-        let req = |subnets: Vec<String>| {
-            launch_request(
-                &spec,
-                None,
-                "t".into(),
-                "p",
-                "n1",
-                "prod",
-                JoinSettings::default(),
-                subnets,
-            )
+        let inputs = |subnets: Vec<String>| LaunchInputs {
+            user_data: None,
+            token: "t".into(),
+            plan: "p",
+            node: "n1",
+            cluster_name: "prod",
+            join: JoinSettings::default(),
+            image_id: Some("ami-1".into()),
+            class_tags: [
+                ("team".to_string(), "db".to_string()),
+                ("snapdrain.io/plan".to_string(), "spoofed".to_string()),
+            ]
+            .into(),
+            subnets,
         };
+        let req = |subnets: Vec<String>| launch_request(&spec, inputs(subnets));
         let e = req(vec![]).unwrap_err();
         assert!(e.contains("spec.replacement.subnets"), "{e}");
         let r = req(vec!["subnet-a".into()]).unwrap();
         assert_eq!(r.tags["kubernetes.io/cluster/prod"], "owned");
+        assert_eq!(r.tags["team"], "db", "the node class's tags");
+        assert_eq!(r.tags["snapdrain.io/plan"], "p", "snapdrain's own tags win");
+        assert_eq!(r.image_id.as_deref(), Some("ami-1"));
         let mut with_template = spec.clone();
         with_template.launch_template = Some(crate::api::plan::LaunchTemplateRef {
             name: Some("nodes".into()),
             ..Default::default()
         });
-        let r = launch_request(
-            &with_template,
-            None,
-            "t".into(),
-            "p",
-            "n1",
-            "prod",
-            JoinSettings::default(),
-            vec![],
-        )
-        .unwrap();
+        let r = launch_request(&with_template, inputs(vec![])).unwrap();
         assert!(matches!(
             r.strategy,
             LaunchStrategy::LaunchTemplate {

@@ -1,0 +1,350 @@
+//! A plan author gains nothing (issue 22 item 2, security review C-1): what a replacement launches comes
+//! from what the platform team governs (a Karpenter EC2NodeClass, the replaced instance, or the
+//! DisruptionPolicy's allow-lists), and a plan selects at most the policy's `maxNodesPerPlan` nodes. A
+//! plan the policy refuses fails while Pending, before any node is cordoned, backed up, drained or
+//! terminated and before anything is launched (judged from the audit log of every mutating request).
+//!
+//! The EC2NodeClass is the scenario's `default` class as the simulated Karpenter resolved it
+//! (`status.amis`, `status.subnets`, `status.securityGroups`, `status.instanceProfile`: karpenter-provider-aws
+//! `pkg/apis/v1/ec2nodeclass_status.go`, `pkg/controllers/nodeclass/*.go`); the launch is checked through
+//! the real aws-sdk-ec2 (DescribeInstances, DescribeInstanceAttribute `userData`).
+
+use base64::Engine as _;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+use snapdrain::api::DisruptionPlan;
+use snapdrain::api::karpenter::ec2nodeclass_resource;
+use snapdrain::api::status::{PlanPhase, condition};
+use snapdrain_testkit::harness::{Harness, TIMEOUT};
+
+use super::replacement_join::{assert_untouched, instance_of};
+
+/// The AMI the test makes the class resolve to, unlike the one the replaced instances run.
+const CLASS_AMI: &str = "ami-0c1a550000000c1a5";
+
+fn classes(h: &Harness) -> Api<DynamicObject> {
+    Api::all_with(h.client.clone(), &ec2nodeclass_resource())
+}
+
+/// The plan's `Valid` condition: (status, reason, message).
+fn valid_condition(plan: &DisruptionPlan) -> (String, String, String) {
+    plan.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == condition::VALID))
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        .expect("a Valid condition")
+}
+
+/// Under the default policy, a plan naming its own AMI and a bootstrap container (the review's exploit:
+/// root code from any image on an instance holding the node role) is refused while Pending, naming each
+/// field and the policy field that would allow it; nothing is touched or launched. Without the policy
+/// check the plan backs up, drains and launches `ami-0...` with the container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn free_form_image_and_bootstrap_container_are_refused_before_any_node_is_touched() {
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let old = instance_of(&h.node(&node).await.expect("the node"));
+    h.create_plan(
+        "evil",
+        json!({"nodes": [node], "replacement": {
+            "when": "before-drain", "instanceTypes": ["m6i.xlarge"], "imageId": "ami-0123456789abcdef0",
+            "bottlerocket": {"settings": {"bootstrap-containers": {"x": {
+                "source": "registry.example/evil:1", "mode": "once", "essential": true}}}}
+        }}),
+    )
+    .await;
+    let plan = h.wait_plan("evil", TIMEOUT, |p| p.is_terminal()).await;
+    let (status, reason, message) = valid_condition(&plan);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RefusedByPolicy")
+    );
+    assert_eq!(
+        plan.status.as_ref().map(|s| s.phase),
+        Some(PlanPhase::Failed)
+    );
+    for want in [
+        "refused by DisruptionPolicy default",
+        "spec.replacement.imageId: ami-0123456789abcdef0 not allowed",
+        "spec.replacement.imageIds",
+        "spec.replacement.bottlerocket.settings: settings bootstrap-containers.x.essential, bootstrap-containers.x.mode, bootstrap-containers.x.source",
+        "spec.replacement.allowedSettings",
+        "no node was cordoned",
+    ] {
+        assert!(message.contains(want), "{want:?} is not in {message:?}");
+    }
+    assert_untouched(&h, "evil", &node, &old).await;
+    controller.shutdown().await;
+}
+
+/// `spec.replacement` cannot be edited once created (a CRD transition rule): the policy judged it then.
+#[tokio::test]
+async fn the_replacement_of_a_plan_cannot_be_changed_after_it_was_created() {
+    let h = Harness::start().await;
+    h.create_plan(
+        "fixed",
+        json!({"nodes": ["no-such-node"], "replacement": {"when": "after-drain", "instanceTypes": ["m6i.xlarge"]}}),
+    )
+    .await;
+    let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
+    let e = plans
+        .patch(
+            "fixed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replacement": {"imageId": "ami-0123456789abcdef0"}}})),
+        )
+        .await
+        .expect_err("spec.replacement is immutable");
+    assert!(
+        e.to_string().contains("spec.replacement is immutable"),
+        "{e}"
+    );
+}
+
+/// A plan naming the `default` EC2NodeClass launches with the AMI, subnet, security groups and instance
+/// profile Karpenter resolved for it (status), its tags and its user data merged under the cluster's
+/// settings, records where each came from, and completes. Without nodeClassRef support the replacement
+/// is launched as the replaced instance was (its AMI and profile differ from the class's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plan_naming_an_ec2nodeclass_launches_what_karpenter_resolved_for_it() {
+    let h = Harness::start().await;
+    let api = classes(&h);
+    api.patch(
+        "default",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {
+            "tags": {"team": "storage"},
+            "userData": "[settings]\nmotd = \"governed by the platform team\"\n"
+        }})),
+    )
+    .await
+    .expect("the platform team edits its class");
+    let resolved = api.get("default").await.expect("the class").data;
+    let mut amis = resolved["status"]["amis"].clone();
+    amis[0]["id"] = json!(CLASS_AMI);
+    api.patch_status(
+        "default",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"amis": amis}})),
+    )
+    .await
+    .expect("Karpenter resolves a newer AMI");
+    let status = &resolved["status"];
+    let ids = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x["id"].as_str().map(str::to_string))
+            .collect()
+    };
+    let class_subnets = ids(&status["subnets"]);
+    let class_groups = ids(&status["securityGroups"]);
+    let class_profile = status["instanceProfile"]
+        .as_str()
+        .expect("a resolved profile")
+        .to_string();
+    assert!(!class_subnets.is_empty() && !class_groups.is_empty());
+
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let old = instance_of(&h.node(&node).await.expect("the node"));
+    h.create_plan(
+        "by-class",
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "instanceTypes": ["m6i.xlarge"], "nodeClassRef": {"name": "default"}
+        }}),
+    )
+    .await;
+    let plan = h.wait_plan("by-class", TIMEOUT, |p| p.is_terminal()).await;
+    let st = plan.status.clone().expect("a status");
+    assert_eq!(st.phase, PlanPhase::Completed, "{st:#?}");
+    let record = st.node_class.clone().expect("the class is recorded");
+    assert_eq!(record.name, "default");
+    assert_eq!(record.tags.get("team").map(String::as_str), Some("storage"));
+    let join = st.nodes[0]
+        .join
+        .clone()
+        .expect("the node's launch settings");
+    assert_eq!(join.image_id.as_deref(), Some(CLASS_AMI));
+    assert!(
+        join.from
+            .iter()
+            .any(|f| f.starts_with("imageId: EC2NodeClass default status.amis")),
+        "{:?}",
+        join.from
+    );
+
+    let launched = h.instances_of("by-class");
+    assert_eq!(launched.len(), 1, "{launched:?}");
+    let sim = h.cluster.ec2.as_ref().expect("ec2");
+    let cloud = snapdrain::cloud::ec2::Ec2Cloud::with_endpoint(
+        &sim.endpoint(),
+        &sim.config().region,
+        Some(("test", "test")),
+    )
+    .await;
+    let described = cloud
+        .client()
+        .describe_instances()
+        .instance_ids(&launched[0])
+        .send()
+        .await
+        .expect("DescribeInstances");
+    let instance = described
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .next()
+        .expect("the replacement");
+    assert_eq!(instance.image_id(), Some(CLASS_AMI));
+    assert!(
+        class_subnets
+            .iter()
+            .any(|s| Some(s.as_str()) == instance.subnet_id()),
+        "{:?} not in {class_subnets:?}",
+        instance.subnet_id()
+    );
+    let groups: Vec<&str> = instance
+        .security_groups()
+        .iter()
+        .filter_map(|g| g.group_id())
+        .collect();
+    assert_eq!(groups, class_groups);
+    let profile = instance
+        .iam_instance_profile()
+        .and_then(|p| p.arn())
+        .unwrap_or_default();
+    assert!(
+        profile.ends_with(&format!("/{class_profile}")),
+        "{profile} is not {class_profile}"
+    );
+    let tags: Vec<(&str, &str)> = instance
+        .tags()
+        .iter()
+        .filter_map(|t| Some((t.key()?, t.value()?)))
+        .collect();
+    assert!(tags.contains(&("team", "storage")), "{tags:?}");
+    let user_data = cloud
+        .client()
+        .describe_instance_attribute()
+        .instance_id(&launched[0])
+        .attribute(aws_sdk_ec2::types::InstanceAttributeName::UserData)
+        .send()
+        .await
+        .expect("DescribeInstanceAttribute userData");
+    let text = user_data
+        .user_data()
+        .and_then(|u| u.value())
+        .map(|b| {
+            base64::engine::general_purpose::STANDARD
+                .decode(b)
+                .expect("base64")
+        })
+        .map(|b| String::from_utf8(b).expect("TOML text"))
+        .expect("user data");
+    // The class's setting, beside the cluster's (which snapdrain resolved and which win).
+    assert!(
+        text.contains("motd = \"governed by the platform team\""),
+        "{text}"
+    );
+    assert!(text.contains("cluster-name = \"snapdrain-sim\""), "{text}");
+    // The replaced instance ran another AMI: the class's was not a copy of it.
+    assert_ne!(sim.instance(&old).expect("known").info.image_id, CLASS_AMI);
+    controller.shutdown().await;
+}
+
+/// A class that does not exist, or that Karpenter could not resolve (Ready False), fails the plan while
+/// planning, naming the class and what to do; the node is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_missing_or_unready_ec2nodeclass_fails_the_plan_while_planning() {
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let old = instance_of(&h.node(&node).await.expect("the node"));
+    let spec = |class: &str| {
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "instanceTypes": ["m6i.xlarge"], "nodeClassRef": {"name": class}
+        }})
+    };
+    h.create_plan("no-class", spec("no-such-class")).await;
+    let plan = h.wait_plan("no-class", TIMEOUT, |p| p.is_terminal()).await;
+    let st = plan.status.expect("a status");
+    assert_eq!(st.phase, PlanPhase::Failed, "{st:#?}");
+    let message = st.message.unwrap_or_default();
+    assert!(
+        message
+            .contains("EC2NodeClass no-such-class (spec.replacement.nodeClassRef) does not exist"),
+        "{message}"
+    );
+    assert_untouched(&h, "no-class", &node, &old).await;
+
+    let now = "2026-01-01T00:00:00Z";
+    classes(&h)
+        .patch_status(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": [
+                {"type": "Ready", "status": "False", "reason": "UnhealthyDependents", "message": "SubnetsReady=False", "lastTransitionTime": now},
+                {"type": "SubnetsReady", "status": "False", "reason": "SubnetsNotFound", "message": "SubnetSelector did not match any Subnets", "lastTransitionTime": now}
+            ]}})),
+        )
+        .await
+        .expect("Karpenter marks the class not Ready");
+    h.create_plan("unready-class", spec("default")).await;
+    let plan = h
+        .wait_plan("unready-class", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let st = plan.status.expect("a status");
+    assert_eq!(st.phase, PlanPhase::Failed, "{st:#?}");
+    let message = st.message.unwrap_or_default();
+    for want in [
+        "EC2NodeClass default is not Ready",
+        "SubnetsReady SubnetsNotFound",
+        "no node was cordoned",
+    ] {
+        assert!(message.contains(want), "{want:?} is not in {message:?}");
+    }
+    assert_untouched(&h, "unready-class", &node, &old).await;
+    controller.shutdown().await;
+}
+
+/// A selector plan matching more nodes than the policy's `maxNodesPerPlan` is refused while Pending:
+/// no node is cordoned, no pod evicted, no Backup made. Without the cap it drains all six nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plan_selecting_more_nodes_than_max_nodes_per_plan_is_refused() {
+    let h = Harness::start().await;
+    h.set_policy(json!({"maxNodesPerPlan": 2})).await;
+    let controller = h.controller().await;
+    let nodes: Vec<(String, String)> = {
+        let all = Api::<k8s_openapi::api::core::v1::Node>::all(h.client.clone())
+            .list(&Default::default())
+            .await
+            .expect("list nodes");
+        all.items
+            .iter()
+            .map(|n| (kube::ResourceExt::name_any(n), instance_of(n)))
+            .collect()
+    };
+    assert!(nodes.len() > 2, "{nodes:?}");
+    h.create_plan(
+        "too-wide",
+        json!({"nodeSelector": {"matchLabels": {"karpenter.sh/nodepool": "default"}}}),
+    )
+    .await;
+    let plan = h.wait_plan("too-wide", TIMEOUT, |p| p.is_terminal()).await;
+    let (status, reason, message) = valid_condition(&plan);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RefusedByPolicy")
+    );
+    let want = format!(
+        "spec.nodeSelector: matches {} nodes; the DisruptionPolicy default allows at most 2 per plan: split the plan, or raise the policy's spec.maxNodesPerPlan",
+        nodes.len()
+    );
+    assert!(message.contains(&want), "{want:?} is not in {message:?}");
+    for (node, instance) in &nodes {
+        assert_untouched(&h, "too-wide", node, instance).await;
+    }
+    controller.shutdown().await;
+}
