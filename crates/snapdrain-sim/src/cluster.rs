@@ -165,6 +165,7 @@ impl SimCluster {
                 let (ak, sk) = crate::sts::role_credentials(&v.role_arn);
                 s3.grant(&ak, &sk);
             }
+            s3.attach_faults(faults.clone());
             Some(s3)
         } else {
             None
@@ -220,6 +221,7 @@ impl SimCluster {
                     what: "the EC2 endpoint".into(),
                     message: e.to_string(),
                 })?;
+            ec2_sim.attach_faults(faults.clone());
             // The user data Karpenter (or the EKS node group) launched them with: it names the
             // cluster (karpenter-provider-aws pkg/providers/amifamily/bootstrap/bottlerocket.go).
             let user_data = karpenter_user_data(&cluster_join(&api.url()), &BTreeMap::new(), &[]);
