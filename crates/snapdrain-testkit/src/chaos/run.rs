@@ -17,7 +17,7 @@ use snapdrain_sim::apiserver::resources::ResKey;
 
 use super::judge::{self, Evidence, Launched, Verdict};
 use super::rng::Rng;
-use super::schedule::{Fault, Mode, Schedule, schedule};
+use super::schedule::{Fault, Mode, schedule};
 use crate::harness::{Harness, fast_timings, replacing_spec};
 
 /// How a run is shaped.
@@ -169,7 +169,7 @@ pub async fn run(opts: &Options) -> RunReport {
     // Every plan is over: the holds must come to rest where they belong.
     let deadline = Instant::now() + Duration::from_secs(30);
     let verdict = loop {
-        let v = verdict(&h, &protected);
+        let v = judge_now(&h, &protected);
         if v.holds_consistent() || Instant::now() >= deadline {
             break v;
         }
@@ -183,7 +183,7 @@ pub async fn run(opts: &Options) -> RunReport {
         faults.insert("lease-loss".into(), *n);
     }
     RunReport {
-        seed: plan_seed(&plan),
+        seed: plan.seed,
         scheduled: plan.episodes.len(),
         skipped,
         outcomes,
@@ -192,10 +192,6 @@ pub async fn run(opts: &Options) -> RunReport {
         kills,
         elapsed: started.elapsed(),
     }
-}
-
-fn plan_seed(s: &Schedule) -> u64 {
-    s.seed
 }
 
 /// The objects of `key` as the store holds them now.
@@ -213,7 +209,7 @@ fn plans_key() -> ResKey {
     ResKey::new("snapdrain.io", "disruptionplans")
 }
 
-fn verdict(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Verdict {
+fn judge_now(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Verdict {
     let audit = h.audit();
     let plans = items(h, &plans_key(), None);
     let backups = items(h, &ResKey::new("velero.io", "backups"), Some("velero"));
