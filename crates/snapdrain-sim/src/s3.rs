@@ -1042,3 +1042,45 @@ impl S3 for ObservedFs {
         self.fs.abort_multipart_upload(req).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(method: &str, uri: &str) -> &'static str {
+        let req = http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(())
+            .expect("a request");
+        operation(&req)
+    }
+
+    #[test]
+    fn operations_are_told_apart_by_method_path_and_query() {
+        assert_eq!(op("GET", "/velero/backups/b/b.tar.gz"), "GetObject");
+        assert_eq!(op("HEAD", "/velero/backups/b/b.tar.gz"), "HeadObject");
+        assert_eq!(op("PUT", "/velero/k"), "PutObject");
+        assert_eq!(op("PUT", "/velero/k?partNumber=2&uploadId=x"), "UploadPart");
+        assert_eq!(op("POST", "/velero/k?uploads"), "CreateMultipartUpload");
+        assert_eq!(
+            op("POST", "/velero/k?uploadId=x"),
+            "CompleteMultipartUpload"
+        );
+        assert_eq!(op("DELETE", "/velero/k"), "DeleteObject");
+        assert_eq!(
+            op("GET", "/velero?list-type=2&prefix=backups/"),
+            "ListObjectsV2"
+        );
+        assert_eq!(op("GET", "/velero/?location"), "GetBucketLocation");
+        assert_eq!(op("HEAD", "/velero"), "HeadBucket");
+        assert_eq!(op("GET", "/"), "ListBuckets");
+        let copy = http::Request::builder()
+            .method("PUT")
+            .uri("/velero/k2")
+            .header("x-amz-copy-source", "/velero/k")
+            .body(())
+            .expect("a request");
+        assert_eq!(operation(&copy), "CopyObject");
+    }
+}

@@ -178,7 +178,13 @@ fn status_of(codes: &[(&str, u16)], code: &str) -> Option<u16> {
 }
 
 impl FaultRule {
-    fn matches(&self, verb: &str, resource: &str, body: &[u8], field_manager: Option<&str>) -> bool {
+    fn matches(
+        &self,
+        verb: &str,
+        resource: &str,
+        body: &[u8],
+        field_manager: Option<&str>,
+    ) -> bool {
         let any =
             |v: &Option<String>, actual: &str| v.as_deref().is_none_or(|v| v == "*" || v == actual);
         let in_body = self.body_contains.as_deref().is_none_or(|text| {
@@ -601,12 +607,7 @@ impl Faults {
         short
     }
 
-    fn service(
-        &self,
-        kind: FaultKind,
-        operation: &str,
-        codes: &[(&str, u16)],
-    ) -> ServiceInjection {
+    fn service(&self, kind: FaultKind, operation: &str, codes: &[(&str, u16)]) -> ServiceInjection {
         let mut out = ServiceInjection::default();
         self.each(
             kind,
@@ -741,8 +742,10 @@ mod tests {
     #[test]
     fn a_rule_can_pick_one_field_manager() {
         let f = Faults::default();
-        f.add(rule(serde_json::json!({"verb": "patch", "resource": "leases.coordination.k8s.io",
-            "fieldManager": "kube-lease-manager-replica-a", "errorRate": 1.0, "errorCode": 503})));
+        f.add(rule(
+            serde_json::json!({"verb": "patch", "resource": "leases.coordination.k8s.io",
+            "fieldManager": "kube-lease-manager-replica-a", "errorRate": 1.0, "errorCode": 503}),
+        ));
         let lease = "leases.coordination.k8s.io";
         assert!(
             f.check_request("patch", lease, b"", Some("kube-lease-manager-replica-b"))
@@ -766,7 +769,10 @@ mod tests {
                 .expect_err("invalid")
         };
         let e = bad(serde_json::json!({"kind": "s3", "verb": "get"}));
-        assert!(e.contains("verb does not apply to a rule of kind s3"), "{e}");
+        assert!(
+            e.contains("verb does not apply to a rule of kind s3"),
+            "{e}"
+        );
         assert!(e.contains("operation, code"), "{e}");
         let e = bad(serde_json::json!({"kind": "s3", "errorRate": 1.0, "code": "NoSuchKey"}));
         assert!(e.contains("SlowDown, InternalError"), "{e}");

@@ -116,10 +116,11 @@ pub fn judge(e: &Evidence<'_>) -> Verdict {
     // Safety, against every plan's verified backups.
     let backups: Vec<safety::RecordedBackup> =
         e.plans.iter().flat_map(safety::recorded_backups).collect();
-    v.violations = safety::eviction_violations(&safety::pods_removed(e.audit), e.protected, &backups)
-        .iter()
-        .map(ToString::to_string)
-        .collect();
+    v.violations =
+        safety::eviction_violations(&safety::pods_removed(e.audit), e.protected, &backups)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
     // Terminal plans.
     for p in e.plans {
         let ph = phase(p);
@@ -193,10 +194,7 @@ fn duplicate_instances(instances: &[Launched]) -> Vec<String> {
                 .get("snapdrain.io/replaces")
                 .cloned()
                 .unwrap_or_default();
-            by_node
-                .entry((plan.clone(), node))
-                .or_default()
-                .push(&i.id);
+            by_node.entry((plan.clone(), node)).or_default().push(&i.id);
         }
     }
     by_node
@@ -287,8 +285,7 @@ mod tests {
         if protected {
             p["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet",
                 "name": "pg", "uid": "u", "controller": true}]);
-            p["spec"]["volumes"] =
-                json!([{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{name}")}}]);
+            p["spec"]["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{name}")}}]);
         }
         p
     }
@@ -331,7 +328,10 @@ mod tests {
             json!({DO_NOT_DISRUPT: "true", HELD_MARK: HELD}),
             true,
         )];
-        let nodes = [node("n1", json!({DO_NOT_DISRUPT: "true", HELD_MARK: "do-not-disrupt"}))];
+        let nodes = [node(
+            "n1",
+            json!({DO_NOT_DISRUPT: "true", HELD_MARK: "do-not-disrupt"}),
+        )];
         let plans = [plan("a", "Completed"), plan("b", "Failed")];
         let protected = BTreeMap::new();
         let v = judge(&evidence(&plans, &pods, &nodes, &[], &[], &[], &protected));
@@ -344,7 +344,12 @@ mod tests {
     fn a_running_plan_and_lost_or_orphaned_holds_are_reported() {
         let pods = [
             pod("pg-0", "n1", json!({}), true),
-            pod("web-0", "n1", json!({DO_NOT_DISRUPT: "true", HELD_MARK: HELD}), false),
+            pod(
+                "web-0",
+                "n1",
+                json!({DO_NOT_DISRUPT: "true", HELD_MARK: HELD}),
+                false,
+            ),
             // Released by a plan still running: no hold expected.
             pod("pg-1", "n2", json!({RELEASED_BY: "b"}), true),
             // On a node that is gone: not judged.
@@ -352,7 +357,10 @@ mod tests {
         ];
         let nodes = [
             node("n1", json!({})),
-            node("n2", json!({DO_NOT_DISRUPT: "true", HELD_MARK: "do-not-disrupt"})),
+            node(
+                "n2",
+                json!({DO_NOT_DISRUPT: "true", HELD_MARK: "do-not-disrupt"}),
+            ),
         ];
         let plans = [plan("a", "Completed"), plan("b", "Draining")];
         let protected = BTreeMap::new();
@@ -434,12 +442,16 @@ mod tests {
             "db/pg-0".to_string(),
             BTreeSet::from(["data-pg-0".to_string()]),
         )]);
-        let late = [json!({"metadata": {"name": "a"}, "status": {"phase": "Completed", "backups": [
-            {"name": "b", "namespace": "db", "pvcs": ["data-pg-0"], "verifiedAt": "2025-01-01T00:00:06Z"}]}})];
+        let late = [
+            json!({"metadata": {"name": "a"}, "status": {"phase": "Completed", "backups": [
+            {"name": "b", "namespace": "db", "pvcs": ["data-pg-0"], "verifiedAt": "2025-01-01T00:00:06Z"}]}}),
+        ];
         let v = judge(&evidence(&late, &[], &[], &[], &[], &audit, &protected));
         assert_eq!(v.violations.len(), 1, "{v:?}");
-        let early = [json!({"metadata": {"name": "a"}, "status": {"phase": "Completed", "backups": [
-            {"name": "b", "namespace": "db", "pvcs": ["data-pg-0"], "verifiedAt": "2025-01-01T00:00:04Z"}]}})];
+        let early = [
+            json!({"metadata": {"name": "a"}, "status": {"phase": "Completed", "backups": [
+            {"name": "b", "namespace": "db", "pvcs": ["data-pg-0"], "verifiedAt": "2025-01-01T00:00:04Z"}]}}),
+        ];
         let v = judge(&evidence(&early, &[], &[], &[], &[], &audit, &protected));
         assert!(v.violations.is_empty(), "{v:?}");
     }

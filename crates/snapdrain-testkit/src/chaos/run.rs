@@ -72,7 +72,11 @@ impl RunReport {
 impl std::fmt::Display for RunReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let v = &self.verdict;
-        let faults: Vec<String> = self.faults.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        let faults: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(k, n)| format!("{k}={n}"))
+            .collect();
         writeln!(
             f,
             "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} faults: {} ({:.1}s)",
@@ -261,7 +265,11 @@ fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
                 .and_then(Value::as_array)
                 .is_some_and(|t| !t.is_empty())
     };
-    let zone = |n: &Value| n.pointer("/metadata/labels").and_then(|l| l.get(ZONE)).cloned();
+    let zone = |n: &Value| {
+        n.pointer("/metadata/labels")
+            .and_then(|l| l.get(ZONE))
+            .cloned()
+    };
     let protected = crate::safety::protected_pods(&pods);
     let on_node = |node: &str| {
         pods.iter().any(|p| {

@@ -164,8 +164,10 @@ fn fault(rng: &mut Rng, window: u64) -> Vec<Timed> {
             let (verb, resource) = *rng.pick(API_TARGETS);
             let code = *rng.pick(&[500u16, 503, 429, 409]);
             let rate = *rng.pick(&[0.2, 0.5]);
-            one(rule(json!({"verb": verb, "resource": resource, "errorRate": rate,
-                "errorCode": code, "durationMs": lasting(rng)})))
+            one(rule(
+                json!({"verb": verb, "resource": resource, "errorRate": rate,
+                "errorCode": code, "durationMs": lasting(rng)}),
+            ))
         }
         1 => {
             let (verb, resource) = *rng.pick(API_TARGETS);
@@ -180,15 +182,22 @@ fn fault(rng: &mut Rng, window: u64) -> Vec<Timed> {
             if rng.chance(0.5) {
                 out.push(Timed {
                     at_ms,
-                    fault: rule(json!({"kind": "watch", "resource": resource, "watch": "gone",
-                        "errorRate": 1.0, "times": rng.between(1, 3)})),
+                    fault: rule(
+                        json!({"kind": "watch", "resource": resource, "watch": "gone",
+                        "errorRate": 1.0, "times": rng.between(1, 3)}),
+                    ),
                 });
             }
             out
         }
         3 => {
             let code = *rng.pick(&["SlowDown", "InternalError"]);
-            let operation = *rng.pick(&[None, Some("GetObject"), Some("HeadObject"), Some("PutObject")]);
+            let operation = *rng.pick(&[
+                None,
+                Some("GetObject"),
+                Some("HeadObject"),
+                Some("PutObject"),
+            ]);
             let mut r = json!({"kind": "s3", "code": code, "errorRate": *rng.pick(&[0.3, 0.6]),
                 "durationMs": lasting(rng)});
             if let Some(op) = operation {
@@ -196,8 +205,10 @@ fn fault(rng: &mut Rng, window: u64) -> Vec<Timed> {
             }
             one(rule(r))
         }
-        4 => one(rule(json!({"kind": "s3", "latencyMs": rng.between(100, 600),
-            "durationMs": lasting(rng)}))),
+        4 => one(rule(
+            json!({"kind": "s3", "latencyMs": rng.between(100, 600),
+            "durationMs": lasting(rng)}),
+        )),
         5 => one(rule(
             json!({"kind": "s3", "code": "ServiceUnavailable", "errorRate": 1.0,
                 "durationMs": rng.between(500, 2500)}),
@@ -207,9 +218,11 @@ fn fault(rng: &mut Rng, window: u64) -> Vec<Timed> {
                 one(rule(json!({"kind": "ec2", "code": "RequestLimitExceeded",
                     "errorRate": 0.5, "durationMs": lasting(rng)})))
             } else {
-                one(rule(json!({"kind": "ec2", "code": "InsufficientInstanceCapacity",
+                one(rule(
+                    json!({"kind": "ec2", "code": "InsufficientInstanceCapacity",
                     "operation": *rng.pick(&["RunInstances", "CreateFleet"]),
-                    "errorRate": 1.0, "times": rng.between(1, 2)})))
+                    "errorRate": 1.0, "times": rng.between(1, 2)}),
+                ))
             }
         }
         7 => one(rule(json!({"kind": "velero", "restart": "server"}))),

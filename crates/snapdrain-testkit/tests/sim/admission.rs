@@ -240,9 +240,8 @@ async fn fault_rules_make_the_webhook_down_or_slow() {
         status.message
     );
     assert!(gate.reviews().is_empty(), "the webhook was never reached");
-    sim.faults.set(vec![rule(
-        json!({"kind": "admission", "latencyMs": 400}),
-    )]);
+    sim.faults
+        .set(vec![rule(json!({"kind": "admission", "latencyMs": 400}))]);
     let started = std::time::Instant::now();
     let status = api_error(pods.evict("db-0", &EvictParams::default()).await);
     assert_eq!(status.code, 429, "the gate's own answer, late: {status:?}");

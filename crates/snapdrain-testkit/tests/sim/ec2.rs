@@ -973,8 +973,10 @@ async fn fault_rules_leave_launches_without_capacity_and_throttle_requests() {
         r.validate().unwrap();
         r
     };
-    faults.add(rule(serde_json::json!({"kind": "ec2", "code": "InsufficientInstanceCapacity",
-        "operation": "CreateFleet", "errorRate": 1.0, "times": 1})));
+    faults.add(rule(
+        serde_json::json!({"kind": "ec2", "code": "InsufficientInstanceCapacity",
+        "operation": "CreateFleet", "errorRate": 1.0, "times": 1}),
+    ));
     let err = cloud
         .launch(fleet_request(&sim, "fleet-token-rule-1"))
         .await
@@ -993,8 +995,10 @@ async fn fault_rules_leave_launches_without_capacity_and_throttle_requests() {
         .await
         .expect("capacity is back once the rule is used up");
     let id = launched[0].instance_id.clone();
-    faults.add(rule(serde_json::json!({"kind": "ec2", "code": "RequestLimitExceeded",
-        "operation": "DescribeInstances", "errorRate": 1.0, "times": 20})));
+    faults.add(rule(
+        serde_json::json!({"kind": "ec2", "code": "RequestLimitExceeded",
+        "operation": "DescribeInstances", "errorRate": 1.0, "times": 20}),
+    ));
     let err = cloud.instance_state(&id).await.unwrap_err();
     assert_eq!(err.code(), Some("RequestLimitExceeded"), "{err}");
     assert!(faults.injected()["ec2"] >= 2, "{:?}", faults.injected());

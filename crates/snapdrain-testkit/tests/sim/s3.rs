@@ -450,8 +450,10 @@ async fn fault_rules_fail_operations_with_s3_errors_and_windows_end() {
         r
     };
     // More failures than the SDK's attempts, so the code reaches the caller.
-    faults.add(rule(serde_json::json!({"kind": "s3", "operation": "GetObject",
-        "code": "SlowDown", "errorRate": 1.0, "times": 10})));
+    faults.add(rule(
+        serde_json::json!({"kind": "s3", "operation": "GetObject",
+        "code": "SlowDown", "errorRate": 1.0, "times": 10}),
+    ));
     let err = s3
         .get_object()
         .bucket("velero")

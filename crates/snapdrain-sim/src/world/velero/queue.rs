@@ -241,7 +241,8 @@ fn restart_node_agent(ctx: &WorldContext, config: &VeleroConfig, node: Option<&s
                 .node_agent_labels
                 .iter()
                 .all(|(k, v)| labels.get(k) == Some(v))
-                && node.is_none_or(|n| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(n))
+                && node
+                    .is_none_or(|n| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(n))
         },
         None,
         None,
