@@ -164,7 +164,7 @@ pub async fn run(opts: &Options) -> RunReport {
         tokio::time::sleep_until(t0 + opts.window).await;
         h.cluster.faults.set(Vec::new());
         let outcome = match settle(&h, &node, &before, opts.settle).await {
-            Some((plan, phase)) => format!("{plan} {phase}"),
+            Some((made, phase)) => format!("{made} {phase}"),
             None => "no plan".into(),
         };
         outcomes.push(format!("{} {node} {outcome}", episode.mode.as_str()));

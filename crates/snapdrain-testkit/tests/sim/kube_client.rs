@@ -809,6 +809,11 @@ async fn watch_fault_rules_cut_a_stream_and_a_410_on_resume_makes_the_watcher_re
             .expect("the watcher goes on")
     };
     while !matches!(next().await, Ok(watcher::Event::InitDone)) {}
+    // The watch itself starts once the watcher is polled after its list: an event on it shows it runs.
+    cms.create(&PostParams::default(), &configmap("watched", &[]))
+        .await
+        .unwrap();
+    assert!(matches!(next().await, Ok(watcher::Event::Apply(cm)) if cm.name_any() == "watched"));
     for rule in [
         json!({"kind": "watch", "resource": "configmaps", "watch": "drop", "errorRate": 1.0, "times": 1}),
         json!({"kind": "watch", "resource": "configmaps", "watch": "gone", "errorRate": 1.0, "times": 1}),
@@ -841,7 +846,7 @@ async fn watch_fault_rules_cut_a_stream_and_a_410_on_resume_makes_the_watcher_re
     assert!(gone);
     assert_eq!(
         relisted,
-        BTreeSet::from(["first".to_string(), "second".to_string()])
+        BTreeSet::from(["first", "second", "watched"].map(String::from))
     );
     assert_eq!(cluster.faults.injected()["watch"], 2);
 }
