@@ -5,7 +5,7 @@
 //!   verified backups of every plan (a plan may reuse another's fresh verified backup);
 //! - every plan terminal (Completed, Failed or Aborted);
 //! - no duplicate backup: at most one Velero Backup per plan, namespace and attempt (the labels the
-//!   Backup carries), and no Backup name created twice;
+//!   Backup carries);
 //! - no duplicate instance: at most one instance launched per plan and replaced node (its tags);
 //! - holds consistent: every protected pod on a live node carries `karpenter.sh/do-not-disrupt: "true"`
 //!   and so does its node (none lost: all plans are over, none has them released), and no hold that
@@ -131,7 +131,7 @@ pub fn judge(e: &Evidence<'_>) -> Verdict {
             v.not_terminal.push(format!("{} ({ph})", name(p)));
         }
     }
-    v.duplicate_backups = duplicate_backups(e.backups, e.audit);
+    v.duplicate_backups = duplicate_backups(e.backups);
     v.duplicate_instances = duplicate_instances(e.instances);
     let (lost, orphaned) = holds(e.pods, e.nodes, e.plans);
     v.holds_lost = lost;
@@ -139,8 +139,8 @@ pub fn judge(e: &Evidence<'_>) -> Verdict {
     v
 }
 
-/// Two Backups for one plan attempt in one namespace, or one Backup name created twice.
-fn duplicate_backups(backups: &[Value], audit: &[AuditEntry]) -> Vec<String> {
+/// Two Backups for one plan attempt in one namespace.
+fn duplicate_backups(backups: &[Value]) -> Vec<String> {
     let mut by_attempt: BTreeMap<(String, String, String), Vec<&str>> = BTreeMap::new();
     for b in backups {
         let Some(plan) = annotation(b, PLAN_NAME) else {
@@ -153,7 +153,7 @@ fn duplicate_backups(backups: &[Value], audit: &[AuditEntry]) -> Vec<String> {
         );
         by_attempt.entry(key).or_default().push(name(b));
     }
-    let mut out: Vec<String> = by_attempt
+    by_attempt
         .into_iter()
         .filter(|(_, names)| names.len() > 1)
         .map(|((plan, ns, attempt), names)| {
@@ -163,25 +163,7 @@ fn duplicate_backups(backups: &[Value], audit: &[AuditEntry]) -> Vec<String> {
                 names.join(", ")
             )
         })
-        .collect();
-    let mut created: BTreeMap<String, usize> = BTreeMap::new();
-    for a in audit.iter().filter(|a| {
-        a.source == "api"
-            && a.verb == "create"
-            && a.resource == "backups.velero.io"
-            && a.code == Some(201)
-    }) {
-        *created
-            .entry(a.name.clone().unwrap_or_default())
-            .or_default() += 1;
-    }
-    out.extend(
-        created
-            .into_iter()
-            .filter(|(_, n)| *n > 1)
-            .map(|(name, n)| format!("Backup {name} created {n} times")),
-    );
-    out
+        .collect()
 }
 
 /// More than one instance launched for one plan's replacement of one node.
@@ -376,33 +358,16 @@ mod tests {
     }
 
     #[test]
-    fn two_backups_of_one_attempt_or_a_name_created_twice_are_duplicates() {
+    fn two_backups_of_one_attempt_are_duplicates() {
         let backup = |name: &str, attempt: &str| {
             json!({"metadata": {"name": name,
                 "labels": {ATTEMPT: attempt, BACKUP_NAMESPACE: "db"},
                 "annotations": {PLAN_NAME: "p"}}})
         };
-        let create = |name: &str| AuditEntry {
-            seq: 1,
-            time: "2025-01-01T00:00:00.000Z".into(),
-            source: "api".into(),
-            verb: "create".into(),
-            resource: "backups.velero.io".into(),
-            namespace: Some("velero".into()),
-            name: Some(name.into()),
-            user_agent: None,
-            code: Some(201),
-            detail: Value::Null,
-        };
-        let backups = [backup("p-db-1-x", "1"), backup("p-db-2-y", "2")];
-        let audit = [create("p-db-1-x"), create("p-db-2-y")];
-        assert!(duplicate_backups(&backups, &audit).is_empty());
-        let backups = [backup("p-db-1-x", "1"), backup("p-db-1-z", "1")];
-        let audit = [create("p-db-1-x"), create("p-db-1-x")];
-        let d = duplicate_backups(&backups, &audit);
-        assert_eq!(d.len(), 2, "{d:?}");
+        assert!(duplicate_backups(&[backup("p-db-1-x", "1"), backup("p-db-2-y", "2")]).is_empty());
+        let d = duplicate_backups(&[backup("p-db-1-x", "1"), backup("p-db-1-z", "1")]);
+        assert_eq!(d.len(), 1, "{d:?}");
         assert!(d[0].contains("attempt 1: 2 Backups"));
-        assert!(d[1].contains("created 2 times"));
     }
 
     #[test]

@@ -56,7 +56,10 @@ pub struct RunReport {
     /// `mode node plan phase` per plan started.
     pub outcomes: Vec<String>,
     pub verdict: Verdict,
-    /// Faults injected, by kind (the simulator's count, plus kills and Lease losses).
+    /// Faults scheduled, by kind (a rule counts once, however often it fires).
+    pub scheduled_faults: BTreeMap<String, u64>,
+    /// Faults injected, by kind: what the simulator counted (each failed, delayed or cut request,
+    /// each restart), plus kills and Lease losses.
     pub faults: BTreeMap<String, u64>,
     pub kills: u64,
     pub elapsed: Duration,
@@ -72,14 +75,15 @@ impl RunReport {
 impl std::fmt::Display for RunReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let v = &self.verdict;
-        let faults: Vec<String> = self
-            .faults
-            .iter()
-            .map(|(k, n)| format!("{k}={n}"))
-            .collect();
+        let by_kind = |m: &BTreeMap<String, u64>| {
+            m.iter()
+                .map(|(k, n)| format!("{k}={n}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         writeln!(
             f,
-            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} faults: {} ({:.1}s)",
+            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} faults injected: {} (scheduled: {}) ({:.1}s)",
             self.seed,
             v.plans,
             self.scheduled,
@@ -92,7 +96,8 @@ impl std::fmt::Display for RunReport {
             v.holds_lost.len(),
             v.holds_orphaned.len(),
             self.kills,
-            faults.join(" "),
+            by_kind(&self.faults),
+            by_kind(&self.scheduled_faults),
             self.elapsed.as_secs_f64(),
         )?;
         let lists: [(&str, &[String]); 8] = [
@@ -126,7 +131,15 @@ fn chaos_timings() -> snapdrain_sim::world::Timings {
 pub async fn run(opts: &Options) -> RunReport {
     let started = Instant::now();
     let plan = schedule(opts.seed, opts.plans, opts.window.as_millis() as u64);
-    let h = Harness::start_with(chaos_timings()).await;
+    // The quickstart grown to nine nodes (three per zone) and seven protected pods, so that after the
+    // nodes earlier plans took, a later plan still finds a node whose pods have somewhere to go.
+    let h = Harness::start_scenario_with("quickstart", chaos_timings(), |s| {
+        s.nodes[0].count = Some(9);
+        for set in &mut s.stateful_sets {
+            set.replicas += 1;
+        }
+    })
+    .await;
     let protected = crate::safety::protected_pods(&items(&h, &ResKey::core("pods"), None));
     let mut replicas = Replicas::start(&h, opts).await;
     let mut outcomes = Vec::new();
@@ -192,6 +205,7 @@ pub async fn run(opts: &Options) -> RunReport {
         skipped,
         outcomes,
         verdict,
+        scheduled_faults: counts,
         faults,
         kills,
         elapsed: started.elapsed(),
@@ -412,7 +426,11 @@ async fn settle(
             .find(|(name, _)| !before.contains(name));
         let done = plan
             .as_ref()
-            .is_some_and(|(_, phase)| matches!(phase.as_str(), "Completed" | "Failed" | "Aborted"));
+            .is_some_and(|(_, phase)| {
+                ["Completed", "Failed", "Aborted"]
+                    .iter()
+                    .any(|t| phase.starts_with(t))
+            });
         if done || Instant::now() >= deadline {
             return plan;
         }
@@ -420,17 +438,24 @@ async fn settle(
     }
 }
 
-/// A plan's name and phase.
+/// A plan's name and phase (with its message when it failed).
 fn describe(p: &Value) -> (String, String) {
+    let phase = p
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("Pending");
+    let message = p
+        .pointer("/status/message")
+        .and_then(Value::as_str)
+        .filter(|_| phase == "Failed")
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
     (
         p.pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_string(),
-        p.pointer("/status/phase")
-            .and_then(Value::as_str)
-            .unwrap_or("Pending")
-            .to_string(),
+        format!("{phase}{message}"),
     )
 }
 

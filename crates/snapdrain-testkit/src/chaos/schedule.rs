@@ -119,7 +119,7 @@ const WATCHED: &[&str] = &[
 ];
 
 /// The schedule of `plans` plans for `seed`: the first plans go through every mode once (in an order
-/// the seed picks), later ones any mode; each plan meets two to four faults in the first `window_ms`,
+/// the seed picks), later ones any mode; each plan meets three to five faults in the first `window_ms`,
 /// and maybe a controller kill and a Lease loss.
 pub fn schedule(seed: u64, plans: usize, window_ms: u64) -> Schedule {
     let mut rng = Rng::new(seed);
@@ -129,7 +129,7 @@ pub fn schedule(seed: u64, plans: usize, window_ms: u64) -> Schedule {
     let episodes = (0..plans)
         .map(|i| {
             let mode = modes.get(i).copied().unwrap_or(*rng.pick(&MODES));
-            let mut faults: Vec<Timed> = (0..rng.between(2, 4))
+            let mut faults: Vec<Timed> = (0..rng.between(3, 5))
                 .flat_map(|_| fault(&mut rng, window))
                 .collect();
             if rng.chance(0.5) {
@@ -153,26 +153,26 @@ pub fn schedule(seed: u64, plans: usize, window_ms: u64) -> Schedule {
     Schedule { seed, episodes }
 }
 
-/// One or two timed faults (a 410 needs a dropped watch to resume from).
+/// One or two timed faults (a 410 needs a dropped watch to resume from). Rules hold until the plan's
+/// fault window ends (the run clears them), but for the outage, a window of its own.
 fn fault(rng: &mut Rng, window: u64) -> Vec<Timed> {
     let at_ms = rng.below(window);
-    let lasting = |rng: &mut Rng| rng.between(300, window.saturating_sub(at_ms).max(300));
     let rule = |v: Value| Fault::Rule(v);
     let one = |fault| vec![Timed { at_ms, fault }];
     match rng.below(9) {
         0 => {
             let (verb, resource) = *rng.pick(API_TARGETS);
             let code = *rng.pick(&[500u16, 503, 429, 409]);
-            let rate = *rng.pick(&[0.2, 0.5]);
+            let rate = *rng.pick(&[0.3, 0.6]);
             one(rule(
                 json!({"verb": verb, "resource": resource, "errorRate": rate,
-                "errorCode": code, "durationMs": lasting(rng)}),
+                "errorCode": code}),
             ))
         }
         1 => {
             let (verb, resource) = *rng.pick(API_TARGETS);
             one(rule(json!({"verb": verb, "resource": resource,
-                "latencyMs": rng.between(100, 800), "durationMs": lasting(rng)})))
+                "latencyMs": rng.between(100, 800)})))
         }
         2 => {
             let resource = *rng.pick(WATCHED);
@@ -198,16 +198,14 @@ fn fault(rng: &mut Rng, window: u64) -> Vec<Timed> {
                 Some("HeadObject"),
                 Some("PutObject"),
             ]);
-            let mut r = json!({"kind": "s3", "code": code, "errorRate": *rng.pick(&[0.3, 0.6]),
-                "durationMs": lasting(rng)});
+            let mut r = json!({"kind": "s3", "code": code, "errorRate": *rng.pick(&[0.3, 0.6])});
             if let Some(op) = operation {
                 r["operation"] = json!(op);
             }
             one(rule(r))
         }
         4 => one(rule(
-            json!({"kind": "s3", "latencyMs": rng.between(100, 600),
-            "durationMs": lasting(rng)}),
+            json!({"kind": "s3", "latencyMs": rng.between(100, 600)}),
         )),
         5 => one(rule(
             json!({"kind": "s3", "code": "ServiceUnavailable", "errorRate": 1.0,
@@ -216,7 +214,7 @@ fn fault(rng: &mut Rng, window: u64) -> Vec<Timed> {
         6 => {
             if rng.chance(0.5) {
                 one(rule(json!({"kind": "ec2", "code": "RequestLimitExceeded",
-                    "errorRate": 0.5, "durationMs": lasting(rng)})))
+                    "errorRate": 0.5})))
             } else {
                 one(rule(
                     json!({"kind": "ec2", "code": "InsufficientInstanceCapacity",
@@ -248,7 +246,7 @@ mod tests {
             first.sort();
             assert_eq!(first, MODES.to_vec(), "seed {seed}");
             for e in &s.episodes {
-                assert!(e.faults.len() >= 2, "seed {seed}: {e:?}");
+                assert!(e.faults.len() >= 3, "seed {seed}: {e:?}");
                 assert!(e.faults.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
                 assert!(e.faults.iter().all(|t| t.at_ms < 2000));
             }
