@@ -147,6 +147,10 @@ pub async fn run(opts: &Options) -> RunReport {
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let mut picker = Rng::new(opts.seed ^ 0x5eed);
     for (i, episode) in plan.episodes.iter().enumerate() {
+        // The promise covers pods snapdrain holds or gates: a disruption starts once the hold keeper
+        // has held every protected pod (new ones included: rescheduled by earlier plans), as a
+        // cluster running snapdrain is between disruptions.
+        holds_at_rest(&h, &protected).await;
         let Some(node) = pick_node(&h, episode.mode, &mut picker) else {
             skipped.push(format!(
                 "{}: no node runs protected pods beside an open node of its zone{}",
@@ -184,14 +188,7 @@ pub async fn run(opts: &Options) -> RunReport {
     }
     h.cluster.faults.set(Vec::new());
     // Every plan is over: the holds must come to rest where they belong.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let verdict = loop {
-        let v = judge_now(&h, &protected);
-        if v.holds_consistent() || Instant::now() >= deadline {
-            break v;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let verdict = holds_at_rest(&h, &protected).await;
     let kills = replicas.kills;
     replicas.shutdown().await;
     let mut faults = h.cluster.faults.injected();
@@ -225,6 +222,18 @@ fn items(h: &Harness, key: &ResKey, ns: Option<&str>) -> Vec<Value> {
 
 fn plans_key() -> ResKey {
     ResKey::new("snapdrain.io", "disruptionplans")
+}
+
+/// Waits (up to 30 s) until the holds are where they belong, and returns the verdict then.
+async fn holds_at_rest(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Verdict {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = judge_now(h, protected);
+        if v.holds_consistent() || Instant::now() >= deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn judge_now(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Verdict {
