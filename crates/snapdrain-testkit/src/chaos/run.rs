@@ -283,10 +283,9 @@ fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
         ready
             && n.pointer("/spec/unschedulable") != Some(&json!(true))
             && n.pointer("/metadata/deletionTimestamp").is_none()
-            && !n
-                .pointer("/spec/taints")
+            && n.pointer("/spec/taints")
                 .and_then(Value::as_array)
-                .is_some_and(|t| !t.is_empty())
+                .is_none_or(Vec::is_empty)
     };
     let zone = |n: &Value| {
         n.pointer("/metadata/labels")
@@ -433,13 +432,11 @@ async fn settle(
             })
             .map(describe)
             .find(|(name, _)| !before.contains(name));
-        let done = plan
-            .as_ref()
-            .is_some_and(|(_, phase)| {
-                ["Completed", "Failed", "Aborted"]
-                    .iter()
-                    .any(|t| phase.starts_with(t))
-            });
+        let done = plan.as_ref().is_some_and(|(_, phase)| {
+            ["Completed", "Failed", "Aborted"]
+                .iter()
+                .any(|t| phase.starts_with(t))
+        });
         if done || Instant::now() >= deadline {
             return plan;
         }
