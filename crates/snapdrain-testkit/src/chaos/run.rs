@@ -56,6 +56,8 @@ pub struct RunReport {
     /// `mode node plan phase` per plan started.
     pub outcomes: Vec<String>,
     pub verdict: Verdict,
+    /// For each plan that did not end: its message and the world's last events about its nodes.
+    pub stuck: Vec<String>,
     /// Faults scheduled, by kind (a rule counts once, however often it fires).
     pub scheduled_faults: BTreeMap<String, u64>,
     /// Faults injected, by kind: what the simulator counted (each failed, delayed or cut request,
@@ -100,11 +102,12 @@ impl std::fmt::Display for RunReport {
             by_kind(&self.scheduled_faults),
             self.elapsed.as_secs_f64(),
         )?;
-        let lists: [(&str, &[String]); 8] = [
+        let lists: [(&str, &[String]); 9] = [
             ("plan", &self.outcomes),
             ("skipped", &self.skipped),
             ("VIOLATION", &v.violations),
             ("NOT TERMINAL", &v.not_terminal),
+            ("STUCK", &self.stuck),
             ("DUPLICATE BACKUP", &v.duplicate_backups),
             ("DUPLICATE INSTANCE", &v.duplicate_instances),
             ("HOLD LOST", &v.holds_lost),
@@ -189,6 +192,11 @@ pub async fn run(opts: &Options) -> RunReport {
     h.cluster.faults.set(Vec::new());
     // Every plan is over: the holds must come to rest where they belong.
     let verdict = holds_at_rest(&h, &protected).await;
+    let stuck = verdict
+        .not_terminal
+        .iter()
+        .map(|p| why_stuck(&h, p.split(' ').next().unwrap_or_default()))
+        .collect();
     let kills = replicas.kills;
     replicas.shutdown().await;
     let mut faults = h.cluster.faults.injected();
@@ -202,6 +210,7 @@ pub async fn run(opts: &Options) -> RunReport {
         skipped,
         outcomes,
         verdict,
+        stuck,
         scheduled_faults: counts,
         faults,
         kills,
@@ -222,6 +231,53 @@ fn items(h: &Harness, key: &ResKey, ns: Option<&str>) -> Vec<Value> {
 
 fn plans_key() -> ResKey {
     ResKey::new("snapdrain.io", "disruptionplans")
+}
+
+/// What a plan that did not end says, and what the simulated world last did about its nodes
+/// (Karpenter's launches and disruptions, evictions, instance events).
+fn why_stuck(h: &Harness, plan: &str) -> String {
+    let Some(p) = items(h, &plans_key(), None)
+        .into_iter()
+        .find(|p| p.pointer("/metadata/name").and_then(Value::as_str) == Some(plan))
+    else {
+        return format!("{plan}: gone");
+    };
+    let nodes: Vec<String> = p
+        .pointer("/spec/nodes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect();
+    let events: Vec<String> = h
+        .audit()
+        .iter()
+        .filter(|e| e.source == "world")
+        .filter(|e| {
+            let text = serde_json::to_string(e).unwrap_or_default();
+            nodes.iter().any(|n| text.contains(n.as_str()))
+        })
+        .map(|e| {
+            format!(
+                "{} {} {} {}",
+                e.verb,
+                e.resource,
+                e.name.as_deref().unwrap_or_default(),
+                e.detail
+            )
+        })
+        .collect();
+    let last: Vec<&String> = events.iter().rev().take(6).rev().collect();
+    format!(
+        "{plan}: {}; world: {}",
+        p.pointer("/status/message")
+            .and_then(Value::as_str)
+            .unwrap_or("(no message)"),
+        last.iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    )
 }
 
 /// Waits (up to 30 s) until the holds are where they belong, and returns the verdict then.
