@@ -144,6 +144,17 @@ pub async fn run(opts: &Options) -> RunReport {
     })
     .await;
     let protected = crate::safety::protected_pods(&items(&h, &ResKey::core("pods"), None));
+    // A short release window: a Release plan whose node Karpenter cannot take (its disruption budget
+    // spent on NodeClaims whose failed plans keep their holds) ends within the run, holds restored.
+    let policy: snapdrain::api::DisruptionPolicy = serde_json::from_value(json!({
+        "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPolicy",
+        "metadata": {"name": "default"}, "spec": {"releaseWindow": "20s"}
+    }))
+    .expect("a DisruptionPolicy");
+    kube::Api::<snapdrain::api::DisruptionPolicy>::all(h.client.clone())
+        .create(&kube::api::PostParams::default(), &policy)
+        .await
+        .expect("create the DisruptionPolicy");
     let mut replicas = Replicas::start(&h, opts).await;
     let mut outcomes = Vec::new();
     let mut skipped = Vec::new();
@@ -249,13 +260,32 @@ fn why_stuck(h: &Harness, plan: &str) -> String {
         .flatten()
         .filter_map(|n| n.as_str().map(str::to_string))
         .collect();
+    // Their NodeClaims too: Karpenter's events name the claim.
+    let claims: Vec<String> = items(h, &ResKey::core("nodes"), None)
+        .iter()
+        .filter(|n| {
+            nodes
+                .iter()
+                .any(|x| n.pointer("/metadata/name").and_then(Value::as_str) == Some(x))
+        })
+        .flat_map(|n| {
+            n.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|o| o["name"].as_str().map(str::to_string))
+        .collect();
     let events: Vec<String> = h
         .audit()
         .iter()
         .filter(|e| e.source == "world")
         .filter(|e| {
             let text = serde_json::to_string(e).unwrap_or_default();
-            nodes.iter().any(|n| text.contains(n.as_str()))
+            nodes
+                .iter()
+                .chain(&claims)
+                .any(|n| text.contains(n.as_str()))
         })
         .map(|e| {
             format!(
@@ -267,12 +297,56 @@ fn why_stuck(h: &Harness, plan: &str) -> String {
             )
         })
         .collect();
-    let last: Vec<&String> = events.iter().rev().take(6).rev().collect();
+    let relevant: Vec<&String> = events
+        .iter()
+        .filter(|e| !e.contains("node-agent"))
+        .collect();
+    let last = &relevant[relevant.len().saturating_sub(6)..];
+    let marks = |v: &Value| {
+        let a = v.pointer("/metadata/annotations");
+        [
+            "karpenter.sh/do-not-disrupt",
+            "snapdrain.io/held",
+            "snapdrain.io/released-by",
+        ]
+        .iter()
+        .filter_map(|k| Some(format!("{k}={}", a?.get(*k)?.as_str()?)))
+        .collect::<Vec<_>>()
+        .join(",")
+    };
+    let held: Vec<String> = items(h, &ResKey::core("nodes"), None)
+        .iter()
+        .filter(|n| {
+            nodes
+                .iter()
+                .any(|x| n.pointer("/metadata/name").and_then(Value::as_str) == Some(x))
+        })
+        .map(|n| format!("node [{}]", marks(n)))
+        .chain(
+            items(h, &ResKey::core("pods"), Some("shop"))
+                .iter()
+                .filter(|q| {
+                    nodes
+                        .iter()
+                        .any(|x| q.pointer("/spec/nodeName").and_then(Value::as_str) == Some(x))
+                })
+                .map(|q| {
+                    format!(
+                        "{} [{}]",
+                        q.pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default(),
+                        marks(q)
+                    )
+                }),
+        )
+        .collect();
     format!(
-        "{plan}: {}; world: {}",
+        "{plan}: {}; holds: {}; world: {}",
         p.pointer("/status/message")
             .and_then(Value::as_str)
             .unwrap_or("(no message)"),
+        held.join(" "),
         last.iter()
             .map(|s| s.as_str())
             .collect::<Vec<_>>()
