@@ -3,6 +3,7 @@
 
 mod admission_policies;
 mod caches;
+mod chaos;
 mod controller;
 mod crds;
 mod datapath;

@@ -178,6 +178,7 @@ impl SimCluster {
                 let (ak, sk) = crate::sts::role_credentials(&v.role_arn);
                 s3.grant(&ak, &sk);
             }
+            s3.attach_faults(faults.clone());
             Some(s3)
         } else {
             None
@@ -244,6 +245,7 @@ impl SimCluster {
                     message,
                 }
             })?;
+            ec2_sim.attach_faults(faults.clone());
             // The user data Karpenter (or the EKS node group) launched them with: it names the
             // cluster (karpenter-provider-aws pkg/providers/amifamily/bootstrap/bottlerocket.go).
             let user_data = karpenter_user_data(&cluster_join(&api.url()), &BTreeMap::new(), &[]);

@@ -19,6 +19,8 @@ use thiserror::Error;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
+use crate::apiserver::faults::Faults;
+
 /// Errors starting or driving the S3 simulator.
 #[derive(Debug, Error)]
 pub enum S3SimError {
@@ -155,6 +157,7 @@ struct Inner {
     root: PathBuf,
     config: S3SimConfig,
     outage: Arc<AtomicBool>,
+    faults: FaultHook,
     writes: broadcast::Sender<S3Write>,
     keys: GrantedKeys,
     server: JoinHandle<()>,
@@ -221,10 +224,14 @@ impl S3Sim {
             Some(t) => Some(t.acceptor().map_err(S3SimError::Tls)?),
             None => None,
         };
+        let faults = FaultHook::default();
         let server = tokio::spawn(serve(
             listener,
             service,
-            outage.clone(),
+            Gates {
+                outage: outage.clone(),
+                faults: faults.clone(),
+            },
             Arc::new(region),
             acceptor,
         ));
@@ -234,6 +241,7 @@ impl S3Sim {
                 root,
                 config,
                 outage,
+                faults,
                 writes,
                 keys,
                 server,
@@ -294,6 +302,11 @@ impl S3Sim {
     /// While on, every request is answered with 503 `ServiceUnavailable`.
     pub fn set_outage(&self, on: bool) {
         self.inner.outage.store(on, Ordering::SeqCst);
+    }
+
+    /// Follows the `s3` rules of the simulator's fault rules (`/sim/faults`) from now on.
+    pub fn attach_faults(&self, faults: Arc<Faults>) {
+        let _ = self.inner.faults.set(faults);
     }
 
     /// A client for this server: static credentials, path-style addressing.
@@ -394,10 +407,20 @@ fn valid_bucket_name(name: &str) -> bool {
         && !name.ends_with(['-', '.'])
 }
 
+/// The fault rules, once the cluster attaches them.
+type FaultHook = Arc<std::sync::OnceLock<Arc<Faults>>>;
+
+/// What can make the endpoint fail before a request reaches the store.
+#[derive(Clone)]
+struct Gates {
+    outage: Arc<AtomicBool>,
+    faults: FaultHook,
+}
+
 async fn serve(
     listener: tokio::net::TcpListener,
     service: s3s::service::S3Service,
-    outage: Arc<AtomicBool>,
+    gates: Gates,
     region: Arc<RegionCheck>,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
@@ -411,15 +434,26 @@ async fn serve(
             }
         };
         let service = service.clone();
-        let outage = outage.clone();
+        let gates = gates.clone();
         let region = region.clone();
         let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let service = service.clone();
-            let down = outage.load(Ordering::SeqCst);
+            let down = gates.outage.load(Ordering::SeqCst);
+            let injected = gates
+                .faults
+                .get()
+                .map(|f| f.s3(operation(&req)))
+                .unwrap_or_default();
             let region = region.clone();
             async move {
                 if down {
                     return Ok::<_, s3s::HttpError>(outage_response());
+                }
+                if !injected.delay.is_zero() {
+                    tokio::time::sleep(injected.delay).await;
+                }
+                if let Some((status, code)) = injected.error {
+                    return Ok(injected_error(status, &code));
                 }
                 if let Some(redirect) = region.redirect(&req) {
                     return Ok(redirect);
@@ -571,6 +605,59 @@ fn signing_region<B>(req: &http::Request<B>) -> Option<String> {
             .replace("%2F", "/"),
     };
     scope.split('/').nth(2).map(str::to_string)
+}
+
+/// The S3 operation a request asks for, by method, path and query (S3 API reference): enough to aim a
+/// fault rule at reads, writes or listings.
+fn operation<B>(req: &http::Request<B>) -> &'static str {
+    let path = req.uri().path().trim_start_matches('/');
+    let on_object = path.split_once('/').is_some_and(|(_, key)| !key.is_empty());
+    let query = req.uri().query().unwrap_or("");
+    let has = |p: &str| {
+        query
+            .split('&')
+            .any(|kv| kv == p || kv.starts_with(&format!("{p}=")))
+    };
+    let method = req.method();
+    match (method.as_str(), on_object) {
+        ("GET", true) => "GetObject",
+        ("HEAD", true) => "HeadObject",
+        ("PUT", true) if has("partNumber") => "UploadPart",
+        ("PUT", true) if req.headers().contains_key("x-amz-copy-source") => "CopyObject",
+        ("PUT", true) => "PutObject",
+        ("DELETE", true) => "DeleteObject",
+        ("POST", true) if has("uploads") => "CreateMultipartUpload",
+        ("POST", true) => "CompleteMultipartUpload",
+        ("GET", false) if path.is_empty() => "ListBuckets",
+        ("GET", false) if has("location") => "GetBucketLocation",
+        ("GET", false) if has("list-type") => "ListObjectsV2",
+        ("GET", false) => "ListObjects",
+        ("HEAD", false) => "HeadBucket",
+        ("POST", false) if has("delete") => "DeleteObjects",
+        _ => "Other",
+    }
+}
+
+/// S3's error document for an injected fault (S3 API reference, "Error responses": `<Error>` with
+/// `Code`, `Message` and `RequestId`).
+fn injected_error(status: u16, code: &str) -> s3s::HttpResponse {
+    let message = match code {
+        "SlowDown" => "Please reduce your request rate.",
+        "InternalError" => "We encountered an internal error. Please try again.",
+        _ => "Service is unable to handle request.",
+    };
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message><RequestId>{}</RequestId></Error>",
+        uuid::Uuid::new_v4()
+    );
+    let mut resp = http::Response::new(s3s::Body::from(body));
+    *resp.status_mut() =
+        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/xml"),
+    );
+    resp
 }
 
 fn outage_response() -> s3s::HttpResponse {
@@ -953,5 +1040,47 @@ impl S3 for ObservedFs {
         let mut req = req;
         req.input.key = self.stored(&req.input.bucket, &req.input.key)?;
         self.fs.abort_multipart_upload(req).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(method: &str, uri: &str) -> &'static str {
+        let req = http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(())
+            .expect("a request");
+        operation(&req)
+    }
+
+    #[test]
+    fn operations_are_told_apart_by_method_path_and_query() {
+        assert_eq!(op("GET", "/velero/backups/b/b.tar.gz"), "GetObject");
+        assert_eq!(op("HEAD", "/velero/backups/b/b.tar.gz"), "HeadObject");
+        assert_eq!(op("PUT", "/velero/k"), "PutObject");
+        assert_eq!(op("PUT", "/velero/k?partNumber=2&uploadId=x"), "UploadPart");
+        assert_eq!(op("POST", "/velero/k?uploads"), "CreateMultipartUpload");
+        assert_eq!(
+            op("POST", "/velero/k?uploadId=x"),
+            "CompleteMultipartUpload"
+        );
+        assert_eq!(op("DELETE", "/velero/k"), "DeleteObject");
+        assert_eq!(
+            op("GET", "/velero?list-type=2&prefix=backups/"),
+            "ListObjectsV2"
+        );
+        assert_eq!(op("GET", "/velero/?location"), "GetBucketLocation");
+        assert_eq!(op("HEAD", "/velero"), "HeadBucket");
+        assert_eq!(op("GET", "/"), "ListBuckets");
+        let copy = http::Request::builder()
+            .method("PUT")
+            .uri("/velero/k2")
+            .header("x-amz-copy-source", "/velero/k")
+            .body(())
+            .expect("a request");
+        assert_eq!(operation(&copy), "CopyObject");
     }
 }

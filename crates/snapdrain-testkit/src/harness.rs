@@ -77,6 +77,15 @@ impl Harness {
         name: &str,
         edit: impl FnOnce(&mut snapdrain_sim::scenario::format::Scenario),
     ) -> Self {
+        Self::start_scenario_with(name, fast_timings(), edit).await
+    }
+
+    /// [`Harness::start_scenario`] at `timings`.
+    pub async fn start_scenario_with(
+        name: &str,
+        timings: Timings,
+        edit: impl FnOnce(&mut snapdrain_sim::scenario::format::Scenario),
+    ) -> Self {
         crate::capture_logs();
         let (mut scenario, label) =
             snapdrain_sim::scenario::resolve(name).expect("a built-in scenario");
@@ -86,7 +95,7 @@ impl Harness {
                 scenario: Box::new(scenario),
                 label,
             }),
-            timings: Some(fast_timings()),
+            timings: Some(timings),
             ..Default::default()
         })
         .await

@@ -4,6 +4,7 @@
 //!
 //! Helpers panic with a message on failure: they run inside tests, where a panic is the failure report.
 
+pub mod chaos;
 pub mod eviction;
 pub mod gate;
 pub mod harness;

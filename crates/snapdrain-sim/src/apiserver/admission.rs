@@ -185,10 +185,37 @@ async fn call_webhook(
         .unwrap_or("");
     let outcome = async {
         let endpoint = call::endpoint(&state.store, &client_config).map_err(Err)?;
+        // Fault rules of kind `admission`: a slow webhook takes the call's time, past its timeout the
+        // call fails as kube-apiserver's does; a down one fails as a refused connection.
+        let injected = state.faults.admission(name);
+        let limit = Duration::from_secs(timeout);
+        if !injected.delay.is_zero() {
+            tokio::time::sleep(injected.delay.min(limit)).await;
+            if injected.delay >= limit {
+                return Err(Err(format!(
+                    "Post \"{}?timeout={timeout}s\": context deadline exceeded",
+                    endpoint.url
+                )));
+            }
+        }
+        if injected.down {
+            return Err(Err(format!(
+                "Post \"{}?timeout={timeout}s\": dial tcp: connect: connection refused",
+                endpoint.url
+            )));
+        }
         let answer = state
             .admission
             .clients
-            .post(&endpoint, ca_bundle, Duration::from_secs(timeout), &request)
+            .post(
+                &endpoint,
+                ca_bundle,
+                // What the injected delay left of the call's time.
+                limit
+                    .saturating_sub(injected.delay)
+                    .max(Duration::from_millis(100)),
+                &request,
+            )
             .await
             .map_err(Err)?;
         review::verdict(name, &uid, &answer)

@@ -1,7 +1,9 @@
 //! The `/sim/` control surface on the API server's own port: fault injection and the audit log.
 //!
 //! - `GET /sim/faults`, `PUT /sim/faults` (replace with a JSON list of rules), `POST /sim/faults` (add one
-//!   rule), `DELETE /sim/faults` (clear).
+//!   rule), `DELETE /sim/faults` (clear). Rules are keyed by `kind` (`api` when unset, `watch`, `s3`,
+//!   `ec2`, `admission`, `velero`; see [`super::faults`]). `GET /sim/faults/injected`: how many faults
+//!   were injected so far, by kind.
 //! - `POST /sim/watches/drop`: cut every open watch. `POST /sim/watches/compact`: forget the event
 //!   history so that resuming any earlier resourceVersion gets 410 Gone.
 //! - `GET /sim/audit?since=N`: audit entries after sequence number N, as a JSON array.
@@ -30,9 +32,15 @@ fn parse_rules(body: &Bytes, many: bool) -> Result<Vec<FaultRule>, ApiError> {
     } else {
         serde_json::from_slice::<FaultRule>(body).map(|r| vec![r])
     }
-    .map_err(|e| ApiError::bad_request(format!("fault rule is not valid: {e}; expected e.g. {{\"verb\":\"create\",\"resource\":\"pods/eviction\",\"errorRate\":0.5}}")))?;
-    for r in &rules {
-        r.validate().map_err(ApiError::bad_request)?;
+    .map_err(|e| ApiError::bad_request(format!("fault rule is not valid: {e}; expected e.g. {{\"verb\":\"create\",\"resource\":\"pods/eviction\",\"errorRate\":0.5}} or {{\"kind\":\"s3\",\"operation\":\"GetObject\",\"code\":\"SlowDown\",\"errorRate\":0.5}}")))?;
+    for (i, r) in rules.iter().enumerate() {
+        r.validate().map_err(|e| {
+            ApiError::bad_request(if many {
+                format!("fault rule #{}: {e}", i + 1)
+            } else {
+                format!("fault rule: {e}")
+            })
+        })?;
     }
     Ok(rules)
 }
@@ -46,6 +54,9 @@ pub async fn handle(
 ) -> Response {
     match (method.as_str(), path.trim_end_matches('/')) {
         ("GET", "/sim/faults") => json_response(StatusCode::OK, &json!(state.faults.rules())),
+        ("GET", "/sim/faults/injected") => {
+            json_response(StatusCode::OK, &json!(state.faults.injected()))
+        }
         ("PUT", "/sim/faults") => match parse_rules(body, true) {
             Ok(rules) => {
                 state.faults.set(rules);

@@ -250,7 +250,12 @@ async fn entry(
         .get("user-agent")
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let injection = state.faults.check(verb, &target.resource_name(), &body);
+    let injection = state.faults.check_request(
+        verb,
+        &target.resource_name(),
+        &body,
+        query.get("fieldManager"),
+    );
     if !injection.delay.is_zero() {
         tokio::time::sleep(injection.delay).await;
     }

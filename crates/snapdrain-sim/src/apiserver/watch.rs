@@ -144,9 +144,24 @@ pub fn respond(state: Arc<ApiState>, req: WatchRequest) -> Response {
 
 async fn run(state: Arc<ApiState>, req: WatchRequest, tx: mpsc::Sender<Bytes>) {
     let key = req.target.def.key();
+    let resource = req.target.resource_name();
     let mut epoch = state.store.watch_epoch();
     epoch.mark_unchanged();
-    let start = match state.store.watch(&key, req.from) {
+    let resumed = matches!(req.from, WatchFrom::Rv(rv) if rv > 0);
+    let start = if resumed && state.faults.watch_gone(&resource) {
+        // A fault rule: the resourceVersion counts as older than the watch cache's window.
+        Err(ApiError::gone(format!(
+            "too old resource version: {} ({})",
+            match req.from {
+                WatchFrom::Rv(rv) => rv,
+                _ => 0,
+            },
+            state.store.current_rv()
+        )))
+    } else {
+        state.store.watch(&key, req.from)
+    };
+    let start = match start {
         Ok(s) => s,
         Err(e) => {
             // A compacted resourceVersion is reported inside the stream, not as an HTTP error.
@@ -186,11 +201,14 @@ async fn run(state: Arc<ApiState>, req: WatchRequest, tx: mpsc::Sender<Bytes>) {
             _ = epoch.changed() => return,
             _ = em.tx.closed() => return,
             _ = ticker.tick(), if bookmarks => {
-                if !em.bookmark(false).await { return; }
+                if state.faults.watch_drop(&resource) || !em.bookmark(false).await { return; }
             }
             ev = receiver.recv() => match ev {
                 Ok(ev) => {
                     if ev.rv <= start.rv { continue; }
+                    // A fault rule: the server ends the stream here; the client resumes from the
+                    // last resourceVersion it saw.
+                    if state.faults.watch_drop(&resource) { return; }
                     if !em.event(&ev).await { return; }
                 }
                 // Too slow to keep up: the real server drops such watchers too; the client resumes.

@@ -56,6 +56,9 @@ impl ApiError {
     }
 }
 
+/// EC2's answer when a pool has no capacity (EC2 API reference, "Error codes").
+const INSUFFICIENT_CAPACITY: &str = "InsufficientInstanceCapacity";
+
 fn capacity_message(code: &str, instance_type: &str, zone: &str) -> String {
     match code {
         "InsufficientInstanceCapacity" => format!(
@@ -525,7 +528,10 @@ fn run_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Ap
             Some(m) => m == "spot",
             None => tdata.spot,
         };
-        if let Some(code) = world.fault_for(&instance_type, &subnet.zone) {
+        let injected = shared
+            .capacity_short("RunInstances")
+            .then_some(INSUFFICIENT_CAPACITY);
+        if let Some(code) = world.fault_for(&instance_type, &subnet.zone).or(injected) {
             return Err(ApiError::capacity(code, &instance_type, &subnet.zone));
         }
         let resolved = Resolved {
@@ -811,6 +817,10 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
             }),
         }
 
+        // A fault rule leaves the request without capacity in every pool it names.
+        let injected = shared
+            .capacity_short("CreateFleet")
+            .then_some(INSUFFICIENT_CAPACITY);
         // The first candidate that has capacity takes the whole target.
         for (tid, version, tdata, o) in &candidates {
             let (tid, version) = (tid.clone(), version.clone());
@@ -831,7 +841,7 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
                     .get("ImageId")
                     .map(str::to_string)
                     .or(tdata.image_id.clone());
-                if let Some(code) = world.fault_for(&instance_type, &subnet.zone) {
+                if let Some(code) = world.fault_for(&instance_type, &subnet.zone).or(injected) {
                     errors.push(FleetError {
                         template_id: tid.clone(),
                         template_version: version.clone(),

@@ -282,9 +282,16 @@ pub(crate) struct Shared {
     world: Mutex<World>,
     events: broadcast::Sender<InstanceEvent>,
     outage: AtomicBool,
+    /// The simulator's fault rules (`ec2` kind), once the cluster attaches them.
+    faults: std::sync::OnceLock<Arc<crate::apiserver::faults::Faults>>,
 }
 
 impl Shared {
+    /// Whether a fault rule leaves the launch `action` without capacity now.
+    fn capacity_short(&self, action: &str) -> bool {
+        self.faults.get().is_some_and(|f| f.ec2_capacity(action))
+    }
+
     fn world(&self) -> MutexGuard<'_, World> {
         // A panic while holding the lock leaves plain data behind, still usable by a simulator.
         self.world.lock().unwrap_or_else(|e| e.into_inner())
@@ -561,6 +568,7 @@ impl Ec2Sim {
             config,
             events,
             outage: AtomicBool::new(false),
+            faults: std::sync::OnceLock::new(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -638,6 +646,11 @@ impl Ec2Sim {
 
     pub fn clear_faults(&self) {
         self.handle.shared.world().faults.clear();
+    }
+
+    /// Follows the `ec2` rules of the simulator's fault rules (`/sim/faults`) from now on.
+    pub fn attach_faults(&self, faults: Arc<crate::apiserver::faults::Faults>) {
+        let _ = self.handle.shared.faults.set(faults);
     }
 
     /// While on, every request gets 503 `ServiceUnavailable`.

@@ -42,6 +42,19 @@ async fn handle(State(shared): State<Arc<Shared>>, uri: Uri, body: Bytes) -> Res
         raw.extend_from_slice(q.as_bytes());
     }
     let params = Params::parse(&raw);
+    let injected = shared
+        .faults
+        .get()
+        .map(|f| f.ec2(params.get("Action").unwrap_or_default()))
+        .unwrap_or_default();
+    if !injected.delay.is_zero() {
+        tokio::time::sleep(injected.delay).await;
+    }
+    if let Some((status, code)) = injected.error {
+        // EC2's answer to a request over the account's rate (EC2 API reference, "Request throttling").
+        let message = "Request limit exceeded.";
+        return error_response(&ApiError::new(status, &code, message), &request_id);
+    }
     if params.get("Action").is_some_and(autoscaling::handles) {
         return match autoscaling::dispatch(&shared, &params, &request_id) {
             Ok(doc) => (StatusCode::OK, [(header::CONTENT_TYPE, "text/xml")], doc).into_response(),

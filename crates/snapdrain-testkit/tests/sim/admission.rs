@@ -210,3 +210,42 @@ async fn dry_run_reaches_only_side_effect_free_webhooks() {
     );
     assert_eq!(gate.reviews().len(), 1);
 }
+
+/// The `admission` kind of the simulator's fault rules: a down webhook fails the call as a refused
+/// connection would (and `failurePolicy: Fail` refuses the eviction with 500), a slow one delays the
+/// answer it still gives.
+#[tokio::test]
+async fn fault_rules_make_the_webhook_down_or_slow() {
+    let (sim, client) = setup().await;
+    let pki = pki(&["gate.snapdrain.svc"]);
+    let gate = Gate::default();
+    gate.deny.store(true, Ordering::SeqCst);
+    let addr = serve(gate.clone(), &pki).await;
+    service(&client, addr).await;
+    configure(&client, by_service(), "Fail", &pki.ca_pem).await;
+    let rule = |v: Value| {
+        let r: snapdrain_sim::apiserver::faults::FaultRule = serde_json::from_value(v).unwrap();
+        r.validate().unwrap();
+        r
+    };
+    sim.faults.add(rule(
+        json!({"kind": "admission", "webhook": HOOK, "errorRate": 1.0, "times": 1}),
+    ));
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
+    let status = api_error(pods.evict("db-0", &EvictParams::default()).await);
+    assert_eq!(status.code, 500, "{status:?}");
+    assert!(
+        status.message.contains("connection refused"),
+        "{}",
+        status.message
+    );
+    assert!(gate.reviews().is_empty(), "the webhook was never reached");
+    sim.faults
+        .set(vec![rule(json!({"kind": "admission", "latencyMs": 400}))]);
+    let started = std::time::Instant::now();
+    let status = api_error(pods.evict("db-0", &EvictParams::default()).await);
+    assert_eq!(status.code, 429, "the gate's own answer, late: {status:?}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(400));
+    assert_eq!(gate.reviews().len(), 1);
+    assert!(!terminating(get_pod(&client, "shop", "db-0").await));
+}

@@ -957,3 +957,49 @@ async fn describe_instance_attribute_returns_the_user_data_base64() {
         .unwrap_err();
     assert_eq!(e.code(), Some("InvalidParameterValue"));
 }
+
+/// The `ec2` kind of the simulator's fault rules: `InsufficientInstanceCapacity` leaves a CreateFleet
+/// without capacity in every pool it names (reported in the fleet's `Errors`, as EC2 does for an
+/// instant fleet) and `RequestLimitExceeded` throttles any action in EC2's error shape, which the SDK
+/// reads as its code; each ends with its `times`.
+#[tokio::test]
+async fn fault_rules_leave_launches_without_capacity_and_throttle_requests() {
+    use snapdrain_sim::apiserver::faults::{FaultRule, Faults};
+    let (sim, cloud) = start().await;
+    let faults = std::sync::Arc::new(Faults::default());
+    sim.attach_faults(faults.clone());
+    let rule = |v: serde_json::Value| {
+        let r: FaultRule = serde_json::from_value(v).unwrap();
+        r.validate().unwrap();
+        r
+    };
+    faults.add(rule(
+        serde_json::json!({"kind": "ec2", "code": "InsufficientInstanceCapacity",
+        "operation": "CreateFleet", "errorRate": 1.0, "times": 1}),
+    ));
+    let err = cloud
+        .launch(fleet_request(&sim, "fleet-token-rule-1"))
+        .await
+        .unwrap_err();
+    let CloudError::NoCapacity { failures } = &err else {
+        panic!("expected NoCapacity, got {err}");
+    };
+    assert!(
+        failures
+            .iter()
+            .all(|f| f.code == "InsufficientInstanceCapacity"),
+        "{failures:?}"
+    );
+    let launched = cloud
+        .launch(fleet_request(&sim, "fleet-token-rule-2"))
+        .await
+        .expect("capacity is back once the rule is used up");
+    let id = launched[0].instance_id.clone();
+    faults.add(rule(
+        serde_json::json!({"kind": "ec2", "code": "RequestLimitExceeded",
+        "operation": "DescribeInstances", "errorRate": 1.0, "times": 20}),
+    ));
+    let err = cloud.instance_state(&id).await.unwrap_err();
+    assert_eq!(err.code(), Some("RequestLimitExceeded"), "{err}");
+    assert!(faults.injected()["ec2"] >= 2, "{:?}", faults.injected());
+}

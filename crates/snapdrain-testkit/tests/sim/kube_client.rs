@@ -833,3 +833,119 @@ async fn bad_input_gets_status_errors_not_hangs() {
     let version = http.get(url("/version")).send().await.unwrap();
     assert!(version.status().is_success());
 }
+
+/// The `watch` kind of the fault rules: `drop` ends a watch stream before its next event and `gone`
+/// answers the resumed watch with an ERROR event carrying a 410 Status (kube-apiserver's watch cache,
+/// "too old resource version"); kube-runtime's watcher then lists again (`watcher.rs`: "HTTP GONE, means
+/// we have desynced"), and the change the dropped stream never delivered arrives with that list.
+#[tokio::test]
+async fn watch_fault_rules_cut_a_stream_and_a_410_on_resume_makes_the_watcher_relist() {
+    let cluster = start_cluster().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client(&cluster), "default");
+    cms.create(&PostParams::default(), &configmap("first", &[]))
+        .await
+        .unwrap();
+    let stream = watcher(cms.clone(), watcher::Config::default());
+    let mut stream = std::pin::pin!(stream);
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(20), stream.next())
+            .await
+            .expect("a watcher event within 20 s")
+            .expect("the watcher goes on")
+    };
+    while !matches!(next().await, Ok(watcher::Event::InitDone)) {}
+    // The watch itself starts once the watcher is polled after its list: an event on it shows it runs.
+    cms.create(&PostParams::default(), &configmap("watched", &[]))
+        .await
+        .unwrap();
+    assert!(matches!(next().await, Ok(watcher::Event::Apply(cm)) if cm.name_any() == "watched"));
+    for rule in [
+        json!({"kind": "watch", "resource": "configmaps", "watch": "drop", "errorRate": 1.0, "times": 1}),
+        json!({"kind": "watch", "resource": "configmaps", "watch": "gone", "errorRate": 1.0, "times": 1}),
+    ] {
+        let r = raw_client()
+            .post(format!("{}/sim/faults", cluster.url()))
+            .json(&rule)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    }
+    cms.create(&PostParams::default(), &configmap("second", &[]))
+        .await
+        .unwrap();
+    let mut gone = false;
+    let mut relisted = BTreeSet::new();
+    loop {
+        match next().await {
+            Err(kube::runtime::watcher::Error::WatchError(s)) if s.code == 410 => gone = true,
+            Ok(watcher::Event::Init) => assert!(gone, "a re-list comes after the 410"),
+            Ok(watcher::Event::InitApply(cm)) => {
+                relisted.insert(cm.name_any());
+            }
+            Ok(watcher::Event::InitDone) => break,
+            Ok(watcher::Event::Apply(cm)) => panic!("{} came on the cut stream", cm.name_any()),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(gone);
+    assert_eq!(
+        relisted,
+        BTreeSet::from(["first", "second", "watched"].map(String::from))
+    );
+    assert_eq!(cluster.faults.injected()["watch"], 2);
+}
+
+/// An invalid rule is refused with 400 and what its kind takes; a list names the rule at fault.
+#[tokio::test]
+async fn fault_rules_are_validated_by_kind() {
+    let cluster = start_cluster().await;
+    let http = raw_client();
+    let url = format!("{}/sim/faults", cluster.url());
+    let r = http
+        .post(&url)
+        .json(&json!({"kind": "s3", "verb": "get"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("verb does not apply to a rule of kind s3 (it takes operation, code)"),
+        "{message}"
+    );
+    let r = http
+        .put(&url)
+        .json(&json!([{"verb": "get", "errorRate": 0.1}, {"kind": "ec2", "code": "Nope"}]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("fault rule #2: code \"Nope\""),
+        "{body}"
+    );
+    let r = http
+        .post(&url)
+        .json(&json!({"kind": "ec2", "code": "RequestLimitExceeded", "errorRate": 0.5, "durationMs": 60000}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success());
+    let rules: Value = http.get(&url).send().await.unwrap().json().await.unwrap();
+    assert_eq!(rules[0]["kind"], "ec2", "{rules}");
+    let injected: Value = http
+        .get(format!("{url}/injected"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(injected, json!({}));
+}

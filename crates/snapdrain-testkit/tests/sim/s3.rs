@@ -426,3 +426,67 @@ async fn tls_with_a_private_ca() {
         .await
         .unwrap();
 }
+
+/// The `s3` kind of the simulator's fault rules, through the real SDK: an error by operation in S3's
+/// own shape (`SlowDown`, 503; the SDK reads the code from the XML `<Error>`), latency, and an outage
+/// window that ends by itself.
+#[tokio::test]
+async fn fault_rules_fail_operations_with_s3_errors_and_windows_end() {
+    use snapdrain_sim::apiserver::faults::{FaultRule, Faults};
+    let sim = start().await;
+    let faults = std::sync::Arc::new(Faults::default());
+    sim.attach_faults(faults.clone());
+    let s3 = sim.client();
+    s3.put_object()
+        .bucket("velero")
+        .key("backups/b9/b9.tar.gz")
+        .body(vec![1u8; 8].into())
+        .send()
+        .await
+        .unwrap();
+    let rule = |v: serde_json::Value| {
+        let r: FaultRule = serde_json::from_value(v).unwrap();
+        r.validate().unwrap();
+        r
+    };
+    // More failures than the SDK's attempts, so the code reaches the caller.
+    faults.add(rule(
+        serde_json::json!({"kind": "s3", "operation": "GetObject",
+        "code": "SlowDown", "errorRate": 1.0, "times": 10}),
+    ));
+    let err = s3
+        .get_object()
+        .bucket("velero")
+        .key("backups/b9/b9.tar.gz")
+        .send()
+        .await
+        .expect_err("GetObject is refused");
+    let code = aws_sdk_s3::error::ProvideErrorMetadata::code(&err).map(str::to_string);
+    assert_eq!(code.as_deref(), Some("SlowDown"), "{err:?}");
+    s3.head_object()
+        .bucket("velero")
+        .key("backups/b9/b9.tar.gz")
+        .send()
+        .await
+        .expect("other operations are untouched");
+    faults.set(vec![rule(serde_json::json!({"kind": "s3",
+        "code": "ServiceUnavailable", "errorRate": 1.0, "durationMs": 5000}))]);
+    let err = s3
+        .list_objects_v2()
+        .bucket("velero")
+        .send()
+        .await
+        .expect_err("the outage window is open");
+    let code = aws_sdk_s3::error::ProvideErrorMetadata::code(&err).map(str::to_string);
+    assert_eq!(code.as_deref(), Some("ServiceUnavailable"), "{err:?}");
+    snapdrain_testkit::eventually("the outage window closes", || async {
+        s3.list_objects_v2()
+            .bucket("velero")
+            .send()
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    assert!(faults.injected()["s3"] >= 2, "{:?}", faults.injected());
+}

@@ -776,6 +776,80 @@ async fn covered_pod_or_node_agent_leaving_mid_backup_fails_it() {
     assert!(message("pg-1").contains("node-agent on node node-b"));
 }
 
+/// Adds a fault rule through the simulator's control surface.
+async fn post_fault(env: &Env, rule: Value) {
+    let r = snapdrain_testkit::raw_client()
+        .post(format!("{}/sim/faults", env.cluster.url()))
+        .json(&rule)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+}
+
+/// `{"kind": "velero", "restart": "server"}` restarts the server as `restart()` does: the InProgress
+/// backup fails with Velero's own reason (velero `pkg/cmd/server/server.go`); the rule is not kept.
+#[tokio::test]
+async fn a_velero_fault_rule_restarts_the_server() {
+    let timings = Timings {
+        backup_overhead: Duration::from_secs(30),
+        ..Timings::default()
+    };
+    let env = Env::start(timings, 1).await;
+    env.replica(0, "node-a", "1Gi");
+    env.create_backup("r2", fs_spec()).await;
+    env.wait_phase("r2", &["InProgress"]).await;
+    post_fault(&env, json!({"kind": "velero", "restart": "server"})).await;
+    let r2 = env.wait_phase("r2", &["Failed", "Completed"]).await;
+    assert_eq!(r2["status"]["phase"], "Failed");
+    assert_eq!(r2["status"]["failureReason"], RESTART_FAILURE);
+    assert!(env.cluster.faults.rules().is_empty());
+}
+
+/// `{"kind": "velero", "restart": "node-agent", "node": ...}` deletes that node's node-agent pod: the
+/// volume uploading there fails as a node-agent restart fails its InProgress PodVolumeBackups (velero
+/// `pkg/cmd/cli/nodeagent/server.go`), the other node's volume is untouched.
+#[tokio::test]
+async fn a_velero_fault_rule_restarts_one_node_agent() {
+    let timings = Timings {
+        backup_overhead: Duration::from_millis(1500),
+        ..Timings::default()
+    };
+    let env = Env::start(timings, 1).await;
+    env.replica(0, "node-a", "1Gi");
+    env.replica(1, "node-b", "1Gi");
+    env.create_backup("d3", fs_spec()).await;
+    env.wait_phase("d3", &["InProgress"]).await;
+    post_fault(
+        &env,
+        json!({"kind": "velero", "restart": "node-agent", "node": "node-b"}),
+    )
+    .await;
+    let d3 = env
+        .wait_phase("d3", &["Completed", "PartiallyFailed", "Failed"])
+        .await;
+    assert_eq!(d3["status"]["phase"], "PartiallyFailed");
+    assert_eq!(d3["status"]["errors"], 1);
+    let (pvbs, _) = env
+        .ctx
+        .store
+        .snapshot(&ResKey::new("velero.io", "podvolumebackups"));
+    let on = |pod: &str| {
+        pvbs.iter()
+            .find(|p| p["spec"]["pod"]["name"] == pod)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(on("pg-0")["status"]["phase"], "Completed");
+    assert_eq!(on("pg-1")["status"]["phase"], "Failed");
+    assert!(
+        on("pg-1")["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("node-agent on node node-b")
+    );
+}
+
 #[tokio::test]
 async fn missing_node_agent_fails_the_volume() {
     let env = Env::start(Timings::default(), 1).await;

@@ -20,6 +20,7 @@ use super::{
     INTERNAL, RESTART_FAILURE, VeleroConfig, VeleroHandle, audit_phase, backups_key, bsl_key,
     dbr_key, deletion, gc, rfc3339, run as runner, write_backup,
 };
+use crate::apiserver::faults::{VeleroComponent, VeleroRestart};
 use crate::apiserver::meta::meta_str;
 use crate::apiserver::resources::ResKey;
 use crate::world::WorldContext;
@@ -102,6 +103,7 @@ fn follow_server(
 pub async fn run(ctx: Arc<WorldContext>, config: VeleroConfig, handle: VeleroHandle) {
     let config = Arc::new(config);
     let mut restarts = handle.restart_signal();
+    let mut fault_restarts = ctx.faults.subscribe_restarts();
     let (_, mut events) = ctx.store.subscribe(&backups_key());
     let (_, mut dbr_events) = ctx.store.subscribe(&dbr_key());
     let mut deletions: Option<JoinHandle<()>> = None;
@@ -123,6 +125,15 @@ pub async fn run(ctx: Arc<WorldContext>, config: VeleroConfig, handle: VeleroHan
                 }
                 server_start(&ctx, &config, &handle, &mut running);
             }
+            restart = fault_restarts.recv() => match restart {
+                Ok(VeleroRestart { component: VeleroComponent::Server, .. }) => handle.restart(),
+                Ok(VeleroRestart { component: VeleroComponent::NodeAgent, node }) => {
+                    restart_node_agent(&ctx, &config, node.as_deref());
+                }
+                Err(RecvError::Lagged(_)) => {}
+                // The context holds the sender: closed only once the cluster is gone.
+                Err(RecvError::Closed) => return,
+            },
             ev = events.recv() => match ev {
                 Ok(_) | Err(RecvError::Lagged(_)) => {}
                 Err(RecvError::Closed) => return,
@@ -323,6 +334,46 @@ fn start(
 
 /// What a freshly started Velero server does with backups left mid-flight: InProgress ones are
 /// marked Failed; Finalizing ones are finished by the finalizer controller.
+/// A node-agent restart: its pods (on `node`, or everywhere) are deleted and their DaemonSet brings
+/// them back. A volume upload running there fails: the new node-agent marks its InProgress
+/// PodVolumeBackups Failed (velero `pkg/cmd/cli/nodeagent/server.go` `markInProgressPVBsFailed`), which
+/// the running backup sees as its node-agent gone (`run::disrupted`).
+fn restart_node_agent(ctx: &WorldContext, config: &VeleroConfig, node: Option<&str>) {
+    let ns = config.namespace.as_str();
+    let page = ctx.store.list(
+        &crate::apiserver::resources::ResKey::core("pods"),
+        Some(ns),
+        &|p| {
+            let labels = super::scope::labels_of(p);
+            config
+                .node_agent_labels
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v))
+                && node
+                    .is_none_or(|n| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(n))
+        },
+        None,
+        None,
+    );
+    for p in page.items {
+        let name = meta_str(&p, "name").unwrap_or("").to_string();
+        ctx.audit.world(
+            "restart",
+            "pods",
+            Some(ns),
+            Some(&name),
+            json!({"component": "node-agent"}),
+        );
+        // Already going is as good as deleted.
+        let _ = ctx.store.delete(
+            &crate::apiserver::resources::ResKey::core("pods"),
+            Some(ns),
+            &name,
+            &crate::apiserver::store::DeleteOptions::default(),
+        );
+    }
+}
+
 fn server_start(
     ctx: &Arc<WorldContext>,
     config: &Arc<VeleroConfig>,

@@ -1,0 +1,423 @@
+//! The judge of a chaos run (pure): from what the simulator recorded and holds at the end, never from
+//! snapdrain's own decisions. It states each rule itself:
+//!
+//! - safety: the oracle ([`crate::safety`]) over every pod that left through the API, against the
+//!   verified backups of every plan (a plan may reuse another's fresh verified backup);
+//! - every plan terminal (Completed, Failed or Aborted);
+//! - no duplicate backup: at most one Velero Backup per plan, namespace and attempt (the labels the
+//!   Backup carries);
+//! - no duplicate instance: at most one instance launched per plan and replaced node (its tags);
+//! - holds consistent: every protected pod on a live node carries `karpenter.sh/do-not-disrupt: "true"`
+//!   and so does its node (none lost: all plans are over, none has them released), and no hold that
+//!   `snapdrain.io/held` marks as snapdrain's sits on a pod nothing protects or on a node without a
+//!   protected pod (none orphaned).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+use snapdrain_sim::apiserver::audit::AuditEntry;
+
+use crate::safety;
+
+const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+const HELD_MARK: &str = "snapdrain.io/held";
+const RELEASED_BY: &str = "snapdrain.io/released-by";
+const PLAN_NAME: &str = "snapdrain.io/plan-name";
+const ATTEMPT: &str = "snapdrain.io/attempt";
+const BACKUP_NAMESPACE: &str = "snapdrain.io/namespace";
+const TERMINAL: &[&str] = &["Completed", "Failed", "Aborted"];
+
+/// An instance as EC2 knows it: its id and tags.
+#[derive(Clone, Debug)]
+pub struct Launched {
+    pub id: String,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// What a run left behind.
+pub struct Evidence<'a> {
+    pub audit: &'a [AuditEntry],
+    /// Protected pods (`ns/name` → claims), by the oracle's rule, taken before any disruption.
+    pub protected: &'a BTreeMap<String, BTreeSet<String>>,
+    pub plans: &'a [Value],
+    pub backups: &'a [Value],
+    pub instances: &'a [Launched],
+    /// The pods and nodes at the end.
+    pub pods: &'a [Value],
+    pub nodes: &'a [Value],
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Verdict {
+    pub violations: Vec<String>,
+    pub plans: usize,
+    pub terminal: usize,
+    pub completed: usize,
+    /// `name (phase)` of plans that are not terminal.
+    pub not_terminal: Vec<String>,
+    pub duplicate_backups: Vec<String>,
+    pub duplicate_instances: Vec<String>,
+    pub holds_lost: Vec<String>,
+    pub holds_orphaned: Vec<String>,
+}
+
+impl Verdict {
+    /// The figures a chaos run must have: no violation, every plan terminal, no duplicate.
+    pub fn clean(&self) -> bool {
+        self.violations.is_empty()
+            && self.not_terminal.is_empty()
+            && self.duplicate_backups.is_empty()
+            && self.duplicate_instances.is_empty()
+    }
+
+    /// Whether the holds are where they belong (judged once every plan is over).
+    pub fn holds_consistent(&self) -> bool {
+        self.holds_lost.is_empty() && self.holds_orphaned.is_empty()
+    }
+
+    pub fn terminal_percent(&self) -> f64 {
+        if self.plans == 0 {
+            100.0
+        } else {
+            self.terminal as f64 * 100.0 / self.plans as f64
+        }
+    }
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.pointer(pointer).and_then(Value::as_str)
+}
+
+fn annotation<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.pointer("/metadata/annotations")
+        .and_then(|a| a.get(key))
+        .and_then(Value::as_str)
+}
+
+fn label<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.pointer("/metadata/labels")
+        .and_then(|a| a.get(key))
+        .and_then(Value::as_str)
+}
+
+fn name(v: &Value) -> &str {
+    str_at(v, "/metadata/name").unwrap_or_default()
+}
+
+fn phase(plan: &Value) -> &str {
+    str_at(plan, "/status/phase").unwrap_or("Pending")
+}
+
+pub fn judge(e: &Evidence<'_>) -> Verdict {
+    let mut v = Verdict {
+        plans: e.plans.len(),
+        ..Verdict::default()
+    };
+    // Safety, against every plan's verified backups.
+    let backups: Vec<safety::RecordedBackup> =
+        e.plans.iter().flat_map(safety::recorded_backups).collect();
+    v.violations =
+        safety::eviction_violations(&safety::pods_removed(e.audit), e.protected, &backups)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+    // Terminal plans.
+    for p in e.plans {
+        let ph = phase(p);
+        if TERMINAL.contains(&ph) {
+            v.terminal += 1;
+            v.completed += usize::from(ph == "Completed");
+        } else {
+            v.not_terminal.push(format!("{} ({ph})", name(p)));
+        }
+    }
+    v.duplicate_backups = duplicate_backups(e.backups);
+    v.duplicate_instances = duplicate_instances(e.instances);
+    let (lost, orphaned) = holds(e.pods, e.nodes, e.plans);
+    v.holds_lost = lost;
+    v.holds_orphaned = orphaned;
+    v
+}
+
+/// Two Backups for one plan attempt in one namespace.
+fn duplicate_backups(backups: &[Value]) -> Vec<String> {
+    let mut by_attempt: BTreeMap<(String, String, String), Vec<&str>> = BTreeMap::new();
+    for b in backups {
+        let Some(plan) = annotation(b, PLAN_NAME) else {
+            continue;
+        };
+        let key = (
+            plan.to_string(),
+            label(b, BACKUP_NAMESPACE).unwrap_or_default().to_string(),
+            label(b, ATTEMPT).unwrap_or_default().to_string(),
+        );
+        by_attempt.entry(key).or_default().push(name(b));
+    }
+    by_attempt
+        .into_iter()
+        .filter(|(_, names)| names.len() > 1)
+        .map(|((plan, ns, attempt), names)| {
+            format!(
+                "plan {plan} namespace {ns} attempt {attempt}: {} Backups ({})",
+                names.len(),
+                names.join(", ")
+            )
+        })
+        .collect()
+}
+
+/// More than one instance launched for one plan's replacement of one node.
+fn duplicate_instances(instances: &[Launched]) -> Vec<String> {
+    let mut by_node: BTreeMap<(String, String), Vec<&str>> = BTreeMap::new();
+    for i in instances {
+        if let Some(plan) = i.tags.get("snapdrain.io/plan") {
+            let node = i
+                .tags
+                .get("snapdrain.io/replaces")
+                .cloned()
+                .unwrap_or_default();
+            by_node.entry((plan.clone(), node)).or_default().push(&i.id);
+        }
+    }
+    by_node
+        .into_iter()
+        .filter(|(_, ids)| ids.len() > 1)
+        .map(|((plan, node), ids)| {
+            format!(
+                "plan {plan} launched {} instances to replace {node}: {}",
+                ids.len(),
+                ids.join(", ")
+            )
+        })
+        .collect()
+}
+
+/// (lost, orphaned) holds on pods and nodes.
+fn holds(pods: &[Value], nodes: &[Value], plans: &[Value]) -> (Vec<String>, Vec<String>) {
+    let live_nodes: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| n.pointer("/metadata/deletionTimestamp").is_none())
+        .map(name)
+        .collect();
+    let running_plans: BTreeSet<&str> = plans
+        .iter()
+        .filter(|p| !TERMINAL.contains(&phase(p)))
+        .map(name)
+        .collect();
+    let mut lost = Vec::new();
+    let mut orphaned = Vec::new();
+    let mut nodes_needing: BTreeSet<&str> = BTreeSet::new();
+    for p in pods {
+        let id = format!(
+            "pod {}/{}",
+            str_at(p, "/metadata/namespace").unwrap_or_default(),
+            name(p)
+        );
+        let protected = !safety::protected_pods(std::slice::from_ref(p)).is_empty();
+        let node = str_at(p, "/spec/nodeName").unwrap_or_default();
+        let alive = p.pointer("/metadata/deletionTimestamp").is_none()
+            && live_nodes.contains(node)
+            && !matches!(
+                str_at(p, "/status/phase"),
+                Some("Succeeded") | Some("Failed")
+            );
+        let held = annotation(p, DO_NOT_DISRUPT) == Some("true");
+        let released = annotation(p, RELEASED_BY).is_some_and(|plan| running_plans.contains(plan));
+        if protected && alive && !released {
+            nodes_needing.insert(node);
+            if !held {
+                lost.push(format!("{id} on {node} has no do-not-disrupt hold"));
+            }
+        }
+        if !protected && annotation(p, HELD_MARK).is_some_and(|m| !m.is_empty()) {
+            orphaned.push(format!(
+                "{id} carries snapdrain's hold but nothing protects it"
+            ));
+        }
+    }
+    for n in nodes
+        .iter()
+        .filter(|n| n.pointer("/metadata/deletionTimestamp").is_none())
+    {
+        let node = name(n);
+        let held = annotation(n, DO_NOT_DISRUPT) == Some("true");
+        let ours = annotation(n, HELD_MARK).is_some_and(|m| !m.is_empty());
+        if nodes_needing.contains(node) && !held {
+            lost.push(format!(
+                "node {node} runs held protected pods but has no do-not-disrupt hold"
+            ));
+        }
+        if ours && !nodes_needing.contains(node) {
+            orphaned.push(format!(
+                "node {node} carries snapdrain's hold but runs no protected pod"
+            ));
+        }
+    }
+    (lost, orphaned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, node: &str, annotations: Value, protected: bool) -> Value {
+        let mut p = json!({"metadata": {"name": name, "namespace": "db", "annotations": annotations},
+            "spec": {"nodeName": node}, "status": {"phase": "Running"}});
+        if protected {
+            p["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "name": "pg", "uid": "u", "controller": true}]);
+            p["spec"]["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{name}")}}]);
+        }
+        p
+    }
+
+    fn node(name: &str, annotations: Value) -> Value {
+        json!({"metadata": {"name": name, "annotations": annotations}})
+    }
+
+    fn plan(name: &str, phase: &str) -> Value {
+        json!({"metadata": {"name": name}, "status": {"phase": phase}})
+    }
+
+    fn evidence<'a>(
+        plans: &'a [Value],
+        pods: &'a [Value],
+        nodes: &'a [Value],
+        backups: &'a [Value],
+        instances: &'a [Launched],
+        audit: &'a [AuditEntry],
+        protected: &'a BTreeMap<String, BTreeSet<String>>,
+    ) -> Evidence<'a> {
+        Evidence {
+            audit,
+            protected,
+            plans,
+            backups,
+            instances,
+            pods,
+            nodes,
+        }
+    }
+
+    const HELD: &str = "do-not-disrupt,safe-to-evict";
+
+    #[test]
+    fn a_quiet_end_is_clean() {
+        let pods = [pod(
+            "pg-0",
+            "n1",
+            json!({DO_NOT_DISRUPT: "true", HELD_MARK: HELD}),
+            true,
+        )];
+        let nodes = [node(
+            "n1",
+            json!({DO_NOT_DISRUPT: "true", HELD_MARK: "do-not-disrupt"}),
+        )];
+        let plans = [plan("a", "Completed"), plan("b", "Failed")];
+        let protected = BTreeMap::new();
+        let v = judge(&evidence(&plans, &pods, &nodes, &[], &[], &[], &protected));
+        assert!(v.clean() && v.holds_consistent(), "{v:?}");
+        assert_eq!((v.plans, v.terminal, v.completed), (2, 2, 1));
+        assert_eq!(v.terminal_percent(), 100.0);
+    }
+
+    #[test]
+    fn a_running_plan_and_lost_or_orphaned_holds_are_reported() {
+        let pods = [
+            pod("pg-0", "n1", json!({}), true),
+            pod(
+                "web-0",
+                "n1",
+                json!({DO_NOT_DISRUPT: "true", HELD_MARK: HELD}),
+                false,
+            ),
+            // Released by a plan still running: no hold expected.
+            pod("pg-1", "n2", json!({RELEASED_BY: "b"}), true),
+            // On a node that is gone: not judged.
+            pod("pg-2", "gone", json!({}), true),
+        ];
+        let nodes = [
+            node("n1", json!({})),
+            node(
+                "n2",
+                json!({DO_NOT_DISRUPT: "true", HELD_MARK: "do-not-disrupt"}),
+            ),
+        ];
+        let plans = [plan("a", "Completed"), plan("b", "Draining")];
+        let protected = BTreeMap::new();
+        let v = judge(&evidence(&plans, &pods, &nodes, &[], &[], &[], &protected));
+        assert_eq!(v.not_terminal, ["b (Draining)"]);
+        assert!(!v.clean());
+        assert_eq!(v.holds_lost.len(), 2, "{:?}", v.holds_lost);
+        assert!(v.holds_lost[0].contains("pod db/pg-0"));
+        assert!(v.holds_lost[1].contains("node n1"));
+        assert_eq!(v.holds_orphaned.len(), 2, "{:?}", v.holds_orphaned);
+        assert!(v.holds_orphaned[0].contains("db/web-0"));
+        assert!(v.holds_orphaned[1].contains("node n2"));
+    }
+
+    #[test]
+    fn two_backups_of_one_attempt_are_duplicates() {
+        let backup = |name: &str, attempt: &str| {
+            json!({"metadata": {"name": name,
+                "labels": {ATTEMPT: attempt, BACKUP_NAMESPACE: "db"},
+                "annotations": {PLAN_NAME: "p"}}})
+        };
+        assert!(duplicate_backups(&[backup("p-db-1-x", "1"), backup("p-db-2-y", "2")]).is_empty());
+        let d = duplicate_backups(&[backup("p-db-1-x", "1"), backup("p-db-1-z", "1")]);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert!(d[0].contains("attempt 1: 2 Backups"));
+    }
+
+    #[test]
+    fn two_instances_for_one_replacement_are_duplicates() {
+        let launched = |id: &str, node: &str| Launched {
+            id: id.into(),
+            tags: BTreeMap::from([
+                ("snapdrain.io/plan".into(), "p".into()),
+                ("snapdrain.io/replaces".into(), node.into()),
+            ]),
+        };
+        assert!(duplicate_instances(&[launched("i-1", "n1"), launched("i-2", "n2")]).is_empty());
+        let d = duplicate_instances(&[launched("i-1", "n1"), launched("i-2", "n1")]);
+        assert_eq!(d.len(), 1);
+        assert!(d[0].contains("2 instances to replace n1"), "{d:?}");
+    }
+
+    #[test]
+    fn an_eviction_before_any_verified_backup_is_a_violation() {
+        let evicted = |source: &str, verb: &str, resource: &str, code: Option<u16>| AuditEntry {
+            seq: 1,
+            time: "2025-01-01T00:00:05.000Z".into(),
+            source: source.into(),
+            verb: verb.into(),
+            resource: resource.into(),
+            namespace: Some("db".into()),
+            name: Some("pg-0".into()),
+            user_agent: None,
+            code,
+            detail: Value::Null,
+        };
+        let audit = [
+            evicted("world", "evicted", "pods", None),
+            evicted("api", "create", "pods/eviction", Some(201)),
+        ];
+        let protected = BTreeMap::from([(
+            "db/pg-0".to_string(),
+            BTreeSet::from(["data-pg-0".to_string()]),
+        )]);
+        let late = [
+            json!({"metadata": {"name": "a"}, "status": {"phase": "Completed", "backups": [
+            {"name": "b", "namespace": "db", "pvcs": ["data-pg-0"], "verifiedAt": "2025-01-01T00:00:06Z"}]}}),
+        ];
+        let v = judge(&evidence(&late, &[], &[], &[], &[], &audit, &protected));
+        assert_eq!(v.violations.len(), 1, "{v:?}");
+        let early = [
+            json!({"metadata": {"name": "a"}, "status": {"phase": "Completed", "backups": [
+            {"name": "b", "namespace": "db", "pvcs": ["data-pg-0"], "verifiedAt": "2025-01-01T00:00:04Z"}]}}),
+        ];
+        let v = judge(&evidence(&early, &[], &[], &[], &[], &audit, &protected));
+        assert!(v.violations.is_empty(), "{v:?}");
+    }
+}

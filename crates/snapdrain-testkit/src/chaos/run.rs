@@ -1,0 +1,662 @@
+//! One chaos run: the quickstart cluster, two controller replicas with leader election, and the plans
+//! of a [`Schedule`] one after another, each meeting its faults from outside the controller (fault
+//! rules through `/sim/faults`, replicas killed, a leader's Lease renewals refused). Once a plan's fault
+//! window ends the rules are cleared and the plan must end; the judge reads the evidence at the end.
+//!
+//! The run reads the cluster's state straight from the simulator's store (never through the faulty
+//! API), and waits on conditions with deadlines; the only sleeps are the schedule's own moments.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use kube::api::DeleteParams;
+use serde_json::{Value, json};
+use snapdrain::controller::ControllerHandle;
+use snapdrain::controller::run::RunOptions;
+use snapdrain_sim::apiserver::resources::ResKey;
+
+use super::judge::{self, Evidence, Launched, Verdict};
+use super::rng::Rng;
+use super::schedule::{Fault, Mode, schedule};
+use crate::harness::{Harness, fast_timings, replacing_spec};
+
+/// How a run is shaped.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub seed: u64,
+    pub plans: usize,
+    /// How long faults keep coming after a plan's disruption starts.
+    pub window: Duration,
+    /// How long a plan may take to end once its faults are over.
+    pub settle: Duration,
+    /// The replicas' Lease duration.
+    pub lease_seconds: u64,
+}
+
+impl Options {
+    /// The short form CI runs: every mode once, faults for three seconds each.
+    pub fn short(seed: u64) -> Self {
+        Self {
+            seed,
+            plans: super::schedule::MODES.len(),
+            window: Duration::from_secs(3),
+            settle: Duration::from_secs(90),
+            lease_seconds: 3,
+        }
+    }
+}
+
+/// What one run found.
+#[derive(Clone, Debug)]
+pub struct RunReport {
+    pub seed: u64,
+    pub scheduled: usize,
+    /// Plans the run could not start (no node left that fits), with why.
+    pub skipped: Vec<String>,
+    /// `mode node plan phase` per plan started.
+    pub outcomes: Vec<String>,
+    pub verdict: Verdict,
+    /// For each plan that did not end: its message and the world's last events about its nodes.
+    pub stuck: Vec<String>,
+    /// Faults scheduled, by kind (a rule counts once, however often it fires).
+    pub scheduled_faults: BTreeMap<String, u64>,
+    /// Faults injected, by kind: what the simulator counted (each failed, delayed or cut request,
+    /// each restart), plus kills and Lease losses.
+    pub faults: BTreeMap<String, u64>,
+    pub kills: u64,
+    pub elapsed: Duration,
+}
+
+impl RunReport {
+    /// 0 violations, 100% terminal plans, 0 duplicates, holds consistent.
+    pub fn clean(&self) -> bool {
+        self.verdict.clean() && self.verdict.holds_consistent()
+    }
+}
+
+impl std::fmt::Display for RunReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = &self.verdict;
+        let by_kind = |m: &BTreeMap<String, u64>| {
+            m.iter()
+                .map(|(k, n)| format!("{k}={n}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        writeln!(
+            f,
+            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} faults injected: {} (scheduled: {}) ({:.1}s)",
+            self.seed,
+            v.plans,
+            self.scheduled,
+            v.terminal_percent(),
+            v.completed,
+            v.violations.len(),
+            v.duplicate_backups.len() + v.duplicate_instances.len(),
+            v.duplicate_backups.len(),
+            v.duplicate_instances.len(),
+            v.holds_lost.len(),
+            v.holds_orphaned.len(),
+            self.kills,
+            by_kind(&self.faults),
+            by_kind(&self.scheduled_faults),
+            self.elapsed.as_secs_f64(),
+        )?;
+        let lists: [(&str, &[String]); 9] = [
+            ("plan", &self.outcomes),
+            ("skipped", &self.skipped),
+            ("VIOLATION", &v.violations),
+            ("NOT TERMINAL", &v.not_terminal),
+            ("STUCK", &self.stuck),
+            ("DUPLICATE BACKUP", &v.duplicate_backups),
+            ("DUPLICATE INSTANCE", &v.duplicate_instances),
+            ("HOLD LOST", &v.holds_lost),
+            ("HOLD ORPHANED", &v.holds_orphaned),
+        ];
+        for (what, items) in lists {
+            for i in items {
+                writeln!(f, "  {what}: {i}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Timings that leave room for faults: a backup stays InProgress for most of a second.
+fn chaos_timings() -> snapdrain_sim::world::Timings {
+    snapdrain_sim::world::Timings {
+        backup_overhead: Duration::from_millis(700),
+        ..fast_timings()
+    }
+}
+
+/// Runs the schedule for `opts.seed`.
+pub async fn run(opts: &Options) -> RunReport {
+    let started = Instant::now();
+    let plan = schedule(opts.seed, opts.plans, opts.window.as_millis() as u64);
+    // The quickstart grown to nine nodes (three per zone) and seven protected pods, so that after the
+    // nodes earlier plans took, a later plan still finds a node whose pods have somewhere to go.
+    let h = Harness::start_scenario_with("quickstart", chaos_timings(), |s| {
+        s.nodes[0].count = Some(9);
+        for set in &mut s.stateful_sets {
+            set.replicas += 1;
+        }
+    })
+    .await;
+    let protected = crate::safety::protected_pods(&items(&h, &ResKey::core("pods"), None));
+    // A short release window: a Release plan whose node Karpenter cannot take (its disruption budget
+    // spent on NodeClaims whose failed plans keep their holds) ends within the run, holds restored.
+    let policy: snapdrain::api::DisruptionPolicy = serde_json::from_value(json!({
+        "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPolicy",
+        "metadata": {"name": "default"}, "spec": {"releaseWindow": "20s"}
+    }))
+    .expect("a DisruptionPolicy");
+    kube::Api::<snapdrain::api::DisruptionPolicy>::all(h.client.clone())
+        .create(&kube::api::PostParams::default(), &policy)
+        .await
+        .expect("create the DisruptionPolicy");
+    let mut replicas = Replicas::start(&h, opts).await;
+    let mut outcomes = Vec::new();
+    let mut skipped = Vec::new();
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut picker = Rng::new(opts.seed ^ 0x5eed);
+    for (i, episode) in plan.episodes.iter().enumerate() {
+        // The promise covers pods snapdrain holds or gates: a disruption starts once the hold keeper
+        // has held every protected pod (new ones included: rescheduled by earlier plans), as a
+        // cluster running snapdrain is between disruptions.
+        holds_at_rest(&h, &protected).await;
+        let Some(node) = pick_node(&h, episode.mode, &mut picker) else {
+            skipped.push(format!(
+                "{}: no node runs protected pods beside an open node of its zone{}",
+                episode.mode.as_str(),
+                if episode.mode.needs_nodeclaim() {
+                    " and belongs to Karpenter"
+                } else {
+                    ""
+                }
+            ));
+            continue;
+        };
+        let name = format!("chaos-{}-{i}", opts.seed);
+        let before: BTreeSet<String> = items(&h, &plans_key(), None)
+            .iter()
+            .map(|p| describe(p).0)
+            .collect();
+        if let Err(e) = disrupt(&h, episode.mode, &node, &name).await {
+            skipped.push(format!("{} on {node}: {e}", episode.mode.as_str()));
+            continue;
+        }
+        let t0 = tokio::time::Instant::now();
+        for timed in &episode.faults {
+            tokio::time::sleep_until(t0 + Duration::from_millis(timed.at_ms)).await;
+            *counts.entry(timed.fault.kind()).or_default() += 1;
+            inject(&h, &mut replicas, &timed.fault).await;
+        }
+        tokio::time::sleep_until(t0 + opts.window).await;
+        h.cluster.faults.set(Vec::new());
+        let outcome = match settle(&h, &node, &before, opts.settle).await {
+            Some((made, phase)) => format!("{made} {phase}"),
+            None => "no plan".into(),
+        };
+        outcomes.push(format!("{} {node} {outcome}", episode.mode.as_str()));
+    }
+    h.cluster.faults.set(Vec::new());
+    // Every plan is over: the holds must come to rest where they belong.
+    let verdict = holds_at_rest(&h, &protected).await;
+    let stuck = verdict
+        .not_terminal
+        .iter()
+        .map(|p| why_stuck(&h, p.split(' ').next().unwrap_or_default()))
+        .collect();
+    let kills = replicas.kills;
+    replicas.shutdown().await;
+    let mut faults = h.cluster.faults.injected();
+    faults.insert("kill".into(), kills);
+    if let Some(n) = counts.get("lease-loss") {
+        faults.insert("lease-loss".into(), *n);
+    }
+    RunReport {
+        seed: plan.seed,
+        scheduled: plan.episodes.len(),
+        skipped,
+        outcomes,
+        verdict,
+        stuck,
+        scheduled_faults: counts,
+        faults,
+        kills,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// The objects of `key` as the store holds them now.
+fn items(h: &Harness, key: &ResKey, ns: Option<&str>) -> Vec<Value> {
+    h.cluster
+        .store
+        .list(key, ns, &|_| true, None, None)
+        .items
+        .iter()
+        .map(|v| (**v).clone())
+        .collect()
+}
+
+fn plans_key() -> ResKey {
+    ResKey::new("snapdrain.io", "disruptionplans")
+}
+
+/// What a plan that did not end says, and what the simulated world last did about its nodes
+/// (Karpenter's launches and disruptions, evictions, instance events).
+fn why_stuck(h: &Harness, plan: &str) -> String {
+    let Some(p) = items(h, &plans_key(), None)
+        .into_iter()
+        .find(|p| p.pointer("/metadata/name").and_then(Value::as_str) == Some(plan))
+    else {
+        return format!("{plan}: gone");
+    };
+    let nodes: Vec<String> = p
+        .pointer("/spec/nodes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect();
+    // Their NodeClaims too: Karpenter's events name the claim.
+    let claims: Vec<String> = items(h, &ResKey::core("nodes"), None)
+        .iter()
+        .filter(|n| {
+            nodes
+                .iter()
+                .any(|x| n.pointer("/metadata/name").and_then(Value::as_str) == Some(x))
+        })
+        .flat_map(|n| {
+            n.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|o| o["name"].as_str().map(str::to_string))
+        .collect();
+    let events: Vec<String> = h
+        .audit()
+        .iter()
+        .filter(|e| e.source == "world")
+        .filter(|e| {
+            let text = serde_json::to_string(e).unwrap_or_default();
+            nodes
+                .iter()
+                .chain(&claims)
+                .any(|n| text.contains(n.as_str()))
+        })
+        .map(|e| {
+            format!(
+                "{} {} {} {}",
+                e.verb,
+                e.resource,
+                e.name.as_deref().unwrap_or_default(),
+                e.detail
+            )
+        })
+        .collect();
+    let relevant: Vec<&String> = events
+        .iter()
+        .filter(|e| !e.contains("node-agent"))
+        .collect();
+    let last = &relevant[relevant.len().saturating_sub(6)..];
+    let marks = |v: &Value| {
+        let a = v.pointer("/metadata/annotations");
+        [
+            "karpenter.sh/do-not-disrupt",
+            "snapdrain.io/held",
+            "snapdrain.io/released-by",
+        ]
+        .iter()
+        .filter_map(|k| Some(format!("{k}={}", a?.get(*k)?.as_str()?)))
+        .collect::<Vec<_>>()
+        .join(",")
+    };
+    let held: Vec<String> = items(h, &ResKey::core("nodes"), None)
+        .iter()
+        .filter(|n| {
+            nodes
+                .iter()
+                .any(|x| n.pointer("/metadata/name").and_then(Value::as_str) == Some(x))
+        })
+        .map(|n| format!("node [{}]", marks(n)))
+        .chain(
+            items(h, &ResKey::core("pods"), Some("shop"))
+                .iter()
+                .filter(|q| {
+                    nodes
+                        .iter()
+                        .any(|x| q.pointer("/spec/nodeName").and_then(Value::as_str) == Some(x))
+                })
+                .map(|q| {
+                    format!(
+                        "{} [{}]",
+                        q.pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default(),
+                        marks(q)
+                    )
+                }),
+        )
+        .collect();
+    format!(
+        "{plan}: {}; holds: {}; world: {}",
+        p.pointer("/status/message")
+            .and_then(Value::as_str)
+            .unwrap_or("(no message)"),
+        held.join(" "),
+        last.iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    )
+}
+
+/// Waits (up to 30 s) until the holds are where they belong, and returns the verdict then.
+async fn holds_at_rest(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Verdict {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = judge_now(h, protected);
+        if v.holds_consistent() || Instant::now() >= deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn judge_now(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Verdict {
+    let audit = h.audit();
+    let plans = items(h, &plans_key(), None);
+    let backups = items(h, &ResKey::new("velero.io", "backups"), Some("velero"));
+    let pods = items(h, &ResKey::core("pods"), None);
+    let nodes = items(h, &ResKey::core("nodes"), None);
+    let instances: Vec<Launched> = h
+        .cluster
+        .ec2
+        .as_ref()
+        .map(|e| e.instances())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| Launched {
+            id: i.info.id,
+            tags: i.info.tags,
+        })
+        .collect();
+    judge::judge(&Evidence {
+        audit: &audit,
+        protected,
+        plans: &plans,
+        backups: &backups,
+        instances: &instances,
+        pods: &pods,
+        nodes: &nodes,
+    })
+}
+
+/// A node that runs protected pods (by the oracle's rule) and shares its zone with another open node
+/// (the pods' volumes are zonal: the last node of a zone would leave them Pending for good); a
+/// Karpenter node when the mode's signal comes from its NodeClaim.
+fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
+    const ZONE: &str = "topology.kubernetes.io/zone";
+    let nodes = items(h, &ResKey::core("nodes"), None);
+    let pods = items(h, &ResKey::core("pods"), None);
+    let open = |n: &Value| {
+        let ready = n
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+        ready
+            && n.pointer("/spec/unschedulable") != Some(&json!(true))
+            && n.pointer("/metadata/deletionTimestamp").is_none()
+            && n.pointer("/spec/taints")
+                .and_then(Value::as_array)
+                .is_none_or(Vec::is_empty)
+    };
+    let zone = |n: &Value| {
+        n.pointer("/metadata/labels")
+            .and_then(|l| l.get(ZONE))
+            .cloned()
+    };
+    let protected = crate::safety::protected_pods(&pods);
+    let on_node = |node: &str| {
+        pods.iter().any(|p| {
+            p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node)
+                && p.pointer("/metadata/deletionTimestamp").is_none()
+                && protected.contains_key(&format!(
+                    "{}/{}",
+                    p.pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    p.pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                ))
+        })
+    };
+    let karpenters = |n: &Value| {
+        n.pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|o| o.iter().any(|r| r["kind"] == "NodeClaim"))
+    };
+    let busy: BTreeSet<String> = items(h, &plans_key(), None)
+        .iter()
+        .filter(|p| {
+            !matches!(
+                p.pointer("/status/phase").and_then(Value::as_str),
+                Some("Completed" | "Failed" | "Aborted")
+            )
+        })
+        .flat_map(|p| {
+            p.pointer("/spec/nodes")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect();
+    let mut candidates: Vec<String> = nodes
+        .iter()
+        .filter(|n| open(n) && (!mode.needs_nodeclaim() || karpenters(n)))
+        .filter_map(|n| {
+            let name = n.pointer("/metadata/name")?.as_str()?;
+            let sibling = nodes.iter().any(|m| {
+                m.pointer("/metadata/name").and_then(Value::as_str) != Some(name)
+                    && open(m)
+                    && zone(m) == zone(n)
+            });
+            (sibling && on_node(name) && !busy.contains(name)).then(|| name.to_string())
+        })
+        .collect();
+    candidates.sort();
+    (!candidates.is_empty()).then(|| rng.pick(&candidates).clone())
+}
+
+/// Starts the disruption of `node` the way `mode` says.
+async fn disrupt(h: &Harness, mode: Mode, node: &str, name: &str) -> Result<(), String> {
+    match mode {
+        Mode::ExecuteReplace => {
+            h.create_plan(name, replacing_spec(h, node)).await;
+        }
+        Mode::Execute => {
+            h.create_plan(name, json!({"nodes": [node]})).await;
+        }
+        Mode::Manual => {
+            let mut spec = replacing_spec(h, node);
+            spec["source"] = json!("manual");
+            spec["replacement"]["when"] = json!("before-drain");
+            h.create_plan(name, spec).await;
+        }
+        Mode::Drift => {
+            let claim = h.nodeclaim_of(node).await;
+            crate::karpenter::mark_drifted(&h.client, &claim)
+                .await
+                .map_err(|e| format!("marking NodeClaim {claim} drifted: {e}"))?;
+        }
+        Mode::NodeClaimDeleted => {
+            let claim = h.nodeclaim_of(node).await;
+            crate::karpenter::nodeclaims(&h.client)
+                .delete(&claim, &DeleteParams::default())
+                .await
+                .map_err(|e| format!("deleting NodeClaim {claim}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Applies one fault.
+async fn inject(h: &Harness, replicas: &mut Replicas<'_>, fault: &Fault) {
+    match fault {
+        Fault::Rule(rule) => post_rule(h, rule).await,
+        Fault::KillLeader => replicas.kill_leader().await,
+        Fault::LeaseLoss { ms } => {
+            if let Some(identity) = replicas.leader() {
+                // kube-lease-manager patches its Lease as `kube-lease-manager-<identity>`.
+                post_rule(
+                    h,
+                    &json!({"verb": "patch", "resource": "leases.coordination.k8s.io",
+                        "fieldManager": format!("kube-lease-manager-{identity}"),
+                        "errorRate": 1.0, "errorCode": 503, "durationMs": ms}),
+                )
+                .await;
+            }
+        }
+    }
+}
+
+/// Adds a rule through the simulator's control surface, as an operator would.
+async fn post_rule(h: &Harness, rule: &Value) {
+    let url = format!("{}/sim/faults", h.cluster.url());
+    let answer = crate::raw_client().post(&url).json(rule).send().await;
+    match answer {
+        Ok(r) if r.status().is_success() => {}
+        Ok(r) => panic!(
+            "the simulator refused fault rule {rule}: {} {}",
+            r.status(),
+            r.text().await.unwrap_or_default()
+        ),
+        Err(e) => panic!("posting fault rule {rule}: {e}"),
+    }
+}
+
+/// Waits until a plan for `node` made since `before` exists and is terminal, or `limit` passes;
+/// returns its name and last phase.
+async fn settle(
+    h: &Harness,
+    node: &str,
+    before: &BTreeSet<String>,
+    limit: Duration,
+) -> Option<(String, String)> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let plan = items(h, &plans_key(), None)
+            .iter()
+            .filter(|p| {
+                p.pointer("/spec/nodes")
+                    .and_then(Value::as_array)
+                    .is_some_and(|ns| ns.iter().any(|n| n == node))
+            })
+            .map(describe)
+            .find(|(name, _)| !before.contains(name));
+        let done = plan.as_ref().is_some_and(|(_, phase)| {
+            ["Completed", "Failed", "Aborted"]
+                .iter()
+                .any(|t| phase.starts_with(t))
+        });
+        if done || Instant::now() >= deadline {
+            return plan;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A plan's name and phase (with its message when it failed).
+fn describe(p: &Value) -> (String, String) {
+    let phase = p
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("Pending");
+    let message = p
+        .pointer("/status/message")
+        .and_then(Value::as_str)
+        .filter(|_| phase == "Failed")
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
+    (
+        p.pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        format!("{phase}{message}"),
+    )
+}
+
+/// The controller replicas: two, leader-elected; a killed one is replaced by a new one.
+struct Replicas<'a> {
+    h: &'a Harness,
+    live: Vec<(String, ControllerHandle)>,
+    started: u32,
+    kills: u64,
+    lease_seconds: u64,
+}
+
+impl<'a> Replicas<'a> {
+    async fn start(h: &'a Harness, opts: &Options) -> Self {
+        let mut r = Self {
+            h,
+            live: Vec::new(),
+            started: 0,
+            kills: 0,
+            lease_seconds: opts.lease_seconds,
+        };
+        r.add().await;
+        r.add().await;
+        r
+    }
+
+    async fn add(&mut self) {
+        self.started += 1;
+        let identity = format!("replica-{}", self.started);
+        let opts = RunOptions {
+            lease_namespace: Some("default".into()),
+            lease_seconds: self.lease_seconds,
+            ..RunOptions::default()
+        };
+        let handle = self.h.controller_with(opts, &identity).await;
+        self.live.push((identity, handle));
+    }
+
+    /// The identity of the replica that acts now, if one does.
+    fn leader(&self) -> Option<String> {
+        self.live
+            .iter()
+            .find(|(_, c)| *c.leading.borrow())
+            .map(|(id, _)| id.clone())
+    }
+
+    /// Kills the acting replica (the oldest when none acts) as a crash would, and starts a new one.
+    async fn kill_leader(&mut self) {
+        let at = self
+            .live
+            .iter()
+            .position(|(_, c)| *c.leading.borrow())
+            .unwrap_or(0);
+        if at < self.live.len() {
+            let (identity, handle) = self.live.remove(at);
+            tracing::info!(%identity, "chaos: killing a controller replica");
+            handle.kill();
+            self.kills += 1;
+        }
+        self.add().await;
+    }
+
+    async fn shutdown(self) {
+        for (_, c) in self.live {
+            c.shutdown().await;
+        }
+    }
+}
