@@ -480,13 +480,13 @@ fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
 async fn disrupt(h: &Harness, mode: Mode, node: &str, name: &str) -> Result<(), String> {
     match mode {
         Mode::ExecuteReplace => {
-            h.create_plan(name, replacing_spec(h, node)).await;
+            h.create_plan(name, replacing_spec(node)).await;
         }
         Mode::Execute => {
             h.create_plan(name, json!({"nodes": [node]})).await;
         }
         Mode::Manual => {
-            let mut spec = replacing_spec(h, node);
+            let mut spec = replacing_spec(node);
             spec["source"] = json!("manual");
             spec["replacement"]["when"] = json!("before-drain");
             h.create_plan(name, spec).await;
