@@ -298,13 +298,13 @@ fn rbac_grants_exactly_what_the_controller_uses() {
 fn rendered_rbac() -> Vec<Value> {
     super::helm::default_chart()
         .iter()
-        .cloned()
         .filter(|d| {
             matches!(
                 d["kind"].as_str(),
                 Some("ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding")
             ) && d.pointer("/metadata/annotations/helm.sh~1hook").is_none()
         })
+        .cloned()
         .collect()
 }
 
