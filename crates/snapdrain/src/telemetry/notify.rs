@@ -427,22 +427,20 @@ async fn deliver_all(queue: Arc<Queue>, metrics: Metrics, delivery: Delivery) {
                 queue.pop(seq);
                 metrics.notification("sent");
             }
-            // Only a failure that a later try can mend keeps the notification at the head.
-            Err(e) if e.retryable() => {
-                failures = failures.saturating_add(1);
-                if failures == BREAKER_AFTER {
-                    tracing::warn!(error = %e, "the notification webhook is down; notifications wait and are tried again, the oldest Normal ones dropped when the queue is full");
+            Err(e) => {
+                // Only a failure that a later try can mend, once the endpoint counts as down, keeps the
+                // notification at the head; anything else is given up.
+                if e.retryable() {
+                    failures = failures.saturating_add(1);
+                    if failures == BREAKER_AFTER {
+                        tracing::warn!(error = %e, "the notification webhook is down; notifications wait and are tried again, the oldest Normal ones dropped when the queue is full");
+                    }
                 }
-                if !down && failures < BREAKER_AFTER {
+                if !e.retryable() || (!down && failures < BREAKER_AFTER) {
                     tracing::warn!(plan = %n.plan, reason = %n.reason, error = %e, "notification not delivered");
                     queue.pop(seq);
                     metrics.notification("failed");
                 }
-            }
-            Err(e) => {
-                tracing::warn!(plan = %n.plan, reason = %n.reason, error = %e, "notification not delivered");
-                queue.pop(seq);
-                metrics.notification("failed");
             }
         }
     }
