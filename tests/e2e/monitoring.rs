@@ -11,6 +11,9 @@ use std::process::{Command, Stdio};
 
 use std::net::SocketAddr;
 
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use snapdrain::api::status::PlanPhase;
 use snapdrain::controller::run::RunOptions;
@@ -309,12 +312,43 @@ async fn metrics_after_plans_and_a_gate_answer() -> String {
         .expect("the gate answers");
     assert!(answer.status().is_success(), "{answer:?}");
 
-    let text = reqwest::get(format!("http://{addr}/metrics"))
+    // One disruption signal of its own: Cluster Autoscaler's scale-down taint on a node with protected
+    // pods. (The NodeClaim deletion of the plans above is seen by the signal watcher only if it looks
+    // while the plan is still Terminating, which a loaded machine does not promise.)
+    let signalled = h.node_with_statefulset_pods().await;
+    let nodes: Api<Node> = Api::all(h.client.clone());
+    nodes
+        .patch(
+            &signalled,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": [{
+                "key": "ToBeDeletedByClusterAutoscaler", "value": "1764590000", "effect": "NoSchedule"}]}})),
+        )
         .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the /metrics body");
+        .expect("taint the node as Cluster Autoscaler does");
+
+    // The signal's counter moves just after its plan is written: wait for it on /metrics itself.
+    let scrape = || async {
+        reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("the /metrics body")
+    };
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(50));
+    let text = loop {
+        tick.tick().await;
+        let text = scrape().await;
+        if text.contains("snapdrain_signals_total{") {
+            break text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no signal counted within {TIMEOUT:?} of tainting {signalled}\n{text}"
+        );
+    };
     controller.shutdown().await;
     text
 }
