@@ -18,11 +18,14 @@ use std::time::Duration;
 use backon::{ExponentialBuilder, Retryable};
 use clap::{Args, Subcommand};
 use futures::StreamExt;
+use k8s_openapi::Metadata;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 
 use super::cluster::ClusterArgs;
+use snapdrain::api::lenient::each_page;
 use snapdrain::planning::holds::{self, AnnotationPatch, HoldState};
 
 #[derive(Debug, Subcommand)]
@@ -81,9 +84,9 @@ pub enum HoldsError {
         source: kube::Error,
     },
     #[error(
-        "pod {pod} kept changing while its holds were removed; is a snapdrain controller still running? Scale it to 0 and run the command again"
+        "{object} kept changing while its holds were removed; is a snapdrain controller still running? Scale it to 0 and run the command again"
     )]
-    Conflicts { pod: String },
+    Conflicts { object: String },
     #[error(
         "cannot list nodes (the kubeconfig's user needs `list nodes`: `kubectl auth can-i list nodes`)"
     )]
@@ -174,49 +177,40 @@ pub fn removed_line(pod: &str, patch: &AnnotationPatch) -> String {
     format!("{pod}: removed {}", keys.join(", "))
 }
 
-/// What `keep` picks of every pod, read a page at a time (500 pods, as client-go's pager): the
-/// uninstall hook runs under a small memory limit in clusters of any size (review #8), so it holds one
-/// page and what it kept, never every pod. Sorted by what `keep` returns.
+/// What `keep` picks of every pod, read a page at a time: the uninstall hook runs under a small memory
+/// limit in clusters of any size (review #8), so it holds one page and what it kept, never every pod.
+/// Sorted by what `keep` returns.
 async fn each_pod<T: Ord>(
     client: &kube::Client,
     keep: impl Fn(&Pod) -> Option<T>,
 ) -> Result<Vec<T>, HoldsError> {
-    let api: Api<Pod> = Api::all(client.clone());
-    let mut kept = Vec::new();
-    let mut params = ListParams::default().limit(snapdrain::api::lenient::LIST_PAGE);
-    loop {
-        let page = api.list(&params).await.map_err(HoldsError::List)?;
-        kept.extend(page.items.iter().filter_map(&keep));
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => break,
-        }
-    }
+    let mut kept = each_page(&Api::<Pod>::all(client.clone()), |p| keep(&p))
+        .await
+        .map_err(HoldsError::List)?;
     kept.sort();
     Ok(kept)
 }
 
-/// Removes snapdrain's holds from one pod, read afresh, with a patch guarded by its resourceVersion (a
-/// concurrent edit, e.g. a user's own annotation, makes it 409 rather than be overwritten). Returns the
-/// changes made, or None when the pod is gone or carries nothing of snapdrain's any more.
-async fn release_one(
-    client: &kube::Client,
-    namespace: &str,
+/// Removes snapdrain's holds (what `remove` finds) from one object, read afresh, with a patch guarded
+/// by its resourceVersion (a concurrent edit, e.g. a user's own annotation, makes it 409 rather than be
+/// overwritten). Returns the changes made, or None when the object is gone or carries nothing of
+/// snapdrain's any more.
+async fn release_one<K>(
+    api: &Api<K>,
     name: &str,
-) -> Result<Option<AnnotationPatch>, HoldsError> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let pod_id = format!("{namespace}/{name}");
-    let patch_error = |source| HoldsError::Patch {
-        pod: pod_id.clone(),
-        source,
-    };
-    let Some(pod) = api.get_opt(name).await.map_err(patch_error)? else {
+    remove: fn(&K) -> Option<AnnotationPatch>,
+    patch_error: impl Fn(kube::Error) -> HoldsError,
+) -> Result<Option<AnnotationPatch>, HoldsError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + Metadata<Ty = ObjectMeta>,
+{
+    let Some(obj) = api.get_opt(name).await.map_err(&patch_error)? else {
         return Ok(None);
     };
-    let Some(patch) = holds::remove(&pod) else {
+    let Some(patch) = remove(&obj) else {
         return Ok(None);
     };
-    let body = holds::merge_patch(&pod, &patch);
+    let body = holds::merge_patch(&obj, &patch);
     match api
         .patch(name, &PatchParams::default(), &Patch::Merge(&body))
         .await
@@ -226,68 +220,57 @@ async fn release_one(
         Err(e) => Err(patch_error(e)),
     }
 }
-
-/// `release_one`, read again and retried while the pod changes under it.
-async fn release_retrying(
-    client: &kube::Client,
-    namespace: &str,
+/// [`release_one`], read again and retried while the object changes under it (a 409). `what` names the
+/// object in the error that ends the retries.
+async fn release_retrying<K>(
+    api: &Api<K>,
     name: &str,
-) -> Result<Option<AnnotationPatch>, HoldsError> {
+    what: &str,
+    remove: fn(&K) -> Option<AnnotationPatch>,
+    patch_error: impl Fn(kube::Error) -> HoldsError,
+) -> Result<Option<AnnotationPatch>, HoldsError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug + Metadata<Ty = ObjectMeta>,
+{
     let backoff = ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(50))
         .with_max_delay(Duration::from_secs(2))
         .with_jitter()
         .with_max_times(8);
-    let result = (|| release_one(client, namespace, name))
+    let result = (|| release_one(api, name, remove, &patch_error))
         .retry(backoff)
         .when(HoldsError::is_conflict)
         .await;
     match result {
         Err(e) if e.is_conflict() => Err(HoldsError::Conflicts {
-            pod: format!("{namespace}/{name}"),
+            object: what.to_owned(),
         }),
         other => other,
     }
 }
 
-/// Removes snapdrain's hold from one Node, read afresh (as [`release_one`] does for a pod).
-async fn release_node(
+/// Takes snapdrain's hold off one pod.
+async fn release_pod(
     client: &kube::Client,
+    namespace: &str,
     name: &str,
 ) -> Result<Option<AnnotationPatch>, HoldsError> {
-    let api: Api<Node> = Api::all(client.clone());
-    let patch_error = |source| HoldsError::PatchNode {
-        node: name.to_owned(),
+    let pod = format!("{namespace}/{name}");
+    let patch_error = |source| HoldsError::Patch {
+        pod: pod.clone(),
         source,
     };
-    let Some(node) = api.get_opt(name).await.map_err(patch_error)? else {
-        return Ok(None);
-    };
-    let Some(patch) = holds::remove_from_node(&node) else {
-        return Ok(None);
-    };
-    let body = holds::merge_patch(&node, &patch);
-    match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(&body))
-        .await
-    {
-        Ok(_) => Ok(Some(patch)),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
-        Err(e) => Err(patch_error(e)),
-    }
+    let api = Api::<Pod>::namespaced(client.clone(), namespace);
+    release_retrying(&api, name, &pod, holds::remove, patch_error).await
 }
 
-/// The Nodes carrying snapdrain's hold.
+/// The Nodes carrying snapdrain's hold, read a page at a time.
 async fn held_nodes(client: &kube::Client) -> Result<Vec<String>, HoldsError> {
-    Ok(Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(HoldsError::ListNodes)?
-        .items
-        .iter()
-        .filter(|n| holds::remove_from_node(n).is_some())
-        .map(|n| n.name_any())
-        .collect())
+    each_page(&Api::<Node>::all(client.clone()), |n| {
+        holds::remove_from_node(&n).is_some().then(|| n.name_any())
+    })
+    .await
+    .map_err(HoldsError::ListNodes)
 }
 
 /// Takes snapdrain's hold off each of `nodes`; returns the lines to print.
@@ -295,19 +278,18 @@ async fn release_nodes(
     client: &kube::Client,
     nodes: Vec<String>,
 ) -> Result<Vec<String>, HoldsError> {
+    let api = Api::<Node>::all(client.clone());
     let mut lines = Vec::new();
     for name in nodes {
-        let backoff = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(50))
-            .with_max_delay(Duration::from_secs(2))
-            .with_jitter()
-            .with_max_times(8);
-        let result = (|| release_node(client, &name))
-            .retry(backoff)
-            .when(HoldsError::is_conflict)
-            .await;
-        if let Some(patch) = result? {
-            lines.push(removed_line(&format!("node/{name}"), &patch));
+        let what = format!("node/{name}");
+        let patch_error = |source| HoldsError::PatchNode {
+            node: name.clone(),
+            source,
+        };
+        if let Some(patch) =
+            release_retrying(&api, &name, &what, holds::remove_from_node, patch_error).await?
+        {
+            lines.push(removed_line(&what, &patch));
         }
     }
     Ok(lines)
@@ -368,7 +350,7 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
             .map(|(ns, name)| {
                 let client = client.clone();
                 async move {
-                    let r = release_retrying(&client, &ns, &name).await;
+                    let r = release_pod(&client, &ns, &name).await;
                     (format!("{ns}/{name}"), r)
                 }
             })

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -288,4 +289,64 @@ async fn a_bad_kubeconfig_or_context_or_an_unreachable_cluster_is_a_clear_error(
     for text in [&out.stdout, &out.stderr] {
         assert!(!text.contains("panicked"), "{text}");
     }
+}
+
+/// More held pods than one page of a LIST (500, client-go's pager size, which the CLI asks for): `holds
+/// list` shows every one and `holds release --all` releases every one, so the uninstall hook leaves no
+/// hold behind in a large cluster. Without the `continue` loop only the first 500 would be seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holds_list_and_release_page_through_more_pods_than_one_list_page() {
+    const PODS: usize = 520;
+    let h = Harness::start().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kc: PathBuf = h
+        .cluster
+        .write_kubeconfig(&dir.path().join("kubeconfig"))
+        .expect("kubeconfig written");
+    snapdrain_testkit::eviction::namespace(&h.client, "many", json!({})).await;
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "many");
+    // Bare pods held as snapdrain holds a pod: both annotations at their holding values, and listed
+    // in `held`. No node: the simulated scheduler is not what this is about.
+    let creates = (0..PODS).map(|i| {
+        let pods = pods.clone();
+        async move {
+            let pod: Pod = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("held-{i:04}"), "annotations": {
+                    DO_NOT_DISRUPT: "true", SAFE_TO_EVICT: "false",
+                    HELD: "do-not-disrupt,safe-to-evict"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+            }))
+            .expect("a pod");
+            pods.create(&Default::default(), &pod)
+                .await
+                .unwrap_or_else(|e| panic!("create held-{i:04}: {e}"));
+        }
+    });
+    futures::stream::iter(creates)
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+
+    let list = snapdrain(&kc, &["holds", "list"]).await;
+    assert_eq!(list.code, Some(0), "{}", list.stderr);
+    let listed = list
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("many "))
+        .count();
+    assert_eq!(listed, PODS, "{}", list.stdout);
+
+    let release = snapdrain(&kc, &["holds", "release", "--all"]).await;
+    assert_eq!(release.code, Some(0), "{}", release.stderr);
+    let still_held: Vec<String> = pods
+        .list(&Default::default())
+        .await
+        .expect("list pods")
+        .items
+        .iter()
+        .filter(|p| !p.annotations().is_empty())
+        .map(|p| p.name_any())
+        .collect();
+    assert!(still_held.is_empty(), "{still_held:?}");
 }

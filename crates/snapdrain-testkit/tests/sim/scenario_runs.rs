@@ -237,13 +237,21 @@ async fn run_instances_joins_as_a_ready_node_once_per_token_and_bad_user_data_fa
     )
     .await;
     assert!(reason.1.contains("settings.kubernetes"), "{reason:?}");
-    let audit = cluster.audit.since(0);
-    assert!(
-        audit
-            .iter()
-            .any(|e| e.source == "world" && e.name.as_deref() == Some(bad_id.as_str())),
-        "the failed boot is audited"
-    );
+    // The world audits the failed boot when it takes in EC2's BootFailed event, which EC2 sends after it
+    // set the state reason: wait for the entry, do not expect it at the same instant.
+    eventually_within(
+        "the failed boot to be audited",
+        Duration::from_secs(30),
+        || async {
+            cluster
+                .audit
+                .since(0)
+                .iter()
+                .any(|e| e.source == "world" && e.name.as_deref() == Some(bad_id.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
     let all = nodes.list(&ListParams::default()).await.unwrap();
     assert!(!all.items.iter().any(|n| {
         n.spec

@@ -121,12 +121,27 @@ pub async fn list_decoded<K>(client: &Client) -> Result<Vec<K>, kube::Error>
 where
     K: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug,
 {
-    let api = Api::<Lenient<K>>::all(client.clone());
+    each_page(
+        &Api::<Lenient<K>>::all(client.clone()),
+        Lenient::into_decoded,
+    )
+    .await
+}
+
+/// What `keep` picks of every object `api` lists, read [`LIST_PAGE`] objects at a time (as client-go's
+/// pager): only one page and what was kept are ever held, whatever the cluster's size.
+pub async fn each_page<K, T>(
+    api: &Api<K>,
+    mut keep: impl FnMut(K) -> Option<T>,
+) -> Result<Vec<T>, kube::Error>
+where
+    K: Resource + DeserializeOwned + Clone + Debug,
+{
     let mut out = Vec::new();
     let mut params = ListParams::default().limit(LIST_PAGE);
     loop {
         let page = api.list(&params).await?;
-        out.extend(page.items.into_iter().filter_map(Lenient::into_decoded));
+        out.extend(page.items.into_iter().filter_map(&mut keep));
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(out),
