@@ -21,6 +21,7 @@ mod image;
 mod kustomize;
 mod launch_policy;
 mod least_privilege;
+mod let_go;
 mod monitoring;
 mod moto;
 mod notifications;

@@ -211,7 +211,8 @@ pub enum SignalAction {
     /// A Release plan: back up, verify, release the holds; the disruptor drains.
     #[default]
     Release,
-    /// No plan: the holds stay, so graceful disruptions wait and forceful ones go on without a backup.
+    /// No plan. A graceful disruption waits behind the holds; for a forceful one (the node goes anyway)
+    /// snapdrain takes the holds off and its gate allows the evictions, without a backup.
     Ignore,
 }
 

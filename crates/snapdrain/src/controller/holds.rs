@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tokio::sync::{broadcast, watch};
@@ -30,6 +30,8 @@ use crate::planning::holds::{self, AnnotationPatch, HoldState};
 use crate::planning::inventory::{is_terminal, is_terminating};
 use crate::planning::protection;
 use crate::planning::velero_pods;
+use crate::signals::detect::nodeclaim_of;
+use crate::signals::let_go::let_go;
 use crate::telemetry::Metrics;
 
 /// How often every pod in the cache is looked at again (a missed event, a plan that ended).
@@ -141,6 +143,7 @@ struct Keeper {
     plans: Store<DisruptionPlan>,
     namespaces: Cache<Namespace>,
     nodes: Cache<Node>,
+    claims: Cache<DynamicObject>,
     pods: Cache<CachedPod>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
@@ -171,6 +174,9 @@ impl Keeper {
         let protected = protection::protects(&protection, pod, ns_labels.as_ref());
         let (change, holds_node) = match (protected, holds::state(pod)) {
             (false, _) => (holds::remove(pod).map(|p| ("removed", p)), false),
+            // A node going whatever snapdrain does, which snapdrain will not back up: holding on would
+            // only keep its termination waiting (the signal watcher says so on the Node).
+            (true, _) if self.let_go(pod) => (holds::remove(pod).map(|p| ("let-go", p)), false),
             (true, HoldState::Released(plan)) => {
                 if plan_running(&self.client, &self.plans, &plan).await {
                     (None, false)
@@ -184,6 +190,32 @@ impl Keeper {
             self.write(pod, action, &patch).await;
         }
         Some(holds_node)
+    }
+
+    /// Whether the pod's node is being taken on a clock snapdrain cannot stop with no backup to come
+    /// ([`let_go`]).
+    fn let_go(&self, pod: &Pod) -> bool {
+        let Some(node) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .and_then(|n| self.nodes.get("", n))
+        else {
+            return false;
+        };
+        let claim = nodeclaim_of(&node)
+            .and_then(|c| self.claims.get("", c))
+            .and_then(|c| serde_json::to_value(&*c).ok());
+        let signals = self.policy.borrow().signals;
+        let plans = self.plans.state();
+        let_go(
+            &node,
+            claim.as_ref(),
+            &signals,
+            &plans,
+            jiff::Timestamp::now(),
+        )
+        .is_some()
     }
 
     /// A Velero data-path pod whose backup runs, in a Velero namespace snapdrain knows (the policy's, or
@@ -203,6 +235,9 @@ impl Keeper {
         match apply(&self.client, pod, patch).await {
             Ok(true) => {
                 self.metrics.hold_change(action);
+                if action == "let-go" {
+                    self.metrics.pods_left_unbacked.inc();
+                }
                 tracing::debug!(pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()), action, "hold");
             }
             Ok(false) => {}
@@ -269,6 +304,7 @@ pub async fn run(
         plans,
         namespaces: caches.namespaces.clone(),
         nodes: caches.nodes.clone(),
+        claims: caches.node_claims.clone(),
         pods: caches.pods.clone(),
         policy,
         metrics,

@@ -19,6 +19,7 @@ use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::planning::protection;
 use crate::signals::detect::{detect, node_pool_of, nodeclaim_of, pod_grace};
+use crate::signals::let_go::{LetGo, let_go};
 use crate::signals::limits::{Running, admit, takes_slot};
 use crate::signals::plan::{Choice, NODE_LABEL, NodeSignal, Outcome, choose, source_name};
 use crate::signals::window;
@@ -46,6 +47,8 @@ struct Watcher {
     unprotected: BTreeMap<String, tokio::time::Instant>,
     /// Nodes whose signal waits for a slot (logged once, not every tick).
     waiting: BTreeSet<String>,
+    /// Nodes being taken that snapdrain will not back up, announced on the Node ([`let_go`]).
+    let_go: BTreeSet<String>,
 }
 
 impl Watcher {
@@ -137,6 +140,13 @@ impl Watcher {
                 .and_then(|c| self.claims.get("", c))
                 .and_then(|c| serde_json::to_value(&*c).ok());
             let name = node.name_any();
+            if let Some(why) = let_go(&node, claim.as_ref(), &policy.signals, &plans, now) {
+                if !self.let_go.contains(&name) {
+                    self.announce_let_go(&node, &why).await;
+                }
+                continue;
+            }
+            self.let_go.remove(&name);
             let Some(signal) = detect(&node, claim.as_ref(), &policy.signals, now, || {
                 self.longest_grace(&name)
             }) else {
@@ -212,6 +222,35 @@ impl Watcher {
         }
     }
 
+    /// Says once on the Node (where `kubectl describe node` shows it) that its protected pods go
+    /// without a backup. Not said for a node without protected pods: nothing of them is lost.
+    async fn announce_let_go(&mut self, node: &Node, why: &LetGo) {
+        let name = node.name_any();
+        let protected = match self.protected_pods(&name).await {
+            Ok(pods) => pods,
+            Err(e) => {
+                tracing::warn!(node = %name, error = %e, "cannot list the node's pods for a disruption signal; retrying");
+                return;
+            }
+        };
+        self.let_go.insert(name.clone());
+        if protected.is_empty() {
+            return;
+        }
+        let message = format!("{} ({})", why.message(), protected.join(", "));
+        tracing::warn!(node = %name, "{message}");
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "ProtectedPodsLetGo".into(),
+            note: Some(message),
+            action: "Release".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &node.object_ref(&())).await {
+            tracing::debug!(error = %e, "cannot publish an event");
+        }
+    }
+
     async fn act(
         &mut self,
         signal: &NodeSignal,
@@ -271,6 +310,7 @@ pub async fn run(
         recorder,
         unprotected: BTreeMap::new(),
         waiting: BTreeSet::new(),
+        let_go: BTreeSet::new(),
     };
     let mut until = std::pin::pin!(until);
     // Changes only mark the view dirty: a look covers every node, so a burst of Node updates costs one.

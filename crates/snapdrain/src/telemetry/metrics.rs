@@ -48,7 +48,7 @@ pub struct CertLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HoldLabel {
-    /// placed | released | restored | removed (hold changes); held | released (pods now).
+    /// placed | released | restored | removed | let-go (hold changes); held | released (pods now).
     pub action: String,
 }
 
@@ -185,7 +185,7 @@ impl Metrics {
         let hold_changes = Family::<HoldLabel, Counter>::default();
         registry.register(
             "hold_changes",
-            "Hold annotations snapdrain placed, released, restored or removed on pods (node-placed, node-removed: on Nodes)",
+            "Hold annotations snapdrain placed, released, restored or removed on pods (let-go: removed from a node being taken that snapdrain will not back up; node-placed, node-removed: on Nodes)",
             hold_changes.clone(),
         );
         let pods_held = Family::<HoldLabel, Gauge>::default();
@@ -209,7 +209,7 @@ impl Metrics {
         let pods_left_unbacked = Counter::default();
         registry.register(
             "protected_pods_left_unbacked",
-            "Protected pods deleted by the disruptor before their plan could back them up",
+            "Protected pods that left without a backup: deleted by the disruptor before their plan could back them up, or let go on a node being taken that snapdrain will not back up",
             pods_left_unbacked.clone(),
         );
         let notifications = Family::<ResultLabel, Counter>::default();

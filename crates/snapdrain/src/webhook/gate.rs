@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::DynamicObject;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
@@ -25,6 +26,8 @@ use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::controller::cache::{Cache, CachedPod};
 use crate::planning::velero_pods;
+use crate::signals::detect::nodeclaim_of;
+use crate::signals::let_go::let_go;
 use crate::signals::plan::{Choice, choose};
 use crate::telemetry::Metrics;
 
@@ -50,6 +53,8 @@ pub struct Sources {
     pub pods: Cache<CachedPod>,
     /// The process's node cache: the node's uid names the plan the gate starts.
     pub nodes: Cache<Node>,
+    /// The process's Karpenter NodeClaim cache: whether a node is being taken ([`let_go`]).
+    pub claims: Cache<DynamicObject>,
 }
 
 /// What the gate's handler shares.
@@ -178,10 +183,16 @@ impl Gate {
         if decision::is_backup_agent(&pod) {
             return self.judge_agent(&pod, &plans);
         }
-        let held = match decision::decide(&pod, |p| protects(p), &plans, jiff::Timestamp::now()) {
+        let now = jiff::Timestamp::now();
+        let held = match decision::decide(&pod, |p| protects(p), &plans, now) {
             Decision::Allow(_) => return None,
             Decision::Deny(held) => held,
         };
+        // A node going whatever snapdrain does, which it will not back up: refusing would only keep the
+        // termination waiting (the hold keeper takes the holds off and the signal watcher says so).
+        if self.let_go(&held.node, &plans, now) {
+            return None;
+        }
         let note = match &held.plan {
             Some(p) => PlanNote::Known(p.clone()),
             None => self.start_plan(&held.node, &plans, dry_run),
@@ -210,6 +221,18 @@ impl Gate {
             )
         });
         uncovered.then(|| decision::agent_message(agent, None))
+    }
+
+    /// Whether `node` is being taken on a clock snapdrain cannot stop, with no backup to come.
+    fn let_go(&self, node: &str, plans: &[Arc<DisruptionPlan>], now: jiff::Timestamp) -> bool {
+        let Some(node) = self.sources.nodes.get("", node) else {
+            return false;
+        };
+        let claim = nodeclaim_of(&node)
+            .and_then(|c| self.sources.claims.get("", c))
+            .and_then(|c| serde_json::to_value(&*c).ok());
+        let signals = self.policy.borrow().signals;
+        let_go(&node, claim.as_ref(), &signals, plans, now).is_some()
     }
 
     /// What becomes of the node's plan, decided over the store: a settled plan is said at once (no I/O

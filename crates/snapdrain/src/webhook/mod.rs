@@ -184,6 +184,7 @@ pub async fn start(
             plans,
             pods: caches.pods.clone(),
             nodes: caches.nodes.clone(),
+            claims: caches.node_claims.clone(),
         },
         starter,
         protects,
