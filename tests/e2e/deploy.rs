@@ -258,6 +258,7 @@ fn rbac_grants_exactly_what_the_controller_uses() {
             &["get", "patch"],
         ),
         ("events.k8s.io", "events", &["create", "patch"]),
+        ("", "events", &["list"]),
     ]);
     assert_eq!(grants(&cluster_role["rules"]), want);
 

@@ -644,13 +644,31 @@ async fn a_spot_interruption_karpenter_acts_on_is_backed_up_before_its_pods_go()
     let node = h.node_with_statefulset_pods().await;
     let protected = h.protected_pods_on(&node).await;
     wait_node_held(&h, &node, &protected).await;
+    // The longest grace of the node's protected pods, read before they go.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::all(h.client.clone());
+    let longest_grace = pods
+        .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .expect("list the node's pods")
+        .items
+        .iter()
+        .filter(|p| {
+            protected.contains_key(&format!(
+                "{}/{}",
+                p.namespace().unwrap_or_default(),
+                p.name_any()
+            ))
+        })
+        .filter_map(|p| p.spec.as_ref()?.termination_grace_period_seconds)
+        .max()
+        .expect("protected pods have a grace");
     let claim = h.nodeclaim_of(&node).await;
     let answer = h
         .cluster
         .act(
             &snapdrain_sim::scenario::timeline::Action::SpotInterruption {
                 node: node.clone(),
-                notice: 90_000,
+                notice: 120_000,
             },
         )
         .expect("the spot interruption");
@@ -686,6 +704,28 @@ async fn a_spot_interruption_karpenter_acts_on_is_backed_up_before_its_pods_go()
     let plan = h
         .wait_plan(&plans[0].name_any(), TIMEOUT, |p| p.is_terminal())
         .await;
+    // Review #12: the deadline comes from Karpenter's SpotInterrupted Event on the Node (EC2 takes the
+    // instance two minutes after the notice), less the pods' grace and snapdrain's 10 s margin, so the
+    // pods stop in the time the notice gives them instead of dying with the instance.
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(h.client.clone(), "default");
+    let notice = events
+        .list(&kube::api::ListParams::default().fields(&format!(
+            "involvedObject.kind=Node,involvedObject.name={node},reason=SpotInterrupted"
+        )))
+        .await
+        .expect("list events")
+        .items
+        .iter()
+        .filter_map(|e| e.first_timestamp.as_ref().map(|t| t.0))
+        .min()
+        .expect("Karpenter recorded SpotInterrupted on the Node");
+    assert_eq!(
+        plan.spec.deadline.as_ref().map(|t| t.0),
+        Some(notice + jiff::SignedDuration::from_secs(120 - longest_grace - 10)),
+        "{:?}",
+        plan.spec
+    );
     let evicted: Vec<String> = h.accepted_evictions().into_iter().map(|(p, _)| p).collect();
     for p in protected.keys() {
         assert!(evicted.contains(p), "Karpenter evicted {p}: {evicted:?}");

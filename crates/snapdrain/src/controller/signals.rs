@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
@@ -18,7 +18,7 @@ use super::cache::{Cache, CachedPod, Caches};
 use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::planning::protection;
-use crate::signals::detect::{detect, node_pool_of, nodeclaim_of, pod_grace};
+use crate::signals::detect::{detect, node_pool_of, nodeclaim_of, pod_grace, spot_deadline};
 use crate::signals::let_go::{LetGo, let_go};
 use crate::signals::limits::{Running, admit, takes_slot};
 use crate::signals::plan::{Choice, NODE_LABEL, NodeSignal, Outcome, choose, source_name};
@@ -49,6 +49,25 @@ struct Watcher {
     waiting: BTreeSet<String>,
     /// Nodes being taken that snapdrain will not back up, announced on the Node ([`let_go`]).
     let_go: BTreeSet<String>,
+    /// Spot interruption notices looked up for nodes whose NodeClaim is being deleted.
+    spot_notices: BTreeMap<String, SpotNotice>,
+}
+
+/// What [`Watcher::spot_notice`] found for a node.
+enum SpotNotice {
+    Found(jiff::Timestamp),
+    /// None when last asked.
+    NoneAt(tokio::time::Instant),
+}
+
+/// When an Event happened: `eventTime` (events.k8s.io writers), else `firstTimestamp` (client-go's
+/// core/v1 recorder), else its creation.
+fn event_time(e: &CoreEvent) -> Option<jiff::Timestamp> {
+    e.event_time
+        .as_ref()
+        .map(|t| t.0)
+        .or_else(|| e.first_timestamp.as_ref().map(|t| t.0))
+        .or_else(|| e.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
 impl Watcher {
@@ -135,7 +154,11 @@ impl Watcher {
             .iter()
             .filter_map(|w| window::Window::new(w).ok())
             .collect();
-        for node in self.nodes.all() {
+        let nodes = self.nodes.all();
+        // Nodes that are gone need no memory.
+        self.spot_notices
+            .retain(|n, _| nodes.iter().any(|node| node.name_any() == *n));
+        for node in nodes {
             let claim = nodeclaim_of(&node)
                 .and_then(|c| self.claims.get("", c))
                 .and_then(|c| serde_json::to_value(&*c).ok());
@@ -147,12 +170,21 @@ impl Watcher {
                 continue;
             }
             self.let_go.remove(&name);
-            let Some(signal) = detect(&node, claim.as_ref(), &policy.signals, now, || {
+            let Some(mut signal) = detect(&node, claim.as_ref(), &policy.signals, now, || {
                 self.longest_grace(&name)
             }) else {
-                self.waiting.remove(&node.name_any());
+                self.waiting.remove(&name);
+                self.spot_notices.remove(&name);
                 continue;
             };
+            // A NodeClaim deleted without a termination time may be Karpenter acting on a spot
+            // interruption: its Event dates the notice, and EC2 takes the instance two minutes later.
+            if signal.deadline.is_none()
+                && signal.reason == "NodeClaimDeleted"
+                && let Some(notice) = self.spot_notice(&name).await
+            {
+                signal.deadline = Some(spot_deadline(notice, self.longest_grace(&name)));
+            }
             let mut protected = Vec::new();
             match choose(&plans, &signal) {
                 Choice::Join {
@@ -220,6 +252,40 @@ impl Watcher {
             }
             self.act(&signal, &policy, &protected).await;
         }
+    }
+
+    /// When Karpenter announced a spot interruption of `node`: the earliest `SpotInterrupted` Event on
+    /// the Node (aws/karpenter-provider-aws `pkg/controllers/interruption/controller.go`
+    /// `notifyForMessage`, `events/events.go`; client-go files events of cluster-scoped objects in
+    /// `default`). Asked again at most every [`TICK`] while none is found (Karpenter's recorder sends
+    /// the Event a moment after it deletes the claim); a found notice is kept.
+    async fn spot_notice(&mut self, node: &str) -> Option<jiff::Timestamp> {
+        match self.spot_notices.get(node) {
+            Some(SpotNotice::Found(t)) => return Some(*t),
+            Some(SpotNotice::NoneAt(at)) if at.elapsed() < TICK => return None,
+            _ => {}
+        }
+        let params = ListParams::default().fields(&format!(
+            "involvedObject.kind=Node,involvedObject.name={node},reason=SpotInterrupted"
+        ));
+        let found = match Api::<CoreEvent>::namespaced(self.client.clone(), "default")
+            .list(&params)
+            .await
+        {
+            Ok(list) => list.items.iter().filter_map(event_time).min(),
+            Err(e) => {
+                tracing::debug!(node, error = %e, "cannot list the node's SpotInterrupted events");
+                None
+            }
+        };
+        self.spot_notices.insert(
+            node.to_owned(),
+            match found {
+                Some(t) => SpotNotice::Found(t),
+                None => SpotNotice::NoneAt(tokio::time::Instant::now()),
+            },
+        );
+        found
     }
 
     /// Says once on the Node (where `kubectl describe node` shows it) that its protected pods go
@@ -311,6 +377,7 @@ pub async fn run(
         unprotected: BTreeMap::new(),
         waiting: BTreeSet::new(),
         let_go: BTreeSet::new(),
+        spot_notices: BTreeMap::new(),
     };
     let mut until = std::pin::pin!(until);
     // Changes only mark the view dirty: a look covers every node, so a burst of Node updates costs one.

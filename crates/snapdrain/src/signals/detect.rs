@@ -72,6 +72,13 @@ pub fn pod_grace(pod: &Pod) -> Duration {
         })
 }
 
+/// The deadline of a plan for a node whose spot interruption notice came at `notice`: EC2 takes the
+/// instance [`SPOT_NOTICE`] later (EC2 docs, "Spot Instance interruption notices"), and the protected
+/// pods need their grace period to stop before that, as with Karpenter's termination time (review #12).
+pub fn spot_deadline(notice: jiff::Timestamp, longest_grace: Duration) -> jiff::Timestamp {
+    termination_deadline(notice + SPOT_NOTICE, longest_grace)
+}
+
 /// The deadline of a plan for a NodeClaim Karpenter terminates at `termination`: Karpenter DELETEs each
 /// pod at `termination − its grace`, so the one with the longest grace (`longest_grace`, among the
 /// node's protected pods) goes first; the backup must be verified [`FORCE_DELETE_MARGIN`] before that.
@@ -107,7 +114,8 @@ fn timestamp(value: &Value) -> Option<jiff::Timestamp> {
 /// The signal `node` shows, if any, and what the policy makes of it. `claim` is the node's NodeClaim.
 /// `now` dates deadlines that a signal implies but does not carry (a spot notice seen now).
 /// `longest_grace` gives the longest terminationGracePeriodSeconds of the node's protected pods; it is
-/// asked only for a NodeClaim Karpenter terminates at a set time.
+/// asked only for a signal with a deadline (a NodeClaim Karpenter terminates at a set time, NTH's spot
+/// notice).
 pub fn detect(
     node: &Node,
     claim: Option<&Value>,
@@ -143,7 +151,10 @@ pub fn detect(
     for t in taints(node) {
         if let Some(kind) = t.key.strip_prefix(NTH_TAINT_PREFIX) {
             let (reason, deadline) = match kind {
-                "spot-itn" => ("SpotInterruption", Some(now + SPOT_NOTICE)),
+                "spot-itn" => (
+                    "SpotInterruption",
+                    Some(spot_deadline(now, longest_grace())),
+                ),
                 "rebalance-recommendation" => ("RebalanceRecommendation", None),
                 "scheduled-maintenance" => ("ScheduledMaintenance", None),
                 "asg-lifecycle-termination" => ("AutoScalingLifecycleTermination", None),
@@ -439,7 +450,11 @@ mod tests {
         );
         let s = detect(&spot, None, &SignalsSpec::default(), now(), grace).expect("NTH");
         assert_eq!(s.source, PlanSource::NodeTerminationHandler);
-        assert_eq!(s.deadline, Some(now() + SPOT_NOTICE));
+        // Two minutes from the notice, less the pods' 30 s grace and the 10 s margin.
+        assert_eq!(
+            s.deadline,
+            Some(now() + jiff::SignedDuration::from_secs(80))
+        );
         let karpenter = node(json!([{"key": KARPENTER_DISRUPTED_TAINT, "effect": "NoSchedule"}]));
         assert_eq!(
             detect(&karpenter, None, &SignalsSpec::default(), now(), grace).map(|s| s.reason),

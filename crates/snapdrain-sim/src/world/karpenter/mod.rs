@@ -441,10 +441,23 @@ fn enqueue_pools(ctx: &WorldContext, queue: &mut queue::WorkQueue, changes: &[Ch
     }
 }
 
-/// Spot interruption notices: the NodeClaim is deleted (forceful, no budgets).
+/// Spot interruption notices: `SpotInterrupted` Warning Events on the NodeClaim and its Node, then the
+/// NodeClaim deleted (forceful, no budgets). aws/karpenter-provider-aws
+/// `pkg/controllers/interruption/controller.go` `handleNodeClaim` publishes the events
+/// (`notifyForMessage`, `events/events.go` `SpotInterrupted`) before `deleteNodeClaim`; the Event's
+/// time is the only record of when the two-minute notice began.
 fn interruptions(ctx: &WorldContext, handle: &KarpenterHandle) {
     let interrupted: Vec<String> = std::mem::take(&mut *lock(&handle.shared.interrupt));
     for name in interrupted {
+        let node = ctx.store.get(&nodeclaims(), None, &name).and_then(|c| {
+            c.pointer("/status/nodeName")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        spot_interrupted_event(ctx, "NodeClaim", "karpenter.sh/v1", &name);
+        if let Some(node) = &node {
+            spot_interrupted_event(ctx, "Node", "v1", node);
+        }
         ctx.audit.world(
             "disruption-started",
             "nodeclaims.karpenter.sh",
@@ -455,6 +468,29 @@ fn interruptions(ctx: &WorldContext, handle: &KarpenterHandle) {
         let _ = ctx
             .store
             .delete(&nodeclaims(), None, &name, &DeleteOptions::default());
+    }
+}
+
+/// A core/v1 Event as client-go's recorder writes it for a cluster-scoped object: in namespace
+/// `default`, named `<object>.<unique suffix>`, with `firstTimestamp`/`lastTimestamp`.
+fn spot_interrupted_event(ctx: &WorldContext, kind: &str, api_version: &str, name: &str) {
+    let now = now_rfc3339();
+    let suffix = jiff::Timestamp::now().as_nanosecond();
+    let event = json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": format!("{name}.{suffix:x}"), "namespace": "default"},
+        "involvedObject": {"kind": kind, "apiVersion": api_version, "name": name},
+        "type": "Warning",
+        "reason": "SpotInterrupted",
+        "message": "Spot interruption warning was triggered",
+        "source": {"component": "karpenter"},
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    });
+    if let Err(e) = ctx
+        .store
+        .create(&ResKey::core("events"), Some("default"), event, INTERNAL)
+    {
+        tracing::warn!(object = %name, error = %e, "karpenter: cannot record the SpotInterrupted event");
     }
 }
 
