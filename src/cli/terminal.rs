@@ -7,19 +7,11 @@ use std::borrow::Cow;
 /// `text` with every C0 control (but newline and tab, which the layout itself uses), DEL and C1 control
 /// written as `\u{..}`.
 pub fn escape_controls(text: &str) -> Cow<'_, str> {
-    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
-    if !text.chars().any(unsafe_char) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if unsafe_char(c) {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
+    replace_chars(
+        text,
+        |c| c.is_control() && c != '\n' && c != '\t',
+        |c| format!("\\u{{{:x}}}", c as u32),
+    )
 }
 
 /// Serialized JSON with DEL and the C1 controls written as `\u00..` escapes: serde_json escapes only
@@ -27,19 +19,32 @@ pub fn escape_controls(text: &str) -> Cow<'_, str> {
 /// JSON only inside strings, where an escape stands for the same character, so the document means the
 /// same to a parser.
 pub fn json_safe(json: String) -> String {
-    let unsafe_char = |c: char| c == '\u{7f}' || ('\u{80}'..='\u{9f}').contains(&c);
-    if !json.chars().any(unsafe_char) {
-        return json;
+    replace_chars(
+        &json,
+        |c| c == '\u{7f}' || ('\u{80}'..='\u{9f}').contains(&c),
+        |c| format!("\\u{:04x}", c as u32),
+    )
+    .into_owned()
+}
+
+/// `text` with every character `unsafe_char` picks written as `escape` gives it; borrowed when none is.
+fn replace_chars(
+    text: &str,
+    unsafe_char: impl Fn(char) -> bool,
+    escape: impl Fn(char) -> String,
+) -> Cow<'_, str> {
+    if !text.chars().any(&unsafe_char) {
+        return Cow::Borrowed(text);
     }
-    let mut out = String::with_capacity(json.len() + 8);
-    for c in json.chars() {
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
         if unsafe_char(c) {
-            out.push_str(&format!("\\u{:04x}", c as u32));
+            out.push_str(&escape(c));
         } else {
             out.push(c);
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 #[cfg(test)]

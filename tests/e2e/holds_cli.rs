@@ -50,6 +50,16 @@ async fn snapdrain(kubeconfig: &Path, args: &[&str]) -> Out {
     }
 }
 
+/// A kubeconfig for the simulated cluster, in a temporary directory that lives as long as the guard.
+fn kubeconfig(h: &Harness) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kc = h
+        .cluster
+        .write_kubeconfig(&dir.path().join("kubeconfig"))
+        .expect("kubeconfig written");
+    (dir, kc)
+}
+
 fn annotation<'a>(p: &'a Pod, key: &str) -> Option<&'a str> {
     p.annotations().get(key).map(String::as_str)
 }
@@ -81,11 +91,7 @@ async fn shop_pods(h: &Harness) -> Vec<Pod> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn release_all_removes_exactly_snapdrains_holds_keeps_a_users_own_and_is_idempotent() {
     let h = Harness::start().await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let kc: PathBuf = h
-        .cluster
-        .write_kubeconfig(&dir.path().join("kubeconfig"))
-        .expect("kubeconfig written");
+    let (_dir, kc) = kubeconfig(&h);
     // The node the plan below drains, and a protected pod elsewhere (a user's do-not-disrupt on the
     // node would block that drain).
     let node = h.node_with_statefulset_pods().await;
@@ -298,11 +304,7 @@ async fn a_bad_kubeconfig_or_context_or_an_unreachable_cluster_is_a_clear_error(
 async fn holds_list_and_release_page_through_more_pods_than_one_list_page() {
     const PODS: usize = 520;
     let h = Harness::start().await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let kc: PathBuf = h
-        .cluster
-        .write_kubeconfig(&dir.path().join("kubeconfig"))
-        .expect("kubeconfig written");
+    let (_dir, kc) = kubeconfig(&h);
     snapdrain_testkit::eviction::namespace(&h.client, "many", json!({})).await;
     let pods: Api<Pod> = Api::namespaced(h.client.clone(), "many");
     // Bare pods held as snapdrain holds a pod: both annotations at their holding values, and listed
