@@ -3,7 +3,8 @@
 //! force-deletes it (kubernetes-sigs/karpenter `pkg/controllers/node/termination/terminator/eviction.go`
 //! `needsForceDelete` is false without a termination time), so a hold that stays when snapdrain will not
 //! back the node up (the policy ignores the signal, or its plan ended without a backup) leaves the node
-//! half-drained for good. snapdrain lets such a node go, and says so on the Node.
+//! half-drained for good. snapdrain lets such a node go, and says so on the Node. And a released node
+//! a disruptor has started to take keeps its holds released past the release window (review #13).
 
 use std::time::Duration;
 
@@ -164,5 +165,82 @@ async fn a_forceful_plan_that_ends_without_a_backup_lets_karpenter_take_the_node
     assert!(
         note.contains(&plan) && note.contains("Aborted") && note.contains("WITHOUT a backup"),
         "{note}"
+    );
+}
+
+/// Review #13: a released node a disruptor has started to take is mid-drain. The release window ending
+/// then must not restore the holds (Karpenter's terminator would skip the pods and the drain stall) nor
+/// end the run (the next one would back the node up again): the plan waits for the node to go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_window_that_passes_mid_drain_keeps_the_holds_released_until_the_node_goes() {
+    let h = Harness::start().await;
+    let _controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    h.create_plan(
+        "taken-late",
+        json!({"nodes": [node], "mode": "Release", "releaseWindow": "2s"}),
+    )
+    .await;
+    h.wait_plan_until("taken-late", TIMEOUT, |p| {
+        p.status.as_ref().is_some_and(|s| s.released_at.is_some())
+    })
+    .await;
+    // Cluster Autoscaler commits to the node (its drain would follow; none runs here).
+    Api::<Node>::all(h.client.clone())
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": [{
+                "key": "ToBeDeletedByClusterAutoscaler", "value": "1764590000", "effect": "NoSchedule"}]}})),
+        )
+        .await
+        .expect("taint the node as Cluster Autoscaler does");
+    let waiting = h
+        .wait_plan_until("taken-late", TIMEOUT, |p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.contains("release window has passed"))
+        })
+        .await;
+    let status = waiting.status.expect("status");
+    assert!(!status.phase.is_terminal(), "{:?}", status.message);
+    assert!(status.release.is_none(), "{:?}", status.release);
+    for pod in protected.keys() {
+        let (ns, name) = pod.split_once('/').expect("ns/name");
+        let p = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(h.client.clone(), ns)
+            .get(name)
+            .await
+            .expect("the pod is still there");
+        assert_eq!(
+            p.annotations()
+                .get("snapdrain.io/released-by")
+                .map(String::as_str),
+            Some("taken-late"),
+            "{pod} stays released: {:?}",
+            p.annotations()
+        );
+    }
+    // The node goes (here through Karpenter's own termination, which drains the released pods at once),
+    // and the run ends with it.
+    let claim = h.nodeclaim_of(&node).await;
+    nodeclaims(&h)
+        .delete(&claim, &Default::default())
+        .await
+        .expect("delete the NodeClaim");
+    let done = h
+        .wait_plan("taken-late", NODE_GONE, PlanPhase::is_terminal)
+        .await;
+    let status = done.status.expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{:?}", status.message);
+    assert!(
+        !status
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("within the release window"),
+        "{:?}",
+        status.message
     );
 }

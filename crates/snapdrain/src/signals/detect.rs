@@ -207,6 +207,28 @@ pub fn detect(
     None
 }
 
+/// Whether a disruptor has started taking `node` (review #13): Karpenter tainted it
+/// `karpenter.sh/disrupted` or deleted its NodeClaim, Cluster Autoscaler tainted it
+/// `ToBeDeletedByClusterAutoscaler`, or the Node itself is being deleted. A released node in this
+/// state is mid-drain: restoring its holds at the end of a release window would stall that drain
+/// (Karpenter's terminator skips held pods) and start the backup over. `claim` is its NodeClaim.
+pub fn taking(node: &Node, claim: Option<&Value>) -> Option<&'static str> {
+    if node.metadata.deletion_timestamp.is_some() {
+        return Some("the Node is being deleted");
+    }
+    if claim.is_some_and(|c| c["metadata"]["deletionTimestamp"].is_string()) {
+        return Some("Karpenter is terminating its NodeClaim");
+    }
+    let taints = taints(node);
+    if taints.iter().any(|t| t.key == KARPENTER_DISRUPTED_TAINT) {
+        return Some("Karpenter tainted it karpenter.sh/disrupted");
+    }
+    if taints.iter().any(|t| t.key == CLUSTER_AUTOSCALER_TAINT) {
+        return Some("Cluster Autoscaler tainted it ToBeDeletedByClusterAutoscaler");
+    }
+    None
+}
+
 /// The NodeClaim of a Karpenter node, from the Node's owner reference (Karpenter v1 makes the NodeClaim
 /// the Node's owner).
 pub fn nodeclaim_of(node: &Node) -> Option<&str> {
@@ -436,6 +458,34 @@ mod tests {
         };
         let s = detect(&node(json!([])), Some(&c), &releasing, now(), grace).expect("released");
         assert_eq!(s.reason, "Consolidatable");
+    }
+
+    #[test]
+    fn a_node_is_being_taken_once_a_disruptor_has_committed_to_it() {
+        let taint = |key: &str| json!([{"key": key, "effect": "NoSchedule"}]);
+        assert!(taking(&node(taint(KARPENTER_DISRUPTED_TAINT)), None).is_some());
+        assert!(taking(&node(taint(CLUSTER_AUTOSCALER_TAINT)), None).is_some());
+        assert!(taking(&node(json!([])), Some(&claim(json!([]), true, json!({})))).is_some());
+        let mut deleting = node(json!([]));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+        assert!(taking(&deleting, None).is_some());
+        // Drift, consolidation and NTH's rebalance recommendation are reasons, not a drain under way.
+        let drifted = claim(
+            json!([{"type": "Drifted", "status": "True"}]),
+            false,
+            json!({}),
+        );
+        assert_eq!(taking(&node(json!([])), Some(&drifted)), None);
+        assert_eq!(
+            taking(
+                &node(taint(
+                    "aws-node-termination-handler/rebalance-recommendation"
+                )),
+                None
+            ),
+            None
+        );
     }
 
     #[test]

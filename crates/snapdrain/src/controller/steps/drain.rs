@@ -28,6 +28,7 @@ use crate::planning::drain::{
 };
 use crate::planning::inventory::{is_terminal, pvc_claims};
 use crate::planning::{EvictionOutcome, PlannedEviction, plan_node};
+use crate::signals::detect::{self, nodeclaim_of};
 
 /// How one node's drain stands after this call.
 enum NodeDrain {
@@ -322,8 +323,27 @@ pub async fn release(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, Controlle
             v.now,
         ));
     }
-    if !uncovered.is_empty() || window_left.is_zero() {
+    let taken = taking(io, &names);
+    if !uncovered.is_empty() || (window_left.is_zero() && taken.is_none()) {
         return Ok(expire(v, io, out, &names, &uncovered).await);
+    }
+    if window_left.is_zero()
+        && let Some(why) = taken
+    {
+        // Past the window, but mid-drain: the holds stay released until the node goes or its pods leave.
+        out.status.message = Some(format!(
+            "backups verified, holds released; the release window has passed but {why}: waiting for it to finish"
+        ));
+        let gone = v
+            .status
+            .nodes
+            .iter()
+            .map(|n| (n.name.clone(), n.uid.clone()))
+            .collect();
+        return Ok(out.then(Next::Wait {
+            wake: Wake::NodesGone(gone),
+            recheck: TAKEN_RECHECK,
+        }));
     }
     out.status.message = Some(format!(
         "backups verified, holds released; waiting for the disruptor to drain (release window: {}s left)",
@@ -339,6 +359,20 @@ pub async fn release(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, Controlle
         wake: Wake::NodesGone(gone),
         recheck: window_left.max(Duration::from_millis(100)),
     }))
+}
+
+/// How often a release past its window looks again at a node a disruptor is taking.
+const TAKEN_RECHECK: Duration = Duration::from_secs(5);
+
+/// Whether a disruptor is taking one of the plan's nodes (from the caches), and how.
+fn taking(io: &Io<'_>, names: &[String]) -> Option<String> {
+    names.iter().find_map(|name| {
+        let node = io.caches.nodes.get("", name)?;
+        let claim = nodeclaim_of(&node)
+            .and_then(|c| io.caches.node_claims.get("", c))
+            .and_then(|c| serde_json::to_value(&*c).ok());
+        detect::taking(&node, claim.as_ref()).map(|why| format!("node {name}: {why}"))
+    })
 }
 
 /// Releases the holds of the covered pods, once, and records them and when.
