@@ -138,6 +138,8 @@ pub async fn run(opts: &Options) -> RunReport {
     // nodes earlier plans took, a later plan still finds a node whose pods have somewhere to go.
     let h = Harness::start_scenario_with("quickstart", chaos_timings(), |s| {
         s.nodes[0].count = Some(9);
+        // Karpenter reads EC2's spot interruption warnings (its Helm chart's settings.interruptionQueue).
+        s.karpenter.get_or_insert_default().interruption_queue = Some("chaos".into());
         for set in &mut s.stateful_sets {
             set.replicas += 1;
         }
@@ -476,6 +478,9 @@ fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
     (!candidates.is_empty()).then(|| rng.pick(&candidates).clone())
 }
 
+/// The spot interruption notice: EC2's two minutes.
+const SPOT_NOTICE_MS: u64 = 120_000;
+
 /// Starts the disruption of `node` the way `mode` says.
 async fn disrupt(h: &Harness, mode: Mode, node: &str, name: &str) -> Result<(), String> {
     match mode {
@@ -496,6 +501,17 @@ async fn disrupt(h: &Harness, mode: Mode, node: &str, name: &str) -> Result<(), 
             crate::karpenter::mark_drifted(&h.client, &claim)
                 .await
                 .map_err(|e| format!("marking NodeClaim {claim} drifted: {e}"))?;
+        }
+        Mode::SpotInterruption => {
+            // Long enough a notice for a backup under faults (EC2 gives two minutes); a plan that
+            // cannot make the deadline fails loudly, which is terminal too.
+            let action = snapdrain_sim::scenario::timeline::Action::SpotInterruption {
+                node: node.to_string(),
+                notice: SPOT_NOTICE_MS,
+            };
+            h.cluster
+                .act(&action)
+                .map_err(|e| format!("spot interruption notice for {node}: {e}"))?;
         }
         Mode::NodeClaimDeleted => {
             let claim = h.nodeclaim_of(node).await;
