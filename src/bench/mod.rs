@@ -11,8 +11,10 @@
 //! - [`limit`]: one plan against its physical limit (run with the controller section).
 //! - [`rollout`]: a 20-node Karpenter drift rollout, alone and guarded by snapdrain.
 //! - [`scale`]: the controller process at `scale-5k`: cache sync, memory, a plan's drain.
+//! - [`chaos`]: the chaos suite's runs for the seeds asked, judged (`--only chaos` alone).
 
 pub mod api;
+pub mod chaos;
 pub mod controller;
 pub mod gate;
 pub mod holds;
@@ -30,6 +32,8 @@ pub use report::{Figure, Report};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Only {
     Api,
+    /// Only when asked for: its runs take minutes and are judged, not timed.
+    Chaos,
     Controller,
     Gate,
     Planning,
@@ -45,6 +49,10 @@ pub struct Options {
     /// Pod updates in the watch fan-out.
     pub pods: usize,
     pub watchers: usize,
+    /// Chaos runs: one per seed.
+    pub seeds: Vec<u64>,
+    /// Plans per chaos run (default: the short form's, one per mode).
+    pub plans: Option<usize>,
 }
 
 pub async fn run(opts: &Options) -> Report {
@@ -105,6 +113,9 @@ pub async fn run(opts: &Options) -> Report {
         && let Err(e) = rollout::drift(&mut report).await
     {
         report.skipped("rollout", "drift rollout", format!("failed: {e:#}"));
+    }
+    if opts.only == Only::Chaos {
+        chaos::run(&opts.seeds, opts.plans, &mut report).await;
     }
     report
 }

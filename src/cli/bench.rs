@@ -19,6 +19,12 @@ pub struct BenchArgs {
     /// Concurrent pod watchers for the watch fan-out measurement.
     #[arg(long, default_value_t = 20)]
     pub watchers: usize,
+    /// Chaos runs (`--only chaos`): the seeds, a list `1,2,3` or a range `1..=20`.
+    #[arg(long, default_value = "11")]
+    pub seed: String,
+    /// Plans per chaos run (`--only chaos`); default one per mode.
+    #[arg(long)]
+    pub plans: Option<usize>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -27,6 +33,8 @@ pub struct BenchArgs {
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Section {
     Api,
+    /// Chaos runs (only when asked for): plans under injected faults, judged by the safety oracle.
+    Chaos,
     Controller,
     /// The eviction gate alone (also part of `controller`).
     Gate,
@@ -39,6 +47,7 @@ pub enum Section {
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let only = match args.only {
         Section::Api => Only::Api,
+        Section::Chaos => Only::Chaos,
         Section::Controller => Only::Controller,
         Section::Gate => Only::Gate,
         Section::Planning => Only::Planning,
@@ -51,6 +60,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         runs: args.runs,
         pods: args.pods,
         watchers: args.watchers,
+        seeds: seeds(&args.seed)?,
+        plans: args.plans,
     })
     .await;
     if args.json {
@@ -59,4 +70,34 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         print!("{}", report.to_table());
     }
     Ok(())
+}
+
+/// `1,2,3`, `1..=20` or `1..20`.
+fn seeds(spec: &str) -> anyhow::Result<Vec<u64>> {
+    let num = |s: &str| -> anyhow::Result<u64> {
+        s.trim()
+            .parse()
+            .map_err(|_| anyhow::anyhow!("--seed: {s:?} is not a seed (write 7, 1,2,3 or 1..=20)"))
+    };
+    Ok(if let Some((a, b)) = spec.split_once("..=") {
+        (num(a)?..=num(b)?).collect()
+    } else if let Some((a, b)) = spec.split_once("..") {
+        (num(a)?..num(b)?).collect()
+    } else {
+        spec.split(',').map(num).collect::<anyhow::Result<_>>()?
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seeds;
+
+    #[test]
+    fn seeds_are_a_list_or_a_range() {
+        assert_eq!(seeds("7").unwrap(), [7]);
+        assert_eq!(seeds("1,3").unwrap(), [1, 3]);
+        assert_eq!(seeds("2..=4").unwrap(), [2, 3, 4]);
+        assert_eq!(seeds("2..4").unwrap(), [2, 3]);
+        assert!(seeds("x").is_err());
+    }
 }

@@ -435,6 +435,100 @@ async fn replacement_without_capacity_for_one_type_launches_the_next() {
     controller.shutdown().await;
 }
 
+/// No capacity in any pool of the replacement's instant fleet: CreateFleet answers HTTP 200 with one
+/// `InsufficientInstanceCapacity` per override in its errorSet (EC2 API reference, CreateFleet), a
+/// result EC2 keeps for the ClientToken ("Ensuring idempotency in Amazon EC2 API requests", EC2
+/// developer guide; the simulator: `snapdrain_sim::ec2::actions::create_fleet`). The plan waits (its
+/// status and a `ReplacementWaitingForCapacity` Event say why), tries again with a new token recorded
+/// before each try, and completes with one instance, launched under the token the status names, once
+/// capacity is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn replacement_fleet_without_any_capacity_waits_and_launches_with_a_new_token() {
+    let h = Harness::start().await;
+    // Harness::start always runs the EC2 simulator.
+    let ec2 = h
+        .cluster
+        .ec2
+        .as_ref()
+        .expect("the harness runs the EC2 simulator");
+    ec2.inject_capacity_error("m6i.xlarge", None, "InsufficientInstanceCapacity");
+    ec2.inject_capacity_error("m5.xlarge", None, "InsufficientInstanceCapacity");
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan(
+        "fleet-short",
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "instanceTypes": ["m6i.xlarge", "m5.xlarge"]
+        }}),
+    )
+    .await;
+    let progress = |p: &DisruptionPlan| {
+        p.status
+            .iter()
+            .flat_map(|s| &s.nodes)
+            .find_map(|n| n.replacement.clone())
+            .unwrap_or_default()
+    };
+    // Two tries without capacity: the second went out under a token of its own, or it would have
+    // been EC2's remembered answer to the first.
+    let waiting = h
+        .wait_plan_until("fleet-short", TIMEOUT, |p| {
+            progress(p).capacity_errors >= 2
+                || p.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+        })
+        .await;
+    let r = progress(&waiting);
+    let status = waiting.status.clone().unwrap_or_default();
+    assert_eq!(status.phase, PlanPhase::Replacing, "{status:#?}");
+    assert!(
+        r.capacity_error
+            .as_deref()
+            .is_some_and(|e| e.contains("m5.xlarge") && e.contains("InsufficientInstanceCapacity")),
+        "{r:#?}"
+    );
+    assert!(r.retry_at.is_some(), "{r:#?}");
+    let fleet_calls = ec2.fleet_requests().len();
+    assert!(fleet_calls >= 2, "{fleet_calls} CreateFleet calls");
+    snapdrain_testkit::eventually("a ReplacementWaitingForCapacity Event", || async {
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(h.client.clone());
+        let list = events.list(&Default::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("fleet-short")
+                    && e.reason.as_deref() == Some("ReplacementWaitingForCapacity")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("trying again"))
+            })
+            .then_some(())
+    })
+    .await;
+    ec2.clear_faults();
+    let plan = h
+        .wait_plan("fleet-short", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let done = progress(&plan);
+    // wait_plan returned on a terminal phase, which only a status carries.
+    let status = plan.status.expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let launched = h.instances_of("fleet-short");
+    assert_eq!(launched.len(), 1, "{launched:?}");
+    // instances_of lists the simulator's own instances, which it never forgets.
+    let instance = ec2.instance(&launched[0]).expect("a listed instance");
+    assert_eq!(
+        instance.client_token.as_deref(),
+        Some(done.client_token.as_str()),
+        "launched under the token the status recorded"
+    );
+    // The node's first token (from its uid, which planning recorded) is the one that never launched.
+    let uid = status.nodes[0].uid.clone().unwrap_or_else(|| node.clone());
+    let first = snapdrain::planning::client_token(&uid, 1);
+    assert_ne!(done.client_token, first, "a retry token, not the first");
+    assert_eq!((done.capacity_errors, done.capacity_error), (0, None));
+    controller.shutdown().await;
+}
+
 /// A launch template with one type launches with RunInstances, which has nothing to fall back to:
 /// InsufficientInstanceCapacity (an HTTP 500 API error there) is counted in the replacement's status and
 /// the launch retried; once EC2 has capacity again the plan completes with the template's type. The

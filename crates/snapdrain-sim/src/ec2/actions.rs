@@ -896,6 +896,12 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
             }
         }
         write_fleet(&fleet_id, &errors, &launches, x);
+        // An instant fleet has completed even when every override failed (HTTP 200, the failures in
+        // its errorSet), so its token keeps that answer: a retry with the same token gets the same
+        // errors however much capacity is back ("Ensuring idempotency in Amazon EC2 API requests",
+        // EC2 developer guide: a retried request that completed returns the original result). A
+        // RunInstances that fails with InsufficientInstanceCapacity (HTTP 500, a server error the
+        // guide says to retry) records no token.
         if let Some(t) = token {
             world.tokens.insert(
                 ("CreateFleet".into(), t.into()),

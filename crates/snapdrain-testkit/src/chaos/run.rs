@@ -138,6 +138,8 @@ pub async fn run(opts: &Options) -> RunReport {
     // nodes earlier plans took, a later plan still finds a node whose pods have somewhere to go.
     let h = Harness::start_scenario_with("quickstart", chaos_timings(), |s| {
         s.nodes[0].count = Some(9);
+        // Karpenter reads EC2's spot interruption warnings (its Helm chart's settings.interruptionQueue).
+        s.karpenter.get_or_insert_default().interruption_queue = Some("chaos".into());
         for set in &mut s.stateful_sets {
             set.replicas += 1;
         }
@@ -201,6 +203,9 @@ pub async fn run(opts: &Options) -> RunReport {
         outcomes.push(format!("{} {node} {outcome}", episode.mode.as_str()));
     }
     h.cluster.faults.set(Vec::new());
+    // The faults are over: a plan still running (a signal's Release plan started after its episode
+    // settled, say, when Karpenter's budget freed up) has the settle time to end, as each episode's had.
+    all_terminal(&h, opts.settle).await;
     // Every plan is over: the holds must come to rest where they belong.
     let verdict = holds_at_rest(&h, &protected).await;
     let stuck = verdict
@@ -354,6 +359,23 @@ fn why_stuck(h: &Harness, plan: &str) -> String {
     )
 }
 
+/// Waits until every plan is terminal, or `limit` passes (the judge then names the ones that are not).
+async fn all_terminal(h: &Harness, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        let running = items(h, &plans_key(), None).iter().any(|p| {
+            !matches!(
+                p.pointer("/status/phase").and_then(Value::as_str),
+                Some("Completed" | "Failed" | "Aborted")
+            )
+        });
+        if !running {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits (up to 30 s) until the holds are where they belong, and returns the verdict then.
 async fn holds_at_rest(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Verdict {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -476,6 +498,14 @@ fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
     (!candidates.is_empty()).then(|| rng.pick(&candidates).clone())
 }
 
+/// The spot interruption notice, shorter than EC2's two minutes: long enough for a backup under the
+/// faults of a plan's window, short enough that the instance of a plan that failed (its holds kept,
+/// Karpenter's termination waiting on them and its disruption budget spent on that NodeClaim) is
+/// reclaimed within the run, as EC2 does whatever was drained, and later Release plans can proceed.
+/// The pods EC2 takes leave through the pod garbage collector, not through an eviction or DELETE the
+/// oracle judges: the promise covers what snapdrain performs or gates.
+const SPOT_NOTICE_MS: u64 = 30_000;
+
 /// Starts the disruption of `node` the way `mode` says.
 async fn disrupt(h: &Harness, mode: Mode, node: &str, name: &str) -> Result<(), String> {
     match mode {
@@ -496,6 +526,16 @@ async fn disrupt(h: &Harness, mode: Mode, node: &str, name: &str) -> Result<(), 
             crate::karpenter::mark_drifted(&h.client, &claim)
                 .await
                 .map_err(|e| format!("marking NodeClaim {claim} drifted: {e}"))?;
+        }
+        Mode::SpotInterruption => {
+            // A plan that cannot make the deadline fails loudly, which is terminal too.
+            let action = snapdrain_sim::scenario::timeline::Action::SpotInterruption {
+                node: node.to_string(),
+                notice: SPOT_NOTICE_MS,
+            };
+            h.cluster
+                .act(&action)
+                .map_err(|e| format!("spot interruption notice for {node}: {e}"))?;
         }
         Mode::NodeClaimDeleted => {
             let claim = h.nodeclaim_of(node).await;

@@ -18,14 +18,19 @@ pub enum Mode {
     Drift,
     /// The NodeClaim is deleted (expiry, a person): a forceful Release plan, Karpenter terminates.
     NodeClaimDeleted,
+    /// EC2's spot interruption notice for the node's instance: Karpenter, reading its interruption
+    /// queue, deletes the NodeClaim at once (a forceful Release plan), and EC2 reclaims the instance at
+    /// the notice's deadline whatever was drained.
+    SpotInterruption,
 }
 
-pub const MODES: [Mode; 5] = [
+pub const MODES: [Mode; 6] = [
     Mode::ExecuteReplace,
     Mode::Execute,
     Mode::Manual,
     Mode::Drift,
     Mode::NodeClaimDeleted,
+    Mode::SpotInterruption,
 ];
 
 impl Mode {
@@ -36,12 +41,16 @@ impl Mode {
             Self::Manual => "manual",
             Self::Drift => "drift",
             Self::NodeClaimDeleted => "nodeclaim-deleted",
+            Self::SpotInterruption => "spot-interruption",
         }
     }
 
     /// Whether the node must be Karpenter's (the signal comes from its NodeClaim).
     pub fn needs_nodeclaim(self) -> bool {
-        matches!(self, Self::Drift | Self::NodeClaimDeleted)
+        matches!(
+            self,
+            Self::Drift | Self::NodeClaimDeleted | Self::SpotInterruption
+        )
     }
 
     /// Whether the node's capacity comes back (a replacement or Karpenter's drift replacement).

@@ -404,9 +404,13 @@ pub struct ReplacementProgress {
     /// When this attempt's instance was launched (the join timeout counts from here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub launched_at: Option<Time>,
-    /// Consecutive capacity errors (InsufficientInstanceCapacity) of this attempt's launch.
+    /// Consecutive capacity errors (InsufficientInstanceCapacity) of this attempt's launch. Each retry
+    /// launches with a ClientToken of its own (recorded here, in `clientToken`, before it is sent).
     #[serde(default)]
     pub capacity_errors: u32,
+    /// What EC2 answered to the last launch without capacity: why the replacement waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_error: Option<String>,
     /// After a capacity error, the launch is not tried again before this (persisted, so the status
     /// write that records the error and wakes the plan does not turn the backoff into a tight loop).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -142,11 +142,13 @@ const CAPACITY_CODES: &[&str] = &[
     "UnfulfillableCapacity",
 ];
 
-/// How many consecutive capacity errors from RunInstances (one type, one subnet: nothing else to fall
-/// back to) a replacement takes before the plan fails. The SDK already retried each call (EC2 sends
-/// InsufficientInstanceCapacity as HTTP 500), and the plan waits between tries (30 s, then 60 s by
-/// default: `Settings::capacity_retry_base`), so this is minutes of trying, not seconds.
-pub const CAPACITY_ATTEMPTS: u32 = 3;
+/// How many launches in a row without capacity (RunInstances' InsufficientInstanceCapacity, or a
+/// CreateFleet whose every override failed for capacity) a replacement takes before the plan fails.
+/// The SDK already retried each RunInstances call (EC2 sends InsufficientInstanceCapacity as HTTP 500),
+/// and the plan waits between tries (30 s, doubling, by default: `Settings::capacity_retry_base`), so
+/// this is 7.5 minutes of trying, not seconds: EC2's capacity shortages pass in minutes (EC2 user guide,
+/// "Insufficient instance capacity": wait a few minutes and try again).
+pub const CAPACITY_ATTEMPTS: u32 = 5;
 
 impl CloudError {
     /// True when retrying cannot help: the plan fails with this message instead.
@@ -154,19 +156,28 @@ impl CloudError {
         match self {
             Self::InvalidProviderId { .. }
             | Self::InvalidRequest(_)
-            | Self::KarpenterOwnershipTags { .. }
-            | Self::NoCapacity { .. } => true,
+            | Self::KarpenterOwnershipTags { .. } => true,
+            // Every pool out of capacity passes; a pool refused for another reason (a quota, a bad
+            // subnet) does not by waiting.
+            Self::NoCapacity { .. } => !self.is_capacity(),
             Self::Api { code, .. } => PERMANENT_CODES.contains(&code.as_str()),
             Self::Transport { .. } | Self::UnexpectedResponse { .. } => false,
         }
     }
 
     /// EC2 had no capacity for the request (RunInstances answers InsufficientInstanceCapacity as an API
-    /// error, HTTP 500; CreateFleet reports it per override).
+    /// error, HTTP 500; an instant CreateFleet answers 200 with one error per override, in its errorSet:
+    /// EC2 API reference, CreateFleet "Errors"). A fleet counts only when every override failed for
+    /// capacity.
     pub fn is_capacity(&self) -> bool {
         match self {
             Self::Api { code, .. } => CAPACITY_CODES.contains(&code.as_str()),
-            Self::NoCapacity { .. } => true,
+            Self::NoCapacity { failures } => {
+                !failures.is_empty()
+                    && failures
+                        .iter()
+                        .all(|f| CAPACITY_CODES.contains(&f.code.as_str()))
+            }
             _ => false,
         }
     }
@@ -1251,6 +1262,29 @@ mod tests {
     }
 
     #[test]
+    fn a_fleet_with_every_pool_out_of_capacity_is_a_capacity_error() {
+        let pool = |t: &str, code: &str| OverrideFailure {
+            instance_type: Some(t.into()),
+            subnet_id: Some("subnet-a".into()),
+            zone: None,
+            code: code.into(),
+            message: "none".into(),
+        };
+        let short = CloudError::NoCapacity {
+            failures: vec![
+                pool("m5.large", "InsufficientInstanceCapacity"),
+                pool("c5.large", "InsufficientInstanceCapacity"),
+            ],
+        };
+        assert!(short.is_capacity() && !short.is_permanent());
+        let silent = CloudError::NoCapacity { failures: vec![] };
+        assert!(
+            silent.is_permanent() && !silent.is_capacity(),
+            "neither instances nor errors is no shortage"
+        );
+    }
+
+    #[test]
     fn no_capacity_names_each_override() {
         let e = CloudError::NoCapacity {
             failures: vec![
@@ -1270,6 +1304,10 @@ mod tests {
                 },
             ],
         };
+        assert!(
+            e.is_permanent() && !e.is_capacity(),
+            "a quota in one pool does not pass by waiting"
+        );
         let s = e.to_string();
         assert!(
             s.contains("m5.large in subnet-a (InsufficientInstanceCapacity)"),

@@ -71,6 +71,8 @@ pub enum What {
     InstanceTerminated,
     // Replacing
     ReplacementLaunched,
+    /// EC2 had no capacity for the launch: when and with which token it is tried again.
+    ReplacementWaitingForCapacity,
     ReplacementJoinTimeout,
     ReplacementReady,
     // The driver's own
@@ -122,6 +124,9 @@ impl What {
             Self::InstanceKept => (Normal, "InstanceKept", "Terminate"),
             Self::InstanceTerminated => (Normal, "InstanceTerminated", "Terminate"),
             Self::ReplacementLaunched => (Normal, "ReplacementLaunched", "Replace"),
+            Self::ReplacementWaitingForCapacity => {
+                (Warning, "ReplacementWaitingForCapacity", "Replace")
+            }
             Self::ReplacementJoinTimeout => (Warning, "ReplacementJoinTimeout", "Replace"),
             Self::ReplacementReady => (Normal, "ReplacementReady", "Replace"),
             Self::InvalidSpec => (Warning, "InvalidSpec", "Validate"),
@@ -309,6 +314,7 @@ mod tests {
             What::InstanceKept,
             What::InstanceTerminated,
             What::ReplacementLaunched,
+            What::ReplacementWaitingForCapacity,
             What::ReplacementJoinTimeout,
             What::ReplacementReady,
             What::InvalidSpec,

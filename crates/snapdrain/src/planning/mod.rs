@@ -46,7 +46,7 @@ pub use evictions::{
     EvictionOutcome, EvictionTier, PlannedEviction, classify_eviction, eviction_tier, pod_gone,
 };
 pub use inventory::{PdbIndex, ProtectionRule};
-pub use naming::{PlanRef, backup_name, client_token, label_value};
+pub use naming::{PlanRef, backup_name, client_token, label_value, launch_token};
 pub use node::{NodeInputs, NodePlan, SkipReason, SkippedPod, plan_node};
 pub use phase::{
     BackupsState, DrainState, PhaseDecision, PhaseFacts, next_phase, summarize_backups,

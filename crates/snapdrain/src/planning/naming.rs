@@ -46,12 +46,27 @@ pub fn backup_name(plan: &PlanRef<'_>, namespace: &str, attempt: u32) -> String 
 /// `snapdrain-<node uid>-<attempt>`, hashed when the uid is not plain ASCII or too long. At most 64 ASCII
 /// characters, so a retried launch with the same token never starts a second instance.
 pub fn client_token(node_uid: &str, attempt: u32) -> String {
-    let plain = format!("snapdrain-{node_uid}-{attempt}");
+    launch_token(node_uid, attempt, 0)
+}
+
+/// The ClientToken of an attempt's `retry`-th launch after EC2 had no capacity: [`client_token`] for
+/// the first launch, `snapdrain-<node uid>-<attempt>-c<retry>` after. A capacity retry needs a token of
+/// its own: an instant CreateFleet whose every pool failed has completed (HTTP 200 with its errors), and
+/// EC2 answers a retry with the same token with that first result ("Ensuring idempotency in Amazon EC2
+/// API requests", EC2 developer guide), however much capacity is back.
+pub fn launch_token(node_uid: &str, attempt: u32, retry: u32) -> String {
+    let suffix = if retry == 0 {
+        format!("-{attempt}")
+    } else {
+        format!("-{attempt}-c{retry}")
+    };
+    let plain = format!("snapdrain-{node_uid}{suffix}");
     if plain.len() <= MAX_CLIENT_TOKEN && plain.bytes().all(|b| b.is_ascii_graphic()) {
         return plain;
     }
     let digest = hex(&Sha256::digest(node_uid.as_bytes()));
-    format!("snapdrain-{}-{attempt}", &digest[..40])
+    let room = MAX_CLIENT_TOKEN - "snapdrain-".len() - suffix.len();
+    format!("snapdrain-{}{suffix}", &digest[..room.min(40)])
 }
 
 /// A valid label value for `value`: unchanged when it already is one, else its label-safe characters
@@ -232,6 +247,18 @@ mod tests {
         let weird = client_token(&"é".repeat(80), 4_000_000_000);
         assert!(weird.len() <= 64 && weird.is_ascii(), "{weird}");
         assert_eq!(weird, client_token(&"é".repeat(80), 4_000_000_000));
+    }
+
+    #[test]
+    fn each_capacity_retry_has_its_own_token_and_the_first_is_the_attempts() {
+        let uid = "0b6c3d4e-1111-2222-3333-444455556666";
+        assert_eq!(launch_token(uid, 2, 0), client_token(uid, 2));
+        assert_eq!(launch_token(uid, 2, 1), format!("snapdrain-{uid}-2-c1"));
+        assert_ne!(launch_token(uid, 2, 1), launch_token(uid, 2, 2));
+        let long = "é".repeat(80);
+        let a = launch_token(&long, u32::MAX, u32::MAX);
+        assert!(a.len() <= 64 && a.is_ascii(), "{a}");
+        assert_ne!(a, launch_token(&long, u32::MAX, u32::MAX - 1));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -24,10 +25,10 @@ use crate::cloud::ec2::{
 use crate::controller::error::ControllerError;
 use crate::controller::report::What;
 use crate::controller::step::{Io, Next, Outcome, PlanView, Wake, ready_node_for};
-use crate::planning::client_token;
 use crate::planning::join::{ClusterKey, join_settings, needed_keys};
 use crate::planning::launch_policy;
 use crate::planning::replacement::{DEFAULT_JOIN_TIMEOUT, JoinWait, join_wait, order_subnets};
+use crate::planning::{client_token, launch_token};
 
 /// Bottlerocket settings for the replacement: the EC2NodeClass's user data (when the plan names one),
 /// the plan's settings over it, joining the cluster resolved while planning (which wins, as Karpenter's
@@ -244,11 +245,19 @@ pub fn pv_zones(pv: &PersistentVolume) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// The wait after the `errors`-th consecutive capacity error: `base`, doubling, at most 16 times `base`.
-/// Capacity shortages last minutes (EC2 docs, "Insufficient instance capacity": try again later, or
-/// another type or zone), so the tries are spread out rather than spent at once.
-pub fn capacity_backoff(base: Duration, errors: u32) -> Duration {
-    base.saturating_mul(1 << errors.saturating_sub(1).min(4))
+/// The wait after the `errors`-th launch in a row without capacity, or None once
+/// [`CAPACITY_ATTEMPTS`] launches went without: `base`, doubling, at most 16 times `base`. Capacity
+/// shortages last minutes (EC2 user guide, "Insufficient instance capacity": try again later, or another
+/// type or zone), so the tries are spread out rather than spent at once.
+pub fn capacity_backoff(base: Duration, errors: u32) -> Option<Duration> {
+    let index = usize::try_from(errors.checked_sub(1)?).ok()?;
+    ExponentialBuilder::new()
+        .with_min_delay(base)
+        .with_factor(2.0)
+        .with_max_delay(base.saturating_mul(16))
+        .with_max_times(usize::try_from(CAPACITY_ATTEMPTS.saturating_sub(1)).ok()?)
+        .build()
+        .nth(index)
 }
 
 pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
@@ -319,9 +328,10 @@ async fn launch(
     {
         let wait = at.duration_since(v.now).unsigned_abs();
         out.status.message = Some(format!(
-            "no EC2 capacity for the replacement of node {} ({} of {CAPACITY_ATTEMPTS} tries); trying again in {}s",
+            "no EC2 capacity for the replacement of node {} ({} of {CAPACITY_ATTEMPTS} tries: {}); trying again in {}s",
             node.name,
             progress.capacity_errors,
+            progress.capacity_error.as_deref().unwrap_or("no capacity"),
             wait.as_secs()
         ));
         return Ok(Some(Next::Wait {
@@ -484,6 +494,10 @@ pub fn record_launch(
     let progress = out.status.nodes[i].replacement.clone().unwrap_or_default();
     let ids = match result {
         Ok(ids) => ids,
+        // No capacity anywhere the request allows (RunInstances: its one type and subnet; an instant
+        // fleet: every override). Retried later, each time with a token of its own, then the plan fails
+        // saying how to widen the request.
+        Err(e) if e.is_capacity() => return Some(capacity_short(out, i, &e, now, capacity_base)),
         Err(
             e @ (CloudError::NoCapacity { .. }
             | CloudError::InvalidRequest(_)
@@ -492,29 +506,6 @@ pub fn record_launch(
             return Some(Next::Fail(format!(
                 "replacement for node {name} could not be launched: {e}"
             )));
-        }
-        // RunInstances has one type and one subnet: nothing to fall back to. Retried a few times
-        // (capacity comes back), then the plan fails saying how to widen the request.
-        Err(e) if e.is_capacity() => {
-            let errors = progress.capacity_errors + 1;
-            if errors >= CAPACITY_ATTEMPTS {
-                return Some(Next::Fail(format!(
-                    "replacement for node {name} could not be launched after {errors} tries: {e}; list more spec.replacement.instanceTypes or subnets (a fleet launch tries each)"
-                )));
-            }
-            let wait = capacity_backoff(capacity_base, errors);
-            if let Some(r) = out.status.nodes[i].replacement.as_mut() {
-                r.capacity_errors = errors;
-                r.retry_at = Some(Time(now + wait));
-            }
-            out.status.message = Some(format!(
-                "no EC2 capacity for the replacement of node {name} ({errors} of {CAPACITY_ATTEMPTS} tries): {e}; trying again in {}s",
-                wait.as_secs()
-            ));
-            return Some(Next::Wait {
-                wake: Wake::Never,
-                recheck: wait,
-            });
         }
         Err(e) => return Some(Next::Retry(e.into())),
     };
@@ -532,9 +523,54 @@ pub fn record_launch(
         r.instance_ids = ids;
         r.launched_at = Some(Time(now));
         r.capacity_errors = 0;
+        r.capacity_error = None;
         r.retry_at = None;
     }
     Some(Next::Checkpoint)
+}
+
+/// Records a launch of node `i`'s replacement that found no capacity: the next launch's ClientToken
+/// and when it may go (one status write, before that launch is sent: a controller stopped in between
+/// resends the recorded token, whose first launch EC2 remembers), or, past the bound, the plan fails.
+fn capacity_short(
+    out: &mut Outcome,
+    i: usize,
+    e: &CloudError,
+    now: Timestamp,
+    base: Duration,
+) -> Next {
+    let node = out.status.nodes[i].clone();
+    let progress = node.replacement.clone().unwrap_or_default();
+    let errors = progress.capacity_errors + 1;
+    let Some(wait) = capacity_backoff(base, errors) else {
+        return Next::Fail(format!(
+            "replacement for node {} could not be launched: EC2 had no capacity in {errors} tries over {:?}: {e}; list more spec.replacement.instanceTypes or subnets (a fleet launch tries each), or another capacityType",
+            node.name,
+            (1..errors)
+                .filter_map(|k| capacity_backoff(base, k))
+                .sum::<Duration>(),
+        ));
+    };
+    let uid = node.uid.clone().unwrap_or_else(|| node.name.clone());
+    let token = launch_token(&uid, progress.attempt.max(1), errors);
+    let why = e.to_string();
+    let message = format!(
+        "no EC2 capacity for the replacement of node {} ({errors} of {CAPACITY_ATTEMPTS} tries): {why}; trying again in {}s with client token {token}",
+        node.name,
+        wait.as_secs()
+    );
+    if let Some(r) = out.status.nodes[i].replacement.as_mut() {
+        r.capacity_errors = errors;
+        r.capacity_error = Some(why);
+        r.client_token = token;
+        r.retry_at = Some(Time(now + wait));
+    }
+    out.note(What::ReplacementWaitingForCapacity, message.clone());
+    out.status.message = Some(message);
+    Next::Wait {
+        wake: Wake::Never,
+        recheck: wait,
+    }
 }
 
 /// A replacement that has not joined within the timeout is terminated: retried with a new ClientToken
@@ -792,11 +828,107 @@ mod tests {
     }
 
     #[test]
-    fn capacity_tries_are_spread_out() {
+    fn capacity_tries_are_spread_out_and_bounded() {
         let base = Duration::from_secs(30);
-        assert_eq!(capacity_backoff(base, 1), Duration::from_secs(30));
-        assert_eq!(capacity_backoff(base, 2), Duration::from_secs(60));
-        assert_eq!(capacity_backoff(base, 9), Duration::from_secs(480));
+        let waits: Vec<Option<Duration>> = (0..=CAPACITY_ATTEMPTS)
+            .map(|n| capacity_backoff(base, n))
+            .collect();
+        assert_eq!(
+            waits,
+            [
+                None,
+                Some(Duration::from_secs(30)),
+                Some(Duration::from_secs(60)),
+                Some(Duration::from_secs(120)),
+                Some(Duration::from_secs(240)),
+                None,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_fleet_without_capacity_in_any_pool_waits_with_a_new_token_recorded_before_the_next_launch()
+    {
+        let now = at("2026-12-03T10:00:00Z");
+        let base = Duration::from_secs(30);
+        let pool = |t: &str| crate::cloud::ec2::OverrideFailure {
+            instance_type: Some(t.into()),
+            subnet_id: Some("subnet-a".into()),
+            zone: None,
+            code: "InsufficientInstanceCapacity".into(),
+            message: "none".into(),
+        };
+        let short = || CloudError::NoCapacity {
+            failures: vec![pool("m5.large"), pool("c5.large")],
+        };
+        let mut out = replacing(&["n1"]);
+        let mut tokens = vec![
+            out.status.nodes[0]
+                .replacement
+                .clone()
+                .expect("a token")
+                .client_token,
+        ];
+        for n in 1..CAPACITY_ATTEMPTS {
+            let next = record_launch(&mut out, 0, Err(short()), now, base, 2);
+            assert!(
+                matches!(
+                    next,
+                    Some(Next::Wait {
+                        wake: Wake::Never,
+                        ..
+                    })
+                ),
+                "{next:?}"
+            );
+            let r = out.status.nodes[0].replacement.clone().expect("recorded");
+            assert_eq!(r.capacity_errors, n);
+            assert_eq!(r.client_token, launch_token("uid-n1", 1, n));
+            assert!(
+                r.capacity_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("c5.large"))
+            );
+            tokens.push(r.client_token);
+            assert_eq!(
+                out.notes.last().map(|n| &n.what),
+                Some(&What::ReplacementWaitingForCapacity)
+            );
+        }
+        let distinct: BTreeSet<&String> = tokens.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            tokens.len(),
+            "one token per launch: {tokens:?}"
+        );
+        let last = record_launch(&mut out, 0, Err(short()), now, base, 2);
+        assert!(
+            matches!(&last, Some(Next::Fail(m)) if m.contains("no capacity in 5 tries") && m.contains("m5.large")),
+            "{last:?}"
+        );
+        // Capacity back: the launch under the recorded token is kept and the capacity record cleared.
+        let mut out = replacing(&["n1"]);
+        let _ = record_launch(&mut out, 0, Err(short()), now, base, 2);
+        let _ = record_launch(&mut out, 0, Ok(vec!["i-9".into()]), now, base, 2);
+        let r = out.status.nodes[0].replacement.clone().expect("recorded");
+        assert_eq!(
+            (
+                r.instance_ids,
+                r.capacity_errors,
+                r.capacity_error,
+                r.retry_at
+            ),
+            (vec!["i-9".to_string()], 0, None, None)
+        );
+        assert_eq!(r.client_token, launch_token("uid-n1", 1, 1));
+        // A pool refused for something waiting does not fix fails at once.
+        let mut quota = pool("c5.large");
+        quota.code = "VcpuLimitExceeded".into();
+        let mixed = CloudError::NoCapacity {
+            failures: vec![pool("m5.large"), quota],
+        };
+        let failed = record_launch(&mut replacing(&["n1"]), 0, Err(mixed), now, base, 2);
+        assert!(matches!(failed, Some(Next::Fail(m)) if m.contains("VcpuLimitExceeded")));
     }
 
     #[test]
