@@ -230,6 +230,7 @@ fn rbac_grants_exactly_what_the_controller_uses() {
             "disruptionpolicies",
             &["list", "watch", "create"],
         ),
+        ("snapdrain.io", "disruptionpolicies/status", &["patch"]),
         (
             "velero.io",
             "backups",
