@@ -289,7 +289,7 @@ async fn the_webhook_url_comes_from_a_secret_and_every_problem_is_a_policy_condi
         Err(e) => panic!("create namespace snapdrain: {e}"),
     }
     let by_ref = |private: bool| {
-        json!({"urlSecretRef": {"name": "hook-url", "key": "url"}, "allowInsecureHttp": true,
+        json!({"urlSecretRef": {"name": "chat-url", "key": "url"}, "allowInsecureHttp": true,
                "allowPrivateAddresses": private})
     };
     policy(&h, by_ref(false)).await;
@@ -298,11 +298,11 @@ async fn the_webhook_url_comes_from_a_secret_and_every_problem_is_a_policy_condi
 
     let (status, _, message) = wait_reason(&h, "SecretNotFound").await;
     assert_eq!(status, "False");
-    assert!(message.contains("snapdrain/hook-url"), "{message}");
+    assert!(message.contains("snapdrain/chat-url"), "{message}");
 
     let secrets: Api<Secret> = Api::namespaced(h.client.clone(), "snapdrain");
     let secret = |key: &str, value: &str| -> Secret {
-        serde_json::from_value(json!({"metadata": {"name": "hook-url", "namespace": "snapdrain"}}))
+        serde_json::from_value(json!({"metadata": {"name": "chat-url", "namespace": "snapdrain"}}))
             .map(|mut s: Secret| {
                 s.data = Some([(key.to_owned(), ByteString(value.as_bytes().to_vec()))].into());
                 s
@@ -318,7 +318,7 @@ async fn the_webhook_url_comes_from_a_secret_and_every_problem_is_a_policy_condi
 
     // The receiver listens on loopback: refused while the policy does not allow private addresses.
     secrets
-        .replace("hook-url", &PostParams::default(), &secret("url", &format!("{url}\n")))
+        .replace("chat-url", &PostParams::default(), &secret("url", &format!("{url}\n")))
         .await
         .expect("put the URL in the Secret");
     let (_, _, message) = wait_reason(&h, "URLRefused").await;
