@@ -66,7 +66,10 @@ mod tests {
         assert_eq!(spec.nodes, ["n1"]);
         assert!(spec.node_selector.is_none());
         let replacement = spec.replacement.expect("the manifest's replacement");
-        assert_eq!(replacement.image_id.as_deref(), Some("ami-0123456789abcdef0"));
+        assert_eq!(
+            replacement.image_id.as_deref(),
+            Some("ami-0123456789abcdef0")
+        );
         assert_eq!(spec_for("n2", None).expect("defaults").nodes, ["n2"]);
     }
 }

@@ -1143,12 +1143,22 @@ async fn a_plan_status_naming_a_missing_or_failed_backup_never_lets_a_protected_
             "snapdrain-0",
         )
         .await;
-    service(&h.client, controller.webhook_addr.expect("the gate listens")).await;
-    assert!(!*controller.leading.borrow(), "this replica only serves the gate");
+    service(
+        &h.client,
+        controller.webhook_addr.expect("the gate listens"),
+    )
+    .await;
+    assert!(
+        !*controller.leading.borrow(),
+        "this replica only serves the gate"
+    );
 
     let node = h.node_with_statefulset_pods().await;
     let protected = h.protected_pods_on(&node).await;
-    let (pod, claims) = protected.iter().next().expect("a protected pod on the node");
+    let (pod, claims) = protected
+        .iter()
+        .next()
+        .expect("a protected pod on the node");
     let (ns, name) = pod.split_once('/').expect("ns/name");
     let plan = h.create_plan("forged", json!({"nodes": [node]})).await;
     let plan_uid = plan.metadata.uid.clone().expect("a stored plan has a uid");
@@ -1169,7 +1179,11 @@ async fn a_plan_status_naming_a_missing_or_failed_backup_never_lets_a_protected_
 
     // 1. The status names a Backup that does not exist.
     plans
-        .patch_status("forged", &PatchParams::default(), &Patch::Merge(forge("made-up")))
+        .patch_status(
+            "forged",
+            &PatchParams::default(),
+            &Patch::Merge(forge("made-up")),
+        )
         .await
         .expect("write the plan's status by hand");
     let message = eventually_within("refused: no such Backup", TIMEOUT, || {
@@ -1179,13 +1193,25 @@ async fn a_plan_status_naming_a_missing_or_failed_backup_never_lets_a_protected_
     assert!(message.contains("not trusted"), "{message}");
 
     // 2. It names a Backup of the plan that Velero failed.
-    backup_for(&h, "failed-one", "forged", &plan_uid, ns, Some("no-such-location")).await;
+    backup_for(
+        &h,
+        "failed-one",
+        "forged",
+        &plan_uid,
+        ns,
+        Some("no-such-location"),
+    )
+    .await;
     eventually_within("Velero fails the Backup", TIMEOUT, || async {
         (backup_phase(&h, "failed-one").await.as_deref() == Some("FailedValidation")).then_some(())
     })
     .await;
     plans
-        .patch_status("forged", &PatchParams::default(), &Patch::Merge(forge("failed-one")))
+        .patch_status(
+            "forged",
+            &PatchParams::default(),
+            &Patch::Merge(forge("failed-one")),
+        )
         .await
         .expect("write the plan's status by hand");
     eventually_within("refused: the Backup failed", TIMEOUT, || {
@@ -1200,13 +1226,21 @@ async fn a_plan_status_naming_a_missing_or_failed_backup_never_lets_a_protected_
     })
     .await;
     plans
-        .patch_status("forged", &PatchParams::default(), &Patch::Merge(forge("completed-one")))
+        .patch_status(
+            "forged",
+            &PatchParams::default(),
+            &Patch::Merge(forge("completed-one")),
+        )
         .await
         .expect("write the plan's status by hand");
-    eventually_within("the confirmed backup lets the eviction through", TIMEOUT, || {
-        let client = client.clone();
-        async move { (dry_run_eviction(&client, ns, name).await.0 == 201).then_some(()) }
-    })
+    eventually_within(
+        "the confirmed backup lets the eviction through",
+        TIMEOUT,
+        || {
+            let client = client.clone();
+            async move { (dry_run_eviction(&client, ns, name).await.0 == 201).then_some(()) }
+        },
+    )
     .await;
     controller.shutdown().await;
 }

@@ -281,8 +281,8 @@ async fn the_webhook_url_comes_from_a_secret_and_every_problem_is_a_policy_condi
     let h = Harness::start().await;
     let (url, inbox) = receiver(0).await;
     let namespaces: Api<Namespace> = Api::all(h.client.clone());
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "snapdrain"}}))
-        .expect("a namespace");
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "snapdrain"}})).expect("a namespace");
     match namespaces.create(&PostParams::default(), &ns).await {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => {}
@@ -318,22 +318,34 @@ async fn the_webhook_url_comes_from_a_secret_and_every_problem_is_a_policy_condi
 
     // The receiver listens on loopback: refused while the policy does not allow private addresses.
     secrets
-        .replace("chat-url", &PostParams::default(), &secret("url", &format!("{url}\n")))
+        .replace(
+            "chat-url",
+            &PostParams::default(),
+            &secret("url", &format!("{url}\n")),
+        )
         .await
         .expect("put the URL in the Secret");
     let (_, _, message) = wait_reason(&h, "URLRefused").await;
     assert!(message.contains("allowPrivateAddresses"), "{message}");
-    assert!(!message.contains("/hook"), "the URL's path is not shown: {message}");
+    assert!(
+        !message.contains("/hook"),
+        "the URL's path is not shown: {message}"
+    );
 
     h.set_policy(json!({"notifications": {"webhook": by_ref(true)}}))
         .await;
     let (status, _, message) = wait_reason(&h, "URLResolved").await;
     assert_eq!(status, "True");
-    assert!(!message.contains("/hook"), "the URL's path is not shown: {message}");
+    assert!(
+        !message.contains("/hook"),
+        "the URL's path is not shown: {message}"
+    );
 
     let node = h.node_with_statefulset_pods().await;
     h.create_plan("from-secret", json!({"nodes": [node]})).await;
-    let done = h.wait_plan("from-secret", TIMEOUT, |p| p.is_terminal()).await;
+    let done = h
+        .wait_plan("from-secret", TIMEOUT, |p| p.is_terminal())
+        .await;
     assert_eq!(
         done.status.as_ref().map(|s| s.phase),
         Some(PlanPhase::Completed)
@@ -354,5 +366,8 @@ async fn the_webhook_url_comes_from_a_secret_and_every_problem_is_a_policy_condi
         .await
         .expect("read the policy");
     let shown = serde_json::to_string(&policy).expect("serializes");
-    assert!(!shown.contains("/hook"), "the policy never holds the URL: {shown}");
+    assert!(
+        !shown.contains("/hook"),
+        "the policy never holds the URL: {shown}"
+    );
 }

@@ -378,9 +378,9 @@ impl DisruptionPolicySpec {
         if let Some(w) = &self.notifications.webhook {
             match (&w.url, &w.url_secret_ref) {
                 (Some(url), None) => {
-                    if let Err(e) =
-                        crate::telemetry::notify::check_url(&crate::telemetry::notify::Endpoint::new(w, url))
-                    {
+                    if let Err(e) = crate::telemetry::notify::check_url(
+                        &crate::telemetry::notify::Endpoint::new(w, url),
+                    ) {
                         problems.push(format!("spec.notifications.webhook.url: {e}"));
                     }
                 }

@@ -162,7 +162,11 @@ async fn resolve(
     namespace: &str,
     webhook: &WebhookNotification,
 ) -> Result<Endpoint, UrlSourceError> {
-    let Some(r) = webhook.url_secret_ref.as_ref().filter(|_| webhook.url.is_none()) else {
+    let Some(r) = webhook
+        .url_secret_ref
+        .as_ref()
+        .filter(|_| webhook.url.is_none())
+    else {
         return endpoint(webhook, namespace, Ok(None));
     };
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
@@ -226,7 +230,11 @@ async fn report(
     let conditions: Vec<Condition> = cond.into_iter().collect();
     let patch = serde_json::json!({"status": {"conditions": conditions}});
     match api
-        .patch_status(DEFAULT_POLICY, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_status(
+            DEFAULT_POLICY,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
     {
         Ok(_) => *reported = key,
@@ -279,7 +287,9 @@ mod tests {
         assert_eq!(refused.reason(), condition::URL_REFUSED);
         assert!(
             refused.to_string().contains("allowPrivateAddresses")
-                && refused.to_string().contains("Secret snapdrain/hook key url"),
+                && refused
+                    .to_string()
+                    .contains("Secret snapdrain/hook key url"),
             "{refused}"
         );
     }
@@ -315,7 +325,11 @@ mod tests {
             (c.status.as_str(), c.reason.as_str()),
             ("True", condition::URL_RESOLVED)
         );
-        assert!(c.message.contains("https://relay.example/…"), "{}", c.message);
+        assert!(
+            c.message.contains("https://relay.example/…"),
+            "{}",
+            c.message
+        );
         assert!(condition_for(None, None, now).is_none());
     }
 }

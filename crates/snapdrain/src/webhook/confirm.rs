@@ -152,8 +152,7 @@ mod tests {
                 .contains("does not include namespace shop")
         );
         assert!(
-            why(Some(&backup("Completed", "drain-n1", "p-uid", &[])))
-                .contains("every namespace")
+            why(Some(&backup("Completed", "drain-n1", "p-uid", &[]))).contains("every namespace")
         );
         let mut other_uid = backup("Completed", "drain-n1", "p-uid", &["shop"]);
         other_uid.metadata.uid = Some("x".into());

@@ -261,7 +261,9 @@ pub fn decide<P: Borrow<DisruptionPlan>>(
             .filter(|p| running(p))
             .find(|p| {
                 backups(p).iter().any(|b| {
-                    if !(b.verified && b.namespace == namespace && b.pvcs.iter().any(|c| c == claim))
+                    if !(b.verified
+                        && b.namespace == namespace
+                        && b.pvcs.iter().any(|c| c == claim))
                     {
                         return false;
                     }
@@ -583,13 +585,17 @@ mod tests {
         };
         assert_eq!(
             held.refuted,
-            [("p1".to_string(), "Backup velero/b1 is Failed, not Completed".to_string())]
+            [(
+                "p1".to_string(),
+                "Backup velero/b1 is Failed, not Completed".to_string()
+            )]
         );
         let progress = held.plan.clone().expect("the node's running plan");
         let m = message(&held, &PlanNote::Known(progress));
         assert!(
-            m.contains("DisruptionPlan p1 records a verified backup, but Backup velero/b1 is Failed")
-                && m.contains("not trusted"),
+            m.contains(
+                "DisruptionPlan p1 records a verified backup, but Backup velero/b1 is Failed"
+            ) && m.contains("not trusted"),
             "{m}"
         );
     }
@@ -607,7 +613,13 @@ mod tests {
         );
         // The predicate is a parameter: a policy with other rules decides what is protected.
         assert_eq!(
-            decide(&pod(Some("n1"), &["data"]), |_| false, &none, confirmed, now()),
+            decide(
+                &pod(Some("n1"), &["data"]),
+                |_| false,
+                &none,
+                confirmed,
+                now()
+            ),
             Decision::Allow(Allowed::NotProtected)
         );
     }
@@ -615,8 +627,13 @@ mod tests {
     #[test]
     fn a_protected_pod_without_a_plan_is_held() {
         let none: [DisruptionPlan; 0] = [];
-        let Decision::Deny(held) = decide(&pod(Some("n1"), &["data"]), protects, &none, confirmed, now())
-        else {
+        let Decision::Deny(held) = decide(
+            &pod(Some("n1"), &["data"]),
+            protects,
+            &none,
+            confirmed,
+            now(),
+        ) else {
             panic!("a protected pod without any backup is held");
         };
         assert_eq!(held.pod, "db/pg-0");
@@ -773,8 +790,13 @@ mod tests {
             "BackingUp",
             json!([{"name": "gate-n1-db-1", "namespace": "db", "pvcs": ["data"], "verified": false}]),
         );
-        let Decision::Deny(held) = decide(&pod(Some("n1"), &["data"]), protects, &[p], confirmed, now())
-        else {
+        let Decision::Deny(held) = decide(
+            &pod(Some("n1"), &["data"]),
+            protects,
+            &[p],
+            confirmed,
+            now(),
+        ) else {
             panic!("an unverified backup holds the pod");
         };
         let progress = held.plan.clone().expect("the node's running plan is known");
