@@ -147,6 +147,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         cluster_name: args.cluster_name,
         api_server: args.api_server,
         cluster_certificate: args.cluster_certificate,
+        namespace: args.webhook.webhook_namespace.clone(),
         ..Settings::default()
     };
     let handle = start(config, settings, opts).await?;

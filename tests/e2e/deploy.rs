@@ -230,6 +230,7 @@ fn rbac_grants_exactly_what_the_controller_uses() {
             "disruptionpolicies",
             &["list", "watch", "create"],
         ),
+        ("snapdrain.io", "disruptionpolicies/status", &["patch"]),
         (
             "velero.io",
             "backups",
@@ -1070,4 +1071,33 @@ fn only_the_plan_viewer_role_is_aggregated_to_built_in_roles() {
             .collect();
         assert!(others.is_empty(), "{others:?}");
     }
+}
+
+/// The notification URL's Secrets (DisruptionPolicy `urlSecretRef`, security review M-5) are readable by
+/// name only, from the chart's `notifications.urlSecretNames`: `get` on those names in the release
+/// namespace, bound to snapdrain's ServiceAccount; a default install grants no such Role.
+#[test]
+fn the_notification_url_secrets_are_readable_by_name_only() {
+    let named = |docs: &[Value], kind: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == "snapdrain-notifications")
+            .cloned()
+    };
+    assert!(named(super::helm::default_chart(), "Role").is_none());
+    let docs = super::helm::rendered_chart(
+        &serde_json::json!({"notifications": {"urlSecretNames": ["chat-url"]}}),
+    );
+    let role = named(&docs, "Role").expect("the Role is rendered");
+    assert_eq!(role["metadata"]["namespace"], "snapdrain");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([{"apiGroups": [""], "resources": ["secrets"],
+                            "resourceNames": ["chat-url"], "verbs": ["get"]}])
+    );
+    let binding = named(&docs, "RoleBinding").expect("the RoleBinding is rendered");
+    assert_eq!(binding["roleRef"]["name"], "snapdrain-notifications");
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{"kind": "ServiceAccount", "name": "snapdrain", "namespace": "snapdrain"}])
+    );
 }

@@ -1096,3 +1096,191 @@ async fn the_gate_lets_snapdrains_own_drain_without_a_required_backup_through() 
     )
     .await;
 }
+
+/// The answer to a dry-run eviction of `ns/name` (the pod stays): its code and message.
+async fn dry_run_eviction(client: &Client, ns: &str, name: &str) -> (u16, String) {
+    match evict_with(client, ns, name, json!({}), "?dryRun=All").await {
+        Ok(_) => (201, String::new()),
+        Err(kube::Error::Api(s)) => (s.code, s.message),
+        Err(e) => panic!("eviction of {ns}/{name} got no answer: {e}"),
+    }
+}
+
+/// A Velero Backup in `velero` labelled and annotated for plan `plan` (uid `plan_uid`) as snapdrain
+/// labels its own (`planning::backups::build_velero_backup`), of namespace `ns`, at `location` (None:
+/// Velero's default location).
+async fn backup_for(
+    h: &Harness,
+    name: &str,
+    plan: &str,
+    plan_uid: &str,
+    ns: &str,
+    location: Option<&str>,
+) {
+    let mut backup: snapdrain::api::velero::Backup = serde_json::from_value(json!({
+        "apiVersion": "velero.io/v1", "kind": "Backup",
+        "metadata": {"name": name, "namespace": "velero",
+            "labels": {"snapdrain.io/plan": plan, "snapdrain.io/plan-uid": plan_uid,
+                       "snapdrain.io/namespace": ns},
+            "annotations": {"snapdrain.io/plan-name": plan}},
+        "spec": {"includedNamespaces": [ns]}
+    }))
+    .expect("a Backup");
+    backup.spec.storage_location = location.map(str::to_owned);
+    Api::<snapdrain::api::velero::Backup>::namespaced(h.client.clone(), "velero")
+        .create(&PostParams::default(), &backup)
+        .await
+        .expect("create the Backup");
+}
+
+async fn backup_phase(h: &Harness, name: &str) -> Option<String> {
+    Api::<snapdrain::api::velero::Backup>::namespaced(h.client.clone(), "velero")
+        .get_opt(name)
+        .await
+        .expect("read the Backup")?
+        .status?
+        .phase
+}
+
+/// Security review M-2: the gate does not trust a plan's status alone. Here a replica serves the gate
+/// while another holds the Lease (so no reconcile rewrites the plan), and the plan's status is written
+/// by hand, as a status writer that is not snapdrain could (a cluster without the plan-status
+/// admission policy). A verified backup that names no Backup, or a Backup Velero failed
+/// (FailedValidation: its storage location does not exist, velero `pkg/controller/backup_controller.go`
+/// `prepareBackupRequest`), keeps the protected pod with a message saying why; a Backup the simulated
+/// Velero completed for the plan lets the (dry-run) eviction through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plan_status_naming_a_missing_or_failed_backup_never_lets_a_protected_pod_go() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Patch, PatchParams};
+
+    let h = Harness::start().await;
+    namespace(&h.client, NS, json!({})).await;
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": "snapdrain-controller", "namespace": NS},
+        "spec": {"holderIdentity": "replica-elsewhere", "leaseDurationSeconds": 3600,
+                 "acquireTime": now, "renewTime": now}
+    }))
+    .expect("a Lease");
+    Api::<Lease>::namespaced(h.client.clone(), NS)
+        .create(&PostParams::default(), &lease)
+        .await
+        .expect("another replica holds the Lease");
+    configuration(&h.client, "Fail", None).await;
+    let controller = h
+        .controller_with(
+            RunOptions {
+                lease_namespace: Some(NS.into()),
+                webhook: Some(webhook_config(
+                    Lifetimes::default(),
+                    Duration::from_secs(30),
+                )),
+                ..RunOptions::default()
+            },
+            "snapdrain-0",
+        )
+        .await;
+    service(
+        &h.client,
+        controller.webhook_addr.expect("the gate listens"),
+    )
+    .await;
+    assert!(
+        !*controller.leading.borrow(),
+        "this replica only serves the gate"
+    );
+
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    let (pod, claims) = protected
+        .iter()
+        .next()
+        .expect("a protected pod on the node");
+    let (ns, name) = pod.split_once('/').expect("ns/name");
+    let plan = h.create_plan("forged", json!({"nodes": [node]})).await;
+    let plan_uid = plan.metadata.uid.clone().expect("a stored plan has a uid");
+    let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
+    let forge = |backup: &str| {
+        json!({"status": {"phase": "Draining", "backups": [{
+            "name": backup, "namespace": ns, "pvcs": claims, "attempt": 1, "verified": true
+        }]}})
+    };
+    let client = client_without_retries(&h);
+    let refused_for = |why: String| {
+        let client = client.clone();
+        async move {
+            let (code, message) = dry_run_eviction(&client, ns, name).await;
+            (code == 429 && message.contains(&why)).then_some(message)
+        }
+    };
+
+    // 1. The status names a Backup that does not exist.
+    plans
+        .patch_status(
+            "forged",
+            &PatchParams::default(),
+            &Patch::Merge(forge("made-up")),
+        )
+        .await
+        .expect("write the plan's status by hand");
+    let message = eventually_within("refused: no such Backup", TIMEOUT, || {
+        refused_for("Backup velero/made-up does not exist".into())
+    })
+    .await;
+    assert!(message.contains("not trusted"), "{message}");
+
+    // 2. It names a Backup of the plan that Velero failed.
+    backup_for(
+        &h,
+        "failed-one",
+        "forged",
+        &plan_uid,
+        ns,
+        Some("no-such-location"),
+    )
+    .await;
+    eventually_within("Velero fails the Backup", TIMEOUT, || async {
+        (backup_phase(&h, "failed-one").await.as_deref() == Some("FailedValidation")).then_some(())
+    })
+    .await;
+    plans
+        .patch_status(
+            "forged",
+            &PatchParams::default(),
+            &Patch::Merge(forge("failed-one")),
+        )
+        .await
+        .expect("write the plan's status by hand");
+    eventually_within("refused: the Backup failed", TIMEOUT, || {
+        refused_for("Backup velero/failed-one is FailedValidation, not Completed".into())
+    })
+    .await;
+
+    // 3. A Backup Velero completed for the plan and namespace confirms the record.
+    backup_for(&h, "completed-one", "forged", &plan_uid, ns, None).await;
+    eventually_within("Velero completes the Backup", TIMEOUT, || async {
+        (backup_phase(&h, "completed-one").await.as_deref() == Some("Completed")).then_some(())
+    })
+    .await;
+    plans
+        .patch_status(
+            "forged",
+            &PatchParams::default(),
+            &Patch::Merge(forge("completed-one")),
+        )
+        .await
+        .expect("write the plan's status by hand");
+    eventually_within(
+        "the confirmed backup lets the eviction through",
+        TIMEOUT,
+        || {
+            let client = client.clone();
+            async move { (dry_run_eviction(&client, ns, name).await.0 == 201).then_some(()) }
+        },
+    )
+    .await;
+    controller.shutdown().await;
+}

@@ -348,3 +348,41 @@ async fn a_plan_selecting_more_nodes_than_max_nodes_per_plan_is_refused() {
     }
     controller.shutdown().await;
 }
+
+/// `snapdrain plan NODE` (the dry run) judges the spec by the DisruptionPolicy as a real plan is judged:
+/// a free-form AMI under the default policy shows the refusal, naming the field and the policy field
+/// that would allow it, and nothing of the plan; once the policy allows that AMI, the preview shows the
+/// backups. Without the check the preview showed backups and evictions for a plan that cannot run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_plan_preview_shows_the_policys_refusal() {
+    let h = Harness::start().await;
+    let node = h.node_with_statefulset_pods().await;
+    let spec: snapdrain::api::DisruptionPlanSpec = serde_json::from_value(json!({
+        "nodes": [node], "replacement": {
+            "when": "before-drain", "instanceTypes": ["m6i.xlarge"], "imageId": "ami-0123456789abcdef0"}
+    }))
+    .expect("a spec");
+    let writes_before = h.audit().len();
+    let text = snapdrain::controller::preview::describe(&h.client, &node, &spec)
+        .await
+        .expect("a preview");
+    for want in [
+        "Refused:",
+        "refused by DisruptionPolicy default",
+        "spec.replacement.imageId: ami-0123456789abcdef0 not allowed",
+        "spec.replacement.imageIds",
+    ] {
+        assert!(text.contains(want), "{want:?} is not in {text}");
+    }
+    assert!(!text.contains("Backups first"), "{text}");
+    assert_eq!(h.audit().len(), writes_before, "a preview writes nothing");
+
+    h.set_policy(json!({"replacement": {"allowFreeForm": true,
+        "imageIds": ["ami-0123456789abcdef0"], "instanceTypes": ["m6i.xlarge"]}}))
+        .await;
+    let text = snapdrain::controller::preview::describe(&h.client, &node, &spec)
+        .await
+        .expect("a preview");
+    assert!(!text.contains("Refused:"), "{text}");
+    assert!(text.contains("namespace shop: StatefulSets"), "{text}");
+}

@@ -85,6 +85,14 @@ const RARE_PATHS: &[(&str, &str, &str, &str)] = &[
         "update",
         "certificate renewal",
     ),
+    // The policy's NotificationsReady condition is written only when a notification webhook is
+    // configured (controller::notifications); notifications.rs's urlSecretRef test.
+    (
+        "snapdrain",
+        "disruptionpolicies/status",
+        "patch",
+        "notification webhook configured",
+    ),
     // A repeated Event is patched (its count) instead of created again.
     ("snapdrain", "events", "patch", "repeated Event"),
 ];

@@ -244,3 +244,130 @@ async fn a_refused_status_write_repeats_no_event_and_no_notification() {
     assert_eq!(event_count(&h, "refused-twice", "BackupVerified").await, 1);
     assert_eq!(event_count(&h, "refused-twice", "Draining").await, 1);
 }
+
+/// The `NotificationsReady` condition of the policy, as (status, reason, message).
+async fn notifications_ready(h: &Harness) -> Option<(String, String, String)> {
+    let policy = Api::<DisruptionPolicy>::all(h.client.clone())
+        .get("default")
+        .await
+        .expect("read the policy");
+    policy
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "NotificationsReady")
+        .map(|c| (c.status, c.reason, c.message))
+}
+
+async fn wait_reason(h: &Harness, reason: &str) -> (String, String, String) {
+    eventually_within(
+        &format!("NotificationsReady reason {reason}"),
+        Duration::from_secs(30),
+        || async { notifications_ready(h).await.filter(|c| c.1 == reason) },
+    )
+    .await
+}
+
+/// Security review M-5: the webhook's URL (a chat webhook's URL is its credential) comes from a Secret
+/// in snapdrain's namespace, `urlSecretRef`, not from the cluster-readable policy. A missing Secret, a
+/// missing key and a URL the checks refuse (a loopback address without allowPrivateAddresses) are each
+/// the policy's condition, naming the Secret and never the URL's path; the controller keeps running,
+/// and once the Secret and the policy are right the plan's Events reach the receiver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_webhook_url_comes_from_a_secret_and_every_problem_is_a_policy_condition() {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+
+    let h = Harness::start().await;
+    let (url, inbox) = receiver(0).await;
+    let namespaces: Api<Namespace> = Api::all(h.client.clone());
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "snapdrain"}})).expect("a namespace");
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("create namespace snapdrain: {e}"),
+    }
+    let by_ref = |private: bool| {
+        json!({"urlSecretRef": {"name": "chat-url", "key": "url"}, "allowInsecureHttp": true,
+               "allowPrivateAddresses": private})
+    };
+    policy(&h, by_ref(false)).await;
+    // The harness's controller runs in namespace snapdrain and reads the Secret again every 500 ms.
+    let _controller = h.controller().await;
+
+    let (status, _, message) = wait_reason(&h, "SecretNotFound").await;
+    assert_eq!(status, "False");
+    assert!(message.contains("snapdrain/chat-url"), "{message}");
+
+    let secrets: Api<Secret> = Api::namespaced(h.client.clone(), "snapdrain");
+    let secret = |key: &str, value: &str| -> Secret {
+        serde_json::from_value(json!({"metadata": {"name": "chat-url", "namespace": "snapdrain"}}))
+            .map(|mut s: Secret| {
+                s.data = Some([(key.to_owned(), ByteString(value.as_bytes().to_vec()))].into());
+                s
+            })
+            .expect("a Secret")
+    };
+    secrets
+        .create(&PostParams::default(), &secret("other", "x"))
+        .await
+        .expect("create the Secret");
+    let (_, _, message) = wait_reason(&h, "SecretKeyNotFound").await;
+    assert!(message.contains("its keys: other"), "{message}");
+
+    // The receiver listens on loopback: refused while the policy does not allow private addresses.
+    secrets
+        .replace(
+            "chat-url",
+            &PostParams::default(),
+            &secret("url", &format!("{url}\n")),
+        )
+        .await
+        .expect("put the URL in the Secret");
+    let (_, _, message) = wait_reason(&h, "URLRefused").await;
+    assert!(message.contains("allowPrivateAddresses"), "{message}");
+    assert!(
+        !message.contains("/hook"),
+        "the URL's path is not shown: {message}"
+    );
+
+    h.set_policy(json!({"notifications": {"webhook": by_ref(true)}}))
+        .await;
+    let (status, _, message) = wait_reason(&h, "URLResolved").await;
+    assert_eq!(status, "True");
+    assert!(
+        !message.contains("/hook"),
+        "the URL's path is not shown: {message}"
+    );
+
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("from-secret", json!({"nodes": [node]})).await;
+    let done = h
+        .wait_plan("from-secret", TIMEOUT, |p| p.is_terminal())
+        .await;
+    assert_eq!(
+        done.status.as_ref().map(|s| s.phase),
+        Some(PlanPhase::Completed)
+    );
+    eventually_within(
+        "PlanCompleted notified",
+        Duration::from_secs(30),
+        || async {
+            reasons(&inbox)
+                .iter()
+                .any(|r| r == "PlanCompleted")
+                .then_some(())
+        },
+    )
+    .await;
+    let policy = Api::<DisruptionPolicy>::all(h.client.clone())
+        .get("default")
+        .await
+        .expect("read the policy");
+    let shown = serde_json::to_string(&policy).expect("serializes");
+    assert!(
+        !shown.contains("/hook"),
+        "the policy never holds the URL: {shown}"
+    );
+}

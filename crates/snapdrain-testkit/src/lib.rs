@@ -91,6 +91,8 @@ pub fn controller_settings(
         backup_retry_cap: Duration::from_millis(300),
         capacity_retry_base: Duration::from_millis(200),
         notification_retry_base: Duration::from_millis(100),
+        notification_url_recheck: Duration::from_millis(500),
+        namespace: "snapdrain".into(),
         aws: Some(own_aws_config(cluster)),
         velero_credentials_secret: None,
     })

@@ -6,7 +6,7 @@
 //! The controller reads the object named [`DEFAULT_POLICY`] and creates it with these defaults when it is
 //! absent. Every field has a serde default, so `spec: {}` is the documented default policy.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -29,7 +29,8 @@ pub const DEFAULT_POLICY: &str = "default";
     doc = "Cluster-wide rules for the disruption plans snapdrain makes from autoscaler signals (snapdrain).",
     plural = "disruptionpolicies",
     shortname = "dpolicy",
-    category = "snapdrain"
+    category = "snapdrain",
+    status = "DisruptionPolicyStatus"
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DisruptionPolicySpec {
@@ -143,14 +144,23 @@ pub struct NotificationsSpec {
 }
 
 /// A webhook receiving `{"kind": "DisruptionPlanEvent", "plan", "type", "reason", "message", "phase",
-/// "nodes", "time"}` for each plan Event.
-#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+/// "nodes", "time"}` for each plan Event. Its URL is `urlSecretRef` (a chat or paging webhook's URL is
+/// its secret) or `url` (a URL that carries no secret).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.url) != has(self.urlSecretRef)")
+    .message("notifications.webhook needs exactly one of url and urlSecretRef"))]
 pub struct WebhookNotification {
-    /// An http or https URL. The policy is readable cluster-wide: do not put a secret in it that
-    /// everyone who may read DisruptionPolicies must not see.
+    /// An http or https URL that carries no secret. The policy is readable cluster-wide: a URL whose
+    /// path or query is its credential (Slack, Teams, PagerDuty Events) belongs in `urlSecretRef`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 8, max = 2048))]
-    pub url: String,
+    pub url: Option<String>,
+    /// The URL, read from a key of a Secret in snapdrain's own namespace (the chart's
+    /// `notifications.urlSecretNames` lets snapdrain read it by name). It passes the same checks as
+    /// `url`. A missing Secret or key sets the policy's `NotificationsReady` condition to False.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_secret_ref: Option<UrlSecretRef>,
     /// Only Events with these reasons (e.g. PlanFailed, DeadlineMissed, ProtectedPodsLeft); none: all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
@@ -167,6 +177,40 @@ pub struct WebhookNotification {
     /// cannot aim snapdrain's requests at in-cluster or cloud-internal endpoints.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_private_addresses: bool,
+}
+
+/// A key of a Secret in the controller's own namespace.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct UrlSecretRef {
+    /// The Secret's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key whose value is the URL.
+    #[schemars(length(min = 1, max = 253))]
+    pub key: String,
+}
+
+/// What the controller reports about the policy it works under.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionPolicyStatus {
+    /// metav1 Conditions: `NotificationsReady` (the notification webhook's URL is known and accepted, or
+    /// why not).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Condition types the controller sets on the policy.
+pub mod condition {
+    /// Whether the notification webhook's URL is known and accepted (reasons [`URL_RESOLVED`],
+    /// [`SECRET_NOT_FOUND`], [`SECRET_KEY_NOT_FOUND`], [`SECRET_UNREADABLE`], [`URL_REFUSED`]).
+    pub const NOTIFICATIONS_READY: &str = "NotificationsReady";
+    pub const URL_RESOLVED: &str = "URLResolved";
+    pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
+    pub const SECRET_KEY_NOT_FOUND: &str = "SecretKeyNotFound";
+    pub const SECRET_UNREADABLE: &str = "SecretUnreadable";
+    pub const URL_REFUSED: &str = "URLRefused";
 }
 
 fn default_notification_retries() -> u32 {
@@ -332,10 +376,20 @@ impl DisruptionPolicySpec {
                 problems.push(format!("spec.maintenanceWindows[{i}]: {e}"));
             }
         }
-        if let Some(w) = &self.notifications.webhook
-            && let Err(e) = crate::telemetry::notify::check_url(w)
-        {
-            problems.push(format!("spec.notifications.webhook.url: {e}"));
+        if let Some(w) = &self.notifications.webhook {
+            match (&w.url, &w.url_secret_ref) {
+                (Some(url), None) => {
+                    if let Err(e) = crate::telemetry::notify::check_url(
+                        &crate::telemetry::notify::Endpoint::new(w, url),
+                    ) {
+                        problems.push(format!("spec.notifications.webhook.url: {e}"));
+                    }
+                }
+                (None, Some(_)) => {}
+                _ => problems.push(
+                    "spec.notifications.webhook: set exactly one of url and urlSecretRef".into(),
+                ),
+            }
         }
         for (i, entry) in self.replacement.allowed_settings.iter().enumerate() {
             if let Err(e) = crate::planning::launch_policy::check_setting_entry(entry) {

@@ -39,6 +39,11 @@ pub struct Settings {
     pub capacity_retry_base: Duration,
     /// First wait before a notification is sent again (doubling after each failure).
     pub notification_retry_base: Duration,
+    /// How often the notification URL's Secret (`urlSecretRef`) is read again, so a rotated or newly
+    /// created Secret is picked up (snapdrain may only `get` it, not watch it).
+    pub notification_url_recheck: Duration,
+    /// The controller's own namespace (`POD_NAMESPACE`): where `urlSecretRef` Secrets live.
+    pub namespace: String,
     /// snapdrain's own AWS configuration (identity, region, endpoint) for reading Velero's bucket when
     /// Velero has no credentials Secret (IRSA, EKS Pod Identity). None loads the AWS default chain on
     /// first use; tests pass their own so no process-wide environment is involved.
@@ -62,6 +67,8 @@ impl Default for Settings {
             backup_retry_cap: Duration::from_secs(300),
             capacity_retry_base: Duration::from_secs(30),
             notification_retry_base: Duration::from_secs(1),
+            notification_url_recheck: Duration::from_secs(60),
+            namespace: "snapdrain".into(),
             aws: None,
             velero_credentials_secret: None,
         }

@@ -9,6 +9,7 @@
 //! - [`clock`]: the driver's clock, which moves with tokio's.
 //! - [`leader`]: only the Lease holder acts.
 //! - [`policy`]: the DisruptionPolicy in force.
+//! - [`notifications`]: the notification webhook's URL (from a Secret) and the policy's condition.
 //! - [`history`]: deletes finished plans the policy's history no longer keeps.
 //! - [`holds`]: the hold keeper (holds on every protected pod, restored when a release is over).
 //! - [`signals`]: the signal watcher (Karpenter, Cluster Autoscaler, NTH signals become plans).
@@ -25,6 +26,7 @@ pub mod health;
 pub mod history;
 pub mod holds;
 pub mod leader;
+pub mod notifications;
 pub mod policy;
 pub mod preview;
 pub(crate) mod reconcile;

@@ -1,12 +1,33 @@
 //! What a DisruptionPlan for a node would do, computed from the cluster without changing anything
-//! (`snapdrain plan NODE`): the same inventory and pure planning the controller runs at the Pending step.
+//! (`snapdrain plan NODE`): the same inventory and pure planning the controller runs at the Pending step,
+//! after the same DisruptionPolicy check (node cap and launch rules, `planning::launch_policy`), so a
+//! plan the policy would refuse shows the refusal it would get instead of a plan that cannot run.
 
 use std::fmt::Write as _;
 
+use kube::api::Api;
+
 use super::error::ControllerError;
 use super::steps::inventory::listed_inventory;
-use crate::api::{DisruptionPlanSpec, problems_message, validate};
+use crate::api::{
+    DEFAULT_POLICY, DisruptionPlanSpec, DisruptionPolicy, DisruptionPolicySpec, problems_message,
+    validate,
+};
+use crate::planning::launch_policy;
 use crate::planning::{Clock, SkipReason, plan_node};
+
+/// The policy a plan created now would be judged by: the cluster's `default`, else (none stored) the
+/// built-in defaults the controller creates it with.
+async fn policy_in_force(client: &kube::Client) -> Result<DisruptionPolicySpec, ControllerError> {
+    let api: Api<DisruptionPolicy> = Api::all(client.clone());
+    match api.get_opt(DEFAULT_POLICY).await {
+        Ok(Some(p)) => Ok(p.spec),
+        Ok(None) => Ok(DisruptionPolicySpec::defaults()),
+        Err(e) => Err(ControllerError::Config(format!(
+            "cannot read DisruptionPolicy {DEFAULT_POLICY}, which decides whether such a plan may run: {e} (you need get on disruptionpolicies.snapdrain.io)"
+        ))),
+    }
+}
 
 /// A human-readable preview of a plan for `node` with `spec` (its `nodes` are ignored).
 pub async fn describe(
@@ -17,6 +38,15 @@ pub async fn describe(
     let valid = validate(spec).map_err(|p| {
         ControllerError::Config(format!("invalid plan spec: {}", problems_message(&p)))
     })?;
+    let policy = policy_in_force(client).await?;
+    // The preview is of one node (the spec's `nodes` are ignored).
+    let problems = launch_policy::check_plan(spec, &policy, 1);
+    if !problems.is_empty() {
+        return Ok(format!(
+            "Refused: a DisruptionPlan with this spec would be marked invalid (reason RefusedByPolicy) before any node is touched: {}\n",
+            launch_policy::refusal_message(&problems)
+        ));
+    }
     let inv = listed_inventory(client, node).await?.ok_or_else(|| {
         ControllerError::Config(format!(
             "node {node} does not exist; list nodes with `kubectl get nodes`"

@@ -22,7 +22,7 @@ use crate::api::DisruptionPlan;
 use crate::api::lenient;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::api::velero::Backup;
-use crate::planning::backups::{PLAN_ANNOTATION, PLAN_LABEL};
+use crate::planning::backups::PLAN_LABEL;
 use crate::telemetry::Metrics;
 
 #[derive(Clone, Debug)]
@@ -240,14 +240,8 @@ async fn lead_loop(
     }
 }
 
-/// The plan a Backup belongs to: the full-name annotation, else (Backups from older versions) the
-/// label, which is the name itself when the name fits in a label value.
 fn plan_of(backup: &Backup) -> Option<String> {
-    backup
-        .annotations()
-        .get(PLAN_ANNOTATION)
-        .or_else(|| backup.labels().get(PLAN_LABEL))
-        .cloned()
+    crate::planning::backups::plan_of_backup(backup)
 }
 
 /// Counts a reconcile in `snapdrain_reconciles_in_flight` and in [`Health`] for as long as it lives,
@@ -432,25 +426,21 @@ fn start_helpers(
         ctx.recorder.clone(),
         stopped(acting),
     ));
-    // The notification webhook follows the policy too.
-    let notify = {
-        let notifier = ctx.notifier.clone();
-        let mut policy = policy_for_notify;
-        tokio::spawn(async move {
-            loop {
-                notifier.configure(policy.borrow_and_update().notifications.webhook.clone());
-                if policy.changed().await.is_err() {
-                    return;
-                }
-            }
-        })
-    };
+    // The notification webhook follows the policy too, its URL read from a Secret when it says so.
+    let notify = tokio::spawn(super::notifications::follow(
+        client.clone(),
+        ctx.settings.namespace.clone(),
+        ctx.notifier.clone(),
+        policy_for_notify,
+        ctx.settings.notification_url_recheck,
+    ));
     vec![policy_task, mirror, keeper, history, watcher, notify]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::planning::backups::PLAN_ANNOTATION;
 
     fn backup(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Backup {
         let map = |kv: &[(&str, &str)]| {

@@ -42,6 +42,17 @@ pub const PVCS_ANNOTATION: &str = "snapdrain.io/pvcs";
 /// Annotation: comma-separated StatefulSet names.
 pub const STATEFULSETS_ANNOTATION: &str = "snapdrain.io/statefulsets";
 
+/// The plan a Backup belongs to: the full-name annotation, else (Backups from older versions) the
+/// label.
+pub fn plan_of_backup(backup: &velero::Backup) -> Option<String> {
+    use kube::ResourceExt;
+    backup
+        .annotations()
+        .get(PLAN_ANNOTATION)
+        .or_else(|| backup.labels().get(PLAN_LABEL))
+        .cloned()
+}
+
 /// A backup one node needs in one workload namespace.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackupNeed {

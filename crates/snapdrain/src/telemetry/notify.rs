@@ -1,6 +1,6 @@
-//! Notifications: every plan Event, also POSTed as JSON to the DisruptionPolicy's
-//! `notifications.webhook.url` (Kubernetes Events are always written; this is for a chat or paging
-//! system). Delivery is best effort and never slows a plan: Events are queued and sent in order by one
+//! Notifications: every plan Event, also POSTed as JSON to the DisruptionPolicy's notification
+//! webhook, its URL from `notifications.webhook.urlSecretRef` or `.url` (Kubernetes Events are always
+//! written; this is for a chat or paging system). Delivery is best effort and never slows a plan: Events are queued and sent in order by one
 //! task, each retried with exponential backoff (1 s doubling, at most 5 min apart) up to `retries` times.
 //! What matters during an incident is kept (review #15): a full queue drops its oldest Normal
 //! notification (its oldest of all only when every one is a Warning), never the newest; and after
@@ -26,6 +26,43 @@ use tokio::sync::Notify;
 
 use super::Metrics;
 use crate::api::policy::WebhookNotification;
+
+/// A notification webhook whose URL is known: the policy's `url`, or the value its `urlSecretRef`
+/// names (read by the policy follower, `controller::notifications`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub url: String,
+    pub reasons: Vec<String>,
+    pub retries: u32,
+    pub allow_insecure_http: bool,
+    pub allow_private_addresses: bool,
+}
+
+impl Endpoint {
+    /// `webhook`'s settings with `url`.
+    pub fn new(webhook: &WebhookNotification, url: &str) -> Self {
+        Self {
+            url: url.to_owned(),
+            reasons: webhook.reasons.clone(),
+            retries: webhook.retries,
+            allow_insecure_http: webhook.allow_insecure_http,
+            allow_private_addresses: webhook.allow_private_addresses,
+        }
+    }
+}
+
+/// The URL is shown redacted: its path or query is often the webhook's secret.
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &redacted(&self.url))
+            .field("reasons", &self.reasons)
+            .field("retries", &self.retries)
+            .field("allow_insecure_http", &self.allow_insecure_http)
+            .field("allow_private_addresses", &self.allow_private_addresses)
+            .finish()
+    }
+}
 
 /// How many notifications wait for delivery before old ones are dropped.
 const QUEUE: usize = 512;
@@ -77,14 +114,14 @@ impl Notification {
 }
 
 /// True when `webhook` wants a notification with `reason` (no `reasons` listed: every one).
-pub fn wanted(webhook: &WebhookNotification, reason: &str) -> bool {
+pub fn wanted(webhook: &Endpoint, reason: &str) -> bool {
     webhook.reasons.is_empty() || webhook.reasons.iter().any(|r| r == reason)
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum NotifyError {
     #[error(
-        "cannot reach the notification webhook {url}: {source} (check notifications.webhook.url in the DisruptionPolicy and that snapdrain may reach it)"
+        "cannot reach the notification webhook {url}: {source} (check the URL of notifications.webhook in the DisruptionPolicy, or the Secret its urlSecretRef names, and that snapdrain may reach it)"
     )]
     Send {
         /// Scheme and host only ([`redacted`]).
@@ -155,7 +192,7 @@ pub fn is_private(ip: IpAddr) -> bool {
 
 /// What the policy's URL must be, before any request: absolute http(s), https unless allowed, and no
 /// private address literal unless allowed. Names are checked when they resolve ([`PublicOnly`]).
-pub fn check_url(webhook: &WebhookNotification) -> Result<url::Url, String> {
+pub fn check_url(webhook: &Endpoint) -> Result<url::Url, String> {
     let u = url::Url::parse(&webhook.url).map_err(|e| format!("{e} (an absolute https URL)"))?;
     match u.scheme() {
         "https" => {}
@@ -226,7 +263,7 @@ impl Clients {
         })
     }
 
-    fn for_webhook(&self, webhook: &WebhookNotification) -> &reqwest::Client {
+    fn for_webhook(&self, webhook: &Endpoint) -> &reqwest::Client {
         if webhook.allow_private_addresses {
             &self.open
         } else {
@@ -255,7 +292,7 @@ impl Delivery {
 }
 
 /// A notification waiting, with its place in the order of sending.
-type Queued = (u64, WebhookNotification, Notification);
+type Queued = (u64, Endpoint, Notification);
 
 /// The notifications waiting, shared by the notifiers and the delivery task.
 #[derive(Default)]
@@ -274,7 +311,7 @@ impl Queue {
 
     /// Appends a notification; when full, drops (and returns) the oldest Normal one, else the oldest
     /// (possibly the one being sent: [`Queue::pop`] then leaves the queue alone).
-    fn push(&self, webhook: WebhookNotification, n: Notification) -> Option<Queued> {
+    fn push(&self, webhook: Endpoint, n: Notification) -> Option<Queued> {
         let seq = self.sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut items = self.lock();
         let dropped = (items.len() >= QUEUE)
@@ -333,7 +370,7 @@ impl Drop for Sender {
 /// policy ([`Notifier::configure`]); without one, nothing is queued.
 #[derive(Clone)]
 pub struct Notifier {
-    webhook: Arc<RwLock<Option<WebhookNotification>>>,
+    webhook: Arc<RwLock<Option<Endpoint>>>,
     sender: Arc<Sender>,
     metrics: Metrics,
 }
@@ -355,7 +392,7 @@ impl Notifier {
         }
     }
 
-    pub fn configure(&self, webhook: Option<WebhookNotification>) {
+    pub fn configure(&self, webhook: Option<Endpoint>) {
         *self.webhook.write().unwrap_or_else(|e| e.into_inner()) = webhook;
     }
 
@@ -448,7 +485,7 @@ async fn deliver_all(queue: Arc<Queue>, metrics: Metrics, delivery: Delivery) {
 
 async fn post(
     client: &reqwest::Client,
-    webhook: &WebhookNotification,
+    webhook: &Endpoint,
     n: &Notification,
 ) -> Result<(), NotifyError> {
     let shown = redacted(&webhook.url);
@@ -482,8 +519,8 @@ async fn post(
 mod tests {
     use super::*;
 
-    fn hook(reasons: &[&str]) -> WebhookNotification {
-        WebhookNotification {
+    fn hook(reasons: &[&str]) -> Endpoint {
+        Endpoint {
             url: "https://hooks.example/x".into(),
             reasons: reasons.iter().map(|r| r.to_string()).collect(),
             retries: 5,
@@ -492,8 +529,8 @@ mod tests {
         }
     }
 
-    fn at(url: &str) -> WebhookNotification {
-        WebhookNotification {
+    fn at(url: &str) -> Endpoint {
+        Endpoint {
             url: url.into(),
             ..hook(&[])
         }
@@ -516,7 +553,7 @@ mod tests {
         ] {
             let e = check_url(&at(private)).expect_err(private);
             assert!(e.contains("allowPrivateAddresses"), "{private}: {e}");
-            let allowed = WebhookNotification {
+            let allowed = Endpoint {
                 allow_private_addresses: true,
                 ..at(private)
             };
@@ -635,7 +672,7 @@ mod tests {
                 first_pause: Duration::from_millis(50),
             },
         );
-        notifier.configure(Some(WebhookNotification {
+        notifier.configure(Some(Endpoint {
             retries: 1,
             allow_insecure_http: true,
             allow_private_addresses: true,
@@ -717,7 +754,7 @@ mod tests {
         let clients = Clients::build(Duration::from_secs(10)).expect("clients");
         let n = Notification::new("p", "Normal", "PlanCompleted", "m", "Completed", &[]);
         // Loopback without allowPrivateAddresses: refused before any request.
-        let strict = WebhookNotification {
+        let strict = Endpoint {
             allow_insecure_http: true,
             ..at(&url)
         };
@@ -727,7 +764,7 @@ mod tests {
         assert!(matches!(e, NotifyError::Refused { .. }), "{e}");
         assert!(!e.retryable());
         // Allowed: the 307 is the answer, not followed.
-        let open = WebhookNotification {
+        let open = Endpoint {
             allow_private_addresses: true,
             ..strict
         };

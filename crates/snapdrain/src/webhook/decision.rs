@@ -2,7 +2,8 @@
 //!
 //! The promise (DESIGN.md): no eviction of a protected pod before a verified backup covers every one of
 //! its PVCs. A backup counts when a non-terminal DisruptionPlan records it (`status.backups[]`) as
-//! verified for the pod's namespace and lists the claim. Everything else is allowed: the gate only ever
+//! verified for the pod's namespace and lists the claim, and Velero's Backup confirms that record
+//! (`webhook::confirm`: the status alone is not trusted). Everything else is allowed: the gate only ever
 //! holds protected pods, so a dead or confused gate never blocks what snapdrain does not protect.
 
 use std::borrow::Borrow;
@@ -48,6 +49,8 @@ pub struct Held {
     pub uncovered: Vec<String>,
     /// The running plan for the node, if the reflector knows one.
     pub plan: Option<PlanProgress>,
+    /// Verified backups a plan's status names that Velero's Backup does not confirm (plan, and why).
+    pub refuted: Vec<(String, String)>,
 }
 
 /// Where the plan that will cover the pod stands.
@@ -222,11 +225,13 @@ pub fn unseen_message(namespace: &str, name: &str) -> String {
     )
 }
 
-/// Decides an eviction of `pod` given every DisruptionPlan the gate knows.
+/// Decides an eviction of `pod` given every DisruptionPlan the gate knows. A plan's verified backup
+/// counts only when `confirm` agrees (Velero's Backup backs the record: `webhook::confirm`).
 pub fn decide<P: Borrow<DisruptionPlan>>(
     pod: &Pod,
     protects: impl Fn(&Pod) -> bool,
     plans: &[P],
+    confirm: impl Fn(&DisruptionPlan, &BackupRecord) -> Result<(), String>,
     now: jiff::Timestamp,
 ) -> Decision {
     if !protects(pod) {
@@ -248,6 +253,7 @@ pub fn decide<P: Borrow<DisruptionPlan>>(
     let claims: BTreeSet<&str> = pvc_claims(pod).collect();
     let mut covering = BTreeSet::new();
     let mut uncovered = Vec::new();
+    let mut refuted: Vec<(String, String)> = Vec::new();
     for claim in &claims {
         let by = plans
             .iter()
@@ -255,7 +261,22 @@ pub fn decide<P: Borrow<DisruptionPlan>>(
             .filter(|p| running(p))
             .find(|p| {
                 backups(p).iter().any(|b| {
-                    b.verified && b.namespace == namespace && b.pvcs.iter().any(|c| c == claim)
+                    if !(b.verified
+                        && b.namespace == namespace
+                        && b.pvcs.iter().any(|c| c == claim))
+                    {
+                        return false;
+                    }
+                    match confirm(p, b) {
+                        Ok(()) => true,
+                        Err(why) => {
+                            let entry = (p.name_any(), why);
+                            if !refuted.contains(&entry) {
+                                refuted.push(entry);
+                            }
+                            false
+                        }
+                    }
                 })
             });
         match by {
@@ -280,6 +301,7 @@ pub fn decide<P: Borrow<DisruptionPlan>>(
         node,
         uncovered,
         plan,
+        refuted,
     })
 }
 
@@ -361,7 +383,18 @@ pub fn message(held: &Held, note: &PlanNote) -> String {
             held.node
         ),
     };
-    format!("{head}; {tail}")
+    if held.refuted.is_empty() {
+        return format!("{head}; {tail}");
+    }
+    let refuted: Vec<String> = held
+        .refuted
+        .iter()
+        .map(|(plan, why)| format!("DisruptionPlan {plan} records a verified backup, but {why}"))
+        .collect();
+    format!(
+        "{head}; {}: the plan's status is not trusted without Velero's Backup (only snapdrain writes a plan's status: check who changed it); {tail}",
+        refuted.join("; ")
+    )
 }
 
 /// The message of a 429 while the gate's caches are still loading (`kinds`): the gate cannot tell a
@@ -526,20 +559,67 @@ mod tests {
         ProtectionRule::default().protects(p)
     }
 
+    /// Every record is backed by Velero's Backup.
+    fn confirmed(_: &DisruptionPlan, _: &BackupRecord) -> Result<(), String> {
+        Ok(())
+    }
+
+    #[test]
+    fn a_verified_backup_velero_does_not_confirm_holds_the_pod_and_says_why() {
+        let verified = plan(
+            "p1",
+            "Draining",
+            json!([{"name": "b1", "namespace": "db", "pvcs": ["data"], "verified": true}]),
+        );
+        let refuse = |_: &DisruptionPlan, b: &BackupRecord| -> Result<(), String> {
+            Err(format!("Backup velero/{} is Failed, not Completed", b.name))
+        };
+        let Decision::Deny(held) = decide(
+            &pod(Some("n1"), &["data"]),
+            protects,
+            std::slice::from_ref(&verified),
+            refuse,
+            now(),
+        ) else {
+            panic!("an unconfirmed verified backup must not allow");
+        };
+        assert_eq!(
+            held.refuted,
+            [(
+                "p1".to_string(),
+                "Backup velero/b1 is Failed, not Completed".to_string()
+            )]
+        );
+        let progress = held.plan.clone().expect("the node's running plan");
+        let m = message(&held, &PlanNote::Known(progress));
+        assert!(
+            m.contains(
+                "DisruptionPlan p1 records a verified backup, but Backup velero/b1 is Failed"
+            ) && m.contains("not trusted"),
+            "{m}"
+        );
+    }
+
     #[test]
     fn unprotected_and_unscheduled_pods_are_allowed() {
         let none: [DisruptionPlan; 0] = [];
         assert_eq!(
-            decide(&pod(Some("n1"), &[]), protects, &none, now()),
+            decide(&pod(Some("n1"), &[]), protects, &none, confirmed, now()),
             Decision::Allow(Allowed::NotProtected)
         );
         assert_eq!(
-            decide(&pod(None, &["data"]), protects, &none, now()),
+            decide(&pod(None, &["data"]), protects, &none, confirmed, now()),
             Decision::Allow(Allowed::NotScheduled)
         );
         // The predicate is a parameter: a policy with other rules decides what is protected.
         assert_eq!(
-            decide(&pod(Some("n1"), &["data"]), |_| false, &none, now()),
+            decide(
+                &pod(Some("n1"), &["data"]),
+                |_| false,
+                &none,
+                confirmed,
+                now()
+            ),
             Decision::Allow(Allowed::NotProtected)
         );
     }
@@ -547,8 +627,13 @@ mod tests {
     #[test]
     fn a_protected_pod_without_a_plan_is_held() {
         let none: [DisruptionPlan; 0] = [];
-        let Decision::Deny(held) = decide(&pod(Some("n1"), &["data"]), protects, &none, now())
-        else {
+        let Decision::Deny(held) = decide(
+            &pod(Some("n1"), &["data"]),
+            protects,
+            &none,
+            confirmed,
+            now(),
+        ) else {
             panic!("a protected pod without any backup is held");
         };
         assert_eq!(held.pod, "db/pg-0");
@@ -569,6 +654,7 @@ mod tests {
                 &pod(Some("n1"), &["data", "wal"]),
                 protects,
                 &[verified],
+                confirmed,
                 now()
             ),
             Decision::Allow(Allowed::Covered {
@@ -610,6 +696,7 @@ mod tests {
                 &pod(Some("n1"), &["data", "wal"]),
                 protects,
                 std::slice::from_ref(&p),
+                confirmed,
                 now(),
             );
             assert!(
@@ -640,7 +727,7 @@ mod tests {
     fn snapdrains_own_drain_without_a_required_backup_is_not_refused() {
         let mut p = pod(Some("n1"), &["data"]);
         p.metadata.uid = Some("u-pg-0".into());
-        let decide_with = |plan: DisruptionPlan| decide(&p, protects, &[plan], now());
+        let decide_with = |plan: DisruptionPlan| decide(&p, protects, &[plan], confirmed, now());
         let waived = Decision::Allow(Allowed::Waived { plan: "p".into() });
         // An Execute plan under skip or best-effort evicts every pod itself once it drains.
         for policy in ["skip", "best-effort"] {
@@ -703,8 +790,13 @@ mod tests {
             "BackingUp",
             json!([{"name": "gate-n1-db-1", "namespace": "db", "pvcs": ["data"], "verified": false}]),
         );
-        let Decision::Deny(held) = decide(&pod(Some("n1"), &["data"]), protects, &[p], now())
-        else {
+        let Decision::Deny(held) = decide(
+            &pod(Some("n1"), &["data"]),
+            protects,
+            &[p],
+            confirmed,
+            now(),
+        ) else {
             panic!("an unverified backup holds the pod");
         };
         let progress = held.plan.clone().expect("the node's running plan is known");

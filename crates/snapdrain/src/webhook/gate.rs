@@ -24,6 +24,8 @@ use tokio::sync::watch;
 
 use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
+use crate::api::status::BackupRecord;
+use crate::api::velero::Backup;
 use crate::controller::cache::{Cache, CachedPod};
 use crate::planning::velero_pods;
 use crate::signals::detect::nodeclaim_of;
@@ -55,6 +57,9 @@ pub struct Sources {
     pub nodes: Cache<Node>,
     /// The process's Karpenter NodeClaim cache: whether a node is being taken ([`let_go`]).
     pub claims: Cache<DynamicObject>,
+    /// The process's cache of snapdrain's Velero Backups: a plan's verified backup counts only when its
+    /// Backup confirms it (`confirm`).
+    pub backups: Cache<Backup>,
 }
 
 /// What the gate's handler shares.
@@ -184,7 +189,8 @@ impl Gate {
             return self.judge_agent(&pod, &plans);
         }
         let now = jiff::Timestamp::now();
-        let held = match decision::decide(&pod, |p| protects(p), &plans, now) {
+        let confirm = |p: &DisruptionPlan, b: &BackupRecord| self.confirm(p, b);
+        let held = match decision::decide(&pod, |p| protects(p), &plans, confirm, now) {
             Decision::Allow(_) => return None,
             Decision::Deny(held) => held,
         };
@@ -216,7 +222,13 @@ impl Gate {
         let now = jiff::Timestamp::now();
         let uncovered = self.sources.pods.indexed(&node).iter().any(|p| {
             matches!(
-                decision::decide(&p.to_pod(), |p| protects(p), plans, now),
+                decision::decide(
+                    &p.to_pod(),
+                    |p| protects(p),
+                    plans,
+                    |p: &DisruptionPlan, b: &BackupRecord| self.confirm(p, b),
+                    now
+                ),
                 Decision::Deny(_)
             )
         });
@@ -251,6 +263,22 @@ impl Gate {
             Requested::Starting => PlanNote::Starting(name),
             Requested::Failed | Requested::Busy => PlanNote::NotStarted,
         }
+    }
+
+    /// Whether the Backup cache confirms `plan`'s verified `record` (`webhook::confirm`). Until the cache
+    /// has listed once, nothing is confirmed: the pod waits, it is never let go on the status alone.
+    fn confirm(&self, plan: &DisruptionPlan, record: &BackupRecord) -> Result<(), String> {
+        if !self.sources.backups.synced() {
+            return Err(
+                "the eviction gate's Velero Backup cache has not finished its first list (check that snapdrain may list and watch velero.io Backups)"
+                    .into(),
+            );
+        }
+        let backup = self
+            .sources
+            .backups
+            .get(&plan.spec.backup.velero_namespace, &record.name);
+        super::confirm::backup_confirms(plan, record, backup.as_deref())
     }
 
     /// Whether an unseen pod is still within [`UNSEEN_WINDOW`] of its first refusal (counting this one).

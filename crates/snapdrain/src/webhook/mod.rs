@@ -6,6 +6,7 @@
 //! - [`decision`]: pure: allow or hold, and the message a person reads.
 //! - [`review`]: the AdmissionReview read and answered.
 //! - [`gate`]: one request over the caches (the pod, the plans), handing plan starts to [`starter`].
+//! - [`confirm`]: pure: whether Velero's Backup confirms a plan's verified backup.
 //! - [`starter`]: plan creation off the request path, one node at a time.
 //! - [`certs`]: pure: the CA and serving certificate, and when to renew them.
 //! - [`keeper`]: the certificates' Secret and the configuration's caBundle.
@@ -16,6 +17,7 @@
 //! creation is safe from any replica (deterministic names, 409 joins).
 
 pub mod certs;
+pub mod confirm;
 pub mod decision;
 pub mod error;
 pub mod gate;
@@ -185,6 +187,7 @@ pub async fn start(
             pods: caches.pods.clone(),
             nodes: caches.nodes.clone(),
             claims: caches.node_claims.clone(),
+            backups: caches.backups.clone(),
         },
         starter,
         protects,

@@ -1,7 +1,7 @@
 //! Shared caches of what snapdrain reads about the cluster, each kept by one watch per process
 //! (kube-runtime `watcher`, the informer pattern of client-go tools/cache): Pods (indexed by node),
-//! PVCs, StatefulSets and PDBs (by namespace), VolumeAttachments (by node), Nodes, NodeClaims and
-//! Namespaces. Planning, drain waits, release, the hold keeper, the signal watcher and the eviction
+//! PVCs, StatefulSets and PDBs (by namespace), VolumeAttachments (by node), Nodes, NodeClaims,
+//! Namespaces and the Velero Backups snapdrain made. Planning, drain waits, release, the hold keeper, the signal watcher and the eviction
 //! gate read them instead of listing through the API on every pass (at 150,000 pods each list is a
 //! scan on the server).
 //!
@@ -35,6 +35,8 @@ use serde::de::DeserializeOwned;
 pub use pod::CachedPod;
 pub use store::{Cache, Stored};
 
+use crate::api::velero::Backup;
+use crate::planning::backups::PLAN_LABEL;
 use crate::telemetry::Metrics;
 
 /// Every cache of the process. Cheap to clone.
@@ -51,6 +53,9 @@ pub struct Caches {
     /// off), which only means no NodeClaim signal is seen.
     pub node_claims: Cache<DynamicObject>,
     pub namespaces: Cache<Namespace>,
+    /// Velero Backups snapdrain made (labelled `snapdrain.io/plan`), in every namespace: the eviction
+    /// gate confirms a plan's verified backup against them (`webhook::confirm`).
+    pub backups: Cache<Backup>,
 }
 
 fn pod_node(p: &CachedPod) -> Option<String> {
@@ -91,6 +96,7 @@ impl Caches {
             nodes: Cache::new("Node", none),
             node_claims: Cache::new("NodeClaim", none),
             namespaces: Cache::new("Namespace", none),
+            backups: Cache::new("Backup", none),
         }
     }
 
@@ -177,6 +183,17 @@ impl Caches {
                 metrics,
                 started,
             ),
+            follow_with(
+                c.backups.clone(),
+                Api::all(client.clone()),
+                watcher::Config::default().labels(PLAN_LABEL),
+                |mut o| {
+                    trim::backup(&mut o);
+                    o
+                },
+                metrics,
+                started,
+            ),
         ];
         (c, tasks)
     }
@@ -236,10 +253,33 @@ where
     W: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     K: Stored + Send + Sync + 'static,
 {
+    follow_with(
+        cache,
+        api,
+        watcher::Config::default(),
+        keep,
+        metrics,
+        started,
+    )
+}
+
+/// [`follow`] with a watch of its own (a label selector).
+fn follow_with<W, K>(
+    cache: Cache<K>,
+    api: Api<W>,
+    config: watcher::Config,
+    keep: fn(W) -> K,
+    metrics: &Metrics,
+    started: Instant,
+) -> tokio::task::JoinHandle<()>
+where
+    W: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    K: Stored + Send + Sync + 'static,
+{
     let metrics = metrics.clone();
     tokio::spawn(async move {
         let kind = cache.kind();
-        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        let stream = watcher(api, config).default_backoff();
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             match event {

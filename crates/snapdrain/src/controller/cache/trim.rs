@@ -83,6 +83,15 @@ pub fn node_claim(o: &mut DynamicObject) {
     o.data = serde_json::json!({"status": {"conditions": conditions}});
 }
 
+/// Velero Backups snapdrain made: the eviction gate (`webhook::confirm`) reads their names, labels,
+/// the plan annotation, `spec.includedNamespaces` and `status.phase`; hooks and selectors go.
+pub fn backup(b: &mut crate::api::velero::Backup) {
+    meta(&mut b.metadata);
+    b.spec.hooks = None;
+    b.spec.or_label_selectors.clear();
+    b.spec.label_selector = None;
+}
+
 #[cfg(test)]
 mod tests {
     use super::LAST_APPLIED;
