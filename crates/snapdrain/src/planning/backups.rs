@@ -25,6 +25,7 @@ use super::node::POD_NAME_LABEL;
 use crate::api::plan::{BackupMethod, BackupScope, DisruptionPlanSpec};
 use crate::api::status::BackupRecord;
 use crate::api::velero::{self, BackupStatus};
+use crate::api::volume::{VolumeMethod, VolumeRecord};
 
 /// Label on every Backup snapdrain creates: the plan name (as a label value).
 pub const PLAN_LABEL: &str = "snapdrain.io/plan";
@@ -52,10 +53,19 @@ pub struct BackupNeed {
     pub pvcs: Vec<String>,
     /// Protected pods on the node, sorted.
     pub pods: Vec<String>,
+    /// Each PVC's class and method, in `pvcs` order.
+    pub volumes: Vec<PlannedVolume>,
     /// One selector per StatefulSet, in `stateful_sets` order.
     pub or_label_selectors: Vec<LabelSelector>,
     /// An earlier Completed and verified backup that already covers these PVCs.
     pub reuse: Option<String>,
+}
+
+/// One PVC of a backup: its class and method under the plan, and the method `Auto` would choose.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedVolume {
+    pub record: VolumeRecord,
+    pub auto_method: VolumeMethod,
 }
 
 /// An existing backup that might be reused (from this or another plan's status).
@@ -550,6 +560,7 @@ mod tests {
             stateful_sets: vec!["pg".into()],
             pvcs: vec!["data-pg-0".into()],
             pods: vec!["pg-0".into()],
+            volumes: Vec::new(),
             or_label_selectors: vec![
                 serde_json::from_value(json!({"matchLabels": {"app": "pg"}})).expect("sel"),
             ],

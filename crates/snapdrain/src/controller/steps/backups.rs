@@ -230,6 +230,7 @@ pub fn retry(record: &BackupRecord, v: &PlanView<'_>, cap: Duration) -> Retry {
         stateful_sets: record.stateful_sets.clone(),
         pvcs: record.pvcs.clone(),
         pods: record.pods.clone(),
+        volumes: record.volumes.clone(),
         attempt: next_attempt,
         ..BackupRecord::default()
     };
@@ -339,6 +340,7 @@ fn need_for(v: &PlanView<'_>, io: &Io<'_>, record: &BackupRecord) -> BackupNeed 
         stateful_sets: record.stateful_sets.clone(),
         pvcs: record.pvcs.clone(),
         pods: record.pods.clone(),
+        volumes: Vec::new(),
         or_label_selectors: scope_selectors(scope, &record.pods, &sts_selectors),
         reuse: None,
     }
