@@ -15,6 +15,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::api::plan::BackupMethod;
+use crate::api::volume::{VolumeMethod, VolumeRecord};
 
 use super::location::{S3Target, backup_keys, kopia_repository_key};
 
@@ -121,11 +122,12 @@ pub enum ObjectCheck {
     KopiaRepository(String),
 }
 
-/// The checks for backup `backup_name` covering `namespaces`, given the plan's method.
+/// The checks for backup `backup_name` covering `namespaces`; `kopia`: whether volume data lands in the
+/// namespace's kopia repository ([`kopia_expected`]).
 pub fn verification_plan(
     target: &S3Target,
     backup_name: &str,
-    method: BackupMethod,
+    kopia: bool,
     namespaces: &[String],
 ) -> Vec<ObjectCheck> {
     let keys = backup_keys(target, backup_name);
@@ -134,7 +136,7 @@ pub fn verification_plan(
         ObjectCheck::Tarball(keys.tarball),
         ObjectCheck::VolumeInfo(keys.volume_info),
     ];
-    if kopia_expected(method) {
+    if kopia {
         checks.extend(
             namespaces
                 .iter()
@@ -145,12 +147,19 @@ pub fn verification_plan(
 }
 
 /// File-system backups and the CSI data mover store volume data in a kopia repository per namespace;
-/// snapshots stay in the storage system.
-pub fn kopia_expected(method: BackupMethod) -> bool {
-    matches!(
-        method,
-        BackupMethod::FileSystem | BackupMethod::CsiDataMover
-    )
+/// snapshots stay in the storage system. Under `Auto` it depends on the volumes' methods (a record
+/// without volumes, from before they were recorded, was a file-system backup).
+pub fn kopia_expected(method: BackupMethod, volumes: &[VolumeRecord]) -> bool {
+    match method {
+        BackupMethod::FileSystem | BackupMethod::CsiDataMover => true,
+        BackupMethod::Snapshot => false,
+        BackupMethod::Auto => {
+            volumes.is_empty()
+                || volumes
+                    .iter()
+                    .any(|v| v.method != VolumeMethod::CsiSnapshot)
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -593,7 +602,7 @@ mod tests {
             sse_customer_key: None,
         };
         let ns = vec!["db".to_owned()];
-        let fs = verification_plan(&t, "b1", BackupMethod::FileSystem, &ns);
+        let fs = verification_plan(&t, "b1", kopia_expected(BackupMethod::FileSystem, &[]), &ns);
         assert_eq!(fs.len(), 4);
         assert_eq!(
             fs[3],
@@ -604,9 +613,10 @@ mod tests {
             ObjectCheck::BackupJson("c/backups/b1/velero-backup.json".into())
         );
         assert_eq!(
-            verification_plan(&t, "b1", BackupMethod::Snapshot, &ns).len(),
+            verification_plan(&t, "b1", kopia_expected(BackupMethod::Snapshot, &[]), &ns).len(),
             3
         );
-        assert!(kopia_expected(BackupMethod::CsiDataMover));
+        assert!(kopia_expected(BackupMethod::CsiDataMover, &[]));
+        assert!(kopia_expected(BackupMethod::Auto, &[]));
     }
 }

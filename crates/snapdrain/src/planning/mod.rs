@@ -41,8 +41,8 @@ pub mod volumes;
 
 pub use backups::{
     BackupNeed, BackupProgress, Clock, RetryDecision, ReusableBackup, backup_retry,
-    backup_timed_out, build_velero_backup, classify_backup, classify_backup_phase, find_reusable,
-    retry_wait,
+    backup_timed_out, build_velero_backup, build_volume_policy, classify_backup,
+    classify_backup_phase, find_reusable, retry_wait,
 };
 pub use evictions::{
     EvictionOutcome, EvictionTier, PlannedEviction, classify_eviction, eviction_tier, pod_gone,

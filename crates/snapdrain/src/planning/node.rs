@@ -21,7 +21,7 @@ use super::inventory::{
     namespace_of, pvc_claims, statefulset_owner,
 };
 use super::taint::{DRAIN_TAINT_KEY, tolerates_drain_taint};
-use super::volumes::{MethodChoice, SnapshotClass, choose_method, classify_pv};
+use super::volumes::{SnapshotClass, choose_method, classify_pv, settle_methods};
 use crate::api::plan::{BackupPolicy, BackupScope, DisruptionPlanSpec, PlanMode};
 use crate::api::validate::ValidSpec;
 
@@ -331,12 +331,25 @@ pub fn plan_node(
             need.volumes = need
                 .pvcs
                 .iter()
-                .map(|claim| volumes.plan(ns, claim, spec.backup.method))
+                .map(|claim| volumes.plan(ns, claim, &spec.backup))
                 .collect();
+            settle_planned(spec.backup.method, &mut need.volumes);
             need
         })
         .collect();
     plan
+}
+
+/// Under `Auto`, makes a namespace's volume methods expressible in one Backup ([`settle_methods`]).
+pub fn settle_planned(method: crate::api::plan::BackupMethod, volumes: &mut [PlannedVolume]) {
+    if method != crate::api::plan::BackupMethod::Auto {
+        return;
+    }
+    let mut records: Vec<_> = volumes.iter().map(|v| v.record.clone()).collect();
+    settle_methods(&mut records);
+    for (v, r) in volumes.iter_mut().zip(records) {
+        v.record = r;
+    }
 }
 
 /// Classifies the protected pods' claims from the PVs they are bound to.
@@ -362,7 +375,7 @@ impl<'a> Volumes<'a> {
         }
     }
 
-    fn plan(&self, ns: &str, claim: &str, method: crate::api::plan::BackupMethod) -> PlannedVolume {
+    fn plan(&self, ns: &str, claim: &str, backup: &crate::api::plan::BackupSpec) -> PlannedVolume {
         let pv_name = self
             .pvc_by_key
             .get(&(ns, claim))
@@ -372,15 +385,15 @@ impl<'a> Volumes<'a> {
             .as_deref()
             .and_then(|n| self.pv_by_name.get(n).copied());
         let classified = classify_pv(pv);
-        // The default release point is "data verified in the bucket": Auto moves snapshot data there.
-        let (method, snapshot_class) = choose_method(
-            MethodChoice::Plan(method),
+        let move_data = backup.snapshot_move_data;
+        let (method, snapshot_class) =
+            choose_method(backup.method, &classified, self.snapshot_classes, move_data);
+        let (auto_method, _) = choose_method(
+            crate::api::plan::BackupMethod::Auto,
             &classified,
             self.snapshot_classes,
-            true,
+            move_data,
         );
-        let (auto_method, _) =
-            choose_method(MethodChoice::Auto, &classified, self.snapshot_classes, true);
         PlannedVolume {
             record: crate::api::volume::VolumeRecord {
                 pvc: claim.to_owned(),

@@ -12,14 +12,13 @@
 //! - the in-tree network volume types (awsElasticBlockStore, nfs, iscsi, ...) are network;
 //! - anything else, or a PV that cannot be read, is [`VolumeClass::Unknown`], backed up as node-local.
 //!
-//! The method: the plan's `backup.method` for every volume, or, under [`MethodChoice::Auto`], one per
-//! volume (see [`choose_method`]). `snapdrain plan` shows both; the Backup carries the plan's method until
-//! the simulator models Velero's CSI snapshots (issue 24).
+//! The method: the plan's `backup.method` for every volume, or, under `Auto` (the default), one per volume
+//! (see [`choose_method`] and [`settle_methods`]).
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PersistentVolume};
 
 use crate::api::plan::BackupMethod;
-use crate::api::volume::{VolumeClass, VolumeMethod};
+use crate::api::volume::{VolumeClass, VolumeMethod, VolumeRecord};
 
 /// Label Velero looks for on the VolumeSnapshotClass of a driver (velero `pkg/apis/velero/v1/labels_annotations.go`
 /// `VolumeSnapshotClassSelectorLabel`).
@@ -178,22 +177,13 @@ pub fn snapshot_class_for<'a>(driver: &str, classes: &'a [SnapshotClass]) -> Opt
         .map(|c| c.name.as_str())
 }
 
-/// Which rule picks a volume's method.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MethodChoice {
-    /// The plan's `backup.method`, for every volume.
-    Plan(BackupMethod),
-    /// The fastest safe method for each volume.
-    Auto,
-}
-
-/// The method for one volume under `choice`, with the VolumeSnapshotClass for the CSI methods.
+/// The method for one volume under `method`, with the VolumeSnapshotClass for the CSI methods.
 ///
 /// `Auto`: a network CSI volume whose driver has a VolumeSnapshotClass Velero would use gets a CSI snapshot
 /// (moved to the bucket by the data mover when `move_data`); every other volume (node-local, unknown, in-tree,
 /// or a driver without a class) gets a file-system backup, which works on any storage.
 pub fn choose_method(
-    choice: MethodChoice,
+    method: BackupMethod,
     volume: &Classified,
     classes: &[SnapshotClass],
     move_data: bool,
@@ -205,11 +195,11 @@ pub fn choose_method(
             .and_then(|d| snapshot_class_for(d, classes))
             .map(str::to_owned)
     };
-    match choice {
-        MethodChoice::Plan(BackupMethod::FileSystem) => (VolumeMethod::FileSystem, None),
-        MethodChoice::Plan(BackupMethod::CsiDataMover) => (VolumeMethod::CsiDataMover, class_of()),
-        MethodChoice::Plan(BackupMethod::Snapshot) => (VolumeMethod::CsiSnapshot, class_of()),
-        MethodChoice::Auto => match (volume.class, class_of()) {
+    match method {
+        BackupMethod::FileSystem => (VolumeMethod::FileSystem, None),
+        BackupMethod::CsiDataMover => (VolumeMethod::CsiDataMover, class_of()),
+        BackupMethod::Snapshot => (VolumeMethod::CsiSnapshot, class_of()),
+        BackupMethod::Auto => match (volume.class, class_of()) {
             (VolumeClass::Network, Some(class)) if move_data => {
                 (VolumeMethod::CsiDataMover, Some(class))
             }
@@ -217,6 +207,101 @@ pub fn choose_method(
             _ => (VolumeMethod::FileSystem, None),
         },
     }
+}
+
+/// The Velero VolumePolicy condition that selects a volume: its CSI driver, or its in-tree volume type
+/// (velero `internal/resourcepolicies/volume_resources.go`: `csi: {driver}`, `volumeTypes`). None when the
+/// volume's kind is unknown.
+fn policy_condition(v: &VolumeRecord) -> Option<serde_json::Value> {
+    let source = v.source.as_deref()?;
+    Some(match source {
+        "local"
+        | "hostPath"
+        | "awsElasticBlockStore"
+        | "nfs"
+        | "iscsi"
+        | "rbd"
+        | "cephfs"
+        | "glusterfs"
+        | "azureDisk"
+        | "azureFile"
+        | "gcePersistentDisk"
+        | "fc"
+        | "cinder"
+        | "vsphereVolume" => serde_json::json!({"volumeTypes": [source]}),
+        driver => serde_json::json!({"csi": {"driver": driver}}),
+    })
+}
+
+/// Makes one namespace's per-volume methods expressible in one Velero Backup: Velero picks a volume's method
+/// from the Backup's VolumePolicy by the volume's CSI driver or volume type, so two volumes of one driver
+/// (or type) cannot take different methods, and a volume no condition can select would fall to the Backup's
+/// defaults. Either case turns the volumes concerned to a file-system backup, which works on any storage;
+/// a volume whose kind is unknown turns them all. Pure; run on the merged volumes of a namespace.
+pub fn settle_methods(volumes: &mut [VolumeRecord]) {
+    let csi = |m: VolumeMethod| m != VolumeMethod::FileSystem;
+    let to_fs = |v: &mut VolumeRecord| {
+        v.method = VolumeMethod::FileSystem;
+        v.snapshot_class = None;
+    };
+    if !volumes.iter().any(|v| csi(v.method)) {
+        return;
+    }
+    if volumes.iter().any(|v| policy_condition(v).is_none()) {
+        volumes.iter_mut().for_each(to_fs);
+        return;
+    }
+    let mixed: Vec<serde_json::Value> = volumes
+        .iter()
+        .filter_map(policy_condition)
+        .filter(|c| {
+            let methods: std::collections::BTreeSet<bool> = volumes
+                .iter()
+                .filter(|v| policy_condition(v).as_ref() == Some(c))
+                .map(|v| csi(v.method))
+                .collect();
+            methods.len() > 1
+        })
+        .collect();
+    for v in volumes.iter_mut() {
+        if policy_condition(v).is_some_and(|c| mixed.contains(&c)) {
+            to_fs(v);
+        }
+    }
+}
+
+/// Whether a Backup of `volumes` needs a VolumePolicy (some volume takes a CSI method while the plan's
+/// method is `Auto`).
+pub fn needs_volume_policy(method: BackupMethod, volumes: &[VolumeRecord]) -> bool {
+    method == BackupMethod::Auto && volumes.iter().any(|v| v.method != VolumeMethod::FileSystem)
+}
+
+/// The Velero resource-policies document for `volumes` (already [`settle_methods`]-ed): one volume policy
+/// per driver or volume type, action `snapshot` for the CSI methods and `fs-backup` for the rest, as
+/// velero `internal/resourcepolicies/resource_policies.go` reads it (version v1; the first policy whose
+/// conditions all match decides).
+pub fn volume_policy_yaml(volumes: &[VolumeRecord]) -> String {
+    let mut seen = Vec::new();
+    let mut out = String::from("version: v1\nvolumePolicies:\n");
+    for v in volumes {
+        let Some(condition) = policy_condition(v) else {
+            continue;
+        };
+        if seen.contains(&condition) {
+            continue;
+        }
+        let action = if v.method == VolumeMethod::FileSystem {
+            "fs-backup"
+        } else {
+            "snapshot"
+        };
+        // JSON is YAML: the condition is written inline.
+        out.push_str(&format!(
+            "- conditions: {condition}\n  action:\n    type: {action}\n"
+        ));
+        seen.push(condition);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -387,7 +472,7 @@ mod tests {
         };
         let ebs = network("ebs.csi.aws.com");
         let auto =
-            |v: &Classified, move_data| choose_method(MethodChoice::Auto, v, &classes, move_data);
+            |v: &Classified, move_data| choose_method(BackupMethod::Auto, v, &classes, move_data);
         assert_eq!(
             auto(&ebs, true),
             (VolumeMethod::CsiDataMover, Some("ebs".into()))
@@ -407,36 +492,71 @@ mod tests {
         // A node-local volume whose driver has a class still gets a copy: its snapshot dies with the node.
         let topolvm_classes = [vsc("lvm", "topolvm.io", true, false)];
         assert_eq!(
-            choose_method(MethodChoice::Auto, &topolvm, &topolvm_classes, true).0,
+            choose_method(BackupMethod::Auto, &topolvm, &topolvm_classes, true).0,
             VolumeMethod::FileSystem
         );
         // Explicit methods apply to every volume, as before.
         assert_eq!(
-            choose_method(
-                MethodChoice::Plan(BackupMethod::FileSystem),
-                &ebs,
-                &classes,
-                true
-            ),
+            choose_method(BackupMethod::FileSystem, &ebs, &classes, true),
             (VolumeMethod::FileSystem, None)
         );
         assert_eq!(
-            choose_method(
-                MethodChoice::Plan(BackupMethod::CsiDataMover),
-                &local,
-                &classes,
-                false
-            ),
+            choose_method(BackupMethod::CsiDataMover, &local, &classes, false),
             (VolumeMethod::CsiDataMover, None)
         );
         assert_eq!(
-            choose_method(
-                MethodChoice::Plan(BackupMethod::Snapshot),
-                &ebs,
-                &classes,
-                true
-            ),
+            choose_method(BackupMethod::Snapshot, &ebs, &classes, true),
             (VolumeMethod::CsiSnapshot, Some("ebs".into()))
         );
+    }
+
+    fn rec(pvc: &str, source: Option<&str>, method: VolumeMethod) -> VolumeRecord {
+        VolumeRecord {
+            pvc: pvc.into(),
+            pv: None,
+            class: VolumeClass::Network,
+            source: source.map(str::to_owned),
+            reason: String::new(),
+            method,
+            snapshot_class: (method != VolumeMethod::FileSystem).then(|| "c".to_owned()),
+        }
+    }
+
+    #[test]
+    fn one_backup_expresses_the_choice_or_falls_back_to_file_system() {
+        // EBS snapshot, local copy: expressible as it is.
+        let mut both = vec![
+            rec("a", Some("ebs.csi.aws.com"), VolumeMethod::CsiDataMover),
+            rec("b", Some("local"), VolumeMethod::FileSystem),
+        ];
+        let before = both.clone();
+        settle_methods(&mut both);
+        assert_eq!(both, before);
+        assert_eq!(
+            volume_policy_yaml(&both),
+            "version: v1\nvolumePolicies:\n\
+             - conditions: {\"csi\":{\"driver\":\"ebs.csi.aws.com\"}}\n  action:\n    type: snapshot\n\
+             - conditions: {\"volumeTypes\":[\"local\"]}\n  action:\n    type: fs-backup\n"
+        );
+        assert!(needs_volume_policy(BackupMethod::Auto, &both));
+        assert!(!needs_volume_policy(BackupMethod::CsiDataMover, &both));
+        // One driver, two methods (a pinned and a reachable volume of one driver): that driver is copied.
+        let mut mixed = vec![
+            rec("a", Some("x.csi"), VolumeMethod::CsiSnapshot),
+            rec("b", Some("x.csi"), VolumeMethod::FileSystem),
+            rec("c", Some("ebs.csi.aws.com"), VolumeMethod::CsiSnapshot),
+        ];
+        settle_methods(&mut mixed);
+        assert_eq!(mixed[0].method, VolumeMethod::FileSystem);
+        assert_eq!(mixed[0].snapshot_class, None);
+        assert_eq!(mixed[2].method, VolumeMethod::CsiSnapshot);
+        // A volume of unknown kind: no condition selects it, so everything is copied.
+        let mut unknown = vec![
+            rec("a", Some("ebs.csi.aws.com"), VolumeMethod::CsiSnapshot),
+            rec("b", None, VolumeMethod::FileSystem),
+        ];
+        settle_methods(&mut unknown);
+        assert!(unknown.iter().all(|v| v.method == VolumeMethod::FileSystem));
+        assert!(!needs_volume_policy(BackupMethod::Auto, &unknown));
     }
 }

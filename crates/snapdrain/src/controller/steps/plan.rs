@@ -127,6 +127,9 @@ async fn look(
             continue;
         };
         inv.read_volumes(io.client).await?;
+        if v.plan.spec.backup.method != crate::api::plan::BackupMethod::FileSystem {
+            inv.read_snapshot_classes(io.client).await?;
+        }
         let inputs = inv.inputs(reusable);
         let plan = plan_node(&inputs, &v.plan.spec, v.valid, v.clock());
         seen.pods.extend(inv.pods.iter().cloned());
@@ -136,6 +139,9 @@ async fn look(
         }
         for need in plan.backups {
             merge_need(&mut seen.needs, need);
+        }
+        for need in seen.needs.values_mut() {
+            crate::planning::node::settle_planned(v.plan.spec.backup.method, &mut need.volumes);
         }
         seen.nodes.push(NodeProgress {
             name: inv.node.name_any(),

@@ -45,7 +45,7 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
             checks: verification_plan(
                 t,
                 &record.name,
-                spec.method,
+                crate::backup::verify::kopia_expected(spec.method, &record.volumes),
                 std::slice::from_ref(&record.namespace),
             ),
             uid: record.uid.as_deref().unwrap_or_default(),
