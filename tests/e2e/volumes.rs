@@ -155,3 +155,127 @@ async fn a_node_with_an_ebs_and_a_local_volume_shows_each_class_and_backs_both_u
     assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
     controller.shutdown().await;
 }
+
+/// The EBS CSI driver's VolumeSnapshotClass, labelled for Velero (velero `pkg/util/csi/volume_snapshot.go`
+/// picks the class of a driver by the `velero.io/csi-volumesnapshot-class` label).
+async fn ebs_snapshot_class(h: &Harness) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshotClass"),
+        "volumesnapshotclasses",
+    );
+    let class: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+        "metadata": {"name": "ebs-csi", "labels": {"velero.io/csi-volumesnapshot-class": "true"}},
+        "driver": "ebs.csi.aws.com",
+        "deletionPolicy": "Delete",
+    }))
+    .expect("a VolumeSnapshotClass");
+    Api::<DynamicObject>::all_with(h.client.clone(), &ar)
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("create the VolumeSnapshotClass");
+}
+
+fn data_uploads(h: &Harness) -> Api<kube::api::DynamicObject> {
+    use kube::api::{ApiResource, GroupVersionKind};
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("velero.io", "v2alpha1", "DataUpload"),
+        "datauploads",
+    );
+    Api::namespaced_with(h.client.clone(), "velero", &ar)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn auto_snapshots_the_ebs_volume_and_copies_the_local_one_in_one_verified_backup() {
+    let h = Harness::start().await;
+    ebs_snapshot_class(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    ledger_on(&h, &node).await;
+    let controller = h.controller().await;
+    let protected = h.protected_pods_on(&node).await;
+    h.create_plan("auto", json!({"nodes": [node]})).await;
+    let plan = h.wait_plan("auto", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let shop = status
+        .backups
+        .iter()
+        .rfind(|b| b.namespace == NS)
+        .expect("a backup of the shop namespace");
+    assert!(shop.verified, "{shop:#?}");
+    let method = |pvc: &str| {
+        shop.volumes
+            .iter()
+            .find(|v| v.pvc == pvc)
+            .unwrap_or_else(|| panic!("{pvc} recorded in {:#?}", shop.volumes))
+            .method
+    };
+    assert_eq!(method("data-ledger-0"), VolumeMethod::CsiDataMover);
+    assert_eq!(method("scratch-ledger-0"), VolumeMethod::FileSystem);
+    // Velero's data mover moved the EBS snapshot's data: one Completed DataUpload per snapshotted claim of
+    // the backup, read from the cluster, not from the product's status.
+    let uploads = data_uploads(&h)
+        .list(&Default::default())
+        .await
+        .expect("list DataUploads");
+    let of_backup: Vec<_> = uploads
+        .items
+        .iter()
+        .filter(|d| {
+            d.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("velero.io/backup-name"))
+                == Some(&shop.name)
+        })
+        .collect();
+    let claims: Vec<&str> = of_backup
+        .iter()
+        .filter_map(|d| d.data.pointer("/spec/sourcePVC").and_then(Value::as_str))
+        .collect();
+    assert!(claims.contains(&"data-ledger-0"), "{claims:?}");
+    assert!(!claims.contains(&"scratch-ledger-0"), "{claims:?}");
+    for d in &of_backup {
+        assert_eq!(
+            d.data.pointer("/status/phase").and_then(Value::as_str),
+            Some("Completed"),
+            "{d:?}"
+        );
+    }
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+    controller.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_that_never_becomes_ready_fails_the_plan_and_evicts_nothing() {
+    let h = Harness::start().await;
+    ebs_snapshot_class(&h).await;
+    h.cluster
+        .velero
+        .as_ref()
+        .expect("the quickstart runs Velero")
+        .inject(snapdrain_sim::world::velero::VeleroFault::SnapshotsNeverReady);
+    let node = h.node_with_statefulset_pods().await;
+    let controller = h.controller().await;
+    let protected = h.protected_pods_on(&node).await;
+    h.create_plan(
+        "stuck-snapshot",
+        json!({"nodes": [node], "backup": {"timeout": "3s", "maxAttempts": 1}}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("stuck-snapshot", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    let message = status.message.clone().unwrap_or_default();
+    assert!(message.contains("node left in service"), "{message}");
+    assert!(
+        h.accepted_evictions().is_empty(),
+        "nothing may be evicted: {:?}",
+        h.accepted_evictions()
+    );
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+    controller.shutdown().await;
+}
