@@ -87,6 +87,15 @@ pub enum VolumeProblem {
         pvc: String,
         method: String,
     },
+    #[error(
+        "PVC {namespace}/{pvc} was backed up as {got}, but the plan chose {want}: Velero did not follow the backup's volume policy (Velero 1.14+ reads its snapshot and fs-backup actions)"
+    )]
+    WrongMethod {
+        namespace: String,
+        pvc: String,
+        want: String,
+        got: String,
+    },
 }
 
 fn join_problems(problems: &[VolumeProblem]) -> String {
@@ -311,6 +320,50 @@ impl BackupVolumeInfo {
     }
 }
 
+/// Each volume went the way the plan chose (`volumes`, from the plan's status), by the volume info Velero
+/// wrote (`results`, from [`check_volume_info`]): a file-system backup as a PodVolumeBackup, a CSI snapshot
+/// as `CSISnapshot` (or Velero's native snapshot), and a data-mover volume as a `CSISnapshot` with
+/// `snapshotDataMoved`, whose handle is the kopia snapshot of the uploaded data: a snapshot whose data stayed
+/// in the storage system is not in the bucket, which the default release point requires.
+pub fn check_volume_methods(
+    key: &str,
+    results: &[VolumeResult],
+    volumes: &[VolumeRecord],
+) -> Result<(), VerifyError> {
+    let problems: Vec<VolumeProblem> = results
+        .iter()
+        .filter_map(|r| {
+            let v = volumes.iter().find(|v| v.pvc == r.pvc)?;
+            let ok = match v.method {
+                VolumeMethod::FileSystem => r.method == "PodVolumeBackup",
+                VolumeMethod::CsiSnapshot => {
+                    matches!(r.method.as_str(), "CSISnapshot" | "NativeSnapshot")
+                }
+                VolumeMethod::CsiDataMover => r.method == "CSISnapshot" && r.snapshot_data_moved,
+            };
+            let got = if r.snapshot_data_moved {
+                format!("{} with its data moved", r.method)
+            } else {
+                r.method.clone()
+            };
+            (!ok).then(|| VolumeProblem::WrongMethod {
+                namespace: r.namespace.clone(),
+                pvc: r.pvc.clone(),
+                want: format!("{:?}", v.method),
+                got,
+            })
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(VerifyError::Volumes {
+            key: key.to_owned(),
+            problems,
+        })
+    }
+}
+
 /// An object past its cap, as [`VerifyError::Unreadable`] (the verify step counts it as unreadable).
 pub fn too_large(key: &str, cap: u64, what: &str) -> VerifyError {
     VerifyError::Unreadable {
@@ -524,6 +577,59 @@ mod tests {
                 .contains("PVC db/data-pg-3 is missing from the volume info"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn each_volume_went_the_way_the_plan_chose() {
+        use crate::api::volume::{VolumeClass, VolumeRecord};
+        let info = json!([
+            {"pvcName": "a", "pvcNamespace": "db", "backupMethod": "CSISnapshot", "snapshotDataMoved": true,
+             "result": "succeeded", "snapshotDataMovementInfo": {"snapshotHandle": "k1"}},
+            {"pvcName": "b", "pvcNamespace": "db", "backupMethod": "PodVolumeBackup", "result": "succeeded",
+             "pvbInfo": {"snapshotHandle": "k2"}},
+            {"pvcName": "c", "pvcNamespace": "db", "backupMethod": "CSISnapshot", "snapshotDataMoved": false,
+             "result": "succeeded", "csiSnapshotInfo": {"snapshotHandle": "snap-1"}},
+        ]);
+        let results = check_volume_info(
+            "vi",
+            &gz(&info),
+            &expected(&[("db", "a"), ("db", "b"), ("db", "c")]),
+        )
+        .expect("all succeeded");
+        let rec = |pvc: &str, method| VolumeRecord {
+            pvc: pvc.into(),
+            pv: None,
+            class: VolumeClass::Network,
+            source: None,
+            reason: String::new(),
+            method,
+            snapshot_class: None,
+        };
+        let planned = [
+            rec("a", VolumeMethod::CsiDataMover),
+            rec("b", VolumeMethod::FileSystem),
+            rec("c", VolumeMethod::CsiSnapshot),
+        ];
+        assert_eq!(check_volume_methods("vi", &results, &planned), Ok(()));
+        // A data-mover volume whose data stayed in EBS, and a copy that came back as a snapshot: both named.
+        let wrong = [
+            rec("a", VolumeMethod::FileSystem),
+            rec("b", VolumeMethod::CsiSnapshot),
+            rec("c", VolumeMethod::CsiDataMover),
+        ];
+        match check_volume_methods("vi", &results, &wrong) {
+            Err(VerifyError::Volumes { problems, .. }) => {
+                assert_eq!(problems.len(), 3, "{problems:?}");
+                let text = problems[2].to_string();
+                assert!(
+                    text.contains("db/c") && text.contains("CsiDataMover"),
+                    "{text}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Records from before volumes were recorded check nothing more.
+        assert_eq!(check_volume_methods("vi", &results, &[]), Ok(()));
     }
 
     #[test]

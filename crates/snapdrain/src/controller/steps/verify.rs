@@ -54,6 +54,7 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
                 .iter()
                 .map(|p| (record.namespace.clone(), p.clone()))
                 .collect(),
+            volumes: record.volumes.clone(),
         };
         let result = match bucket::connect(t, io.cloud.aws_config().await).await {
             Ok((client, _region)) => bucket::verify_backup(&client, request).await,
