@@ -301,19 +301,34 @@ fn set_ready(ctx: &WorldContext, w: &CsiWork) {
     set_vs_status(ctx, w, true);
 }
 
+/// The Backup the snapshots belong to and where their data goes.
+#[derive(Clone, Copy)]
+pub struct Target<'a> {
+    pub backup: &'a str,
+    pub backup_uid: &'a str,
+    /// The BackupStorageLocation's name.
+    pub location: &'a str,
+    pub bucket: &'a Bucket,
+    /// `spec.snapshotMoveData`.
+    pub move_data: bool,
+}
+
 /// The asynchronous part: each snapshot becomes ready when EC2 completes it; with `move_data` a DataUpload
 /// per volume then moves its data into the bucket's kopia repository.
 pub async fn complete(
     ctx: &WorldContext,
     config: &VeleroConfig,
     handle: &VeleroHandle,
-    backup: &str,
-    backup_uid: &str,
-    location: &str,
-    bucket: &Bucket,
-    move_data: bool,
+    target: &Target<'_>,
     work: &mut [CsiWork],
 ) {
+    let Target {
+        backup,
+        backup_uid,
+        location,
+        bucket,
+        move_data,
+    } = *target;
     if move_data {
         for w in work.iter_mut().filter(|w| w.error.is_none()) {
             w.data_upload = create_data_upload(ctx, config, backup, backup_uid, location, w);

@@ -433,18 +433,14 @@ async fn execute_inner(
             &covered.pods,
             Value::Null,
         );
-        csi::complete(
-            ctx,
-            config,
-            handle,
-            name,
-            &uid,
-            &location,
-            &bucket,
+        let target = csi::Target {
+            backup: name,
+            backup_uid: &uid,
+            location: &location,
+            bucket: &bucket,
             move_data,
-            &mut snapshots,
-        )
-        .await;
+        };
+        csi::complete(ctx, config, handle, &target, &mut snapshots).await;
     }
     let now = rfc3339(jiff::Timestamp::now());
     covered.csi = snapshots.clone();
