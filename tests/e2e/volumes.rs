@@ -279,3 +279,70 @@ async fn a_snapshot_that_never_becomes_ready_fails_the_plan_and_evicts_nothing()
     assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
     controller.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_data_movement_the_ebs_snapshot_stays_ready_in_the_storage_and_counts() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let h = Harness::start().await;
+    ebs_snapshot_class(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    let controller = h.controller().await;
+    let protected = h.protected_pods_on(&node).await;
+    h.create_plan(
+        "keep-snapshots",
+        json!({"nodes": [node], "mode": "Release", "backup": {"snapshotMoveData": false}}),
+    )
+    .await;
+    let plan = h
+        .wait_plan_until("keep-snapshots", TIMEOUT, |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| !s.backups.is_empty() && s.backups.iter().all(|b| b.verified))
+                || p.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+        })
+        .await;
+    let status = plan.status.clone().expect("status");
+    let backup = status.backups.last().expect("a backup");
+    assert!(backup.verified, "{status:#?}");
+    assert!(
+        backup
+            .volumes
+            .iter()
+            .all(|v| v.method == VolumeMethod::CsiSnapshot
+                && v.snapshot_class.as_deref() == Some("ebs-csi")),
+        "{:#?}",
+        backup.volumes
+    );
+    assert!(
+        !backup
+            .verified_objects
+            .iter()
+            .any(|o| o.key.contains("/kopia/")),
+        "no data went to a kopia repository: {:#?}",
+        backup.verified_objects
+    );
+    // Each claim's snapshot is in the cluster, cut (a handle) and ready, read straight from the API.
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshotContent"),
+        "volumesnapshotcontents",
+    );
+    let contents = Api::<DynamicObject>::all_with(h.client.clone(), &ar)
+        .list(&Default::default())
+        .await
+        .expect("list VolumeSnapshotContents");
+    assert!(contents.items.len() >= backup.pvcs.len(), "{contents:?}");
+    for c in &contents.items {
+        let handle = c
+            .data
+            .pointer("/status/snapshotHandle")
+            .and_then(Value::as_str);
+        assert!(handle.is_some_and(|h| h.starts_with("snap-")), "{c:?}");
+        assert_eq!(
+            c.data.pointer("/status/readyToUse"),
+            Some(&json!(true)),
+            "{c:?}"
+        );
+    }
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+    controller.shutdown().await;
+}
