@@ -90,6 +90,8 @@ pub fn run(store: &Store, report: &mut Report) -> anyhow::Result<()> {
         stateful_sets: &stateful_sets,
         pvcs: &pvcs,
         pdbs: &pdbs,
+        pvs: &[],
+        snapshot_classes: &[],
         existing_backups: &[],
     };
     let now = Timestamp::now();

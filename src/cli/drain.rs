@@ -45,6 +45,8 @@ pub enum BackupPolicyArg {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum BackupMethodArg {
+    /// Per volume: CSI snapshot for network volumes with a VolumeSnapshotClass, file system otherwise.
+    Auto,
     FileSystem,
     CsiDataMover,
     Snapshot,
@@ -96,12 +98,7 @@ pub struct DrainArgs {
     )]
     pub backup_policy: BackupPolicyArg,
     /// How Velero copies the volume data.
-    #[arg(
-        long,
-        value_enum,
-        default_value = "file-system",
-        help_heading = "Backup"
-    )]
+    #[arg(long, value_enum, default_value = "auto", help_heading = "Backup")]
     pub backup_method: BackupMethodArg,
     /// Velero BackupStorageLocation (default: the one Velero marks `default: true`).
     #[arg(long, value_name = "NAME", help_heading = "Backup")]
@@ -278,6 +275,7 @@ pub fn plan_spec(args: &DrainArgs, now: jiff::Timestamp) -> anyhow::Result<Disru
         BackupPolicyArg::Skip => BackupPolicy::Skip,
     };
     b.method = match args.backup_method {
+        BackupMethodArg::Auto => BackupMethod::Auto,
         BackupMethodArg::FileSystem => BackupMethod::FileSystem,
         BackupMethodArg::CsiDataMover => BackupMethod::CsiDataMover,
         BackupMethodArg::Snapshot => BackupMethod::Snapshot,

@@ -126,7 +126,8 @@ fn minimal_plan_deserializes_with_defaults() {
         "Velero picks the BSL marked default"
     );
     assert_eq!(spec.backup.velero_namespace, "velero");
-    assert_eq!(spec.backup.method, snapdrain::api::BackupMethod::FileSystem);
+    assert_eq!(spec.backup.method, snapdrain::api::BackupMethod::Auto);
+    assert!(spec.backup.snapshot_move_data);
     assert_eq!(spec.backup.max_attempts, 3);
     assert_eq!(spec.drain.max_concurrent_evictions, 10);
     assert!(spec.drain.ignore_daemon_sets);

@@ -244,6 +244,11 @@ fn rbac_grants_exactly_what_the_controller_uses() {
         ("", "pods/eviction", &["create"]),
         ("", "persistentvolumeclaims", &["get", "list", "watch"]),
         ("", "persistentvolumes", &["get"]),
+        (
+            "snapshot.storage.k8s.io",
+            "volumesnapshotclasses",
+            &["list"],
+        ),
         ("apps", "statefulsets", &["list", "watch"]),
         ("policy", "poddisruptionbudgets", &["list", "watch"]),
         ("storage.k8s.io", "volumeattachments", &["list", "watch"]),
@@ -269,7 +274,8 @@ fn rbac_grants_exactly_what_the_controller_uses() {
         grants(&secrets[0]["rules"]),
         expect(&[
             ("", "secrets", &["get"]),
-            ("apps", "deployments", &["list"])
+            ("apps", "deployments", &["list"]),
+            ("", "configmaps", &["create"])
         ])
     );
     assert_eq!(secrets[1]["kind"], "RoleBinding");

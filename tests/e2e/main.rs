@@ -37,3 +37,4 @@ mod rollout;
 mod signals;
 mod sim_serve;
 mod version;
+mod volumes;

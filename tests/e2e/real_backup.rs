@@ -309,6 +309,7 @@ async fn oversized_and_gzip_bomb_objects_are_refused_at_their_cap() {
                 checks: vec![check.clone()],
                 uid: "uid",
                 pvcs: vec![("db".into(), "data".into())],
+                volumes: Vec::new(),
             },
         )
         .await;

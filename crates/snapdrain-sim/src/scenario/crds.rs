@@ -1,5 +1,6 @@
 //! The third-party CRDs the simulated world serves, copied unmodified (below their source header) from
-//! Velero v1.18.2 (DeleteBackupRequest: main at d30d389) and Karpenter v1.14.1 (see the header of each file).
+//! Velero v1.18.2 (DeleteBackupRequest: main at d30d389), Karpenter v1.14.1 and the CSI snapshot API of
+//! kubernetes-csi/external-snapshotter v8.6.0 (see the header of each file).
 
 use serde_json::Value;
 
@@ -31,6 +32,18 @@ const CRDS: &[(&str, &str)] = &[
     (
         "velero.io_schedules.yaml",
         include_str!("crds/velero.io_schedules.yaml"),
+    ),
+    (
+        "snapshot.storage.k8s.io_volumesnapshotclasses.yaml",
+        include_str!("crds/snapshot.storage.k8s.io_volumesnapshotclasses.yaml"),
+    ),
+    (
+        "snapshot.storage.k8s.io_volumesnapshotcontents.yaml",
+        include_str!("crds/snapshot.storage.k8s.io_volumesnapshotcontents.yaml"),
+    ),
+    (
+        "snapshot.storage.k8s.io_volumesnapshots.yaml",
+        include_str!("crds/snapshot.storage.k8s.io_volumesnapshots.yaml"),
     ),
     (
         "karpenter.sh_nodepools.yaml",

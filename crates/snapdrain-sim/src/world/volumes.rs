@@ -6,7 +6,7 @@
 //! PV is deleted (reclaim policy Delete, as for gp3).
 //!
 //! A VolumeAttachment `csi-<sha256(pv+attacher+node)>` exists, attached, while a non-terminal pod bound
-//! to the node uses a claim bound to the PV, and is removed `timings.volume_detach` after the last such
+//! to the node uses a claim bound to an EBS PV (local PVs attach nothing), and is removed `timings.volume_detach` after the last such
 //! pod left the node (terminated or gone), as the attach/detach controller does.
 
 use std::collections::{HashMap, HashSet};
@@ -247,7 +247,14 @@ impl Volumes {
             .filter_map(|claim| {
                 let pvc = self.ctx.store.get(&pvcs(), Some(ns), claim)?;
                 let pv = str_at(&pvc, "/spec/volumeName").filter(|v| !v.is_empty())?;
-                Some((pv.to_string(), node.to_string()))
+                // Only the EBS driver's volumes attach: a `local` or `hostPath` PV has no attacher, so the
+                // attach/detach controller makes no VolumeAttachment for it (kubernetes
+                // pkg/volume/local/local.go implements no AttachableVolumePlugin).
+                let object = self.ctx.store.get(&pvs(), None, pv);
+                let attachable = object
+                    .as_ref()
+                    .is_none_or(|o| str_at(o, "/spec/csi/driver") == Some(ATTACHER));
+                attachable.then(|| (pv.to_string(), node.to_string()))
             })
             .collect()
     }

@@ -9,6 +9,7 @@
 //! - [`status`]: the status, including what a restarted controller needs to resume.
 //! - [`validate()`]: the same checks without an API server, plus the ones CEL cannot do.
 //! - [`velero`]: plain serde structs for Velero Backup and BackupStorageLocation.
+//! - [`volume`]: each protected volume's class (network or node-local) and backup method.
 
 pub mod duration;
 pub mod karpenter;
@@ -19,6 +20,7 @@ pub mod policy;
 pub mod status;
 pub mod validate;
 pub mod velero;
+pub mod volume;
 
 pub use plan::{
     BackupMethod, BackupPolicy, BackupScope, BackupSpec, BottlerocketSpec, CapacityType,

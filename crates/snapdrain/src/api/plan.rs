@@ -180,9 +180,16 @@ pub struct BackupSpec {
     )]
     pub velero_namespace: String,
 
-    /// How Velero copies volume data.
+    /// How Velero copies volume data. `Auto` (the default) picks per volume: a CSI snapshot for a network
+    /// volume whose CSI driver has a VolumeSnapshotClass, a file-system backup for everything else.
     #[serde(default)]
     pub method: BackupMethod,
+
+    /// Under `method: Auto`, whether Velero's data mover uploads each CSI snapshot to the bucket
+    /// (`snapshotMoveData`). The default, true, keeps the promise "verified in the bucket" for every volume;
+    /// false leaves snapshots in the storage system only.
+    #[serde(default = "default_true")]
+    pub snapshot_move_data: bool,
 
     /// What the Velero Backup selects: the protected pods on the plan's nodes (their PVCs and PVs follow
     /// as Velero additional items), or every pod of their StatefulSets.
@@ -218,6 +225,7 @@ impl Default for BackupSpec {
             storage_location: None,
             velero_namespace: default_velero_namespace(),
             method: BackupMethod::default(),
+            snapshot_move_data: true,
             scope: BackupScope::default(),
             ttl: None,
             reuse_if_newer_than: None,
@@ -253,8 +261,11 @@ pub enum BackupPolicy {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum BackupMethod {
-    /// Kopia file-system backup by the node-agent (data lands in the bucket; works on any storage).
+    /// Per volume: a CSI snapshot (moved to the bucket when `snapshotMoveData`) for network volumes whose
+    /// driver has a VolumeSnapshotClass, a file-system backup for node-local and all other volumes.
     #[default]
+    Auto,
+    /// Kopia file-system backup by the node-agent (data lands in the bucket; works on any storage).
     FileSystem,
     /// CSI snapshot moved into the bucket by the data mover.
     CsiDataMover,

@@ -471,6 +471,9 @@ pub struct BackupRecord {
     pub pvcs: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pods: Vec<String>,
+    /// Each PVC's class (network or node-local) and the method that backs it up.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<super::volume::VolumeRecord>,
     /// 1-based attempt number (part of the Backup name).
     #[serde(default)]
     pub attempt: u32,

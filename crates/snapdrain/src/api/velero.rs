@@ -52,8 +52,19 @@ pub struct BackupSpec {
     pub snapshot_volumes: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_move_data: Option<bool>,
+    /// A ConfigMap (in the Velero namespace) holding Velero resource policies: `{kind: configmap, name}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_policy: Option<TypedLocalObjectReference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<BackupHooks>,
+}
+
+/// `spec.resourcePolicy` (core/v1 TypedLocalObjectReference; Velero reads only kind `configmap`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct TypedLocalObjectReference {
+    pub kind: String,
+    pub name: String,
 }
 
 /// Backup `spec.hooks`.

@@ -365,6 +365,8 @@ pub struct VerifyRequest<'a> {
     pub uid: &'a str,
     /// `(namespace, pvc)` pairs that must be backed up.
     pub pvcs: Vec<(String, String)>,
+    /// How the plan chose to back up each PVC ([`verify::check_volume_methods`]).
+    pub volumes: Vec<crate::api::volume::VolumeRecord>,
 }
 
 /// Runs every check; returns the objects verified with their sizes.
@@ -395,7 +397,8 @@ pub async fn verify_backup(
             }
             ObjectCheck::VolumeInfo(key) => {
                 let bytes = get(client, req.target, key, verify::MAX_OBJECT_BYTES).await?;
-                verify::check_volume_info(key, &bytes, &req.pvcs)?;
+                let results = verify::check_volume_info(key, &bytes, &req.pvcs)?;
+                verify::check_volume_methods(key, &results, &req.volumes)?;
                 verified.push(VerifiedObject {
                     key: key.clone(),
                     size: bytes.len() as u64,

@@ -87,6 +87,43 @@ impl VeleroError {
 
 /// Creates `backup` unless it exists already (a restarted controller re-creates the same name), and
 /// returns the Backup as stored.
+/// Creates the ConfigMap of resource policies a Backup refers to (a ConfigMap of that name already there,
+/// from an earlier pass, is this one: names are per plan, namespace and attempt).
+pub async fn ensure_volume_policy(
+    client: &Client,
+    config_map: &serde_json::Value,
+) -> Result<(), VeleroError> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let namespace = config_map
+        .pointer("/metadata/namespace")
+        .and_then(|v| v.as_str())
+        .unwrap_or("velero")
+        .to_string();
+    let name = config_map
+        .pointer("/metadata/name")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    let typed: ConfigMap =
+        serde_json::from_value(config_map.clone()).map_err(|e| VeleroError::Create {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            source: KubeError::SerdeError(e),
+        })?;
+    match Api::<ConfigMap>::namespaced(client.clone(), &namespace)
+        .create(&PostParams::default(), &typed)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(KubeError::Api(e)) if e.code == 409 => Ok(()),
+        Err(source) => Err(VeleroError::Create {
+            namespace,
+            name,
+            source,
+        }),
+    }
+}
+
 pub async fn ensure_backup(
     client: &Client,
     backup: &serde_json::Value,

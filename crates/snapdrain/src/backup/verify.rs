@@ -15,6 +15,7 @@ use serde::Deserialize;
 use thiserror::Error;
 
 use crate::api::plan::BackupMethod;
+use crate::api::volume::{VolumeMethod, VolumeRecord};
 
 use super::location::{S3Target, backup_keys, kopia_repository_key};
 
@@ -86,6 +87,15 @@ pub enum VolumeProblem {
         pvc: String,
         method: String,
     },
+    #[error(
+        "PVC {namespace}/{pvc} was backed up as {got}, but the plan chose {want}: Velero did not follow the backup's volume policy (Velero 1.14+ reads its snapshot and fs-backup actions)"
+    )]
+    WrongMethod {
+        namespace: String,
+        pvc: String,
+        want: String,
+        got: String,
+    },
 }
 
 fn join_problems(problems: &[VolumeProblem]) -> String {
@@ -121,11 +131,12 @@ pub enum ObjectCheck {
     KopiaRepository(String),
 }
 
-/// The checks for backup `backup_name` covering `namespaces`, given the plan's method.
+/// The checks for backup `backup_name` covering `namespaces`; `kopia`: whether volume data lands in the
+/// namespace's kopia repository ([`kopia_expected`]).
 pub fn verification_plan(
     target: &S3Target,
     backup_name: &str,
-    method: BackupMethod,
+    kopia: bool,
     namespaces: &[String],
 ) -> Vec<ObjectCheck> {
     let keys = backup_keys(target, backup_name);
@@ -134,7 +145,7 @@ pub fn verification_plan(
         ObjectCheck::Tarball(keys.tarball),
         ObjectCheck::VolumeInfo(keys.volume_info),
     ];
-    if kopia_expected(method) {
+    if kopia {
         checks.extend(
             namespaces
                 .iter()
@@ -145,12 +156,19 @@ pub fn verification_plan(
 }
 
 /// File-system backups and the CSI data mover store volume data in a kopia repository per namespace;
-/// snapshots stay in the storage system.
-pub fn kopia_expected(method: BackupMethod) -> bool {
-    matches!(
-        method,
-        BackupMethod::FileSystem | BackupMethod::CsiDataMover
-    )
+/// snapshots stay in the storage system. Under `Auto` it depends on the volumes' methods (a record
+/// without volumes, from before they were recorded, was a file-system backup).
+pub fn kopia_expected(method: BackupMethod, volumes: &[VolumeRecord]) -> bool {
+    match method {
+        BackupMethod::FileSystem | BackupMethod::CsiDataMover => true,
+        BackupMethod::Snapshot => false,
+        BackupMethod::Auto => {
+            volumes.is_empty()
+                || volumes
+                    .iter()
+                    .any(|v| v.method != VolumeMethod::CsiSnapshot)
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -299,6 +317,50 @@ impl BackupVolumeInfo {
             });
         }
         None
+    }
+}
+
+/// Each volume went the way the plan chose (`volumes`, from the plan's status), by the volume info Velero
+/// wrote (`results`, from [`check_volume_info`]): a file-system backup as a PodVolumeBackup, a CSI snapshot
+/// as `CSISnapshot` (or Velero's native snapshot), and a data-mover volume as a `CSISnapshot` with
+/// `snapshotDataMoved`, whose handle is the kopia snapshot of the uploaded data: a snapshot whose data stayed
+/// in the storage system is not in the bucket, which the default release point requires.
+pub fn check_volume_methods(
+    key: &str,
+    results: &[VolumeResult],
+    volumes: &[VolumeRecord],
+) -> Result<(), VerifyError> {
+    let problems: Vec<VolumeProblem> = results
+        .iter()
+        .filter_map(|r| {
+            let v = volumes.iter().find(|v| v.pvc == r.pvc)?;
+            let ok = match v.method {
+                VolumeMethod::FileSystem => r.method == "PodVolumeBackup",
+                VolumeMethod::CsiSnapshot => {
+                    matches!(r.method.as_str(), "CSISnapshot" | "NativeSnapshot")
+                }
+                VolumeMethod::CsiDataMover => r.method == "CSISnapshot" && r.snapshot_data_moved,
+            };
+            let got = if r.snapshot_data_moved {
+                format!("{} with its data moved", r.method)
+            } else {
+                r.method.clone()
+            };
+            (!ok).then(|| VolumeProblem::WrongMethod {
+                namespace: r.namespace.clone(),
+                pvc: r.pvc.clone(),
+                want: format!("{:?}", v.method),
+                got,
+            })
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(VerifyError::Volumes {
+            key: key.to_owned(),
+            problems,
+        })
     }
 }
 
@@ -518,6 +580,59 @@ mod tests {
     }
 
     #[test]
+    fn each_volume_went_the_way_the_plan_chose() {
+        use crate::api::volume::{VolumeClass, VolumeRecord};
+        let info = json!([
+            {"pvcName": "a", "pvcNamespace": "db", "backupMethod": "CSISnapshot", "snapshotDataMoved": true,
+             "result": "succeeded", "snapshotDataMovementInfo": {"snapshotHandle": "k1"}},
+            {"pvcName": "b", "pvcNamespace": "db", "backupMethod": "PodVolumeBackup", "result": "succeeded",
+             "pvbInfo": {"snapshotHandle": "k2"}},
+            {"pvcName": "c", "pvcNamespace": "db", "backupMethod": "CSISnapshot", "snapshotDataMoved": false,
+             "result": "succeeded", "csiSnapshotInfo": {"snapshotHandle": "snap-1"}},
+        ]);
+        let results = check_volume_info(
+            "vi",
+            &gz(&info),
+            &expected(&[("db", "a"), ("db", "b"), ("db", "c")]),
+        )
+        .expect("all succeeded");
+        let rec = |pvc: &str, method| VolumeRecord {
+            pvc: pvc.into(),
+            pv: None,
+            class: VolumeClass::Network,
+            source: None,
+            reason: String::new(),
+            method,
+            snapshot_class: None,
+        };
+        let planned = [
+            rec("a", VolumeMethod::CsiDataMover),
+            rec("b", VolumeMethod::FileSystem),
+            rec("c", VolumeMethod::CsiSnapshot),
+        ];
+        assert_eq!(check_volume_methods("vi", &results, &planned), Ok(()));
+        // A data-mover volume whose data stayed in EBS, and a copy that came back as a snapshot: both named.
+        let wrong = [
+            rec("a", VolumeMethod::FileSystem),
+            rec("b", VolumeMethod::CsiSnapshot),
+            rec("c", VolumeMethod::CsiDataMover),
+        ];
+        match check_volume_methods("vi", &results, &wrong) {
+            Err(VerifyError::Volumes { problems, .. }) => {
+                assert_eq!(problems.len(), 3, "{problems:?}");
+                let text = problems[2].to_string();
+                assert!(
+                    text.contains("db/c") && text.contains("CsiDataMover"),
+                    "{text}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Records from before volumes were recorded check nothing more.
+        assert_eq!(check_volume_methods("vi", &results, &[]), Ok(()));
+    }
+
+    #[test]
     fn handles_by_method() {
         let moved = json!({"pvcName": "a", "pvcNamespace": "db", "backupMethod": "CSISnapshot", "snapshotDataMoved": true,
                            "skipped": false, "result": "succeeded",
@@ -593,7 +708,7 @@ mod tests {
             sse_customer_key: None,
         };
         let ns = vec!["db".to_owned()];
-        let fs = verification_plan(&t, "b1", BackupMethod::FileSystem, &ns);
+        let fs = verification_plan(&t, "b1", kopia_expected(BackupMethod::FileSystem, &[]), &ns);
         assert_eq!(fs.len(), 4);
         assert_eq!(
             fs[3],
@@ -604,9 +719,10 @@ mod tests {
             ObjectCheck::BackupJson("c/backups/b1/velero-backup.json".into())
         );
         assert_eq!(
-            verification_plan(&t, "b1", BackupMethod::Snapshot, &ns).len(),
+            verification_plan(&t, "b1", kopia_expected(BackupMethod::Snapshot, &[]), &ns).len(),
             3
         );
-        assert!(kopia_expected(BackupMethod::CsiDataMover));
+        assert!(kopia_expected(BackupMethod::CsiDataMover, &[]));
+        assert!(kopia_expected(BackupMethod::Auto, &[]));
     }
 }

@@ -47,11 +47,13 @@ pub async fn describe(
             launch_policy::refusal_message(&problems)
         ));
     }
-    let inv = listed_inventory(client, node).await?.ok_or_else(|| {
+    let mut inv = listed_inventory(client, node).await?.ok_or_else(|| {
         ControllerError::Config(format!(
             "node {node} does not exist; list nodes with `kubectl get nodes`"
         ))
     })?;
+    inv.read_volumes(client).await?;
+    inv.read_snapshot_classes(client).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
     let inputs = inv.inputs(&[]);
     let plan = plan_node(
@@ -97,6 +99,9 @@ pub async fn describe(
             b.pvcs.join(", "),
             b.pods.join(", ")
         );
+        for v in &b.volumes {
+            let _ = writeln!(out, "    {}", volume_line(v));
+        }
     }
     let order = if spec.mode == crate::api::plan::PlanMode::Execute {
         "Evict in this order (the node is cordoned and tainted snapdrain.io/draining:NoSchedule before the \
@@ -140,4 +145,35 @@ pub async fn describe(
         let _ = writeln!(out, "Warning: {w}");
     }
     Ok(out)
+}
+
+/// One volume of a backup: `PVC data-0 (PV pv-1): NodeLocal, local: a local PersistentVolume ...; method
+/// FileSystem`, and what the per-volume `Auto` choice would take when it differs.
+fn volume_line(v: &crate::planning::backups::PlannedVolume) -> String {
+    let r = &v.record;
+    let pv =
+        r.pv.as_deref()
+            .map(|p| format!(" (PV {p})"))
+            .unwrap_or_default();
+    let source = r
+        .source
+        .as_deref()
+        .map(|s| format!(", {s}"))
+        .unwrap_or_default();
+    let class = r
+        .snapshot_class
+        .as_deref()
+        .map(|c| format!(" with VolumeSnapshotClass {c}"))
+        .unwrap_or_default();
+    let mut line = format!(
+        "PVC {}{pv}: {:?}{source} ({}); method {:?}{class}",
+        r.pvc, r.class, r.reason, r.method
+    );
+    if v.auto_method != r.method {
+        line.push_str(&format!(
+            " (the fastest safe method for it would be {:?})",
+            v.auto_method
+        ));
+    }
+    line
 }

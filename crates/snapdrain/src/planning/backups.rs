@@ -22,9 +22,11 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::naming::{PlanRef, backup_name, label_value};
 use super::node::POD_NAME_LABEL;
+use super::volumes::{needs_volume_policy, volume_policy_yaml};
 use crate::api::plan::{BackupMethod, BackupScope, DisruptionPlanSpec};
 use crate::api::status::BackupRecord;
 use crate::api::velero::{self, BackupStatus};
+use crate::api::volume::{VolumeMethod, VolumeRecord};
 
 /// Label on every Backup snapdrain creates: the plan name (as a label value).
 pub const PLAN_LABEL: &str = "snapdrain.io/plan";
@@ -63,10 +65,19 @@ pub struct BackupNeed {
     pub pvcs: Vec<String>,
     /// Protected pods on the node, sorted.
     pub pods: Vec<String>,
+    /// Each PVC's class and method, in `pvcs` order.
+    pub volumes: Vec<PlannedVolume>,
     /// One selector per StatefulSet, in `stateful_sets` order.
     pub or_label_selectors: Vec<LabelSelector>,
     /// An earlier Completed and verified backup that already covers these PVCs.
     pub reuse: Option<String>,
+}
+
+/// One PVC of a backup: its class and method under the plan, and the method `Auto` would choose.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedVolume {
+    pub record: VolumeRecord,
+    pub auto_method: VolumeMethod,
 }
 
 /// An existing backup that might be reused (from this or another plan's status).
@@ -184,8 +195,12 @@ pub fn build_velero_backup(
     attempt: u32,
 ) -> serde_json::Value {
     let b = &spec.backup;
+    let records: Vec<VolumeRecord> = need.volumes.iter().map(|v| v.record.clone()).collect();
+    let policy = needs_volume_policy(b.method, &records);
     let (fs, snapshot, move_data) = match b.method {
-        BackupMethod::FileSystem => (true, false, false),
+        // Per volume, through the VolumePolicy of [`build_volume_policy`]; without a CSI volume, as FileSystem.
+        BackupMethod::Auto if policy => (false, true, b.snapshot_move_data),
+        BackupMethod::Auto | BackupMethod::FileSystem => (true, false, false),
         BackupMethod::CsiDataMover => (false, true, true),
         BackupMethod::Snapshot => (false, true, false),
     };
@@ -221,12 +236,50 @@ pub fn build_velero_backup(
             default_volumes_to_fs_backup: Some(fs),
             snapshot_volumes: Some(snapshot),
             snapshot_move_data: Some(move_data),
+            resource_policy: policy.then(|| velero::TypedLocalObjectReference {
+                kind: "configmap".to_owned(),
+                name: backup_name(plan, &need.namespace, attempt),
+            }),
             ..velero::BackupSpec::default()
         },
         ..velero::Backup::default()
     };
     // Serializing plain structs of strings, bools and maps into a Value cannot fail.
     serde_json::to_value(backup).unwrap_or_default()
+}
+
+/// The ConfigMap of resource policies a Backup of `need` refers to (same name as the Backup, in the Velero
+/// namespace), or None when the Backup needs none. Velero reads it when the Backup starts, requires exactly
+/// one data key, and fails validation when it is missing (velero `internal/resourcepolicies`
+/// `getResourcePoliciesFromConfig`, `pkg/controller/backup_controller.go` prepareBackupRequest), so it is
+/// created first. Each volume policy selects by CSI driver or volume type: `snapshot` for the volumes that take
+/// a CSI snapshot, `fs-backup` for those copied through the node-agent.
+pub fn build_volume_policy(
+    need: &BackupNeed,
+    spec: &DisruptionPlanSpec,
+    plan: &PlanRef<'_>,
+    attempt: u32,
+) -> Option<serde_json::Value> {
+    let records: Vec<VolumeRecord> = need.volumes.iter().map(|v| v.record.clone()).collect();
+    if !needs_volume_policy(spec.backup.method, &records) {
+        return None;
+    }
+    Some(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": backup_name(plan, &need.namespace, attempt),
+            "namespace": spec.backup.velero_namespace,
+            "labels": {
+                PLAN_LABEL: label_value(plan.name),
+                PLAN_UID_LABEL: label_value(plan.uid),
+                ATTEMPT_LABEL: attempt.to_string(),
+                NAMESPACE_LABEL: need.namespace,
+            },
+            "annotations": {PLAN_ANNOTATION: plan.name},
+        },
+        "data": {"volume-policy.yaml": volume_policy_yaml(&records)},
+    }))
 }
 
 /// What a Velero Backup's phase means for the drain.
@@ -561,6 +614,7 @@ mod tests {
             stateful_sets: vec!["pg".into()],
             pvcs: vec!["data-pg-0".into()],
             pods: vec!["pg-0".into()],
+            volumes: Vec::new(),
             or_label_selectors: vec![
                 serde_json::from_value(json!({"matchLabels": {"app": "pg"}})).expect("sel"),
             ],
@@ -634,6 +688,68 @@ mod tests {
         assert_eq!(v["spec"]["snapshotVolumes"], true);
         assert_eq!(v["spec"]["snapshotMoveData"], false);
         assert_eq!(v["spec"]["defaultVolumesToFsBackup"], false);
+    }
+
+    #[test]
+    fn auto_carries_each_volume_method_in_a_volume_policy() {
+        use crate::api::volume::{VolumeClass, VolumeMethod, VolumeRecord};
+        let volume = |pvc: &str, source: &str, method| PlannedVolume {
+            record: VolumeRecord {
+                pvc: pvc.into(),
+                pv: None,
+                class: VolumeClass::Network,
+                source: Some(source.into()),
+                reason: String::new(),
+                method,
+                snapshot_class: None,
+            },
+            auto_method: method,
+        };
+        let auto: DisruptionPlanSpec =
+            serde_json::from_value(json!({"nodes": ["n1"]})).expect("spec");
+        // Nothing to snapshot: a file-system backup as before, no policy.
+        let mut fs_only = need();
+        fs_only.volumes = vec![volume("data-pg-0", "local", VolumeMethod::FileSystem)];
+        let v = build_velero_backup(&fs_only, &auto, &PLAN, 1);
+        assert_eq!(v["spec"]["defaultVolumesToFsBackup"], true);
+        assert_eq!(v["spec"]["snapshotVolumes"], false);
+        assert!(v["spec"].get("resourcePolicy").is_none());
+        assert!(build_volume_policy(&fs_only, &auto, &PLAN, 1).is_none());
+        // An EBS volume to snapshot and move, a local one to copy: one Backup, the choice in its policy.
+        let mut both = need();
+        both.volumes = vec![
+            volume("data-pg-0", "ebs.csi.aws.com", VolumeMethod::CsiDataMover),
+            volume("wal-pg-0", "local", VolumeMethod::FileSystem),
+        ];
+        let v = build_velero_backup(&both, &auto, &PLAN, 2);
+        let name = v["metadata"]["name"].clone();
+        assert_eq!(v["spec"]["defaultVolumesToFsBackup"], false);
+        assert_eq!(v["spec"]["snapshotVolumes"], true);
+        assert_eq!(v["spec"]["snapshotMoveData"], true);
+        assert_eq!(
+            v["spec"]["resourcePolicy"],
+            json!({"kind": "configmap", "name": name})
+        );
+        let cm = build_volume_policy(&both, &auto, &PLAN, 2).expect("a policy");
+        assert_eq!(cm["metadata"]["name"], name);
+        assert_eq!(cm["metadata"]["namespace"], "velero");
+        let data = cm["data"].as_object().expect("data");
+        assert_eq!(data.len(), 1, "Velero reads exactly one key");
+        let yaml = data["volume-policy.yaml"].as_str().expect("yaml");
+        assert!(
+            yaml.contains("ebs.csi.aws.com") && yaml.contains("type: snapshot"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("[\"local\"]") && yaml.contains("type: fs-backup"),
+            "{yaml}"
+        );
+        // snapshotMoveData: false leaves the snapshots in EBS.
+        let keep: DisruptionPlanSpec =
+            serde_json::from_value(json!({"nodes": ["n1"], "backup": {"snapshotMoveData": false}}))
+                .expect("spec");
+        let v = build_velero_backup(&both, &keep, &PLAN, 1);
+        assert_eq!(v["spec"]["snapshotMoveData"], false);
     }
 
     #[test]

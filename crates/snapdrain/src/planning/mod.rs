@@ -17,6 +17,7 @@
 //! - [`launch_policy`]: what a replacement may launch under the DisruptionPolicy, and its cap on nodes per plan.
 //! - [`replacement`]: subnet order, Auto Scaling decrement and join timeout of replacements.
 //! - [`taint`]: snapdrain's drain taint and toleration matching.
+//! - [`volumes`]: each protected volume's class (network or node-local) and backup method.
 //! - [`velero_pods`]: Velero's data-path pods (1.17+) and server pod, which a running backup needs.
 
 pub mod backups;
@@ -36,11 +37,12 @@ pub mod protection;
 pub mod replacement;
 pub mod taint;
 pub mod velero_pods;
+pub mod volumes;
 
 pub use backups::{
     BackupNeed, BackupProgress, Clock, RetryDecision, ReusableBackup, backup_retry,
-    backup_timed_out, build_velero_backup, classify_backup, classify_backup_phase, find_reusable,
-    retry_wait,
+    backup_timed_out, build_velero_backup, build_volume_policy, classify_backup,
+    classify_backup_phase, find_reusable, retry_wait,
 };
 pub use evictions::{
     EvictionOutcome, EvictionTier, PlannedEviction, classify_eviction, eviction_tier, pod_gone,

@@ -6,12 +6,14 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
-use super::backups::{BackupNeed, Clock, ReusableBackup, find_reusable, scope_selectors};
+use super::backups::{
+    BackupNeed, Clock, PlannedVolume, ReusableBackup, find_reusable, scope_selectors,
+};
 use super::evictions::{PlannedEviction, eviction_tier};
 use super::inventory::{
     DO_NOT_DISRUPT_ANNOTATION, PdbIndex, ProtectionRule, do_not_disrupt_active, has_empty_dir,
@@ -19,6 +21,7 @@ use super::inventory::{
     namespace_of, pvc_claims, statefulset_owner,
 };
 use super::taint::{DRAIN_TAINT_KEY, tolerates_drain_taint};
+use super::volumes::{SnapshotClass, choose_method, classify_pv, settle_methods};
 use crate::api::plan::{BackupPolicy, BackupScope, DisruptionPlanSpec, PlanMode};
 use crate::api::validate::ValidSpec;
 
@@ -38,6 +41,10 @@ pub struct NodeInputs<'a> {
     pub pvcs: &'a [PersistentVolumeClaim],
     /// At least the PDBs of the node's pods' namespaces.
     pub pdbs: &'a [PodDisruptionBudget],
+    /// At least the PVs bound to the protected pods' claims (a missing one classifies as unknown).
+    pub pvs: &'a [PersistentVolume],
+    /// The cluster's VolumeSnapshotClasses (empty when the snapshot CRDs are not installed).
+    pub snapshot_classes: &'a [SnapshotClass],
     /// Backups that could be reused.
     pub existing_backups: &'a [ReusableBackup],
 }
@@ -316,11 +323,90 @@ pub fn plan_node(
     plan.local_storage_refusals.sort();
     plan.unreplicated_refusals.sort();
     plan.persistent_volumes = pvs.into_iter().collect();
+    let volumes = Volumes::new(inputs, &pvc_by_key);
     plan.backups = needs
         .into_iter()
-        .map(|(ns, b)| b.build(ns, inputs.existing_backups, spec, valid, clock))
+        .map(|(ns, b)| {
+            let mut need = b.build(ns, inputs.existing_backups, spec, valid, clock);
+            need.volumes = need
+                .pvcs
+                .iter()
+                .map(|claim| volumes.plan(ns, claim, &spec.backup))
+                .collect();
+            settle_planned(spec.backup.method, &mut need.volumes);
+            need
+        })
         .collect();
     plan
+}
+
+/// Under `Auto`, makes a namespace's volume methods expressible in one Backup ([`settle_methods`]).
+pub fn settle_planned(method: crate::api::plan::BackupMethod, volumes: &mut [PlannedVolume]) {
+    if method != crate::api::plan::BackupMethod::Auto {
+        return;
+    }
+    let mut records: Vec<_> = volumes.iter().map(|v| v.record.clone()).collect();
+    settle_methods(&mut records);
+    for (v, r) in volumes.iter_mut().zip(records) {
+        v.record = r;
+    }
+}
+
+/// Classifies the protected pods' claims from the PVs they are bound to.
+struct Volumes<'a> {
+    pvc_by_key: &'a HashMap<(&'a str, &'a str), &'a PersistentVolumeClaim>,
+    pv_by_name: HashMap<&'a str, &'a PersistentVolume>,
+    snapshot_classes: &'a [SnapshotClass],
+}
+
+impl<'a> Volumes<'a> {
+    fn new(
+        inputs: &NodeInputs<'a>,
+        pvc_by_key: &'a HashMap<(&'a str, &'a str), &'a PersistentVolumeClaim>,
+    ) -> Self {
+        Self {
+            pvc_by_key,
+            pv_by_name: inputs
+                .pvs
+                .iter()
+                .filter_map(|pv| Some((pv.metadata.name.as_deref()?, pv)))
+                .collect(),
+            snapshot_classes: inputs.snapshot_classes,
+        }
+    }
+
+    fn plan(&self, ns: &str, claim: &str, backup: &crate::api::plan::BackupSpec) -> PlannedVolume {
+        let pv_name = self
+            .pvc_by_key
+            .get(&(ns, claim))
+            .and_then(|p| p.spec.as_ref()?.volume_name.clone())
+            .filter(|n| !n.is_empty());
+        let pv = pv_name
+            .as_deref()
+            .and_then(|n| self.pv_by_name.get(n).copied());
+        let classified = classify_pv(pv);
+        let move_data = backup.snapshot_move_data;
+        let (method, snapshot_class) =
+            choose_method(backup.method, &classified, self.snapshot_classes, move_data);
+        let (auto_method, _) = choose_method(
+            crate::api::plan::BackupMethod::Auto,
+            &classified,
+            self.snapshot_classes,
+            move_data,
+        );
+        PlannedVolume {
+            record: crate::api::volume::VolumeRecord {
+                pvc: claim.to_owned(),
+                pv: pv_name,
+                class: classified.class,
+                source: classified.source,
+                reason: classified.reason,
+                method,
+                snapshot_class,
+            },
+            auto_method,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -367,6 +453,7 @@ impl NeedBuilder {
             stateful_sets: self.selectors.into_keys().collect(),
             pvcs,
             pods: self.pods.into_iter().collect(),
+            volumes: Vec::new(),
             or_label_selectors,
             reuse,
         }
@@ -402,6 +489,8 @@ mod tests {
         sts: Vec<StatefulSet>,
         pvcs: Vec<PersistentVolumeClaim>,
         pdbs: Vec<PodDisruptionBudget>,
+        pvs: Vec<PersistentVolume>,
+        snapshot_classes: Vec<SnapshotClass>,
         existing: Vec<ReusableBackup>,
     }
 
@@ -442,6 +531,8 @@ mod tests {
                     pvc("mq", "data-rabbit-2", "pv-rabbit-2"),
                 ],
                 pdbs: vec![pdb("db", "pg", json!({"matchLabels": {"app": "pg"}}))],
+                pvs: vec![],
+                snapshot_classes: vec![],
                 existing: vec![],
             }
         }
@@ -454,6 +545,8 @@ mod tests {
                 stateful_sets: &self.sts,
                 pvcs: &self.pvcs,
                 pdbs: &self.pdbs,
+                pvs: &self.pvs,
+                snapshot_classes: &self.snapshot_classes,
                 existing_backups: &self.existing,
             };
             plan_node(&inputs, spec, &valid, clock())
@@ -464,6 +557,75 @@ mod tests {
         e.iter()
             .map(|e| format!("{}/{}", e.namespace, e.name))
             .collect()
+    }
+
+    fn pv(name: &str, spec: serde_json::Value) -> PersistentVolume {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).expect("pv")
+    }
+
+    #[test]
+    fn each_protected_volume_is_classified_from_its_pv() {
+        use crate::api::volume::{VolumeClass, VolumeMethod};
+        let mut w = World::new();
+        w.pvs = vec![
+            pv(
+                "pv-pg-0",
+                json!({"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"},
+                       "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                           {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}]}}}),
+            ),
+            pv(
+                "pv-redis-1",
+                json!({"local": {"path": "/mnt/nvme0"},
+                       "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                           {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}}}),
+            ),
+        ];
+        w.snapshot_classes = vec![SnapshotClass {
+            name: "ebs".into(),
+            driver: "ebs.csi.aws.com".into(),
+            velero_label: true,
+            default: false,
+        }];
+        let plan = w.plan(&spec(json!({})));
+        let db = &plan.backups[0];
+        let by_pvc = |pvc: &str| {
+            db.volumes
+                .iter()
+                .find(|v| v.record.pvc == pvc)
+                .unwrap_or_else(|| panic!("{pvc} in {:?}", db.volumes))
+        };
+        assert_eq!(
+            db.volumes
+                .iter()
+                .map(|v| v.record.pvc.as_str())
+                .collect::<Vec<_>>(),
+            db.pvcs,
+            "one entry per PVC, in order"
+        );
+        let ebs = by_pvc("data-pg-0");
+        assert_eq!(ebs.record.class, VolumeClass::Network);
+        assert_eq!(ebs.record.pv.as_deref(), Some("pv-pg-0"));
+        assert_eq!(ebs.record.source.as_deref(), Some("ebs.csi.aws.com"));
+        // The plan's method (file-system by default) for every volume; Auto would snapshot the EBS one.
+        assert_eq!(ebs.record.method, VolumeMethod::FileSystem);
+        assert_eq!(ebs.auto_method, VolumeMethod::CsiDataMover);
+        let local = by_pvc("data-redis-1");
+        assert_eq!(local.record.class, VolumeClass::NodeLocal);
+        assert_eq!(local.auto_method, VolumeMethod::FileSystem);
+        // Its PV is not among the inputs: unknown, copied like a node-local one.
+        let unknown = by_pvc("aof-redis-1");
+        assert_eq!(unknown.record.class, VolumeClass::Unknown);
+        assert_eq!(unknown.auto_method, VolumeMethod::FileSystem);
+        // Under an explicit CSI method every volume takes it, with the class Velero would use.
+        let csi = w.plan(&spec(json!({"backup": {"method": "csi-data-mover"}})));
+        let ebs = &csi.backups[0]
+            .volumes
+            .iter()
+            .find(|v| v.record.pvc == "data-pg-0")
+            .expect("pg");
+        assert_eq!(ebs.record.method, VolumeMethod::CsiDataMover);
+        assert_eq!(ebs.record.snapshot_class.as_deref(), Some("ebs"));
     }
 
     #[test]

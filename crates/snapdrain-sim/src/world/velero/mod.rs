@@ -9,6 +9,7 @@
 
 pub mod archive;
 pub mod bucket;
+pub mod csi;
 mod deletion;
 mod gc;
 pub mod hosting;
@@ -130,6 +131,9 @@ pub enum VeleroFault {
     /// Every backup stays in Finalizing / FinalizingPartiallyFailed (slow plugin operations) until the
     /// faults are cleared.
     HoldFinalizing,
+    /// The storage never finishes a CSI snapshot (an EBS snapshot stuck in `pending`): its content keeps
+    /// `readyToUse: false`, so the data mover waits and the Backup stays in WaitingForPluginOperations.
+    SnapshotsNeverReady,
 }
 
 struct Shared {

@@ -11,6 +11,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::archive::{gzip, tar_gz};
 use super::bucket::Bucket;
+use super::csi::{self, CsiWork, VolumePolicies};
 use super::hosting::{self, Hosted};
 use super::queue::{Location, location_of};
 use super::{
@@ -69,6 +70,10 @@ struct Covered {
     /// PVC volumes that no method backs up (no snapshot location in the sim).
     skipped: Vec<(String, String, String)>,
     volumes: Vec<VolumeWork>,
+    /// PVC volumes the volume policy sends to a CSI snapshot.
+    csi: Vec<CsiWork>,
+    /// `spec.snapshotMoveData`.
+    move_data: bool,
 }
 
 fn group_resource(group: &str, plural: &str) -> String {
@@ -79,13 +84,15 @@ fn group_resource(group: &str, plural: &str) -> String {
     }
 }
 
-fn collect(ctx: &WorldContext, spec: &Value) -> Covered {
+fn collect(ctx: &WorldContext, spec: &Value, policies: Option<&VolumePolicies>) -> Covered {
     let store = &ctx.store;
     let mut items = Vec::new();
     let mut pods = Vec::new();
     let mut pvc_names: BTreeSet<(String, String)> = BTreeSet::new();
     let mut volumes = Vec::new();
     let mut fs_claims: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut csi = Vec::new();
+    let snapshots_allowed = spec.get("snapshotVolumes").and_then(Value::as_bool) != Some(false);
     let in_scope = |o: &Value| {
         meta_str(o, "namespace").is_some_and(|ns| scope::namespace_included(spec, ns))
             && o.pointer("/metadata/deletionTimestamp").is_none()
@@ -115,7 +122,32 @@ fn collect(ctx: &WorldContext, spec: &Value) -> Covered {
                     }
                     let running =
                         obj.pointer("/status/phase").and_then(Value::as_str) == Some("Running");
-                    if fs.contains(&vol) && running {
+                    // The volume policy decides first (velero pkg/util/volumehelper).
+                    let bound = claim.as_ref().and_then(|c| {
+                        let pvc =
+                            store.get(&ResKey::core("persistentvolumeclaims"), Some(&ns), c)?;
+                        let pv_name = pvc.pointer("/spec/volumeName").and_then(Value::as_str)?;
+                        let pv = store.get(&ResKey::core("persistentvolumes"), None, pv_name)?;
+                        Some((pvc, pv))
+                    });
+                    let action = match (policies, &bound) {
+                        (Some(p), Some((_, pv))) => p.action(pv),
+                        _ => None,
+                    };
+                    if action == Some("snapshot")
+                        && snapshots_allowed
+                        && let Some((pvc, pv)) = &bound
+                    {
+                        fs_claims.insert((ns.clone(), claim.clone().unwrap_or_default()));
+                        csi.push(CsiWork::new(&obj, &vol, pvc, pv));
+                        continue;
+                    }
+                    let fs_backup = match action {
+                        Some("fs-backup") => true,
+                        Some(_) => false,
+                        None => fs.contains(&vol),
+                    };
+                    if fs_backup && running {
                         if let Some(c) = &claim {
                             fs_claims.insert((ns.clone(), c.clone()));
                         }
@@ -188,6 +220,8 @@ fn collect(ctx: &WorldContext, spec: &Value) -> Covered {
         pvcs,
         skipped,
         volumes,
+        csi,
+        move_data: spec.get("snapshotMoveData").and_then(Value::as_bool) == Some(true),
     }
 }
 
@@ -249,7 +283,14 @@ async fn execute_inner(
     // ReadyToStart: prepareBackupRequest resolves and validates, and the patch stores the resolved
     // spec.storageLocation and its label whether the backup runs or fails validation
     // (velero pkg/controller/backup_controller.go Reconcile).
-    let errors = scope::validate(&spec, &location, bsl.as_deref(), server_specified);
+    let mut errors = scope::validate(&spec, &location, bsl.as_deref(), server_specified);
+    let policies = match VolumePolicies::load(ctx, ns, &spec) {
+        Ok(p) => p,
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    };
     if !errors.is_empty() {
         write_backup(ctx, ns, name, |v| {
             v["spec"]["storageLocation"] = json!(location);
@@ -271,7 +312,7 @@ async fn execute_inner(
         );
         return Ok(());
     }
-    let covered = collect(ctx, &spec);
+    let mut covered = collect(ctx, &spec, policies.as_ref());
     let start = jiff::Timestamp::now();
     let ttl = spec
         .get("ttl")
@@ -375,7 +416,34 @@ async fn execute_inner(
         })
         .await;
     kopia_upload(&bucket, &mut volumes).await;
+    let mut snapshots = std::mem::take(&mut covered.csi);
+    let move_data = covered.move_data;
+    if !snapshots.is_empty() {
+        csi::take_snapshots(ctx, name, &uid, &mut snapshots);
+        write_backup(ctx, ns, name, |v| {
+            v["status"]["phase"] = json!("WaitingForPluginOperations");
+            v["status"]["csiVolumeSnapshotsAttempted"] = json!(snapshots.len());
+        })?;
+        audit_phase(
+            ctx,
+            ns,
+            name,
+            "WaitingForPluginOperations",
+            &covered.pvcs,
+            &covered.pods,
+            Value::Null,
+        );
+        let target = csi::Target {
+            backup: name,
+            backup_uid: &uid,
+            location: &location,
+            bucket: &bucket,
+            move_data,
+        };
+        csi::complete(ctx, config, handle, &target, &mut snapshots).await;
+    }
     let now = rfc3339(jiff::Timestamp::now());
+    covered.csi = snapshots.clone();
     for w in &mut volumes {
         w.completed = Some(now.clone());
         if w.error.is_none() {
@@ -399,6 +467,11 @@ async fn execute_inner(
                 )
             })
         })
+        .chain(snapshots.iter().filter_map(|w| {
+            w.error
+                .as_ref()
+                .map(|e| format!("CSI snapshot of PVC {}/{} failed: {e}", w.pod_ns, w.pvc))
+        }))
         .collect();
     let finalizing = if errors.is_empty() {
         "Finalizing"
@@ -739,6 +812,9 @@ fn volume_infos(covered: &Covered, volumes: &[VolumeWork]) -> Value {
             "skipped": true,
             "skippedReason": "no applicable volume backup method: file-system backup not selected and no VolumeSnapshotLocation",
         }));
+    }
+    for w in &covered.csi {
+        out.push(csi::volume_info(w, covered.move_data));
     }
     for w in volumes {
         let ok = w.error.is_none();

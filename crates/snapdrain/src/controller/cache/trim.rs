@@ -354,6 +354,8 @@ mod tests {
                         stateful_sets: sts,
                         pvcs: &pvcs,
                         pdbs: &pdbs,
+                        pvs: &[],
+                        snapshot_classes: &[],
                         existing_backups: &[],
                     },
                     &spec,

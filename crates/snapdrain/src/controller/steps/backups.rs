@@ -21,7 +21,8 @@ use crate::planning::backups::{
 use crate::planning::facts::backup_namespaces;
 use crate::planning::{
     BackupNeed, BackupProgress, PlanRef, RetryDecision, backup_name, backup_retry,
-    backup_timed_out, build_velero_backup, classify_backup, classify_backup_phase, retry_wait,
+    backup_timed_out, build_velero_backup, build_volume_policy, classify_backup,
+    classify_backup_phase, retry_wait,
 };
 
 /// How long to wait before looking at a Backup again when no watch event came (the watch on Backups
@@ -151,15 +152,14 @@ async fn current(
         return Ok(None);
     }
     let need = need_for(v, io, &record);
-    let body = build_velero_backup(
-        &need,
-        &v.plan.spec,
-        &PlanRef {
-            name: &v.name(),
-            uid: &v.uid(),
-        },
-        record.attempt,
-    );
+    let plan_ref = PlanRef {
+        name: &v.name(),
+        uid: &v.uid(),
+    };
+    if let Some(policy) = build_volume_policy(&need, &v.plan.spec, &plan_ref, record.attempt) {
+        crate::backup::velero::ensure_volume_policy(io.client, &policy).await?;
+    }
+    let body = build_velero_backup(&need, &v.plan.spec, &plan_ref, record.attempt);
     let created = ensure_backup(io.client, &body).await?;
     tracing::info!(backup = %record.name, namespace = %record.namespace, attempt = record.attempt, "created Velero Backup");
     out.note(
@@ -230,6 +230,7 @@ pub fn retry(record: &BackupRecord, v: &PlanView<'_>, cap: Duration) -> Retry {
         stateful_sets: record.stateful_sets.clone(),
         pvcs: record.pvcs.clone(),
         pods: record.pods.clone(),
+        volumes: record.volumes.clone(),
         attempt: next_attempt,
         ..BackupRecord::default()
     };
@@ -339,6 +340,14 @@ fn need_for(v: &PlanView<'_>, io: &Io<'_>, record: &BackupRecord) -> BackupNeed 
         stateful_sets: record.stateful_sets.clone(),
         pvcs: record.pvcs.clone(),
         pods: record.pods.clone(),
+        volumes: record
+            .volumes
+            .iter()
+            .map(|r| crate::planning::backups::PlannedVolume {
+                record: r.clone(),
+                auto_method: r.method,
+            })
+            .collect(),
         or_label_selectors: scope_selectors(scope, &record.pods, &sts_selectors),
         reuse: None,
     }

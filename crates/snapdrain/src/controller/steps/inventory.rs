@@ -5,13 +5,16 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
 use crate::controller::cache::{Cache, Caches};
 use crate::controller::error::ControllerError;
+use crate::planning::volumes::{
+    DEFAULT_SNAPSHOT_CLASS_ANNOTATION, SnapshotClass, VELERO_SNAPSHOT_CLASS_LABEL,
+};
 
 /// Everything [`crate::planning::plan_node`] looks at for one node, owned.
 pub struct NodeInventory {
@@ -20,6 +23,10 @@ pub struct NodeInventory {
     pub stateful_sets: Vec<StatefulSet>,
     pub pvcs: Vec<PersistentVolumeClaim>,
     pub pdbs: Vec<PodDisruptionBudget>,
+    /// The PVs bound to the claims the node's pods mount, once [`NodeInventory::read_volumes`] ran.
+    pub pvs: Vec<PersistentVolume>,
+    /// The cluster's VolumeSnapshotClasses, once [`NodeInventory::read_snapshot_classes`] ran.
+    pub snapshot_classes: Vec<SnapshotClass>,
 }
 
 impl NodeInventory {
@@ -34,8 +41,79 @@ impl NodeInventory {
             stateful_sets: &self.stateful_sets,
             pvcs: &self.pvcs,
             pdbs: &self.pdbs,
+            pvs: &self.pvs,
+            snapshot_classes: &self.snapshot_classes,
             existing_backups,
         }
+    }
+
+    /// Reads, one GET each, the PVs bound to the claims the node's pods mount, so planning can tell network
+    /// volumes from node-local ones. A PV that is gone stays out (its volume classifies as unknown).
+    pub async fn read_volumes(&mut self, client: &Client) -> Result<(), ControllerError> {
+        let claimed: BTreeSet<(String, String)> = self
+            .pods
+            .iter()
+            .flat_map(|p| {
+                let ns = p.namespace().unwrap_or_default();
+                crate::planning::inventory::pvc_claims(p)
+                    .map(move |c| (ns.clone(), c.to_owned()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let names: BTreeSet<String> = self
+            .pvcs
+            .iter()
+            .filter(|c| claimed.contains(&(c.namespace().unwrap_or_default(), c.name_any())))
+            .filter_map(|c| c.spec.as_ref()?.volume_name.clone())
+            .filter(|n| !n.is_empty())
+            .collect();
+        let api = Api::<PersistentVolume>::all(client.clone());
+        for name in names {
+            if let Some(pv) = api
+                .get_opt(&name)
+                .await
+                .map_err(read_err(format!("PersistentVolume {name}")))?
+            {
+                self.pvs.push(pv);
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists the cluster's VolumeSnapshotClasses (`snapshot.storage.k8s.io/v1`); none when the
+    /// external-snapshotter's CRDs are not installed.
+    pub async fn read_snapshot_classes(&mut self, client: &Client) -> Result<(), ControllerError> {
+        use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshotClass"),
+            "volumesnapshotclasses",
+        );
+        let list = Api::<DynamicObject>::all_with(client.clone(), &ar)
+            .list(&ListParams::default())
+            .await;
+        let items = match list {
+            Ok(l) => l.items,
+            Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+            Err(e) => return Err(read_err("VolumeSnapshotClasses")(e)),
+        };
+        self.snapshot_classes = items
+            .iter()
+            .map(|c| SnapshotClass {
+                name: c.name_any(),
+                driver: c
+                    .data
+                    .get("driver")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                velero_label: c.labels().contains_key(VELERO_SNAPSHOT_CLASS_LABEL),
+                default: c
+                    .annotations()
+                    .get(DEFAULT_SNAPSHOT_CLASS_ANNOTATION)
+                    .is_some_and(|v| v == "true"),
+            })
+            .collect();
+        Ok(())
     }
 }
 
@@ -93,6 +171,8 @@ pub async fn node_inventory(
         stateful_sets: in_namespaces(&caches.stateful_sets, &namespaces),
         pvcs: in_namespaces(&caches.pvcs, &namespaces),
         pdbs: in_namespaces(&caches.pdbs, &namespaces),
+        pvs: Vec::new(),
+        snapshot_classes: Vec::new(),
     }))
 }
 
@@ -118,6 +198,8 @@ pub async fn listed_inventory(
         stateful_sets: Vec::new(),
         pvcs: Vec::new(),
         pdbs: Vec::new(),
+        pvs: Vec::new(),
+        snapshot_classes: Vec::new(),
     };
     let lp = ListParams::default();
     for ns in &namespaces {

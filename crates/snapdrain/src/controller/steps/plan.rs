@@ -122,10 +122,14 @@ async fn look(
 ) -> Result<Seen, ControllerError> {
     let mut seen = Seen::default();
     for name in names {
-        let Some(inv) = inventory::node_inventory(io.client, io.caches, name).await? else {
+        let Some(mut inv) = inventory::node_inventory(io.client, io.caches, name).await? else {
             seen.missing.push(name.clone());
             continue;
         };
+        inv.read_volumes(io.client).await?;
+        if v.plan.spec.backup.method != crate::api::plan::BackupMethod::FileSystem {
+            inv.read_snapshot_classes(io.client).await?;
+        }
         let inputs = inv.inputs(reusable);
         let plan = plan_node(&inputs, &v.plan.spec, v.valid, v.clock());
         seen.pods.extend(inv.pods.iter().cloned());
@@ -135,6 +139,9 @@ async fn look(
         }
         for need in plan.backups {
             merge_need(&mut seen.needs, need);
+        }
+        for need in seen.needs.values_mut() {
+            crate::planning::node::settle_planned(v.plan.spec.backup.method, &mut need.volumes);
         }
         seen.nodes.push(NodeProgress {
             name: inv.node.name_any(),
@@ -158,6 +165,7 @@ pub fn merge_need(needs: &mut BTreeMap<String, BackupNeed>, need: BackupNeed) {
             stateful_sets: Vec::new(),
             pvcs: Vec::new(),
             pods: Vec::new(),
+            volumes: Vec::new(),
             or_label_selectors: Vec::new(),
             // Decided on the merged PVC set of every node.
             reuse: None,
@@ -172,6 +180,7 @@ pub fn merge_need(needs: &mut BTreeMap<String, BackupNeed>, need: BackupNeed) {
     add(&mut merged.stateful_sets, need.stateful_sets);
     add(&mut merged.pvcs, need.pvcs);
     add(&mut merged.pods, need.pods);
+    add(&mut merged.volumes, need.volumes);
     add(&mut merged.or_label_selectors, need.or_label_selectors);
 }
 
@@ -197,6 +206,7 @@ fn record_for(need: &BackupNeed, reusable: &[BackupRecord], plan: &PlanRef<'_>) 
             stateful_sets: need.stateful_sets.clone(),
             pvcs: need.pvcs.clone(),
             pods: need.pods.clone(),
+            volumes: need.volumes.iter().map(|v| v.record.clone()).collect(),
             attempt: 1,
             ..BackupRecord::default()
         },
@@ -296,6 +306,7 @@ mod tests {
             stateful_sets: vec!["db".into()],
             pvcs: pvcs.iter().map(|s| s.to_string()).collect(),
             pods: pods.iter().map(|s| s.to_string()).collect(),
+            volumes: Vec::new(),
             or_label_selectors: Vec::new(),
             reuse: None,
         }

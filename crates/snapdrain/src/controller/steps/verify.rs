@@ -45,7 +45,7 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
             checks: verification_plan(
                 t,
                 &record.name,
-                spec.method,
+                crate::backup::verify::kopia_expected(spec.method, &record.volumes),
                 std::slice::from_ref(&record.namespace),
             ),
             uid: record.uid.as_deref().unwrap_or_default(),
@@ -54,6 +54,7 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
                 .iter()
                 .map(|p| (record.namespace.clone(), p.clone()))
                 .collect(),
+            volumes: record.volumes.clone(),
         };
         let result = match bucket::connect(t, io.cloud.aws_config().await).await {
             Ok((client, _region)) => bucket::verify_backup(&client, request).await,

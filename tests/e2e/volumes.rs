@@ -1,0 +1,348 @@
+//! Each protected volume's class, from its PV, through real interfaces: a StatefulSet pod on a node mounts
+//! an EBS volume (provisioned by the simulated EBS CSI driver, zone affinity) and a `local` PV on the node's
+//! NVMe (as sig-storage-local-static-provisioner creates them: `spec.local` with a required
+//! `kubernetes.io/hostname` affinity). `snapdrain plan NODE` and the plan's status say which is which and
+//! how each is backed up; the plan completes with both verified and the safety oracle holds.
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use snapdrain::api::status::PlanPhase;
+use snapdrain::api::volume::{VolumeClass, VolumeMethod};
+use snapdrain_testkit::harness::{Harness, TIMEOUT, assert_no_eviction_before_verified_backup};
+
+const NS: &str = "shop";
+
+/// A local PV on `node` (the shape sig-storage-local-static-provisioner gives its PVs), a claim bound to it,
+/// and a one-replica StatefulSet `ledger` mounting it as `scratch` beside an EBS claim `data`.
+async fn ledger_on(h: &Harness, node: &str) {
+    let pv_name = format!("local-pv-{}", &node[node.len().saturating_sub(8)..]);
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": pv_name},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Delete",
+            "storageClassName": "local-nvme",
+            "volumeMode": "Filesystem",
+            "local": {"path": "/mnt/disks/nvme1n1"},
+            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": NS, "name": "scratch-ledger-0"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+        },
+    }))
+    .expect("a local PV");
+    Api::<PersistentVolume>::all(h.client.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+        .expect("create the local PV");
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "scratch-ledger-0", "namespace": NS, "labels": {"app": "ledger"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-nvme", "volumeName": pv_name,
+                 "resources": {"requests": {"storage": "10Gi"}}},
+    }))
+    .expect("a claim");
+    Api::<PersistentVolumeClaim>::namespaced(h.client.clone(), NS)
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("create the claim of the local PV");
+    let template = |name: &str, class: &str| {
+        json!({"metadata": {"name": name, "labels": {"app": "ledger"}},
+               "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                        "resources": {"requests": {"storage": "10Gi"}}}})
+    };
+    let sts: Value = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "ledger", "namespace": NS},
+        "spec": {
+            "replicas": 1,
+            "serviceName": "ledger",
+            "selector": {"matchLabels": {"app": "ledger"}},
+            "template": {
+                "metadata": {"labels": {"app": "ledger"}},
+                "spec": {"containers": [{"name": "ledger", "image": "ledger:1",
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "scratch", "mountPath": "/scratch"}]}]},
+            },
+            "volumeClaimTemplates": [template("data", "gp3"), template("scratch", "local-nvme")],
+        },
+    });
+    let api: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(h.client.clone(), NS);
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(sts).expect("a StatefulSet"),
+    )
+    .await
+    .expect("create the ledger StatefulSet");
+    h.wait_all(
+        Api::<Pod>::namespaced(h.client.clone(), NS),
+        "ledger-0 running on its local volume's node",
+        |pods| {
+            pods.iter().any(|p| {
+                p.metadata.name.as_deref() == Some("ledger-0")
+                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_with_an_ebs_and_a_local_volume_shows_each_class_and_backs_both_up() {
+    let h = Harness::start().await;
+    let node = h.node_with_statefulset_pods().await;
+    ledger_on(&h, &node).await;
+
+    let spec: snapdrain::api::DisruptionPlanSpec =
+        serde_json::from_value(json!({"nodes": [node]})).expect("spec");
+    let text = snapdrain::controller::preview::describe(&h.client, &node, &spec)
+        .await
+        .expect("preview");
+    let line = |pvc: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("PVC {pvc} ")))
+            .unwrap_or_else(|| panic!("no line for {pvc}:\n{text}"))
+            .to_owned()
+    };
+    let data = line("data-ledger-0");
+    assert!(
+        data.contains(": Network, ebs.csi.aws.com (") && data.contains("method FileSystem"),
+        "{data}"
+    );
+    let scratch = line("scratch-ledger-0");
+    assert!(
+        scratch.contains(": NodeLocal, local (") && scratch.contains(&format!("on node {node}")),
+        "{scratch}"
+    );
+
+    let controller = h.controller().await;
+    let protected = h.protected_pods_on(&node).await;
+    assert!(
+        protected.contains_key(&format!("{NS}/ledger-0")),
+        "{protected:?}"
+    );
+    h.create_plan("ebs-and-local", json!({"nodes": [node]}))
+        .await;
+    let plan = h
+        .wait_plan("ebs-and-local", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let shop = status
+        .backups
+        .iter()
+        .rfind(|b| b.namespace == NS)
+        .expect("a backup of the shop namespace");
+    assert!(shop.verified, "{shop:#?}");
+    let volume = |pvc: &str| {
+        shop.volumes
+            .iter()
+            .find(|v| v.pvc == pvc)
+            .unwrap_or_else(|| panic!("{pvc} recorded in {:#?}", shop.volumes))
+    };
+    assert_eq!(volume("data-ledger-0").class, VolumeClass::Network);
+    assert_eq!(
+        volume("data-ledger-0").source.as_deref(),
+        Some("ebs.csi.aws.com")
+    );
+    assert_eq!(volume("scratch-ledger-0").class, VolumeClass::NodeLocal);
+    for v in &shop.volumes {
+        assert_eq!(v.method, VolumeMethod::FileSystem, "{v:?}");
+    }
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+    controller.shutdown().await;
+}
+
+/// The EBS CSI driver's VolumeSnapshotClass, labelled for Velero (velero `pkg/util/csi/volume_snapshot.go`
+/// picks the class of a driver by the `velero.io/csi-volumesnapshot-class` label).
+async fn ebs_snapshot_class(h: &Harness) {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshotClass"),
+        "volumesnapshotclasses",
+    );
+    let class: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
+        "metadata": {"name": "ebs-csi", "labels": {"velero.io/csi-volumesnapshot-class": "true"}},
+        "driver": "ebs.csi.aws.com",
+        "deletionPolicy": "Delete",
+    }))
+    .expect("a VolumeSnapshotClass");
+    Api::<DynamicObject>::all_with(h.client.clone(), &ar)
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("create the VolumeSnapshotClass");
+}
+
+fn data_uploads(h: &Harness) -> Api<kube::api::DynamicObject> {
+    use kube::api::{ApiResource, GroupVersionKind};
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("velero.io", "v2alpha1", "DataUpload"),
+        "datauploads",
+    );
+    Api::namespaced_with(h.client.clone(), "velero", &ar)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn auto_snapshots_the_ebs_volume_and_copies_the_local_one_in_one_verified_backup() {
+    let h = Harness::start().await;
+    ebs_snapshot_class(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    ledger_on(&h, &node).await;
+    let controller = h.controller().await;
+    let protected = h.protected_pods_on(&node).await;
+    h.create_plan("auto", json!({"nodes": [node]})).await;
+    let plan = h.wait_plan("auto", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let shop = status
+        .backups
+        .iter()
+        .rfind(|b| b.namespace == NS)
+        .expect("a backup of the shop namespace");
+    assert!(shop.verified, "{shop:#?}");
+    let method = |pvc: &str| {
+        shop.volumes
+            .iter()
+            .find(|v| v.pvc == pvc)
+            .unwrap_or_else(|| panic!("{pvc} recorded in {:#?}", shop.volumes))
+            .method
+    };
+    assert_eq!(method("data-ledger-0"), VolumeMethod::CsiDataMover);
+    assert_eq!(method("scratch-ledger-0"), VolumeMethod::FileSystem);
+    // Velero's data mover moved the EBS snapshot's data: one Completed DataUpload per snapshotted claim of
+    // the backup, read from the cluster, not from the product's status.
+    let uploads = data_uploads(&h)
+        .list(&Default::default())
+        .await
+        .expect("list DataUploads");
+    let of_backup: Vec<_> = uploads
+        .items
+        .iter()
+        .filter(|d| {
+            d.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("velero.io/backup-name"))
+                == Some(&shop.name)
+        })
+        .collect();
+    let claims: Vec<&str> = of_backup
+        .iter()
+        .filter_map(|d| d.data.pointer("/spec/sourcePVC").and_then(Value::as_str))
+        .collect();
+    assert!(claims.contains(&"data-ledger-0"), "{claims:?}");
+    assert!(!claims.contains(&"scratch-ledger-0"), "{claims:?}");
+    for d in &of_backup {
+        assert_eq!(
+            d.data.pointer("/status/phase").and_then(Value::as_str),
+            Some("Completed"),
+            "{d:?}"
+        );
+    }
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+    controller.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_that_never_becomes_ready_fails_the_plan_and_evicts_nothing() {
+    let h = Harness::start().await;
+    ebs_snapshot_class(&h).await;
+    h.cluster
+        .velero
+        .as_ref()
+        .expect("the quickstart runs Velero")
+        .inject(snapdrain_sim::world::velero::VeleroFault::SnapshotsNeverReady);
+    let node = h.node_with_statefulset_pods().await;
+    let controller = h.controller().await;
+    let protected = h.protected_pods_on(&node).await;
+    h.create_plan(
+        "stuck-snapshot",
+        json!({"nodes": [node], "backup": {"timeout": "3s", "maxAttempts": 1}}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("stuck-snapshot", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    let message = status.message.clone().unwrap_or_default();
+    assert!(message.contains("node left in service"), "{message}");
+    assert!(
+        h.accepted_evictions().is_empty(),
+        "nothing may be evicted: {:?}",
+        h.accepted_evictions()
+    );
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+    controller.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_data_movement_the_ebs_snapshot_stays_ready_in_the_storage_and_counts() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let h = Harness::start().await;
+    ebs_snapshot_class(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    let controller = h.controller().await;
+    let protected = h.protected_pods_on(&node).await;
+    h.create_plan(
+        "keep-snapshots",
+        json!({"nodes": [node], "mode": "Release", "backup": {"snapshotMoveData": false}}),
+    )
+    .await;
+    let plan = h
+        .wait_plan_until("keep-snapshots", TIMEOUT, |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| !s.backups.is_empty() && s.backups.iter().all(|b| b.verified))
+                || p.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+        })
+        .await;
+    let status = plan.status.clone().expect("status");
+    let backup = status.backups.last().expect("a backup");
+    assert!(backup.verified, "{status:#?}");
+    assert!(
+        backup
+            .volumes
+            .iter()
+            .all(|v| v.method == VolumeMethod::CsiSnapshot
+                && v.snapshot_class.as_deref() == Some("ebs-csi")),
+        "{:#?}",
+        backup.volumes
+    );
+    assert!(
+        !backup
+            .verified_objects
+            .iter()
+            .any(|o| o.key.contains("/kopia/")),
+        "no data went to a kopia repository: {:#?}",
+        backup.verified_objects
+    );
+    // Each claim's snapshot is in the cluster, cut (a handle) and ready, read straight from the API.
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshotContent"),
+        "volumesnapshotcontents",
+    );
+    let contents = Api::<DynamicObject>::all_with(h.client.clone(), &ar)
+        .list(&Default::default())
+        .await
+        .expect("list VolumeSnapshotContents");
+    assert!(contents.items.len() >= backup.pvcs.len(), "{contents:?}");
+    for c in &contents.items {
+        let handle = c
+            .data
+            .pointer("/status/snapshotHandle")
+            .and_then(Value::as_str);
+        assert!(handle.is_some_and(|h| h.starts_with("snap-")), "{c:?}");
+        assert_eq!(
+            c.data.pointer("/status/readyToUse"),
+            Some(&json!(true)),
+            "{c:?}"
+        );
+    }
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
+    controller.shutdown().await;
+}
