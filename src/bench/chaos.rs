@@ -62,6 +62,14 @@ pub fn figures(run: &RunReport, report: &mut Report) {
     );
     violations.target = Some("0".into());
     violations.note = listed(&v.violations);
+    report
+        .add(
+            SECTION,
+            format!("seed {seed}: protected pods let go (a forceful signal's plan failed)"),
+            v.let_go.len() as f64,
+            "count",
+        )
+        .note = listed(&v.let_go);
     let duplicates: Vec<String> = v
         .duplicate_backups
         .iter()

@@ -59,6 +59,10 @@ pub struct Verdict {
     pub duplicate_instances: Vec<String>,
     pub holds_lost: Vec<String>,
     pub holds_orphaned: Vec<String>,
+    /// Protected pods evicted without a verified backup from a node a disruptor was taking forcefully
+    /// after the signal's plan had failed or been aborted: the one exception the promise makes
+    /// (README, "let go"), judged by [`let_go_excuse`].
+    pub let_go: Vec<String>,
 }
 
 impl Verdict {
@@ -116,11 +120,14 @@ pub fn judge(e: &Evidence<'_>) -> Verdict {
     // Safety, against every plan's verified backups.
     let backups: Vec<safety::RecordedBackup> =
         e.plans.iter().flat_map(safety::recorded_backups).collect();
-    v.violations =
+    for violation in
         safety::eviction_violations(&safety::pods_removed(e.audit), e.protected, &backups)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+    {
+        match let_go_excuse(&violation, e.audit, e.plans) {
+            Some(excuse) => v.let_go.push(format!("{violation} ({excuse})")),
+            None => v.violations.push(violation.to_string()),
+        }
+    }
     // Terminal plans.
     for p in e.plans {
         let ph = phase(p);
@@ -137,6 +144,77 @@ pub fn judge(e: &Evidence<'_>) -> Verdict {
     v.holds_lost = lost;
     v.holds_orphaned = orphaned;
     v
+}
+
+/// Signals after which the node goes whatever snapdrain does (the README's forceful list).
+const FORCEFUL: &[(&str, &str)] = &[
+    ("karpenter", "NodeClaimDeleted"),
+    ("node-termination-handler", "SpotInterruption"),
+    (
+        "node-termination-handler",
+        "AutoScalingLifecycleTermination",
+    ),
+    ("node-termination-handler", "ScheduledMaintenance"),
+];
+
+/// Why an eviction before a verified backup is the documented let-go, or None when it is a violation:
+/// the simulator recorded the pod's eviction from node N at that time, and a plan for N made for a
+/// forceful signal had ended Failed or Aborted (its `Done` condition) before it.
+fn let_go_excuse(
+    violation: &safety::Violation,
+    audit: &[AuditEntry],
+    plans: &[Value],
+) -> Option<String> {
+    let (pod, evicted_at) = match violation {
+        safety::Violation::NotCovered {
+            pod, evicted_at, ..
+        }
+        | safety::Violation::EvictedBeforeVerified {
+            pod, evicted_at, ..
+        } => (pod, evicted_at),
+        safety::Violation::UnreadableTime { .. } => return None,
+    };
+    let at: jiff::Timestamp = evicted_at.parse().ok()?;
+    let (ns, name) = pod.split_once('/')?;
+    // The server's own record of the eviction, just before its answer (whose time the violation has).
+    let node = audit
+        .iter()
+        .filter(|a| {
+            a.source == "world"
+                && a.verb == "evicted"
+                && a.namespace.as_deref() == Some(ns)
+                && a.name.as_deref() == Some(name)
+                && a.time <= *evicted_at
+        })
+        .last()?
+        .detail["node"]
+        .as_str()?;
+    plans.iter().find_map(|p| {
+        let on_node = p["spec"]["nodes"]
+            .as_array()?
+            .iter()
+            .any(|n| n.as_str() == Some(node));
+        let forceful = FORCEFUL.iter().any(|(source, reason)| {
+            str_at(p, "/spec/source") == Some(source) && str_at(p, "/spec/reason") == Some(reason)
+        });
+        let ended = matches!(phase(p), "Failed" | "Aborted");
+        let done_at: jiff::Timestamp = p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            // Done is False (reason Failed or Aborted) for a plan that ended without completing.
+            .find(|c| c["type"] == "Done")?
+            .get("lastTransitionTime")?
+            .as_str()?
+            .parse()
+            .ok()?;
+        (on_node && forceful && ended && done_at <= at).then(|| {
+            format!(
+                "let go: plan {} for node {node} ended {} at {done_at}",
+                self::name(p),
+                phase(p)
+            )
+        })
+    })
 }
 
 /// Two Backups for one plan attempt in one namespace.
@@ -419,5 +497,77 @@ mod tests {
         ];
         let v = judge(&evidence(&early, &[], &[], &[], &[], &audit, &protected));
         assert!(v.violations.is_empty(), "{v:?}");
+    }
+
+    #[test]
+    fn only_an_eviction_after_a_forceful_signals_plan_failed_on_that_node_is_let_go() {
+        let entry =
+            |source: &str, verb: &str, resource: &str, code: Option<u16>, time: &str| AuditEntry {
+                seq: 1,
+                time: time.into(),
+                source: source.into(),
+                verb: verb.into(),
+                resource: resource.into(),
+                namespace: Some("db".into()),
+                name: Some("pg-0".into()),
+                user_agent: None,
+                code,
+                detail: json!({"node": "n1"}),
+            };
+        let audit = [
+            entry("world", "evicted", "pods", None, "2025-01-01T00:00:05.000Z"),
+            entry(
+                "api",
+                "create",
+                "pods/eviction",
+                Some(201),
+                "2025-01-01T00:00:05.002Z",
+            ),
+        ];
+        let protected = BTreeMap::from([(
+            "db/pg-0".to_string(),
+            BTreeSet::from(["data-pg-0".to_string()]),
+        )]);
+        let plan = |node: &str, reason: &str, phase: &str, done: &str| {
+            json!({"metadata": {"name": "p"},
+                "spec": {"nodes": [node], "source": "karpenter", "reason": reason},
+                "status": {"phase": phase, "conditions": [
+                    {"type": "Done", "status": "False", "reason": phase, "lastTransitionTime": done}]}})
+        };
+        let judged =
+            |plans: &[Value]| judge(&evidence(plans, &[], &[], &[], &[], &audit, &protected));
+        let v = judged(&[plan(
+            "n1",
+            "NodeClaimDeleted",
+            "Failed",
+            "2025-01-01T00:00:04Z",
+        )]);
+        assert!(v.violations.is_empty() && v.let_go.len() == 1, "{v:?}");
+        // Ended after the eviction, another node, a graceful signal, or a plan that completed: violations.
+        for plans in [
+            [plan(
+                "n1",
+                "NodeClaimDeleted",
+                "Failed",
+                "2025-01-01T00:00:06Z",
+            )],
+            [plan(
+                "n2",
+                "NodeClaimDeleted",
+                "Failed",
+                "2025-01-01T00:00:04Z",
+            )],
+            [plan("n1", "Drifted", "Failed", "2025-01-01T00:00:04Z")],
+            [plan(
+                "n1",
+                "NodeClaimDeleted",
+                "Completed",
+                "2025-01-01T00:00:04Z",
+            )],
+        ] {
+            let v = judged(&plans);
+            assert_eq!(v.violations.len(), 1, "{plans:?}: {v:?}");
+            assert!(v.let_go.is_empty());
+        }
     }
 }

@@ -85,13 +85,14 @@ impl std::fmt::Display for RunReport {
         };
         writeln!(
             f,
-            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} faults injected: {} (scheduled: {}) ({:.1}s)",
+            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} let-go={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} faults injected: {} (scheduled: {}) ({:.1}s)",
             self.seed,
             v.plans,
             self.scheduled,
             v.terminal_percent(),
             v.completed,
             v.violations.len(),
+            v.let_go.len(),
             v.duplicate_backups.len() + v.duplicate_instances.len(),
             v.duplicate_backups.len(),
             v.duplicate_instances.len(),
@@ -102,10 +103,11 @@ impl std::fmt::Display for RunReport {
             by_kind(&self.scheduled_faults),
             self.elapsed.as_secs_f64(),
         )?;
-        let lists: [(&str, &[String]); 9] = [
+        let lists: [(&str, &[String]); 10] = [
             ("plan", &self.outcomes),
             ("skipped", &self.skipped),
             ("VIOLATION", &v.violations),
+            ("let go", &v.let_go),
             ("NOT TERMINAL", &v.not_terminal),
             ("STUCK", &self.stuck),
             ("DUPLICATE BACKUP", &v.duplicate_backups),
