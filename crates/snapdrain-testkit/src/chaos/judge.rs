@@ -179,14 +179,14 @@ fn let_go_excuse(
     // The server's own record of the eviction, just before its answer (whose time the violation has).
     let node = audit
         .iter()
-        .filter(|a| {
+        .rev()
+        .find(|a| {
             a.source == "world"
                 && a.verb == "evicted"
                 && a.namespace.as_deref() == Some(ns)
                 && a.name.as_deref() == Some(name)
                 && a.time <= *evicted_at
-        })
-        .last()?
+        })?
         .detail["node"]
         .as_str()?;
     plans.iter().find_map(|p| {
