@@ -137,6 +137,11 @@ async fn follow_until(
     let give_up = opts.wait_timeout.map(|d| tokio::time::Instant::now() + d);
     let mut abort_sent = false;
     let mut watch_error_told = false;
+    // One listener for the whole follow: a SIGINT that arrives while a branch below runs is kept for
+    // the next turn (a `ctrl_c()` made anew each turn misses it, and the process, its default handler
+    // replaced, would then not stop).
+    let mut interrupts = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("cannot listen for Ctrl-C")?;
     loop {
         let timeout = async {
             match give_up {
@@ -219,13 +224,12 @@ async fn follow_until(
                 ))?;
                 return Ok(Outcome::TimedOut);
             }
-            r = tokio::signal::ctrl_c() => {
-                r.context("cannot listen for Ctrl-C")?;
+            _ = interrupts.recv() => {
                 if abort_sent {
                     out.note("interrupted", &format!("interrupted while the abort rolls back; {}", interrupt::left_running_hint(&opts.program, name)))?;
                     return Ok(Outcome::Interrupted);
                 }
-                let choice = if opts.interactive { ask(out, name).await? } else { Choice::Leave };
+                let choice = if opts.interactive { ask(out, name, &mut interrupts).await? } else { Choice::Leave };
                 match choice {
                     Choice::Leave => {
                         out.note("interrupted", &format!("interrupted; {}", interrupt::left_running_hint(&opts.program, name)))?;
@@ -244,7 +248,11 @@ async fn follow_until(
 }
 
 /// Asks what Ctrl-C should do; a second Ctrl-C or the end of input leaves the plan running.
-async fn ask(out: &mut Output, plan: &str) -> anyhow::Result<Choice> {
+async fn ask(
+    out: &mut Output,
+    plan: &str,
+    interrupts: &mut tokio::signal::unix::Signal,
+) -> anyhow::Result<Choice> {
     out.prompt(&interrupt::prompt(plan))?;
     // The read blocks a thread of its own; if a second Ctrl-C wins, the process exits soon after, and
     // `main` ends it without waiting for that thread.
@@ -257,7 +265,7 @@ async fn ask(out: &mut Output, plan: &str) -> anyhow::Result<Choice> {
             Ok(Ok(answer)) => interrupt::parse_choice(&answer),
             _ => Choice::Leave,
         },
-        _ = tokio::signal::ctrl_c() => Choice::Leave,
+        _ = interrupts.recv() => Choice::Leave,
     };
     out.resume();
     Ok(choice)
