@@ -290,23 +290,31 @@ async fn terminating_says_which_nodeclaim_it_waits_for() {
         message.contains(&claim) && message.contains("deleting since"),
         "{message}"
     );
-    let kept: Vec<String> = h
-        .node(&node)
-        .await
-        .unwrap()
-        .finalizers()
-        .iter()
-        .filter(|f| *f != HOLD)
-        .cloned()
-        .collect();
-    nodes
-        .patch(
-            &node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": kept}})),
-        )
-        .await
-        .unwrap();
+    // Karpenter takes its own finalizer off the deleting Node meanwhile: the list is written back only
+    // over the version it was read from (a 409 reads it again), or a stale copy would add that finalizer
+    // again, which the API server refuses on an object being deleted.
+    eventually_within("the test's finalizer removed", TIMEOUT, || {
+        let (h, nodes, node) = (&h, &nodes, &node);
+        async move {
+            let current = h.node(node).await?;
+            let kept: Vec<String> = current
+                .finalizers()
+                .iter()
+                .filter(|f| *f != HOLD)
+                .cloned()
+                .collect();
+            let body = json!({"metadata": {"finalizers": kept, "resourceVersion": current.resource_version()}});
+            match nodes
+                .patch(node, &PatchParams::default(), &Patch::Merge(body))
+                .await
+            {
+                Ok(_) => Some(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => None,
+                Err(e) => panic!("remove the test's finalizer: {e}"),
+            }
+        }
+    })
+    .await;
     let plan = h.wait_plan("says-why", TIMEOUT, |p| p.is_terminal()).await;
     assert_eq!(plan.status.unwrap().phase, PlanPhase::Completed);
     controller.shutdown().await;
