@@ -31,7 +31,7 @@ use crate::planning::inventory::{is_terminal, is_terminating};
 use crate::planning::protection;
 use crate::planning::velero_pods;
 use crate::signals::detect::nodeclaim_of;
-use crate::signals::let_go::let_go;
+use crate::signals::let_go::{let_go, may_let_go};
 use crate::telemetry::Metrics;
 
 /// How often every pod in the cache is looked at again (a missed event, a plan that ended).
@@ -203,9 +203,15 @@ impl Keeper {
         else {
             return false;
         };
-        let claim = nodeclaim_of(&node)
-            .and_then(|c| self.claims.get("", c))
-            .and_then(|c| serde_json::to_value(&*c).ok());
+        let claim = nodeclaim_of(&node).and_then(|c| self.claims.get("", c));
+        // Asked for every protected pod on each sweep: most nodes are not being taken.
+        let deleting = claim
+            .as_ref()
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+        if !may_let_go(&node, deleting) {
+            return false;
+        }
+        let claim = claim.and_then(|c| serde_json::to_value(&*c).ok());
         let signals = self.policy.borrow().signals;
         let plans = self.plans.state();
         let_go(

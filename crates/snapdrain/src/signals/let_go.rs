@@ -63,6 +63,24 @@ impl LetGo {
     }
 }
 
+/// NTH's taints after which the instance goes on EC2's clock.
+const NTH_FORCEFUL: [&str; 3] = [
+    "aws-node-termination-handler/spot-itn",
+    "aws-node-termination-handler/asg-lifecycle-termination",
+    "aws-node-termination-handler/scheduled-maintenance",
+];
+
+/// A cheap first look for callers that ask about every protected pod (the hold keeper's sweep): false
+/// means [`let_go`] is false, with no NodeClaim to convert and no plans to look through.
+pub fn may_let_go(node: &Node, claim_deleting: bool) -> bool {
+    claim_deleting
+        || node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| NTH_FORCEFUL.contains(&t.key.as_str())))
+}
+
 /// Whether `node` (with its NodeClaim `claim`) is being taken on a clock snapdrain cannot stop and
 /// snapdrain will not back it up. `plans` holds at least the node's plans.
 pub fn let_go<P: Borrow<DisruptionPlan>>(
@@ -227,6 +245,33 @@ mod tests {
             let_go(&node(json!([])), Some(&drifted), &ignore, &none, now()),
             None
         );
+    }
+
+    #[test]
+    fn the_first_look_passes_every_node_that_may_be_let_go() {
+        let taint = |key: &str| json!([{"key": key, "effect": "NoSchedule"}]);
+        let ignore_all = SignalsSpec {
+            termination: SignalAction::Ignore,
+            node_termination_handler: SignalAction::Ignore,
+            ..SignalsSpec::default()
+        };
+        let none: [DisruptionPlan; 0] = [];
+        for key in NTH_FORCEFUL {
+            let n = node(taint(key));
+            assert!(
+                let_go(&n, None, &ignore_all, &none, now()).is_some(),
+                "{key}"
+            );
+            assert!(may_let_go(&n, false), "{key}");
+        }
+        assert!(may_let_go(&node(json!([])), true));
+        for key in [
+            "karpenter.sh/disrupted",
+            "ToBeDeletedByClusterAutoscaler",
+            "aws-node-termination-handler/rebalance-recommendation",
+        ] {
+            assert!(!may_let_go(&node(taint(key)), false), "{key}");
+        }
     }
 
     #[test]
