@@ -25,7 +25,7 @@ use tokio::sync::{broadcast, watch};
 use super::cache::{Cache, CachedPod, Caches};
 
 use crate::api::DisruptionPlan;
-use crate::api::policy::DisruptionPolicySpec;
+use crate::api::policy::{DisruptionPolicySpec, SignalsSpec};
 use crate::planning::holds::{self, AnnotationPatch, HoldState};
 use crate::planning::inventory::{is_terminal, is_terminating};
 use crate::planning::protection;
@@ -114,6 +114,37 @@ pub async fn ensure_node(
     }
 }
 
+/// Whether the node `name` is let go ([`let_go`]), from the caches; shared by the hold keeper (asked
+/// for every protected pod on each sweep) and the eviction gate. A cheap first look comes first: most
+/// nodes are not being taken, and only then is the NodeClaim converted and every plan looked through.
+pub fn node_let_go(
+    nodes: &Cache<Node>,
+    claims: &Cache<DynamicObject>,
+    name: &str,
+    signals: &SignalsSpec,
+    plans: &Store<DisruptionPlan>,
+) -> bool {
+    let Some(node) = nodes.get("", name) else {
+        return false;
+    };
+    let claim = nodeclaim_of(&node).and_then(|c| claims.get("", c));
+    let deleting = claim
+        .as_ref()
+        .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+    if !may_let_go(&node, deleting) {
+        return false;
+    }
+    let claim = claim.and_then(|c| serde_json::to_value(&*c).ok());
+    let_go(
+        &node,
+        claim.as_ref(),
+        signals,
+        &plans.state(),
+        jiff::Timestamp::now(),
+    )
+    .is_some()
+}
+
 /// Whether the plan named `name` still runs: in the cache and not over, or (not cached yet: a plan just
 /// made) found through the API.
 async fn plan_running(client: &Client, plans: &Store<DisruptionPlan>, name: &str) -> bool {
@@ -192,36 +223,20 @@ impl Keeper {
         Some(holds_node)
     }
 
-    /// Whether the pod's node is being taken on a clock snapdrain cannot stop with no backup to come
-    /// ([`let_go`]).
+    /// Whether the pod's node is being taken on a clock snapdrain cannot stop with no backup to come.
     fn let_go(&self, pod: &Pod) -> bool {
-        let Some(node) = pod
-            .spec
+        pod.spec
             .as_ref()
             .and_then(|s| s.node_name.as_deref())
-            .and_then(|n| self.nodes.get("", n))
-        else {
-            return false;
-        };
-        let claim = nodeclaim_of(&node).and_then(|c| self.claims.get("", c));
-        // Asked for every protected pod on each sweep: most nodes are not being taken.
-        let deleting = claim
-            .as_ref()
-            .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
-        if !may_let_go(&node, deleting) {
-            return false;
-        }
-        let claim = claim.and_then(|c| serde_json::to_value(&*c).ok());
-        let signals = self.policy.borrow().signals;
-        let plans = self.plans.state();
-        let_go(
-            &node,
-            claim.as_ref(),
-            &signals,
-            &plans,
-            jiff::Timestamp::now(),
-        )
-        .is_some()
+            .is_some_and(|n| {
+                node_let_go(
+                    &self.nodes,
+                    &self.claims,
+                    n,
+                    &self.policy.borrow().signals,
+                    &self.plans,
+                )
+            })
     }
 
     /// A Velero data-path pod whose backup runs, in a Velero namespace snapdrain knows (the policy's, or

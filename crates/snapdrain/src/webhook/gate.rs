@@ -27,9 +27,8 @@ use crate::api::policy::DisruptionPolicySpec;
 use crate::api::status::BackupRecord;
 use crate::api::velero::Backup;
 use crate::controller::cache::{Cache, CachedPod};
+use crate::controller::holds::node_let_go;
 use crate::planning::velero_pods;
-use crate::signals::detect::nodeclaim_of;
-use crate::signals::let_go::let_go;
 use crate::signals::plan::{Choice, choose};
 use crate::telemetry::Metrics;
 
@@ -196,7 +195,13 @@ impl Gate {
         };
         // A node going whatever snapdrain does, which it will not back up: refusing would only keep the
         // termination waiting (the hold keeper takes the holds off and the signal watcher says so).
-        if self.let_go(&held.node, &plans, now) {
+        if node_let_go(
+            &self.sources.nodes,
+            &self.sources.claims,
+            &held.node,
+            &self.policy.borrow().signals,
+            &self.sources.plans,
+        ) {
             return None;
         }
         let note = match &held.plan {
@@ -233,18 +238,6 @@ impl Gate {
             )
         });
         uncovered.then(|| decision::agent_message(agent, None))
-    }
-
-    /// Whether `node` is being taken on a clock snapdrain cannot stop, with no backup to come.
-    fn let_go(&self, node: &str, plans: &[Arc<DisruptionPlan>], now: jiff::Timestamp) -> bool {
-        let Some(node) = self.sources.nodes.get("", node) else {
-            return false;
-        };
-        let claim = nodeclaim_of(&node)
-            .and_then(|c| self.sources.claims.get("", c))
-            .and_then(|c| serde_json::to_value(&*c).ok());
-        let signals = self.policy.borrow().signals;
-        let_go(&node, claim.as_ref(), &signals, plans, now).is_some()
     }
 
     /// What becomes of the node's plan, decided over the store: a settled plan is said at once (no I/O
