@@ -44,6 +44,11 @@ pub struct ControllerArgs {
     /// the BSL's spec.credential, else the Velero Deployment's Secret, else its own AWS identity.
     #[arg(long)]
     pub velero_credentials_secret: Option<String>,
+    /// The most bytes of JSON a plan's status may grow to. A plan that could pass it (too many nodes and
+    /// pods for one object) fails while planning, before any node is touched. The default, 1 MiB, leaves
+    /// room under etcd's default request limit (1.5 MiB); lower it with etcd's `--max-request-bytes`.
+    #[arg(long, default_value_t = snapdrain::planning::status_size::DEFAULT_BUDGET as u64, value_parser = clap::value_parser!(u64).range(65_536..))]
+    pub plan_status_budget_bytes: u64,
     #[command(flatten)]
     pub webhook: WebhookArgs,
 }
@@ -148,6 +153,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         api_server: args.api_server,
         cluster_certificate: args.cluster_certificate,
         namespace: args.webhook.webhook_namespace.clone(),
+        status_budget: usize::try_from(args.plan_status_budget_bytes).unwrap_or(usize::MAX),
         ..Settings::default()
     };
     let handle = start(config, settings, opts).await?;

@@ -189,7 +189,9 @@ async fn pods_that_come_back_onto_a_cordoned_node_do_not_stall_the_drain() {
     assert!(cordoned(&n) && has_drain_taint(&n), "{:?}", n.spec);
     let targets = status.nodes[0].eviction_targets.as_ref().expect("targets");
     assert!(
-        targets.iter().all(|t| t.name != tolerating.name_any()),
+        targets
+            .iter()
+            .all(|t| Some(&t.uid) != tolerating.metadata.uid.as_ref()),
         "{targets:?}"
     );
     controller.shutdown().await;
@@ -519,5 +521,61 @@ async fn refused_evictions_back_off() {
         "rolled back: {:?}",
         n.spec
     );
+    controller.shutdown().await;
+}
+
+/// Review #18: a plan's status must stay under etcd's object limit (1.5 MiB by default; the simulated
+/// API server refuses larger objects as etcd does, with kube-apiserver's 500 "etcdserver: request is
+/// too large"), or every later write fails, the rollback's too, and its nodes stay cordoned. A plan
+/// whose status could outgrow the controller's budget fails while planning and touches nothing; here
+/// the budget is set low (90 KiB) so that the quickstart's nodes together are too many and one is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plan_whose_status_could_outgrow_etcds_limit_fails_before_touching_a_node() {
+    let h = Harness::start().await;
+    let mut settings = h.settings("snapdrain-0");
+    settings.status_budget = 90 * 1024;
+    let controller = snapdrain::controller::start(
+        h.kube_config(),
+        settings,
+        snapdrain::controller::run::RunOptions {
+            lease_namespace: None,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("the controller starts");
+    let nodes: Vec<Node> = Api::<Node>::all(h.client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("list nodes")
+        .items;
+    assert!(nodes.len() >= 3, "the quickstart has more than three nodes");
+    let names: Vec<String> = nodes.iter().map(ResourceExt::name_any).collect();
+    h.create_plan("too-big", json!({"nodes": names})).await;
+    let plan = h.wait_plan("too-big", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.expect("a status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    let message = status.message.unwrap_or_default();
+    for want in [
+        &format!("this plan covers {} node(s)", names.len()),
+        "over the 90 KiB a plan may take",
+        "split it into plans of fewer nodes",
+        "no node was cordoned",
+    ] {
+        assert!(message.contains(want), "{want:?} is not in {message:?}");
+    }
+    for n in &nodes {
+        let instance = super::replacement_join::instance_of(n);
+        super::replacement_join::assert_untouched(&h, "too-big", &n.name_any(), &instance).await;
+    }
+
+    // One node fits the same budget: the check refuses sizes, not plans.
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("one-node", json!({"nodes": [node]})).await;
+    let plan = h
+        .wait_plan("one-node", TIMEOUT, |p| p != PlanPhase::Pending)
+        .await;
+    let status = plan.status.expect("a status");
+    assert_ne!(status.phase, PlanPhase::Failed, "{status:#?}");
     controller.shutdown().await;
 }

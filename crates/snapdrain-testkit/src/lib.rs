@@ -95,6 +95,7 @@ pub fn controller_settings(
         namespace: "snapdrain".into(),
         aws: Some(own_aws_config(cluster)),
         velero_credentials_secret: None,
+        status_budget: snapdrain::planning::status_size::DEFAULT_BUDGET,
     })
 }
 

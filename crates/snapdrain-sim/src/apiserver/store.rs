@@ -244,6 +244,36 @@ impl Default for Store {
     }
 }
 
+/// etcd's default `--max-request-bytes` (1.5 MiB, etcd `embed/config.go` `DefaultMaxRequestBytes`): a
+/// write whose value is larger is refused by etcd, whatever kube-apiserver's own 3 MiB body limit let in.
+/// Custom resources are stored as JSON, so their JSON size is what counts.
+pub const ETCD_MAX_REQUEST_BYTES: usize = 1_572_864;
+
+/// Refuses an object etcd would refuse. kube-apiserver passes etcd's error through as a 500 with no
+/// reason and etcd's message (kubernetes/kubernetes#74600: `{"status":"Failure","message":"etcdserver:
+/// request is too large","code":500}`); every later write of the object fails the same way.
+fn fits_in_etcd(obj: &Value) -> ApiResult<()> {
+    let mut size = ByteCount(0);
+    // Writing JSON into a counter cannot fail: ByteCount accepts every byte.
+    let _ = serde_json::to_writer(&mut size, obj);
+    if size.0 > ETCD_MAX_REQUEST_BYTES {
+        return Err(ApiError::new(500, "", "etcdserver: request is too large"));
+    }
+    Ok(())
+}
+
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 fn finalizers(obj: &Value) -> usize {
     obj.pointer("/metadata/finalizers")
         .and_then(Value::as_array)
@@ -650,6 +680,7 @@ impl Store {
             set_meta(&mut obj, "resourceVersion", json!(inner.rv.to_string()));
             return Ok(Arc::new(obj));
         }
+        fits_in_etcd(&obj)?;
         let rv = inner.next_rv();
         set_meta(&mut obj, "resourceVersion", json!(rv.to_string()));
         let obj = Arc::new(obj);
@@ -877,6 +908,7 @@ impl Store {
         if opts.dry_run {
             return Ok(Arc::new(merged));
         }
+        fits_in_etcd(&merged)?;
         let key = def.key();
         let rv = inner.next_rv();
         set_meta(&mut merged, "resourceVersion", json!(rv.to_string()));
@@ -1150,6 +1182,53 @@ mod tests {
     fn pod(name: &str) -> Value {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "db"}},
             "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    }
+
+    /// etcd refuses a value over 1.5 MiB (kubernetes/kubernetes#74600): on create, and on a later write
+    /// that grows the object past it, which leaves the stored object as it was.
+    #[test]
+    fn an_object_over_etcds_request_limit_is_refused_with_etcds_500() {
+        let s = store_with_ns();
+        let cm =
+            |bytes: usize| json!({"metadata": {"name": "big"}, "data": {"k": "x".repeat(bytes)}});
+        let key = ResKey::core("configmaps");
+        let e = s
+            .create(
+                &key,
+                Some("default"),
+                cm(ETCD_MAX_REQUEST_BYTES),
+                WriteOptions::default(),
+            )
+            .unwrap_err();
+        assert_eq!((e.code, e.reason.as_str()), (500, ""));
+        assert_eq!(e.message, "etcdserver: request is too large");
+        assert!(s.get(&key, Some("default"), "big").is_none());
+
+        let small = s
+            .create(&key, Some("default"), cm(1000), WriteOptions::default())
+            .unwrap();
+        let e = s
+            .update(
+                &key,
+                Some("default"),
+                "big",
+                cm(ETCD_MAX_REQUEST_BYTES),
+                None,
+                WriteOptions::default(),
+            )
+            .unwrap_err();
+        assert_eq!(e.message, "etcdserver: request is too large");
+        assert_eq!(s.get(&key, Some("default"), "big").unwrap(), small);
+        // Just under the limit is stored.
+        s.update(
+            &key,
+            Some("default"),
+            "big",
+            cm(ETCD_MAX_REQUEST_BYTES - 1000),
+            None,
+            WriteOptions::default(),
+        )
+        .unwrap();
     }
 
     #[test]

@@ -343,11 +343,15 @@ pub struct InstanceRecord {
     pub auto_scaling_group: Option<String>,
 }
 
-/// One pod the drain evicts, with the backoff of refused (`Failed`) evictions.
+/// One pod the drain evicts, with the backoff of refused (`Failed`) evictions. Only the UID is recorded,
+/// so that thousands fit in one plan (the whole object must stay under etcd's request limit, 1.5 MiB
+/// by default). Statuses written by earlier versions carry the namespace and name too.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct EvictionTarget {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub name: String,
     pub uid: String,
     /// Consecutive evictions refused for good (RBAC 403, a webhook's 400/403...).
@@ -356,7 +360,7 @@ pub struct EvictionTarget {
     /// No eviction is sent before this time (set after a refusal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_at: Option<Time>,
-    /// The last refusal, for `status.message`.
+    /// The last refusal, for `status.message` (at most 80 bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }

@@ -51,6 +51,9 @@ pub struct Settings {
     /// `--velero-credentials-secret`: the Secret (and key) in the Velero namespace holding Velero's
     /// credentials file, when it cannot be found from the Velero Deployment.
     pub velero_credentials_secret: Option<crate::api::velero::SecretKeyRef>,
+    /// The most bytes of JSON a plan's status may grow to; a plan that could pass it fails while
+    /// planning (`planning::status_size`).
+    pub status_budget: usize,
 }
 
 impl Default for Settings {
@@ -71,6 +74,7 @@ impl Default for Settings {
             namespace: "snapdrain".into(),
             aws: None,
             velero_credentials_secret: None,
+            status_budget: crate::planning::status_size::DEFAULT_BUDGET,
         }
     }
 }

@@ -115,6 +115,8 @@ impl Pass {
     /// Writes the status with server-side apply (one owner, so `force` only guards against stale
     /// managers of older versions), over the resourceVersion this pass works from.
     async fn write(&mut self, ctx: &Context) -> Result<(), ControllerError> {
+        // Every text at its bound, so the status keeps within what planning judged it may grow to.
+        crate::planning::status_size::bound_texts(&mut self.status);
         self.status.summary = Some(StatusSummary::of(&self.status));
         self.status.observed_generation = self.plan.metadata.generation;
         if self.status == self.written {

@@ -146,17 +146,19 @@ pub fn record_refusal(target: &mut EvictionTarget, message: &str, now: Timestamp
     let wait = jiff::SignedDuration::try_from(failed_eviction_backoff(target.failures))
         .unwrap_or(jiff::SignedDuration::from_secs(300));
     target.retry_at = Some(Time(now.saturating_add(wait).unwrap_or(now)));
-    target.last_error = Some(message.to_owned());
+    target.last_error = Some(super::status_size::bounded(
+        message,
+        super::status_size::MAX_REFUSAL,
+    ));
 }
 
-/// The pods the drain will wait for, fixed on its first pass: every planned eviction with a UID.
+/// The pods the drain will wait for, fixed on its first pass: every planned eviction with a UID. Only
+/// the UID is kept (a plan may hold thousands: [`super::status_size`]).
 pub fn eviction_targets(evictions: &[PlannedEviction]) -> Vec<EvictionTarget> {
     evictions
         .iter()
         .filter_map(|e| {
             Some(EvictionTarget {
-                namespace: e.namespace.clone(),
-                name: e.name.clone(),
                 uid: e.uid.clone()?,
                 ..EvictionTarget::default()
             })
@@ -186,20 +188,16 @@ pub fn remaining_targets<'a>(
         .collect()
 }
 
-/// What the drain of one node waits for, for `status.message`: the targets still there (a few by
-/// name) and what blocks them.
+/// What the drain of one node waits for, for `status.message`: the targets still there (`remaining`,
+/// as `namespace/name`; a few by name) and what blocks them.
 pub fn waiting_message(
     node: &str,
-    remaining: &[&EvictionTarget],
+    remaining: &[String],
     total: usize,
     blocked: &[String],
 ) -> String {
     const SHOWN: usize = 3;
-    let mut names: Vec<String> = remaining
-        .iter()
-        .take(SHOWN)
-        .map(|t| format!("{}/{}", t.namespace, t.name))
-        .collect();
+    let mut names: Vec<String> = remaining.iter().take(SHOWN).cloned().collect();
     if remaining.len() > SHOWN {
         names.push(format!("{} more", remaining.len() - SHOWN));
     }
@@ -464,7 +462,18 @@ mod tests {
         let present: BTreeSet<String> = ["uid-pg-0".to_string(), "uid-newcomer".to_string()].into();
         let left = remaining_targets(&targets, &present);
         assert_eq!(left.len(), 1);
-        let msg = waiting_message("n1", &left, targets.len(), &["db/pg-0: PDB".into()]);
+        assert_eq!(left[0].uid, "uid-pg-0");
+        // Only the UID is recorded: thousands of targets must fit in the plan's status.
+        assert_eq!(
+            serde_json::to_value(left[0]).unwrap(),
+            serde_json::json!({"uid": "uid-pg-0"})
+        );
+        let msg = waiting_message(
+            "n1",
+            &["db/pg-0".into()],
+            targets.len(),
+            &["db/pg-0: PDB".into()],
+        );
         assert_eq!(
             msg,
             "node n1: waiting for 1 of 2 pods planned for eviction to leave (db/pg-0); blocked: db/pg-0: PDB"

@@ -16,6 +16,7 @@
 //! - [`join`]: what a replacement needs to join (cluster, profile, security groups, subnets), resolved while planning.
 //! - [`launch_policy`]: what a replacement may launch under the DisruptionPolicy, and its cap on nodes per plan.
 //! - [`replacement`]: subnet order, Auto Scaling decrement and join timeout of replacements.
+//! - [`status_size`]: bounds on a plan's status, so it stays under etcd's object limit.
 //! - [`taint`]: snapdrain's drain taint and toleration matching.
 //! - [`volumes`]: each protected volume's class (network or node-local) and backup method.
 //! - [`velero_pods`]: Velero's data-path pods (1.17+) and server pod, which a running backup needs.
@@ -35,6 +36,7 @@ pub mod node_class;
 pub mod phase;
 pub mod protection;
 pub mod replacement;
+pub mod status_size;
 pub mod taint;
 pub mod velero_pods;
 pub mod volumes;

@@ -151,10 +151,23 @@ async fn drain_node(
     if remaining.is_empty() {
         return Ok(volumes(io, &inv, &node_name, &mut out.status.nodes[i]));
     }
-    let refs: Vec<&EvictionTarget> = remaining.iter().collect();
+    let names: Vec<String> = remaining
+        .iter()
+        .filter_map(|t| {
+            let pod = inv
+                .pods
+                .iter()
+                .find(|p| p.uid().as_deref() == Some(&t.uid))?;
+            Some(format!(
+                "{}/{}",
+                pod.namespace().unwrap_or_default(),
+                pod.name_any()
+            ))
+        })
+        .collect();
     let blocked_list: Vec<String> = out.status.nodes[i].blocked_by.iter().cloned().collect();
     Ok(NodeDrain::Waiting {
-        message: waiting_message(&node_name, &refs, targets.len(), &blocked_list),
+        message: waiting_message(&node_name, &names, targets.len(), &blocked_list),
         wake: Wake::PodsLeft {
             node: node_name,
             uids: remaining.into_iter().map(|t| t.uid).collect(),

@@ -15,7 +15,9 @@ use crate::api::velero::BackupStorageLocation;
 use crate::controller::error::ControllerError;
 use crate::controller::report::What;
 use crate::controller::step::{Io, Next, Outcome, PlanView, Wake};
-use crate::planning::{BackupNeed, PlanRef, ReusableBackup, backup_name, find_reusable, plan_node};
+use crate::planning::{
+    BackupNeed, PlanRef, ReusableBackup, backup_name, find_reusable, plan_node, status_size,
+};
 use crate::signals::plan::{left_before_backup, protected_at_signal};
 
 pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
@@ -91,6 +93,17 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
         .map(|need| record_for(need, &reusable_records, &plan_ref))
         .collect();
     out.status.nodes = seen.nodes;
+    // A status that could outgrow etcd's object limit would stop every later write, the rollback's
+    // too: such a plan fails here, with its nodes as they were.
+    if let Err(why) = status_size::check(
+        &out.status,
+        spec.backup.max_attempts,
+        io.settings.status_budget,
+    ) {
+        return Ok(out.then(Next::Fail(format!(
+            "{why} (the plan failed while planning: no node was cordoned, backed up, drained or terminated)"
+        ))));
+    }
     out.status.decided_at = Some(Time(v.clock().decided_at));
     let pods: u32 = out.status.nodes.iter().map(|n| n.pods_total).sum();
     out.status.message = Some(format!(
