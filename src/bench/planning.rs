@@ -93,6 +93,7 @@ pub fn run(store: &Store, report: &mut Report) -> anyhow::Result<()> {
         pvs: &[],
         snapshot_classes: &[],
         existing_backups: &[],
+        protects: &snapdrain::planning::protection::default_rule,
     };
     let now = Timestamp::now();
     let clock = Clock {

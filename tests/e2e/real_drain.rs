@@ -579,3 +579,79 @@ async fn a_plan_whose_status_could_outgrow_etcds_limit_fails_before_touching_a_n
     assert_ne!(status.phase, PlanPhase::Failed, "{status:#?}");
     controller.shutdown().await;
 }
+
+/// Review #10: a plan backs up what the DisruptionPolicy protects, as the holds and the gate do. Here
+/// the policy leaves a Kafka StatefulSet out (a volume the team does not want in Velero), and that
+/// volume's file-system backup would fail: the plan still completes, backing up only the protected pods,
+/// and Kafka's pod is moved like any other. Before, every plan backed up every StatefulSet pod with a
+/// PVC, so each attempt ended PartiallyFailed and the plan failed for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_statefulset_the_policy_leaves_out_is_not_backed_up() {
+    let h = Harness::start().await;
+    let node = h.node_with_statefulset_pods().await;
+    let sts: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(json!({
+        "metadata": {"name": "kafka", "namespace": "shop"},
+        "spec": {
+            "replicas": 1,
+            "serviceName": "kafka",
+            "selector": {"matchLabels": {"app": "kafka"}},
+            "template": template("kafka", &node, json!({}), json!({})),
+            "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
+                         "resources": {"requests": {"storage": "10Gi"}}}}],
+        }
+    }))
+    .expect("a StatefulSet");
+    Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(h.client.clone(), "shop")
+        .create(&PostParams::default(), &sts)
+        .await
+        .expect("create the kafka StatefulSet");
+    let kafka = wait_running(&h, "kafka", &node).await;
+    h.cluster
+        .velero
+        .clone()
+        .expect("velero")
+        .inject(VeleroFault::FailVolume {
+            namespace: "shop".into(),
+            pvc: "data-kafka-0".into(),
+        });
+    h.set_policy(json!({"protection": {"podSelector": {"matchExpressions": [
+        {"key": "app", "operator": "NotIn", "values": ["kafka"]}]}}}))
+        .await;
+    let protected: Vec<String> = h
+        .protected_pods_on(&node)
+        .await
+        .into_keys()
+        .filter(|p| p != "shop/kafka-0")
+        .collect();
+    assert!(!protected.is_empty(), "the node runs other protected pods");
+    let controller = h.controller().await;
+    h.create_plan(
+        "policy-protection",
+        json!({"nodes": [node], "termination": {"terminateInstance": false, "deleteNode": false}}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("policy-protection", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.expect("a status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let backed_up: Vec<String> = status
+        .backups
+        .iter()
+        .flat_map(|b| b.pods.iter().map(move |p| format!("{}/{p}", b.namespace)))
+        .collect();
+    assert!(
+        !backed_up.iter().any(|p| p == "shop/kafka-0"),
+        "{backed_up:?}"
+    );
+    for p in &protected {
+        assert!(backed_up.contains(p), "{p} is not in {backed_up:?}");
+    }
+    assert_eq!(
+        carried_out(&h, &kafka.name_any()),
+        1,
+        "kafka-0 is moved like any other pod"
+    );
+    controller.shutdown().await;
+}

@@ -55,7 +55,27 @@ pub async fn describe(
     inv.read_volumes(client).await?;
     inv.read_snapshot_classes(client).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
-    let inputs = inv.inputs(&[]);
+    // The namespaces' labels for the policy's namespaceSelector; without them (no list permission) the
+    // preview protects more, as the gate does.
+    let labels: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
+        kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .list(&Default::default())
+            .await
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .map(|n| {
+                        let name = n.metadata.name.unwrap_or_default();
+                        (name, n.metadata.labels.unwrap_or_default())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    let protects = |pod: &k8s_openapi::api::core::v1::Pod| {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        crate::planning::protection::protects_or_more(&policy.protection, pod, labels.get(ns))
+    };
+    let inputs = inv.inputs(&[], &protects);
     let plan = plan_node(
         &inputs,
         spec,

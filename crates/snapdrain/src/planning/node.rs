@@ -16,9 +16,9 @@ use super::backups::{
 };
 use super::evictions::{PlannedEviction, eviction_tier};
 use super::inventory::{
-    DO_NOT_DISRUPT_ANNOTATION, PdbIndex, ProtectionRule, do_not_disrupt_active, has_empty_dir,
-    is_daemonset_pod, is_mirror, is_terminal, is_terminating, is_unreplicated, name_of,
-    namespace_of, pvc_claims, statefulset_owner,
+    DO_NOT_DISRUPT_ANNOTATION, PdbIndex, do_not_disrupt_active, has_empty_dir, is_daemonset_pod,
+    is_mirror, is_terminal, is_terminating, is_unreplicated, name_of, namespace_of, pvc_claims,
+    statefulset_owner,
 };
 use super::taint::{DRAIN_TAINT_KEY, tolerates_drain_taint};
 use super::volumes::{SnapshotClass, choose_method, classify_pv, settle_methods};
@@ -30,7 +30,7 @@ pub const POD_NAME_LABEL: &str = "statefulset.kubernetes.io/pod-name";
 
 /// What [`plan_node`] looks at. Each slice may hold more than needed (e.g. all PDBs of the namespaces
 /// involved); only matching objects are used.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub struct NodeInputs<'a> {
     pub node: &'a Node,
     /// Pods bound to the node (`spec.nodeName`).
@@ -47,6 +47,9 @@ pub struct NodeInputs<'a> {
     pub snapshot_classes: &'a [SnapshotClass],
     /// Backups that could be reused.
     pub existing_backups: &'a [ReusableBackup],
+    /// Which pods are protected: the DisruptionPolicy's rule (`protection::protects_or_more`), so a
+    /// plan backs up what the holds and the gate keep, and nothing the policy leaves out.
+    pub protects: &'a (dyn Fn(&Pod) -> bool + Sync),
 }
 
 /// Why a pod on the node is left alone.
@@ -191,7 +194,6 @@ pub fn plan_node(
         }
     };
 
-    let rule = ProtectionRule::default();
     let mut needs: BTreeMap<&str, NeedBuilder> = BTreeMap::new();
     let mut pvs = BTreeSet::new();
     let empty_labels = BTreeMap::new();
@@ -203,7 +205,7 @@ pub fn plan_node(
             name: name.to_owned(),
             reason,
         };
-        let protected = rule.protects(pod);
+        let protected = (inputs.protects)(pod);
         if protected && spec.backup.policy != BackupPolicy::Skip {
             let sts = statefulset_owner(pod).unwrap_or_default();
             let need = needs.entry(ns).or_default();
@@ -538,6 +540,14 @@ mod tests {
         }
 
         fn plan(&self, spec: &DisruptionPlanSpec) -> NodePlan {
+            self.plan_protecting(spec, &crate::planning::protection::default_rule)
+        }
+
+        fn plan_protecting(
+            &self,
+            spec: &DisruptionPlanSpec,
+            protects: &(dyn Fn(&Pod) -> bool + Sync),
+        ) -> NodePlan {
             let valid = crate::api::validate(spec).expect("valid spec");
             let inputs = NodeInputs {
                 node: &self.node,
@@ -548,6 +558,7 @@ mod tests {
                 pvs: &self.pvs,
                 snapshot_classes: &self.snapshot_classes,
                 existing_backups: &self.existing,
+                protects,
             };
             plan_node(&inputs, spec, &valid, clock())
         }
@@ -626,6 +637,40 @@ mod tests {
             .expect("pg");
         assert_eq!(ebs.record.method, VolumeMethod::CsiDataMover);
         assert_eq!(ebs.record.snapshot_class.as_deref(), Some("ebs"));
+    }
+
+    /// Review #10: a plan backs up what the DisruptionPolicy protects, as the holds and the gate do; a
+    /// StatefulSet pod the policy leaves out is moved like any other pod, with no backup of its own.
+    #[test]
+    fn the_policys_protection_decides_what_is_backed_up() {
+        let only_pg: crate::api::policy::ProtectionSpec = serde_json::from_value(json!({
+            "podSelector": {"matchLabels": {"app": "pg"}}
+        }))
+        .expect("a protection spec");
+        let protects = |p: &Pod| crate::planning::protection::protects(&only_pg, p, None);
+        let plan = World::new().plan_protecting(&spec(json!({})), &protects);
+        let backed_up: Vec<(&str, Vec<&str>)> = plan
+            .backups
+            .iter()
+            .map(|b| {
+                (
+                    b.namespace.as_str(),
+                    b.pods.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(backed_up, [("db", vec!["pg-0"])]);
+        let rabbit = plan
+            .evictions
+            .iter()
+            .find(|e| e.name == "rabbit-2")
+            .expect("the excluded StatefulSet pod is still evicted");
+        assert!(!rabbit.protected);
+        assert!(
+            plan.evictions
+                .iter()
+                .any(|e| e.name == "pg-0" && e.protected)
+        );
     }
 
     #[test]

@@ -31,6 +31,32 @@ pub fn protects(
     ) && matches(&spec.namespace_selector, namespace_labels.unwrap_or(&empty))
 }
 
+/// As [`protects`], for a namespace whose labels may not be known yet (not in the cache): without them
+/// the namespace selector is left out, so the pod is protected more, never less. Planning and the gate
+/// judge with it; the hold keeper waits for the labels instead.
+pub fn protects_or_more(
+    spec: &ProtectionSpec,
+    pod: &Pod,
+    namespace_labels: Option<&BTreeMap<String, String>>,
+) -> bool {
+    match namespace_labels {
+        Some(labels) => protects(spec, pod, Some(labels)),
+        None => protects(
+            &ProtectionSpec {
+                namespace_selector: None,
+                ..spec.clone()
+            },
+            pod,
+            None,
+        ),
+    }
+}
+
+/// The default rule alone (StatefulSet pods with a PVC), for callers without a policy (tests, benches).
+pub fn default_rule(pod: &Pod) -> bool {
+    ProtectionRule::default().protects(pod)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -44,7 +44,7 @@ use tokio::sync::watch;
 
 use crate::api::DisruptionPlan;
 use crate::api::lenient;
-use crate::api::policy::{DisruptionPolicySpec, ProtectionSpec};
+use crate::api::policy::DisruptionPolicySpec;
 use crate::planning::protection;
 use crate::telemetry::Metrics;
 
@@ -166,17 +166,7 @@ pub async fn start(
                 .as_deref()
                 .and_then(|ns| namespaces.get("", ns))
                 .map(|n| n.metadata.labels.clone().unwrap_or_default());
-            match labels {
-                Some(labels) => protection::protects(&spec, p, Some(&labels)),
-                None => protection::protects(
-                    &ProtectionSpec {
-                        namespace_selector: None,
-                        ..spec
-                    },
-                    p,
-                    None,
-                ),
-            }
+            protection::protects_or_more(&spec, p, labels.as_ref())
         })
     };
     let (starter, starting) =

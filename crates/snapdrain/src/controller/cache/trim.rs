@@ -357,6 +357,7 @@ mod tests {
                         pvs: &[],
                         snapshot_classes: &[],
                         existing_backups: &[],
+                        protects: &crate::planning::protection::default_rule,
                     },
                     &spec,
                     &valid,

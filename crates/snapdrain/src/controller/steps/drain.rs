@@ -109,7 +109,8 @@ async fn drain_node(
         // The node is already gone (someone else terminated it): nothing left to drain.
         return Ok(NodeDrain::Done);
     };
-    let inputs = inv.inputs(&[]);
+    let protects = inventory::policy_protects(io.policy.as_ref(), &io.caches.namespaces);
+    let inputs = inv.inputs(&[], &protects);
     let plan = plan_node(&inputs, &v.plan.spec, v.valid, v.clock());
     // The pods to evict are fixed on the first look, by UID: a DaemonSet or tolerating pod that comes
     // back later is not waited for (kubectl likewise waits only for the pods it evicted). They are

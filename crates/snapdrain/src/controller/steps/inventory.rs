@@ -29,11 +29,34 @@ pub struct NodeInventory {
     pub snapshot_classes: Vec<SnapshotClass>,
 }
 
+/// The DisruptionPolicy's protection (the default one until the policy is read), judged with the
+/// namespaces' labels from the cache: what a plan backs up is what the holds and the gate keep.
+pub fn policy_protects<'a>(
+    policy: Option<&'a crate::api::DisruptionPolicySpec>,
+    namespaces: &'a Cache<k8s_openapi::api::core::v1::Namespace>,
+) -> impl Fn(&Pod) -> bool + Sync + 'a {
+    move |pod: &Pod| {
+        let labels = pod
+            .metadata
+            .namespace
+            .as_deref()
+            .and_then(|ns| namespaces.get("", ns))
+            .map(|n| n.metadata.labels.clone().unwrap_or_default());
+        match policy {
+            Some(p) => {
+                crate::planning::protection::protects_or_more(&p.protection, pod, labels.as_ref())
+            }
+            None => crate::planning::protection::default_rule(pod),
+        }
+    }
+}
+
 impl NodeInventory {
     /// What [`crate::planning::plan_node`] reads of this inventory, with the backups it may reuse.
     pub fn inputs<'a>(
         &'a self,
         existing_backups: &'a [crate::planning::ReusableBackup],
+        protects: &'a (dyn Fn(&Pod) -> bool + Sync),
     ) -> crate::planning::NodeInputs<'a> {
         crate::planning::NodeInputs {
             node: &self.node,
@@ -44,6 +67,7 @@ impl NodeInventory {
             pvs: &self.pvs,
             snapshot_classes: &self.snapshot_classes,
             existing_backups,
+            protects,
         }
     }
 

@@ -143,7 +143,8 @@ async fn look(
         if v.plan.spec.backup.method != crate::api::plan::BackupMethod::FileSystem {
             inv.read_snapshot_classes(io.client).await?;
         }
-        let inputs = inv.inputs(reusable);
+        let protects = inventory::policy_protects(io.policy.as_ref(), &io.caches.namespaces);
+        let inputs = inv.inputs(reusable, &protects);
         let plan = plan_node(&inputs, &v.plan.spec, v.valid, v.clock());
         seen.pods.extend(inv.pods.iter().cloned());
         seen.refusals.extend(plan.refusal_message());
