@@ -92,6 +92,9 @@ pub struct NodePlan {
     pub local_storage_refusals: Vec<String>,
     /// `ns/name` of pods no controller owns (nothing recreates them), refused unless `drain.force`.
     pub unreplicated_refusals: Vec<String>,
+    /// Protected pods that are not Running, with the claims a file-system backup would copy: Velero
+    /// skips them, so the plan waits for the pod to run (`ns/name (claims)`).
+    pub not_running_refusals: Vec<String>,
     /// PersistentVolumes of the pods to evict: wait for their VolumeAttachments before terminating.
     pub persistent_volumes: Vec<String>,
     /// Things a person should know that do not stop the plan (unknown StatefulSet, missing PVC, several PDBs).
@@ -116,6 +119,14 @@ impl NodePlan {
                  nothing recreates such a pod once evicted: in a DisruptionPlan set spec.drain.force: true \
                  to evict them anyway",
                 self.unreplicated_refusals.join(", ")
+            ));
+        }
+        if !self.not_running_refusals.is_empty() {
+            parts.push(format!(
+                "waiting for protected pods to run: {}; Velero's file-system backup skips the volumes of a \
+                 pod that is not Running, and a node-local volume is lost with its node: get the pod \
+                 running, leave it out with the DisruptionPolicy's spec.protection, or delete the plan",
+                self.not_running_refusals.join(", ")
             ));
         }
         (!parts.is_empty()).then(|| parts.join("; "))
@@ -339,7 +350,39 @@ pub fn plan_node(
             need
         })
         .collect();
+    plan.not_running_refusals = not_running_refusals(inputs, &plan.backups);
     plan
+}
+
+/// Protected pods that are not Running whose claims a file-system backup would copy. Velero's
+/// file-system backup skips every volume of such a pod without failing the Backup (velero
+/// `pkg/podvolume/backupper.go` `BackupPodVolumes`: "pod is not in the expected status"), so the
+/// backup could never be verified; a CSI snapshot does not need the pod.
+fn not_running_refusals(inputs: &NodeInputs<'_>, backups: &[BackupNeed]) -> Vec<String> {
+    let mut out = Vec::new();
+    for pod in inputs.pods {
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        if running || !(inputs.protects)(pod) {
+            continue;
+        }
+        let (ns, name) = (namespace_of(pod), name_of(pod));
+        let Some(need) = backups.iter().find(|b| b.namespace == ns) else {
+            continue;
+        };
+        let copied: Vec<&str> = pvc_claims(pod)
+            .filter(|c| {
+                need.volumes.iter().any(|v| {
+                    v.record.pvc == *c
+                        && v.record.method == crate::api::volume::VolumeMethod::FileSystem
+                })
+            })
+            .collect();
+        if !copied.is_empty() {
+            out.push(format!("{ns}/{name} ({})", copied.join(", ")));
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Under `Auto`, makes a namespace's volume methods expressible in one Backup ([`settle_methods`]).
@@ -637,6 +680,59 @@ mod tests {
             .expect("pg");
         assert_eq!(ebs.record.method, VolumeMethod::CsiDataMover);
         assert_eq!(ebs.record.snapshot_class.as_deref(), Some("ebs"));
+    }
+
+    /// Review #10: a protected pod that is not Running has its file-system-backed volumes skipped by
+    /// Velero, so the plan waits for it (saying why) instead of failing every attempt; a volume a CSI
+    /// snapshot takes does not need the pod to run.
+    #[test]
+    fn a_protected_pod_that_is_not_running_makes_the_plan_wait_for_it() {
+        let mut w = World::new();
+        for p in &mut w.pods {
+            if p.metadata.name.as_deref() == Some("pg-0") {
+                p.status =
+                    Some(serde_json::from_value(json!({"phase": "Pending"})).expect("status"));
+            }
+        }
+        let plan = w.plan(&spec(json!({})));
+        assert_eq!(plan.not_running_refusals, ["db/pg-0 (data-pg-0)"]);
+        let message = plan.refusal_message().expect("the plan waits");
+        assert!(
+            message.contains("waiting for protected pods to run: db/pg-0"),
+            "{message}"
+        );
+        // Release plans wait too (Velero skips the volume whoever drains).
+        let release = w.plan(&spec(json!({"mode": "Release"})));
+        assert_eq!(release.not_running_refusals, ["db/pg-0 (data-pg-0)"]);
+        // EBS volumes are snapshotted under Auto (every volume of the namespace is known: one of
+        // unknown kind would turn them all to file-system backups): no file-system copy, no wait.
+        w.pvs = ["pv-pg-0", "pv-redis-1", "pv-aof-1"]
+            .iter()
+            .map(|name| {
+                pv(
+                    name,
+                    json!({"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": format!("vol-{name}")}}),
+                )
+            })
+            .collect();
+        w.snapshot_classes = vec![SnapshotClass {
+            name: "ebs".into(),
+            driver: "ebs.csi.aws.com".into(),
+            velero_label: true,
+            default: false,
+        }];
+        let auto = w.plan(&spec(json!({"backup": {"method": "auto"}})));
+        assert!(
+            auto.not_running_refusals.is_empty(),
+            "{:?}",
+            auto.not_running_refusals
+        );
+        assert!(
+            World::new()
+                .plan(&spec(json!({})))
+                .not_running_refusals
+                .is_empty()
+        );
     }
 
     /// Review #10: a plan backs up what the DisruptionPolicy protects, as the holds and the gate do; a

@@ -45,9 +45,10 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
     }
     if !seen.refusals.is_empty() {
         out.status.message = Some(seen.refusals.join("; "));
+        // Looked at again soon: a pod that starts running or a person's fix ends the wait.
         return Ok(out.then(Next::Wait {
             wake: Wake::Never,
-            recheck: Duration::from_secs(30),
+            recheck: Duration::from_secs(10),
         }));
     }
     if let Some((pods, message, none_left)) = left_unbacked(v.plan, &seen.pods) {
