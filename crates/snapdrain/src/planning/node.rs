@@ -356,8 +356,8 @@ pub fn plan_node(
 
 /// Protected pods that are not Running whose claims a file-system backup would copy. Velero's
 /// file-system backup skips every volume of such a pod without failing the Backup (velero
-/// `pkg/podvolume/backupper.go` `BackupPodVolumes`: "pod is not in the expected status"), so the
-/// backup could never be verified; a CSI snapshot does not need the pod.
+/// `pkg/podvolume/backupper.go` `BackupPodVolumes`, its check of the pod's phase), so the backup could
+/// never be verified; a CSI snapshot does not need the pod.
 fn not_running_refusals(inputs: &NodeInputs<'_>, backups: &[BackupNeed]) -> Vec<String> {
     let mut out = Vec::new();
     for pod in inputs.pods {
