@@ -32,26 +32,28 @@ const BACKUP_GROWTH: usize = 4 * 1024;
 /// What the status as a whole can gain: conditions, message, timings, summary, release records.
 const FIXED_GROWTH: usize = 40 * 1024;
 
-/// Cuts `text` to at most `max` bytes as JSON writes it: characters JSON escapes into longer sequences
-/// (control characters, quotes, backslashes) become plain ones first, and a cut text ends in "...".
+/// Cuts `text` to at most `max` bytes as JSON writes it (a quote or backslash takes two; control
+/// characters, which JSON escapes into up to six, become spaces); a cut text ends in "...".
 pub fn bounded(text: &str, max: usize) -> String {
-    let plain: String = text
-        .chars()
-        .map(|c| match c {
-            '"' => '\'',
-            '\\' => '/',
-            c if c.is_control() => ' ',
-            c => c,
-        })
-        .collect();
-    if plain.len() <= max {
-        return plain;
+    let json_len = |c: char| match c {
+        '"' | '\\' => 2,
+        c => c.len_utf8(),
+    };
+    let plain = text.chars().map(|c| if c.is_control() { ' ' } else { c });
+    if plain.clone().map(json_len).sum::<usize>() <= max {
+        return plain.collect();
     }
-    let mut end = max.saturating_sub(3);
-    while !plain.is_char_boundary(end) {
-        end -= 1;
+    let mut out = String::new();
+    let mut used = 0;
+    for c in plain {
+        if used + json_len(c) > max.saturating_sub(3) {
+            break;
+        }
+        used += json_len(c);
+        out.push(c);
     }
-    format!("{}...", &plain[..end])
+    out.push_str("...");
+    out
 }
 
 fn bound(field: &mut Option<String>, max: usize) {
@@ -299,6 +301,7 @@ mod tests {
             "ééééé",
             &"x".repeat(500),
             &"é".repeat(500),
+            &"\"".repeat(500),
         ] {
             let cut = bounded(text, 50);
             let as_json = serde_json::to_string(&cut).expect("a string");
@@ -308,6 +311,9 @@ mod tests {
                 as_json.len()
             );
         }
+        // A server's quotes are kept as they are.
+        let forbidden = r#"pods "pg-0" is forbidden"#;
+        assert_eq!(bounded(forbidden, 50), forbidden);
         assert_eq!(bounded("short", 50), "short");
         assert!(bounded(&"y".repeat(60), 50).ends_with("..."));
     }
