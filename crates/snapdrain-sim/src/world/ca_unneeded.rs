@@ -34,9 +34,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::objects::{
-    annotation, bytes, cpu_millis, is_terminal, label, name, node_ready, pod_requests,
-};
+use super::objects::{annotation, bytes, cpu_millis, is_terminal, label, node_ready, pod_requests};
 
 pub const DELETION_CANDIDATE_TAINT: &str = "DeletionCandidateOfClusterAutoscaler";
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
@@ -258,11 +256,6 @@ pub fn by_node(pods: &[std::sync::Arc<Value>]) -> HashMap<String, Vec<std::sync:
         }
     }
     out
-}
-
-/// The node names in `nodes`, for the audit log.
-pub fn names(nodes: &[&Value]) -> Vec<String> {
-    nodes.iter().map(|n| name(n).to_string()).collect()
 }
 
 #[cfg(test)]

@@ -670,7 +670,7 @@ async fn autoscaler_finds_an_unneeded_node_itself_gives_up_at_the_gate_and_comes
         .next()
         .ok_or("tainted before it failed")?;
     assert!(
-        time_of(&first)? - time_of(&unneeded)? >= jiff::SignedDuration::from_secs(1),
+        time_of(&first)?.duration_since(time_of(&unneeded)?) >= jiff::SignedDuration::from_secs(1),
         "drained only after the unneeded time: {} then {}",
         unneeded.time,
         first.time
@@ -689,7 +689,7 @@ async fn autoscaler_finds_an_unneeded_node_itself_gives_up_at_the_gate_and_comes
     let tainted = env.world("scale-down-tainted", "ng-a");
     assert_eq!(tainted.len(), 2, "a second scale-down: {tainted:?}");
     assert!(
-        time_of(&tainted[1])? - time_of(&failed)? >= jiff::SignedDuration::from_millis(500),
+        time_of(&tainted[1])?.duration_since(time_of(&failed)?) >= jiff::SignedDuration::from_millis(500),
         "not before the delay after a failure: {} then {}",
         failed.time,
         tainted[1].time
