@@ -99,7 +99,9 @@ fn owner_kinds(pod: &Value) -> impl Iterator<Item = (&str, bool)> {
 
 /// The drainability rules in `rules.go` `Default` order, those that matter here: `mirror` (skip),
 /// `daemonset` (skip), `safetoevict` (`safe-to-evict: "true"` moves the pod, whatever follows),
-/// `terminal` (skip), `replicated` (a pod no controller owns blocks: `NotReplicated`), `notsafetoevict`
+/// `terminal` (skip), `replicated` (a pod no ReplicationController, Job, ReplicaSet or StatefulSet
+/// controls blocks: `NotReplicated`; a custom controller's pod too, e.g. Velero 1.17's PodVolumeBackup
+/// hosting pod, so a file-system backup running on a node keeps CA off it), `notsafetoevict`
 /// (`safe-to-evict: "false"` blocks: `NotSafeToEvictAnnotation`), `localstorage` (an emptyDir or hostPath
 /// volume blocks, as `--skip-nodes-with-local-storage` is true by default: `LocalStorageRequested`).
 pub fn drainability(pod: &Value) -> Drain {
@@ -115,7 +117,16 @@ pub fn drainability(pod: &Value) -> Drain {
     if is_terminal(pod) {
         return Drain::Skip;
     }
-    if !owner_kinds(pod).any(|(_, controller)| controller) {
+    // `replicated/rule.go` under `--skip-nodes-with-custom-controller-pods` (true by default): only
+    // these controllers' pods count as replicated (`replicatedKind`).
+    let replicated = owner_kinds(pod).any(|(kind, controller)| {
+        controller
+            && matches!(
+                kind,
+                "ReplicationController" | "Job" | "ReplicaSet" | "StatefulSet"
+            )
+    });
+    if !replicated {
         return Drain::Block("NotReplicated");
     }
     if annotation(pod, SAFE_TO_EVICT) == Some("false") {
@@ -328,6 +339,8 @@ mod tests {
         );
         let bare = pod("100m", "1Gi", None, json!({}), json!([]));
         assert_eq!(drainability(&bare), Drain::Block("NotReplicated"));
+        let custom = pod("100m", "1Gi", Some("PodVolumeBackup"), json!({}), json!([]));
+        assert_eq!(drainability(&custom), Drain::Block("NotReplicated"));
         let bare_allowed = pod("100m", "1Gi", None, json!({SAFE_TO_EVICT: "true"}), json!([]));
         assert_eq!(drainability(&bare_allowed), Drain::Move);
         let scratch = pod(
