@@ -84,7 +84,10 @@ async fn protected_on_ca_node(h: &Harness) -> BTreeMap<String, std::collections:
             .map(|l| l
                 .items
                 .iter()
-                .map(|p| (p.name_any(), p.spec.as_ref().and_then(|s| s.node_name.clone())))
+                .map(|p| (
+                    p.name_any(),
+                    p.spec.as_ref().and_then(|s| s.node_name.clone())
+                ))
                 .collect::<Vec<_>>())
     );
     protected
@@ -183,8 +186,9 @@ async fn cluster_autoscalers_unneeded_mark_starts_the_backup_before_its_drain() 
     // The soft taint came first. It may be off now: while Velero's hosting pod (owned by its
     // PodVolumeBackup, a custom controller) runs there, CA's `replicated` rule keeps the node needed.
     assert!(
-        h.audit().iter().any(|e| e.verb == "scale-down-unneeded"
-            && e.name.as_deref() == Some(CA_NODE)),
+        h.audit()
+            .iter()
+            .any(|e| e.verb == "scale-down-unneeded" && e.name.as_deref() == Some(CA_NODE)),
         "CA marked the node unneeded"
     );
     assert!(

@@ -163,7 +163,8 @@ pub async fn run(ctx: Arc<WorldContext>, config: AutoscalerConfig, mut requests:
     let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
     let last_failure: Arc<Mutex<Option<Instant>>> = Arc::default();
     let mut planner = Planner::default();
-    let mut scan = tokio::time::interval(config.settings.scan_interval.max(Duration::from_millis(10)));
+    let mut scan =
+        tokio::time::interval(config.settings.scan_interval.max(Duration::from_millis(10)));
     scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let node = tokio::select! {

@@ -116,7 +116,11 @@ pub fn find_unneeded(ctx: &WorldContext, threshold: f64) -> Vec<(String, f64)> {
 }
 
 /// Brings the soft taints where this scan's verdicts put them.
-async fn soft_taints(ctx: &WorldContext, config: &AutoscalerConfig, unneeded: &HashMap<String, f64>) {
+async fn soft_taints(
+    ctx: &WorldContext,
+    config: &AutoscalerConfig,
+    unneeded: &HashMap<String, f64>,
+) {
     let (all, _) = ctx.store.snapshot(&nodes());
     for node in &all {
         let n = name(node);
@@ -142,19 +146,27 @@ async fn soft_taints(ctx: &WorldContext, config: &AutoscalerConfig, unneeded: &H
                         json!({"taint": DELETION_CANDIDATE_TAINT, "value": value,
                             "effect": "PreferNoSchedule", "utilization": u, "by": BY}),
                     ),
-                    Err(e) => tracing::debug!(node = n, error = %e, "soft taint on node adding error"),
+                    Err(e) => {
+                        tracing::debug!(node = n, error = %e, "soft taint on node adding error")
+                    }
                 }
             }
-            (None, true) => match node_taints::remove(&config.client, n, &[DELETION_CANDIDATE_TAINT], false).await {
-                Ok(_) => ctx.audit.world(
-                    "scale-down-needed",
-                    "nodes",
-                    None,
-                    Some(n),
-                    json!({"taint": DELETION_CANDIDATE_TAINT, "by": BY}),
-                ),
-                Err(e) => tracing::debug!(node = n, error = %e, "soft taint on node removal error"),
-            },
+            (None, true) => {
+                match node_taints::remove(&config.client, n, &[DELETION_CANDIDATE_TAINT], false)
+                    .await
+                {
+                    Ok(_) => ctx.audit.world(
+                        "scale-down-needed",
+                        "nodes",
+                        None,
+                        Some(n),
+                        json!({"taint": DELETION_CANDIDATE_TAINT, "by": BY}),
+                    ),
+                    Err(e) => {
+                        tracing::debug!(node = n, error = %e, "soft taint on node removal error")
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -171,10 +183,9 @@ impl Planner {
         drains_free: bool,
     ) -> Option<String> {
         let s = &config.settings;
-        let found: HashMap<String, f64> =
-            find_unneeded(ctx, s.scale_down_utilization_threshold)
-                .into_iter()
-                .collect();
+        let found: HashMap<String, f64> = find_unneeded(ctx, s.scale_down_utilization_threshold)
+            .into_iter()
+            .collect();
         let now = Instant::now();
         self.unneeded.update(found.keys().map(String::as_str), now);
         soft_taints(ctx, config, &found).await;

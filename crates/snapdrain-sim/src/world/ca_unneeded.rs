@@ -285,10 +285,17 @@ mod tests {
         node(json!({}), json!({NODE_GROUP_LABEL: "workers"}), json!([]))
     }
 
-    fn pod(cpu: &str, memory: &str, owner: Option<&str>, annotations: Value, volumes: Value) -> Value {
-        let owners = owner.map_or(json!([]), |k| {
-            json!([{"kind": k, "name": "o", "uid": "u", "controller": true}])
-        });
+    fn pod(
+        cpu: &str,
+        memory: &str,
+        owner: Option<&str>,
+        annotations: Value,
+        volumes: Value,
+    ) -> Value {
+        let owners = owner.map_or(
+            json!([]),
+            |k| json!([{"kind": k, "name": "o", "uid": "u", "controller": true}]),
+        );
         json!({"metadata": {"name": "p", "namespace": "shop", "ownerReferences": owners,
                 "annotations": annotations},
             "spec": {"nodeName": "ng-a", "volumes": volumes, "containers": [{"name": "c",
@@ -329,7 +336,10 @@ mod tests {
             json!({SAFE_TO_EVICT: "false"}),
             json!([]),
         );
-        assert_eq!(drainability(&held), Drain::Block("NotSafeToEvictAnnotation"));
+        assert_eq!(
+            drainability(&held),
+            Drain::Block("NotSafeToEvictAnnotation")
+        );
         assert_eq!(
             candidate(&n, &[&sts("100m"), &held], 0.5),
             Err(Unremovable::BlockedByPod(
@@ -341,7 +351,13 @@ mod tests {
         assert_eq!(drainability(&bare), Drain::Block("NotReplicated"));
         let custom = pod("100m", "1Gi", Some("PodVolumeBackup"), json!({}), json!([]));
         assert_eq!(drainability(&custom), Drain::Block("NotReplicated"));
-        let bare_allowed = pod("100m", "1Gi", None, json!({SAFE_TO_EVICT: "true"}), json!([]));
+        let bare_allowed = pod(
+            "100m",
+            "1Gi",
+            None,
+            json!({SAFE_TO_EVICT: "true"}),
+            json!([]),
+        );
         assert_eq!(drainability(&bare_allowed), Drain::Move);
         let scratch = pod(
             "100m",
@@ -350,7 +366,10 @@ mod tests {
             json!({}),
             json!([{"name": "tmp", "emptyDir": {}}]),
         );
-        assert_eq!(drainability(&scratch), Drain::Block("LocalStorageRequested"));
+        assert_eq!(
+            drainability(&scratch),
+            Drain::Block("LocalStorageRequested")
+        );
         let with_pvc = pod(
             "100m",
             "1Gi",
@@ -363,7 +382,13 @@ mod tests {
 
     #[test]
     fn daemonset_and_mirror_pods_neither_move_nor_block() {
-        let ds = pod("100m", "1Gi", Some("DaemonSet"), json!({}), json!([{"name": "h", "hostPath": {}}]));
+        let ds = pod(
+            "100m",
+            "1Gi",
+            Some("DaemonSet"),
+            json!({}),
+            json!([{"name": "h", "hostPath": {}}]),
+        );
         assert_eq!(drainability(&ds), Drain::Skip);
         let mirror = pod(
             "100m",
@@ -378,8 +403,15 @@ mod tests {
 
     #[test]
     fn only_ready_nodes_of_a_node_group_not_already_going_are_candidates() {
-        let karpenter = node(json!({}), json!({"karpenter.sh/nodepool": "default"}), json!([]));
-        assert_eq!(candidate(&karpenter, &[], 0.5), Err(Unremovable::NotAutoscaled));
+        let karpenter = node(
+            json!({}),
+            json!({"karpenter.sh/nodepool": "default"}),
+            json!([]),
+        );
+        assert_eq!(
+            candidate(&karpenter, &[], 0.5),
+            Err(Unremovable::NotAutoscaled)
+        );
         let disabled = node(
             json!({SCALE_DOWN_DISABLED: "true"}),
             json!({NODE_GROUP_LABEL: "workers"}),
@@ -403,7 +435,10 @@ mod tests {
         assert_eq!(candidate(&unready, &[], 0.5), Err(Unremovable::NotReady));
         let mut no_instance = managed();
         no_instance["spec"]["providerID"] = json!("kind://docker/x");
-        assert_eq!(candidate(&no_instance, &[], 0.5), Err(Unremovable::NotAutoscaled));
+        assert_eq!(
+            candidate(&no_instance, &[], 0.5),
+            Err(Unremovable::NotAutoscaled)
+        );
     }
 
     #[test]
@@ -412,7 +447,10 @@ mod tests {
         let unneeded_time = Duration::from_secs(600);
         let mut u = Unneeded::default();
         u.update(["a", "b"], t0);
-        assert!(u.removable(t0 + unneeded_time, unneeded_time).is_empty(), "not yet: strictly after");
+        assert!(
+            u.removable(t0 + unneeded_time, unneeded_time).is_empty(),
+            "not yet: strictly after"
+        );
         // `a` stays unneeded and keeps its first time; `b` was needed for a scan and starts over.
         u.update(["a"], t0 + Duration::from_secs(300));
         u.update(["a", "b"], t0 + Duration::from_secs(400));

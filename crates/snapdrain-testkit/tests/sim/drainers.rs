@@ -658,7 +658,10 @@ async fn autoscaler_finds_an_unneeded_node_itself_gives_up_at_the_gate_and_comes
     join_node_group(&env, "ng-a").await?;
     join_node_group(&env, "ng-b").await?;
     let unneeded = env.await_world("scale-down-unneeded", "ng-a").await;
-    assert_eq!(unneeded.detail["taint"], "DeletionCandidateOfClusterAutoscaler");
+    assert_eq!(
+        unneeded.detail["taint"],
+        "DeletionCandidateOfClusterAutoscaler"
+    );
     assert_eq!(unneeded.detail["effect"], "PreferNoSchedule");
     let node = env.node("ng-a").await?.ok_or("ng-a is there")?;
     let soft = taint(&node, "DeletionCandidateOfClusterAutoscaler").ok_or("soft-tainted")?;
@@ -677,7 +680,9 @@ async fn autoscaler_finds_an_unneeded_node_itself_gives_up_at_the_gate_and_comes
     );
     assert_eq!(failed.detail["untainted"], true);
     assert!(
-        env.attempts("db-0", CA).iter().all(|(code, _)| *code == 429),
+        env.attempts("db-0", CA)
+            .iter()
+            .all(|(code, _)| *code == 429),
         "the gate refused every attempt"
     );
     // ng-b's pod is not safe to evict: never unneeded, never tainted.
@@ -689,7 +694,8 @@ async fn autoscaler_finds_an_unneeded_node_itself_gives_up_at_the_gate_and_comes
     let tainted = env.world("scale-down-tainted", "ng-a");
     assert_eq!(tainted.len(), 2, "a second scale-down: {tainted:?}");
     assert!(
-        time_of(&tainted[1])?.duration_since(time_of(&failed)?) >= jiff::SignedDuration::from_millis(500),
+        time_of(&tainted[1])?.duration_since(time_of(&failed)?)
+            >= jiff::SignedDuration::from_millis(500),
         "not before the delay after a failure: {} then {}",
         failed.time,
         tainted[1].time

@@ -258,7 +258,10 @@ pub struct ProtectionSpec {
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct HoldsSpec {
-    /// How protected pods are kept from Cluster Autoscaler's scale-down.
+    /// How protected pods are kept from Cluster Autoscaler's scale-down. `Gate` (default): no annotation;
+    /// CA may pick the node, its soft taint starts the backup and its drain waits at the eviction gate
+    /// (unheld if the gate is off or down). `SafeToEvictFalse`: `safe-to-evict: "false"` on every
+    /// protected pod; CA never scales down a node running one.
     #[serde(default)]
     pub cluster_autoscaler: ClusterAutoscalerHold,
 }

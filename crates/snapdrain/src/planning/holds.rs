@@ -285,7 +285,10 @@ mod tests {
 
     #[test]
     fn under_the_gate_setting_a_pod_gets_do_not_disrupt_alone_and_loses_snapdrains_safe_to_evict() {
-        let p = apply(&pod(&[]), &place(&pod(&[]), GATE).expect("a new pod is held"));
+        let p = apply(
+            &pod(&[]),
+            &place(&pod(&[]), GATE).expect("a new pod is held"),
+        );
         assert_eq!(ann(&p, DO_NOT_DISRUPT_ANNOTATION), Some("true"));
         assert_eq!(ann(&p, SAFE_TO_EVICT_ANNOTATION), None);
         assert_eq!(state(&p), HoldState::Held(vec!["do-not-disrupt".into()]));
@@ -298,7 +301,10 @@ mod tests {
         assert_eq!(place(&now, GATE), None);
         // A user's own safe-to-evict stays, whatever it says.
         let users = pod(&[(SAFE_TO_EVICT_ANNOTATION, "false")]);
-        let held = apply(&users, &place(&users, GATE).expect("do-not-disrupt is missing"));
+        let held = apply(
+            &users,
+            &place(&users, GATE).expect("do-not-disrupt is missing"),
+        );
         assert_eq!(ann(&held, SAFE_TO_EVICT_ANNOTATION), Some("false"));
         assert_eq!(place(&held, GATE), None);
         // Restoring after a release puts back only what the setting wants.
@@ -361,7 +367,10 @@ mod tests {
 
     #[test]
     fn a_new_pod_gets_both_holds_marked_as_snapdrains() {
-        let p = apply(&pod(&[]), &place(&pod(&[]), BLOCK).expect("a new pod is held"));
+        let p = apply(
+            &pod(&[]),
+            &place(&pod(&[]), BLOCK).expect("a new pod is held"),
+        );
         assert_eq!(ann(&p, DO_NOT_DISRUPT_ANNOTATION), Some("true"));
         assert_eq!(ann(&p, SAFE_TO_EVICT_ANNOTATION), Some("false"));
         assert_eq!(
@@ -407,7 +416,11 @@ mod tests {
         assert_eq!(state(&r), HoldState::Released("plan-a".into()));
         assert_eq!(ann(&r, DO_NOT_DISRUPT_ANNOTATION), None);
         assert_eq!(ann(&r, SAFE_TO_EVICT_ANNOTATION), None);
-        assert_eq!(place(&r, BLOCK), None, "the keeper leaves a released pod alone");
+        assert_eq!(
+            place(&r, BLOCK),
+            None,
+            "the keeper leaves a released pod alone"
+        );
         assert_eq!(
             release(&r, "plan-a"),
             None,

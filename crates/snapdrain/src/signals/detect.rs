@@ -568,7 +568,8 @@ mod tests {
     }
 
     #[test]
-    fn cluster_autoscalers_unneeded_mark_starts_a_plan_before_its_drain_and_is_no_drain_under_way() {
+    fn cluster_autoscalers_unneeded_mark_starts_a_plan_before_its_drain_and_is_no_drain_under_way()
+    {
         let unneeded = node(
             json!([{"key": CLUSTER_AUTOSCALER_CANDIDATE_TAINT, "value": "1764590000", "effect": "PreferNoSchedule"}]),
         );
