@@ -45,6 +45,7 @@ async fn ca_cluster(unneeded_time: Duration) -> Harness {
             scale_down_enabled: true,
             scan_interval: Duration::from_millis(500),
             scale_down_unneeded_time: unneeded_time,
+            scale_down_delay_after_failure: Duration::from_secs(2),
             eviction_retry_time: Duration::from_secs(1),
             max_pod_eviction_time: Duration::from_secs(90),
             pod_eviction_headroom: Duration::from_secs(2),

@@ -655,6 +655,8 @@ async fn autoscaler_finds_an_unneeded_node_itself_gives_up_at_the_gate_and_comes
     )
     .await?;
     env.running(&[("shop", "db-0"), ("shop", "db-1")]).await;
+    // CA finds ng-a unneeded no earlier than it joins the node group.
+    let joined = jiff::Timestamp::now();
     join_node_group(&env, "ng-a").await?;
     join_node_group(&env, "ng-b").await?;
     let unneeded = env.await_world("scale-down-unneeded", "ng-a").await;
@@ -672,9 +674,11 @@ async fn autoscaler_finds_an_unneeded_node_itself_gives_up_at_the_gate_and_comes
         .into_iter()
         .next()
         .ok_or("tainted before it failed")?;
+    // Audit times have whole milliseconds.
     assert!(
-        time_of(&first)?.duration_since(time_of(&unneeded)?) >= jiff::SignedDuration::from_secs(1),
-        "drained only after the unneeded time: {} then {}",
+        unneeded.seq < first.seq
+            && time_of(&first)?.duration_since(joined) >= jiff::SignedDuration::from_millis(999),
+        "drained only after the unneeded time: joined at {joined}, unneeded at {}, drained at {}",
         unneeded.time,
         first.time
     );
@@ -691,11 +695,13 @@ async fn autoscaler_finds_an_unneeded_node_itself_gives_up_at_the_gate_and_comes
     // The gate now allows: CA comes back to the node, still unneeded, and removes it.
     env.gate.deny.store(false, Ordering::SeqCst);
     let deleted = env.await_world("scale-down-deleted", "ng-a").await;
+    // The gate may still refuse the next attempt if it starts before the test allows: CA then fails
+    // and comes back once more.
     let tainted = env.world("scale-down-tainted", "ng-a");
-    assert_eq!(tainted.len(), 2, "a second scale-down: {tainted:?}");
+    assert!(tainted.len() >= 2, "a second scale-down: {tainted:?}");
     assert!(
         time_of(&tainted[1])?.duration_since(time_of(&failed)?)
-            >= jiff::SignedDuration::from_millis(500),
+            >= jiff::SignedDuration::from_millis(499),
         "not before the delay after a failure: {} then {}",
         failed.time,
         tainted[1].time
