@@ -14,9 +14,11 @@
 //! again: CA comes back to it later.
 //!
 //! Reads nodes and pods from the store, as CA reads its informers' caches; writes taints through the API
-//! server, as CA does.
+//! server, as CA does. The audit log has `scale-down-unneeded` and `scale-down-needed` (the soft taint
+//! placed or taken off) and `scale-down-unremovable` (a node of a node group CA keeps, and why: CA's
+//! `simulator.UnremovableReason`, written when it changes).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Taint;
@@ -25,7 +27,9 @@ use tokio::time::Instant;
 
 use super::WorldContext;
 use super::autoscaler::AutoscalerConfig;
-use super::ca_unneeded::{self, DELETION_CANDIDATE_TAINT, TO_BE_DELETED_TAINT, Unneeded};
+use super::ca_unneeded::{
+    self, DELETION_CANDIDATE_TAINT, TO_BE_DELETED_TAINT, Unneeded, Unremovable,
+};
 use super::node_taints;
 use super::objects::{name, namespace, nodes, pods};
 use super::scheduler::{Usage, fits, volume_constraints};
@@ -36,6 +40,8 @@ const BY: &str = "cluster-autoscaler";
 #[derive(Default)]
 pub struct Planner {
     unneeded: Unneeded,
+    /// Each unremovable node's last reported reason.
+    reported: BTreeMap<String, String>,
     /// When the last scale-down failed.
     pub last_failure: Option<Instant>,
 }
@@ -46,9 +52,12 @@ fn has_taint(node: &Value, key: &str) -> bool {
         .is_some_and(|ts| ts.iter().any(|t| t["key"] == key))
 }
 
-/// One pass of `FindNodesToRemove`: the unneeded nodes, by name, each with its utilisation. Nodes found
-/// unneeded earlier in the pass are no destination for later ones, and what moved onto a node counts.
-pub fn find_unneeded(ctx: &WorldContext, threshold: f64) -> Vec<(String, f64)> {
+/// One scan's verdict per node: unneeded (with its utilisation) or why not.
+pub type Verdicts = BTreeMap<String, Result<f64, Unremovable>>;
+
+/// One pass of `FindNodesToRemove`: every node's verdict. Nodes found unneeded earlier in the pass are no
+/// destination for later ones, and what moved onto a node counts.
+pub fn find_unneeded(ctx: &WorldContext, threshold: f64) -> Verdicts {
     let (mut all, _) = ctx.store.snapshot(&nodes());
     all.sort_by(|a, b| name(a).cmp(name(b)));
     let (all_pods, _) = ctx.store.snapshot(&pods());
@@ -64,22 +73,30 @@ pub fn find_unneeded(ctx: &WorldContext, threshold: f64) -> Vec<(String, f64)> {
         })
         .collect();
     let mut gone: HashSet<String> = HashSet::new();
-    let mut out = Vec::new();
+    let mut out = Verdicts::new();
     for node in &all {
         let node_name = name(node).to_string();
         let on: Vec<&Value> = by_node
             .get(&node_name)
             .map(|ps| ps.iter().map(Arc::as_ref).collect())
             .unwrap_or_default();
-        let Ok(to_move) = ca_unneeded::candidate(node, &on, threshold) else {
-            continue;
+        let to_move = match ca_unneeded::candidate(node, &on, threshold) {
+            Ok(to_move) => to_move,
+            Err(why) => {
+                out.insert(node_name, Err(why));
+                continue;
+            }
         };
         let mut tentative = usage.clone();
-        let mut all_fit = true;
+        let mut stuck = None;
         for pod in &to_move {
-            let Ok(terms) = volume_constraints(ctx, pod) else {
-                all_fit = false;
-                break;
+            let key = format!("{}/{}", namespace(pod), name(pod));
+            let terms = match volume_constraints(ctx, pod) {
+                Ok(terms) => terms,
+                Err(e) => {
+                    stuck = Some(format!("{key}: {e}"));
+                    break;
+                }
             };
             let target = all.iter().find(|n| {
                 let n_name = name(n);
@@ -96,23 +113,56 @@ pub fn find_unneeded(ctx: &WorldContext, threshold: f64) -> Vec<(String, f64)> {
             match target {
                 Some(t) => tentative.entry(name(t).to_string()).or_default().add(pod),
                 None => {
-                    tracing::debug!(
-                        node = %node_name,
-                        pod = %format!("{}/{}", namespace(pod), name(pod)),
-                        "cluster autoscaler sim: NoPlaceToMovePods"
-                    );
-                    all_fit = false;
+                    stuck = Some(format!("{key} fits on no other node"));
                     break;
                 }
             }
         }
-        if all_fit {
-            usage = tentative;
-            gone.insert(node_name.clone());
-            out.push((node_name, ca_unneeded::utilization(node, &on)));
+        match stuck {
+            None => {
+                usage = tentative;
+                gone.insert(node_name.clone());
+                let u = ca_unneeded::utilization(node, &on);
+                out.insert(node_name, Ok(u));
+            }
+            Some(why) => {
+                out.insert(node_name, Err(Unremovable::NoPlaceToMovePods(why)));
+            }
         }
     }
     out
+}
+
+/// Records a node's verdict in the audit log when it changed since the last scan (as CA reports
+/// unremovable nodes and their reasons in its status), so that a test can wait for it.
+fn report(ctx: &WorldContext, last: &mut BTreeMap<String, String>, verdicts: &Verdicts) {
+    last.retain(|n, _| verdicts.contains_key(n));
+    for (node, verdict) in verdicts {
+        // A node of no node group is none of CA's business (its processors filter it out first).
+        let why = match verdict {
+            Err(why) if !matches!(why, Unremovable::NotAutoscaled) => why,
+            _ => {
+                last.remove(node);
+                continue;
+            }
+        };
+        let detail = match why {
+            Unremovable::NotUnderutilized(u) => json!({"utilization": u}),
+            Unremovable::BlockedByPod(pod, rule) => json!({"pod": pod, "blockedBy": rule}),
+            Unremovable::NoPlaceToMovePods(message) => json!({"message": message}),
+            _ => json!({}),
+        };
+        let said = format!("{} {detail}", why.reason());
+        if last.get(node) == Some(&said) {
+            continue;
+        }
+        let mut detail = detail;
+        detail["reason"] = json!(why.reason());
+        detail["by"] = json!(BY);
+        ctx.audit
+            .world("scale-down-unremovable", "nodes", None, Some(node), detail);
+        last.insert(node.clone(), said);
+    }
 }
 
 /// Brings the soft taints where this scan's verdicts put them.
@@ -183,8 +233,11 @@ impl Planner {
         drains_free: bool,
     ) -> Option<String> {
         let s = &config.settings;
-        let found: HashMap<String, f64> = find_unneeded(ctx, s.scale_down_utilization_threshold)
+        let verdicts = find_unneeded(ctx, s.scale_down_utilization_threshold);
+        report(ctx, &mut self.reported, &verdicts);
+        let found: HashMap<String, f64> = verdicts
             .into_iter()
+            .filter_map(|(n, v)| Some((n, v.ok()?)))
             .collect();
         let now = Instant::now();
         self.unneeded.update(found.keys().map(String::as_str), now);

@@ -745,3 +745,61 @@ async fn autoscaler_takes_its_soft_taint_off_a_node_that_is_needed_again() -> Te
     assert!(env.world("scale-down-tainted", "ng-a").is_empty());
     Ok(())
 }
+
+/// CA's first report of `node` as unremovable for `reason`.
+async fn await_verdict(env: &Env, node: &str, reason: &str) -> AuditEntry {
+    eventually(&format!("{node} unremovable: {reason}"), || async {
+        env.world("scale-down-unremovable", node)
+            .into_iter()
+            .find(|e| e.detail["reason"] == reason)
+    })
+    .await
+}
+
+/// A pod bound to `node` requesting `cpu`, that CA may move (`safe-to-evict: "true"`).
+async fn busy_pod(env: &Env, name: &str, node: &str, cpu: &str) -> TestResult {
+    let p: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default",
+            "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "nginx:1.27",
+            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}))?;
+    Api::<Pod>::namespaced(env.client.clone(), "default")
+        .create(&Default::default(), &p)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn autoscaler_keeps_a_busy_node_and_one_whose_pods_fit_nowhere_else() -> TestResult {
+    // Upstream: cluster-autoscaler/core/scaledown/eligibility/eligibility.go (NotUnderutilized at or
+    // above --scale-down-utilization-threshold), simulator/cluster.go (NoPlaceToMovePods when a pod to
+    // move fits on no other node), simulator/utilization/info.go (requests over allocatable).
+    let slow = "clusterAutoscaler: {scaleDownEnabled: true, scanInterval: 100, \
+        scaleDownUnneededTime: 600000}\n";
+    let env = Env::start(slow, false, &[]).await?;
+    // m5.large: 1920m allocatable. ng-a is below half; its pod fits on neither busy node.
+    busy_pod(&env, "small", "ng-a", "900m").await?;
+    busy_pod(&env, "big-b", "ng-b", "1500m").await?;
+    busy_pod(&env, "big-c", "ng-c", "1500m").await?;
+    for n in ["ng-a", "ng-b", "ng-c"] {
+        join_node_group(&env, n).await?;
+    }
+    let stuck = await_verdict(&env, "ng-a", "NoPlaceToMovePods").await;
+    assert!(
+        stuck.detail["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("default/small")),
+        "{stuck:?}"
+    );
+    let busy = await_verdict(&env, "ng-b", "NotUnderutilized").await;
+    let u = busy.detail["utilization"].as_f64().ok_or("a utilisation")?;
+    assert!((u - 1500.0 / 1920.0).abs() < 1e-6, "{u}");
+    assert!(env.world("scale-down-unneeded", "ng-a").is_empty());
+    // Room on ng-c: ng-a's pod can move, and ng-a is unneeded.
+    Api::<Pod>::namespaced(env.client.clone(), "default")
+        .delete("big-c", &Default::default())
+        .await?;
+    env.await_world("scale-down-unneeded", "ng-a").await;
+    assert!(env.world("scale-down-unneeded", "ng-b").is_empty());
+    Ok(())
+}
