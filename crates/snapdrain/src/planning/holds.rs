@@ -63,11 +63,15 @@ fn pod_holds(ca: ClusterAutoscalerHold) -> &'static [Hold] {
 
 /// The hold of a Velero data-path pod (`super::velero_pods`): Karpenter's only, so its termination
 /// never queues the pod while its backup runs (kubernetes-sigs/karpenter `pkg/utils/pod/scheduling.go`
-/// `IsEvictable`). Cluster Autoscaler does not remove a node for a pod that is gone in minutes anyway.
+/// `IsEvictable`). Cluster Autoscaler keeps a node running one anyway: a pod controlled by a Velero
+/// custom resource (its PodVolumeBackup or DataUpload) is not "replicated" to CA, and a hostPath volume
+/// is local storage (kubernetes/autoscaler `simulator/drainability/rules/replicated`,
+/// `rules/localstorage`).
 const DATA_PATH_HOLDS: [Hold; 1] = [(DO_NOT_DISRUPT_ANNOTATION, "true", "do-not-disrupt")];
 
 /// A Node's hold: Karpenter's only (`ValidateNodeDisruptable` reads it from the Node once it is
-/// registered). Cluster Autoscaler already keeps a node with a `safe-to-evict: "false"` pod.
+/// registered). Cluster Autoscaler reads no Node annotation of snapdrain's: its pods' hold (under
+/// `SafeToEvictFalse`) or the eviction gate (under `Gate`) is what keeps it.
 const NODE_HOLDS: [Hold; 1] = [(DO_NOT_DISRUPT_ANNOTATION, "true", "do-not-disrupt")];
 
 /// Annotation changes: `Some(value)` sets, `None` deletes.
