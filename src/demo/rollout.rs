@@ -93,7 +93,7 @@ pub async fn run(
         }
     }
     p.line(format!(
-        "snapdrain holds all {} protected pods (karpenter.sh/do-not-disrupt, safe-to-evict=false).",
+        "snapdrain holds all {} protected pods (karpenter.sh/do-not-disrupt).",
         protected.len()
     ))?;
     let old: BTreeSet<String> = Api::<Node>::all(client.clone())

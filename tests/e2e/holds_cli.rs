@@ -120,6 +120,9 @@ async fn release_all_removes_exactly_snapdrains_holds_keeps_a_users_own_and_is_i
         .map(|p| (p.name_any(), p.annotations().clone()))
         .collect();
 
+    // Both of snapdrain's pod holds, Cluster Autoscaler's too, for the CLI to remove.
+    h.set_policy(json!({"holds": {"clusterAutoscaler": "SafeToEvictFalse"}}))
+        .await;
     let controller = h.controller().await;
     let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
     h.wait_all(pods.clone(), "every StatefulSet pod held", |ps| {

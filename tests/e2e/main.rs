@@ -4,6 +4,7 @@
 mod admission_policies;
 mod caches;
 mod chaos;
+mod cluster_autoscaler;
 mod controller;
 mod crds;
 mod datapath;

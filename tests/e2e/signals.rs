@@ -40,8 +40,12 @@ fn protected(p: &Pod) -> bool {
     sts && pvc && running && p.metadata.deletion_timestamp.is_none()
 }
 
+/// Held as the default policy holds (`holds.clusterAutoscaler: Gate`): Karpenter's hold, snapdrain's own,
+/// and no Cluster Autoscaler hold (CA may pick the node; the eviction gate holds its drain).
 fn held(p: &Pod) -> bool {
-    annotation(p, DO_NOT_DISRUPT) == Some("true") && annotation(p, SAFE_TO_EVICT) == Some("false")
+    annotation(p, DO_NOT_DISRUPT) == Some("true")
+        && annotation(p, HELD) == Some("do-not-disrupt")
+        && annotation(p, SAFE_TO_EVICT).is_none()
 }
 
 fn nodeclaims(h: &Harness) -> Api<DynamicObject> {
@@ -712,15 +716,40 @@ async fn graceful_signals_wait_for_a_maintenance_window_and_a_free_slot() {
     );
 }
 
-#[tokio::test]
-async fn cluster_autoscaler_leaves_a_node_with_held_pods_alone() {
-    // Cluster Autoscaler refuses to scale down a node with a `safe-to-evict: "false"` pod
-    // (kubernetes/autoscaler `cluster-autoscaler/simulator/drainability/rules/notsafetoevict/rule.go`),
-    // which is the hold snapdrain keeps on every protected pod.
-    let h = Harness::start().await;
-    let _controller = h.controller().await;
-    wait_all_protected_held(&h).await;
+/// Under `holds.clusterAutoscaler: SafeToEvictFalse` Cluster Autoscaler refuses to scale down a node with
+/// a `safe-to-evict: "false"` pod (kubernetes/autoscaler
+/// `cluster-autoscaler/simulator/drainability/rules/notsafetoevict/rule.go`), so the CA signal never
+/// fires. Under the default (`Gate`) snapdrain takes its own `safe-to-evict` off, CA does take the node,
+/// and its drain waits at the eviction gate until the backup is verified (`core/scaledown/actuation/drain.go`
+/// `evictPod` retries refusals until `--max-pod-eviction-time`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_autoscaler_skips_held_nodes_only_under_safe_to_evict_false() {
+    let h = Harness::start_scenario("quickstart", |s| {
+        // Retries every second, so the verified backup's allowance is taken at once.
+        s.cluster_autoscaler = Some(snapdrain_sim::world::autoscaler::AutoscalerSettings {
+            eviction_retry_time: Duration::from_secs(1),
+            max_pod_eviction_time: Duration::from_secs(90),
+            pod_eviction_headroom: Duration::from_secs(2),
+            pod_gone_poll: Duration::from_millis(200),
+            ..Default::default()
+        });
+    })
+    .await;
+    h.set_policy(json!({"holds": {"clusterAutoscaler": "SafeToEvictFalse"}}))
+        .await;
+    let _controller = gated_controller(&h).await;
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
+    h.wait_all(pods.clone(), "every protected pod held against CA", |ps| {
+        let protected: Vec<&Pod> = ps.iter().filter(|p| protected(p)).collect();
+        protected.len() == 5
+            && protected.iter().all(|p| {
+                annotation(p, DO_NOT_DISRUPT) == Some("true")
+                    && annotation(p, SAFE_TO_EVICT) == Some("false")
+            })
+    })
+    .await;
     let node = h.node_with_statefulset_pods().await;
+    let protected_on_node = h.protected_pods_on(&node).await;
     let ca = h
         .cluster
         .autoscaler
@@ -743,6 +772,38 @@ async fn cluster_autoscaler_leaves_a_node_with_held_pods_alone() {
         .any(|t| t.key == "ToBeDeletedByClusterAutoscaler");
     assert!(!tainted, "Cluster Autoscaler did not start on it");
     assert!(h.accepted_evictions().is_empty(), "nothing was evicted");
+
+    // The default: snapdrain's own CA hold comes off, and CA takes the node.
+    h.set_policy(json!({})).await;
+    wait_all_protected_held(&h).await;
+    assert!(ca.scale_down(&node));
+    snapdrain_testkit::eventually_within(
+        "Cluster Autoscaler scaled the node down",
+        Duration::from_secs(120),
+        || async {
+            h.audit()
+                .into_iter()
+                .find(|e| {
+                    e.verb == "scale-down-deleted" && e.name.as_deref() == Some(node.as_str())
+                })
+                .map(|_| ())
+        },
+    )
+    .await;
+    let plans = h.plans_for(&node).await;
+    assert_eq!(plans.len(), 1, "one plan for the node: {plans:#?}");
+    let done = h
+        .wait_plan(
+            &plans[0].name_any(),
+            Duration::from_secs(60),
+            PlanPhase::is_terminal,
+        )
+        .await;
+    assert_eq!(
+        done.status.as_ref().map(|s| s.phase),
+        Some(PlanPhase::Completed)
+    );
+    assert_no_eviction_before_verified_backup(&h.audit(), &protected_on_node, &done);
 }
 
 /// quickstart with consolidation off (`consolidateAfter: Never`) until [`start_consolidating`]. Started

@@ -225,9 +225,14 @@ pub fn annotations(data: &[u8]) {
     let _ = crate::planning::inventory::do_not_disrupt_active(&pod, now());
     let _ = holds::state(&pod);
     let _ = holds::own_do_not_disrupt(&pod);
-    let _ = holds::place(&pod);
+    for ca in [
+        crate::api::policy::ClusterAutoscalerHold::Gate,
+        crate::api::policy::ClusterAutoscalerHold::SafeToEvictFalse,
+    ] {
+        let _ = holds::place(&pod, ca);
+        let _ = holds::restore(&pod, ca);
+    }
     let _ = holds::release(&pod, "plan");
-    let _ = holds::restore(&pod);
     let _ = holds::remove(&pod);
 }
 

@@ -1,7 +1,9 @@
-//! Simulated Cluster Autoscaler scale-down (kubernetes/autoscaler, cluster-autoscaler): the actuation of a
-//! scale-down CA has decided on, driven by [`AutoscalerHandle::scale_down`] (the timeline's
-//! `autoscalerScaleDown`). CA's own choice of unneeded nodes (utilization, simulation of rescheduling) is
-//! not simulated; what it refuses is:
+//! Simulated Cluster Autoscaler scale-down (kubernetes/autoscaler, cluster-autoscaler). With
+//! `scaleDownEnabled` CA chooses unneeded nodes itself ([`super::ca_scale_down`], rules in
+//! [`super::ca_unneeded`]: utilisation, drainability, rescheduling, the soft `DeletionCandidate` taint,
+//! `--scale-down-unneeded-time`); without it (the default in the sim, so that worlds that do not model CA
+//! keep their nodes) it scales down only what [`AutoscalerHandle::scale_down`] (the timeline's
+//! `autoscalerScaleDown`) asks for. Either way the actuation refuses:
 //!
 //! - a node with a pod annotated `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`
 //!   (`simulator/drainability/rules/notsafetoevict/rule.go`, reason `NotSafeToEvictAnnotation`), a node
@@ -29,9 +31,8 @@
 //!
 //! Not simulated: the cloud provider's `TerminateInstanceInAutoScalingGroup` (the sim's cloud terminates
 //! the instance with TerminateInstances, as scenario nodes belong to no Auto Scaling group), the
-//! `delay-deletion.cluster-autoscaler.kubernetes.io/` annotations, the other drainability rules
-//! (unreplicated pods, local storage, kube-system pods without a PDB), empty-node deletion batching and
-//! priority-ordered eviction (`--drain-priority-config`).
+//! `delay-deletion.cluster-autoscaler.kubernetes.io/` annotations, empty-node deletion batching and
+//! priority-ordered eviction (`--drain-priority-config`); for CA's own choice, see [`super::ca_unneeded`].
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -46,13 +47,15 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use super::WorldContext;
+use super::ca_scale_down::Planner;
 use super::eviction::{self, annotation, is_daemonset, is_finished, is_mirror};
 use super::karpenter::Cloud;
 use super::node_taints;
 
-pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
-pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
-pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
+pub use super::ca_unneeded::{
+    DELETION_CANDIDATE_TAINT, NODE_GROUP_LABEL, SAFE_TO_EVICT, SCALE_DOWN_DISABLED,
+    TO_BE_DELETED_TAINT,
+};
 /// What the simulated Cluster Autoscaler sends as its user agent (and the audit log shows): CA's
 /// `--user-agent` default (`config/flags/flags.go`).
 pub const USER_AGENT: &str = "cluster-autoscaler";
@@ -83,6 +86,21 @@ pub struct AutoscalerSettings {
     pub max_drain_parallelism: usize,
     /// `--daemonset-eviction-for-occupied-nodes` (true): DaemonSet pods are evicted, best effort.
     pub daemonset_eviction_for_occupied_nodes: bool,
+    /// `--scale-down-enabled` (true upstream; false here unless the scenario says so, so that a world
+    /// modelling no CA keeps its nodes): CA picks unneeded nodes of its node groups itself.
+    pub scale_down_enabled: bool,
+    /// `--scan-interval` (10 s): how often CA looks for unneeded nodes.
+    #[serde(with = "super::millis")]
+    pub scan_interval: Duration,
+    /// `--scale-down-utilization-threshold` (0.5): a node whose requests are below this share of its
+    /// allocatable (the larger of CPU and memory) may be unneeded.
+    pub scale_down_utilization_threshold: f64,
+    /// `--scale-down-unneeded-time` (10 m): how long a node stays unneeded before CA scales it down.
+    #[serde(with = "super::millis")]
+    pub scale_down_unneeded_time: Duration,
+    /// `--scale-down-delay-after-failure` (3 m): no scale-down starts this long after one failed.
+    #[serde(with = "super::millis")]
+    pub scale_down_delay_after_failure: Duration,
 }
 
 impl Default for AutoscalerSettings {
@@ -96,6 +114,11 @@ impl Default for AutoscalerSettings {
             cordon_node_before_terminating: false,
             max_drain_parallelism: 1,
             daemonset_eviction_for_occupied_nodes: true,
+            scale_down_enabled: false,
+            scan_interval: Duration::from_secs(10),
+            scale_down_utilization_threshold: 0.5,
+            scale_down_unneeded_time: Duration::from_secs(600),
+            scale_down_delay_after_failure: Duration::from_secs(180),
         }
     }
 }
@@ -132,21 +155,42 @@ impl AutoscalerHandle {
     }
 }
 
-/// Runs the simulated Cluster Autoscaler until the task is dropped or every handle is.
+/// Runs the simulated Cluster Autoscaler until the task is dropped or every handle is: the scale-downs
+/// asked for, and with `scaleDownEnabled` its own scans ([`super::ca_scale_down`]).
 pub async fn run(ctx: Arc<WorldContext>, config: AutoscalerConfig, mut requests: Requests) {
     let config = Arc::new(config);
     let drains = Arc::new(Semaphore::new(config.settings.max_drain_parallelism.max(1)));
     let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
-    while let Some(node) = requests.rx.recv().await {
+    let last_failure: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let mut planner = Planner::default();
+    let mut scan =
+        tokio::time::interval(config.settings.scan_interval.max(Duration::from_millis(10)));
+    scan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let node = tokio::select! {
+            asked = requests.rx.recv() => match asked {
+                Some(node) => node,
+                None => return,
+            },
+            _ = scan.tick(), if config.settings.scale_down_enabled => {
+                planner.last_failure = *lock(&last_failure);
+                let busy = lock(&in_flight).clone();
+                match planner.scan(&ctx, &config, &busy, drains.available_permits() > 0).await {
+                    Some(node) => node,
+                    None => continue,
+                }
+            }
+        };
         if !lock(&in_flight).insert(node.clone()) {
             skipped(&ctx, &node, "AlreadyBeingDeleted", json!({}));
             continue;
         }
-        let (ctx, config, drains, in_flight) = (
+        let (ctx, config, drains, in_flight, last_failure) = (
             ctx.clone(),
             config.clone(),
             drains.clone(),
             in_flight.clone(),
+            last_failure.clone(),
         );
         // Nodes are taken in the order they were asked for; the semaphore is never closed, so acquiring
         // only waits for a drain to finish.
@@ -154,7 +198,9 @@ pub async fn run(ctx: Arc<WorldContext>, config: AutoscalerConfig, mut requests:
             return;
         };
         tokio::spawn(async move {
-            scale_down(&ctx, &config, &node).await;
+            if !scale_down(&ctx, &config, &node).await {
+                *lock(&last_failure) = Some(Instant::now());
+            }
             drop(permit);
             lock(&in_flight).remove(&node);
         });
@@ -179,12 +225,17 @@ enum Refusal {
     Error(String),
 }
 
-async fn scale_down(ctx: &WorldContext, config: &AutoscalerConfig, node: &str) {
+/// One scale-down; false when it failed (not when CA skipped the node).
+async fn scale_down(ctx: &WorldContext, config: &AutoscalerConfig, node: &str) -> bool {
     let (n, pods) = match eligible(&config.client, node).await {
         Ok(found) => found,
-        Err(Refusal::Skip(reason, detail)) => return skipped(ctx, node, reason, detail),
+        Err(Refusal::Skip(reason, detail)) => {
+            skipped(ctx, node, reason, detail);
+            return true;
+        }
         Err(Refusal::Error(message)) => {
-            return skipped(ctx, node, "Error", json!({"error": message}));
+            skipped(ctx, node, "Error", json!({"error": message}));
+            return true;
         }
     };
     let s = &config.settings;
@@ -204,7 +255,7 @@ async fn scale_down(ctx: &WorldContext, config: &AutoscalerConfig, node: &str) {
     )
     .await
     {
-        return failed(
+        failed(
             ctx,
             config,
             node,
@@ -212,6 +263,7 @@ async fn scale_down(ctx: &WorldContext, config: &AutoscalerConfig, node: &str) {
             false,
         )
         .await;
+        return false;
     }
     ctx.audit.world(
         "scale-down-tainted",
@@ -234,38 +286,33 @@ async fn scale_down(ctx: &WorldContext, config: &AutoscalerConfig, node: &str) {
             "failed to get pods to move on node: pod annotated as not safe to evict present: {}",
             p.metadata.name.as_deref().unwrap_or("")
         );
-        return failed(ctx, config, node, message, true).await;
+        failed(ctx, config, node, message, true).await;
+        return false;
     }
     if let Err(message) = drain(ctx, config, node, pods).await {
-        return failed(ctx, config, node, message, true).await;
+        failed(ctx, config, node, message, true).await;
+        return false;
     }
     let Some(instance) = instance_id(&n) else {
-        return failed(
-            ctx,
-            config,
-            node,
-            format!("node {node} has no providerID"),
-            true,
-        )
-        .await;
+        let message = format!("node {node} has no providerID");
+        failed(ctx, config, node, message, true).await;
+        return false;
     };
     match config.cloud.terminate(&instance).await {
-        Ok(()) => ctx.audit.world(
-            "scale-down-deleted",
-            "nodes",
-            None,
-            Some(node),
-            json!({"instance": instance, "by": BY}),
-        ),
+        Ok(()) => {
+            ctx.audit.world(
+                "scale-down-deleted",
+                "nodes",
+                None,
+                Some(node),
+                json!({"instance": instance, "by": BY}),
+            );
+            true
+        }
         Err(e) => {
-            failed(
-                ctx,
-                config,
-                node,
-                format!("failed to delete node {node}: {e}"),
-                true,
-            )
-            .await;
+            let message = format!("failed to delete node {node}: {e}");
+            failed(ctx, config, node, message, true).await;
+            false
         }
     }
 }

@@ -161,6 +161,8 @@ impl Drop for World {
 }
 
 pub mod autoscaler;
+pub mod ca_scale_down;
+pub mod ca_unneeded;
 pub mod ec2_nodes;
 pub mod eviction;
 pub mod karpenter;

@@ -604,3 +604,202 @@ async fn nth_default_install_cordons_and_drains_without_a_taint() -> TestResult 
     assert!(env.world("nth-tainted", "ng-a").is_empty());
     Ok(())
 }
+
+/// Labels `node` as a node of an EKS managed node group, which the simulated CA manages.
+async fn join_node_group(env: &Env, node: &str) -> TestResult {
+    Api::<Node>::all(env.client.clone())
+        .patch(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"labels":
+                {snapdrain_sim::world::autoscaler::NODE_GROUP_LABEL: "workers"}}})),
+        )
+        .await?;
+    Ok(())
+}
+
+fn time_of(e: &AuditEntry) -> Result<jiff::Timestamp, Box<dyn Error>> {
+    Ok(e.time.parse()?)
+}
+
+const CA_SCANS: &str = "clusterAutoscaler: {scaleDownEnabled: true, scanInterval: 100, \
+    scaleDownUnneededTime: 1000, scaleDownDelayAfterFailure: 500, evictionRetryTime: 100, \
+    maxPodEvictionTime: 1000, podEvictionHeadroom: 2000, podGonePoll: 100}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn autoscaler_finds_an_unneeded_node_itself_gives_up_at_the_gate_and_comes_back() -> TestResult
+{
+    // Upstream: cluster-autoscaler/core/scaledown/eligibility/eligibility.go (utilisation below
+    // --scale-down-utilization-threshold), core/scaledown/unneeded/nodes.go (RemovableAt after
+    // --scale-down-unneeded-time), core/scaledown/actuation/softtaint.go (DeletionCandidate soft taint),
+    // simulator/drainability/rules (safe-to-evict "false" blocks, "true" lets a bare pod move),
+    // actuation/drain.go (retries until --max-pod-eviction-time), actuator.go (taint removed on failure),
+    // core/static_autoscaler.go (--scale-down-delay-after-failure).
+    let env = Env::start(
+        CA_SCANS,
+        true,
+        &[
+            (
+                "shop",
+                "db-0",
+                "ng-a",
+                json!({"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}),
+            ),
+            (
+                "shop",
+                "db-1",
+                "ng-b",
+                json!({"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}),
+            ),
+        ],
+    )
+    .await?;
+    env.running(&[("shop", "db-0"), ("shop", "db-1")]).await;
+    // CA finds ng-a unneeded no earlier than it joins the node group.
+    let joined = jiff::Timestamp::now();
+    join_node_group(&env, "ng-a").await?;
+    join_node_group(&env, "ng-b").await?;
+    let unneeded = env.await_world("scale-down-unneeded", "ng-a").await;
+    assert_eq!(
+        unneeded.detail["taint"],
+        "DeletionCandidateOfClusterAutoscaler"
+    );
+    assert_eq!(unneeded.detail["effect"], "PreferNoSchedule");
+    let node = env.node("ng-a").await?.ok_or("ng-a is there")?;
+    let soft = taint(&node, "DeletionCandidateOfClusterAutoscaler").ok_or("soft-tainted")?;
+    assert_eq!(soft.effect, "PreferNoSchedule");
+    let failed = env.await_world("scale-down-failed", "ng-a").await;
+    let first = env
+        .world("scale-down-tainted", "ng-a")
+        .into_iter()
+        .next()
+        .ok_or("tainted before it failed")?;
+    // Audit times have whole milliseconds.
+    assert!(
+        unneeded.seq < first.seq
+            && time_of(&first)?.duration_since(joined) >= jiff::SignedDuration::from_millis(999),
+        "drained only after the unneeded time: joined at {joined}, unneeded at {}, drained at {}",
+        unneeded.time,
+        first.time
+    );
+    assert_eq!(failed.detail["untainted"], true);
+    assert!(
+        env.attempts("db-0", CA)
+            .iter()
+            .all(|(code, _)| *code == 429),
+        "the gate refused every attempt"
+    );
+    // ng-b's pod is not safe to evict: never unneeded, never tainted.
+    assert!(env.world("scale-down-unneeded", "ng-b").is_empty());
+    assert!(env.world("scale-down-tainted", "ng-b").is_empty());
+    // The gate now allows: CA comes back to the node, still unneeded, and removes it.
+    env.gate.deny.store(false, Ordering::SeqCst);
+    let deleted = env.await_world("scale-down-deleted", "ng-a").await;
+    // The gate may still refuse the next attempt if it starts before the test allows: CA then fails
+    // and comes back once more.
+    let tainted = env.world("scale-down-tainted", "ng-a");
+    assert!(tainted.len() >= 2, "a second scale-down: {tainted:?}");
+    assert!(
+        time_of(&tainted[1])?.duration_since(time_of(&failed)?)
+            >= jiff::SignedDuration::from_millis(499),
+        "not before the delay after a failure: {} then {}",
+        failed.time,
+        tainted[1].time
+    );
+    assert!(failed.seq < deleted.seq);
+    assert!(env.node("ng-b").await?.is_some(), "ng-b stays");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn autoscaler_takes_its_soft_taint_off_a_node_that_is_needed_again() -> TestResult {
+    // Upstream: cluster-autoscaler/core/scaledown/actuation/softtaint.go (CleanDeletionCandidate on
+    // needed nodes), core/scaledown/eligibility/eligibility.go (scale-down-disabled).
+    let slow = "clusterAutoscaler: {scaleDownEnabled: true, scanInterval: 100, \
+        scaleDownUnneededTime: 600000}\n";
+    let env = Env::start(
+        slow,
+        false,
+        &[(
+            "shop",
+            "db-0",
+            "ng-a",
+            json!({"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}),
+        )],
+    )
+    .await?;
+    env.running(&[("shop", "db-0")]).await;
+    join_node_group(&env, "ng-a").await?;
+    env.await_world("scale-down-unneeded", "ng-a").await;
+    Api::<Node>::all(env.client.clone())
+        .patch(
+            "ng-a",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations":
+                {"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}}})),
+        )
+        .await?;
+    env.await_world("scale-down-needed", "ng-a").await;
+    let node = env.node("ng-a").await?.ok_or("ng-a stays")?;
+    assert!(taint(&node, "DeletionCandidateOfClusterAutoscaler").is_none());
+    assert!(env.world("scale-down-tainted", "ng-a").is_empty());
+    Ok(())
+}
+
+/// CA's first report of `node` as unremovable for `reason`.
+async fn await_verdict(env: &Env, node: &str, reason: &str) -> AuditEntry {
+    eventually(&format!("{node} unremovable: {reason}"), || async {
+        env.world("scale-down-unremovable", node)
+            .into_iter()
+            .find(|e| e.detail["reason"] == reason)
+    })
+    .await
+}
+
+/// A pod bound to `node` requesting `cpu`, that CA may move (`safe-to-evict: "true"`).
+async fn busy_pod(env: &Env, name: &str, node: &str, cpu: &str) -> TestResult {
+    let p: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default",
+            "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "nginx:1.27",
+            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}))?;
+    Api::<Pod>::namespaced(env.client.clone(), "default")
+        .create(&Default::default(), &p)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn autoscaler_keeps_a_busy_node_and_one_whose_pods_fit_nowhere_else() -> TestResult {
+    // Upstream: cluster-autoscaler/core/scaledown/eligibility/eligibility.go (NotUnderutilized at or
+    // above --scale-down-utilization-threshold), simulator/cluster.go (NoPlaceToMovePods when a pod to
+    // move fits on no other node), simulator/utilization/info.go (requests over allocatable).
+    let slow = "clusterAutoscaler: {scaleDownEnabled: true, scanInterval: 100, \
+        scaleDownUnneededTime: 600000}\n";
+    let env = Env::start(slow, false, &[]).await?;
+    // m5.large: 1920m allocatable. ng-a is below half; its pod fits on neither busy node.
+    busy_pod(&env, "small", "ng-a", "900m").await?;
+    busy_pod(&env, "big-b", "ng-b", "1500m").await?;
+    busy_pod(&env, "big-c", "ng-c", "1500m").await?;
+    for n in ["ng-a", "ng-b", "ng-c"] {
+        join_node_group(&env, n).await?;
+    }
+    let stuck = await_verdict(&env, "ng-a", "NoPlaceToMovePods").await;
+    assert!(
+        stuck.detail["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("default/small")),
+        "{stuck:?}"
+    );
+    let busy = await_verdict(&env, "ng-b", "NotUnderutilized").await;
+    let u = busy.detail["utilization"].as_f64().ok_or("a utilisation")?;
+    assert!((u - 1500.0 / 1920.0).abs() < 1e-6, "{u}");
+    assert!(env.world("scale-down-unneeded", "ng-a").is_empty());
+    // Room on ng-c: ng-a's pod can move, and ng-a is unneeded.
+    Api::<Pod>::namespaced(env.client.clone(), "default")
+        .delete("big-c", &Default::default())
+        .await?;
+    env.await_world("scale-down-unneeded", "ng-a").await;
+    assert!(env.world("scale-down-unneeded", "ng-b").is_empty());
+    Ok(())
+}

@@ -38,6 +38,10 @@ pub struct DisruptionPolicySpec {
     #[serde(default)]
     pub protection: ProtectionSpec,
 
+    /// Which holds protected pods carry besides Karpenter's `do-not-disrupt`.
+    #[serde(default)]
+    pub holds: HoldsSpec,
+
     /// What each disruption signal leads to.
     #[serde(default)]
     pub signals: SignalsSpec,
@@ -249,6 +253,34 @@ pub struct ProtectionSpec {
     pub namespace_selector: Option<LabelSelector>,
 }
 
+/// The holds protected pods carry. Karpenter's `karpenter.sh/do-not-disrupt` is always placed (Karpenter
+/// releases a node only once the plan released it); Cluster Autoscaler's is a choice.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HoldsSpec {
+    /// How protected pods are kept from Cluster Autoscaler's scale-down. `Gate` (default): no annotation;
+    /// CA may pick the node, its soft taint starts the backup and its drain waits at the eviction gate
+    /// (unheld if the gate is off or down). `SafeToEvictFalse`: `safe-to-evict: "false"` on every
+    /// protected pod; CA never scales down a node running one.
+    #[serde(default)]
+    pub cluster_autoscaler: ClusterAutoscalerHold,
+}
+
+/// How protected pods are kept from Cluster Autoscaler's scale-down.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ClusterAutoscalerHold {
+    /// No annotation: CA may find the node unneeded. Its `DeletionCandidateOfClusterAutoscaler` taint
+    /// starts the backup early, and its drain waits at the eviction gate (429 until the backup is
+    /// verified; CA retries for `--max-pod-eviction-time`, then gives up and comes back later). Without
+    /// the gate (or with it down under `failurePolicy: Ignore`) CA's drain is not held.
+    #[default]
+    Gate,
+    /// `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"` on every protected pod: CA never scales
+    /// down a node running one (kubernetes/autoscaler `simulator/drainability/rules/notsafetoevict`), so
+    /// the `clusterAutoscaler` signal never fires and such nodes stay.
+    SafeToEvictFalse,
+}
+
 /// What a signal leads to.
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SignalAction {
@@ -285,7 +317,9 @@ pub struct SignalsSpec {
     /// `terminationGracePeriod`.
     #[serde(default)]
     pub termination: SignalAction,
-    /// Cluster Autoscaler's `ToBeDeletedByClusterAutoscaler` taint (its drain then waits at the gate).
+    /// Cluster Autoscaler's taints: `DeletionCandidateOfClusterAutoscaler` (the node is unneeded; CA
+    /// drains it after `--scale-down-unneeded-time`, so the backup starts now) and
+    /// `ToBeDeletedByClusterAutoscaler` (its drain, which waits at the gate).
     #[serde(default)]
     pub cluster_autoscaler: SignalAction,
     /// aws-node-termination-handler's `aws-node-termination-handler/*` taints.
@@ -426,6 +460,15 @@ mod tests {
         assert_eq!(p.concurrency.max_plans, 10);
         assert_eq!(p.backup.reuse_if_newer_than.as_deref(), Some("1h"));
         assert!(p.protection.pod_selector.is_none());
+        assert_eq!(p.holds.cluster_autoscaler, ClusterAutoscalerHold::Gate);
+        let blocking: DisruptionPolicySpec = serde_json::from_value(
+            serde_json::json!({"holds": {"clusterAutoscaler": "SafeToEvictFalse"}}),
+        )
+        .expect("a valid policy");
+        assert_eq!(
+            blocking.holds.cluster_autoscaler,
+            ClusterAutoscalerHold::SafeToEvictFalse
+        );
     }
 
     #[test]

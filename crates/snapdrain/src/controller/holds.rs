@@ -193,7 +193,10 @@ impl Keeper {
             }
             return Some(false);
         }
-        let protection = self.policy.borrow().protection.clone();
+        let (protection, ca) = {
+            let policy = self.policy.borrow();
+            (policy.protection.clone(), policy.holds.cluster_autoscaler)
+        };
         let ns_labels = self
             .namespaces
             .get("", &pod.namespace().unwrap_or_default())
@@ -212,10 +215,10 @@ impl Keeper {
                 if plan_running(&self.client, &self.plans, &plan).await {
                     (None, false)
                 } else {
-                    (holds::restore(pod).map(|p| ("restored", p)), true)
+                    (holds::restore(pod, ca).map(|p| ("restored", p)), true)
                 }
             }
-            (true, _) => (holds::place(pod).map(|p| ("placed", p)), true),
+            (true, _) => (holds::place(pod, ca).map(|p| ("placed", p)), true),
         };
         if let Some((action, patch)) = change {
             self.write(pod, action, &patch).await;

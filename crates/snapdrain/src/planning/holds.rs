@@ -8,9 +8,13 @@
 //!   waits for the pod until `terminationTime − pod grace` (kubernetes-sigs/karpenter
 //!   `pkg/utils/pod/scheduling.go` `IsDoNotDisruptActive`, `pkg/controllers/disruption/types.go`
 //!   `NewCandidate`, `pkg/controllers/node/termination/terminator/eviction.go` `needsForceDelete`).
-//! - `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`: Cluster Autoscaler does not scale the node
-//!   down (kubernetes/autoscaler `cluster-autoscaler/utils/drain/drain.go`, FAQ "What types of pods can
-//!   prevent CA from removing a node?").
+//! - `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`, only under the policy's
+//!   `holds.clusterAutoscaler: SafeToEvictFalse`: Cluster Autoscaler does not scale the node down, ever
+//!   (kubernetes/autoscaler `simulator/drainability/rules/notsafetoevict/rule.go` blocks the node, so it
+//!   is never unneeded and never tainted, and no CA signal fires). Under the default (`Gate`) the pod
+//!   carries no CA annotation: CA may pick the node, its `DeletionCandidateOfClusterAutoscaler` taint
+//!   starts the backup, and its drain waits at the eviction gate. [`place`] takes snapdrain's own
+//!   `safe-to-evict` off a pod when the policy no longer wants it.
 //!
 //! On the Node that runs such a pod, `karpenter.sh/do-not-disrupt: "true"` too. Drift is Karpenter's
 //! eventual disruption: with a NodePool `terminationGracePeriod`, `NewCandidate` ignores pod-level
@@ -32,6 +36,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::inventory::DO_NOT_DISRUPT_ANNOTATION;
+use crate::api::policy::ClusterAutoscalerHold;
 
 pub const SAFE_TO_EVICT_ANNOTATION: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
 /// Which hold annotations snapdrain placed, comma-separated (`do-not-disrupt,safe-to-evict`).
@@ -42,19 +47,31 @@ pub const RELEASED_ANNOTATION: &str = "snapdrain.io/released-by";
 /// A hold: (annotation, the value that holds, the short name in [`HELD_ANNOTATION`]).
 type Hold = (&'static str, &'static str, &'static str);
 
-/// A pod's holds.
+/// Every hold a pod may carry (what a release or removal takes off).
 const POD_HOLDS: [Hold; 2] = [
     (DO_NOT_DISRUPT_ANNOTATION, "true", "do-not-disrupt"),
     (SAFE_TO_EVICT_ANNOTATION, "false", "safe-to-evict"),
 ];
 
+/// The holds a protected pod carries under the policy's `holds.clusterAutoscaler`.
+fn pod_holds(ca: ClusterAutoscalerHold) -> &'static [Hold] {
+    match ca {
+        ClusterAutoscalerHold::Gate => &POD_HOLDS[..1],
+        ClusterAutoscalerHold::SafeToEvictFalse => &POD_HOLDS,
+    }
+}
+
 /// The hold of a Velero data-path pod (`super::velero_pods`): Karpenter's only, so its termination
 /// never queues the pod while its backup runs (kubernetes-sigs/karpenter `pkg/utils/pod/scheduling.go`
-/// `IsEvictable`). Cluster Autoscaler does not remove a node for a pod that is gone in minutes anyway.
+/// `IsEvictable`). Cluster Autoscaler keeps a node running one anyway: a pod controlled by a Velero
+/// custom resource (its PodVolumeBackup or DataUpload) is not "replicated" to CA, and a hostPath volume
+/// is local storage (kubernetes/autoscaler `simulator/drainability/rules/replicated`,
+/// `rules/localstorage`).
 const DATA_PATH_HOLDS: [Hold; 1] = [(DO_NOT_DISRUPT_ANNOTATION, "true", "do-not-disrupt")];
 
 /// A Node's hold: Karpenter's only (`ValidateNodeDisruptable` reads it from the Node once it is
-/// registered). Cluster Autoscaler already keeps a node with a `safe-to-evict: "false"` pod.
+/// registered). Cluster Autoscaler reads no Node annotation of snapdrain's: its pods' hold (under
+/// `SafeToEvictFalse`) or the eviction gate (under `Gate`) is what keeps it.
 const NODE_HOLDS: [Hold; 1] = [(DO_NOT_DISRUPT_ANNOTATION, "true", "do-not-disrupt")];
 
 /// Annotation changes: `Some(value)` sets, `None` deletes.
@@ -117,13 +134,24 @@ pub fn own_do_not_disrupt(pod: &Pod) -> bool {
         && ours(a).iter().any(|m| m == "do-not-disrupt")
 }
 
-fn place_on(a: Option<&Annotations>, holds: &[Hold]) -> Option<AnnotationPatch> {
+/// Places the `wanted` holds that are missing and takes off snapdrain's own of the `known` ones no
+/// longer wanted (only where the value is still the one it wrote; the mark goes either way).
+fn place_on(a: Option<&Annotations>, wanted: &[Hold], known: &[Hold]) -> Option<AnnotationPatch> {
     if get(a, RELEASED_ANNOTATION).is_some() {
         return None;
     }
-    let mut mine = ours(a);
+    let before = ours(a);
+    let mut mine = before.clone();
     let mut patch = AnnotationPatch::new();
-    for (key, value, short) in holds {
+    for (key, value, short) in known.iter().filter(|h| !wanted.contains(h)) {
+        if mine.iter().any(|m| m == short) {
+            if get(a, key) == Some(*value) {
+                patch.insert((*key).to_owned(), None);
+            }
+            mine.retain(|m| m != short);
+        }
+    }
+    for (key, value, short) in wanted {
         let owned = mine.iter().any(|m| m == short);
         match get(a, key) {
             // Ours and in place, or a user's own value: nothing to do.
@@ -137,24 +165,26 @@ fn place_on(a: Option<&Annotations>, holds: &[Hold]) -> Option<AnnotationPatch> 
             }
         }
     }
-    if patch.is_empty() {
+    if patch.is_empty() && mine == before {
         return None;
     }
-    patch.insert(HELD_ANNOTATION.to_owned(), Some(mine.join(",")));
+    let mark = (!mine.is_empty()).then(|| mine.join(","));
+    patch.insert(HELD_ANNOTATION.to_owned(), mark);
     Some(patch)
 }
 
-/// Places the holds snapdrain may place: each hold annotation the pod does not carry yet. A released pod
-/// is left alone (see [`restore`]).
-pub fn place(pod: &Pod) -> Option<AnnotationPatch> {
-    place_on(annotations_of(pod), &POD_HOLDS)
+/// Places the holds snapdrain may place under `ca` (the policy's `holds.clusterAutoscaler`): each hold
+/// annotation the pod does not carry yet, and takes off a `safe-to-evict` of snapdrain's that `ca` no
+/// longer wants. A released pod is left alone (see [`restore`]).
+pub fn place(pod: &Pod, ca: ClusterAutoscalerHold) -> Option<AnnotationPatch> {
+    place_on(annotations_of(pod), pod_holds(ca), &POD_HOLDS)
 }
 
 /// Places the hold of a running Velero data-path pod (ownership-marked like the others; a user's own
 /// `do-not-disrupt`, e.g. from the node-agent ConfigMap's `podAnnotations`, is left as it is). The pod
 /// is deleted by Velero when its backup ends, so the hold is never taken off.
 pub fn place_data_path(pod: &Pod) -> Option<AnnotationPatch> {
-    place_on(annotations_of(pod), &DATA_PATH_HOLDS)
+    place_on(annotations_of(pod), &DATA_PATH_HOLDS, &DATA_PATH_HOLDS)
 }
 
 /// Removes the holds snapdrain placed (only where the value is still the one it wrote) and marks the
@@ -170,13 +200,13 @@ pub fn release(pod: &Pod, plan: &str) -> Option<AnnotationPatch> {
     Some(patch)
 }
 
-/// Takes away the release mark and puts the holds back.
-pub fn restore(pod: &Pod) -> Option<AnnotationPatch> {
+/// Takes away the release mark and puts back the holds `ca` wants.
+pub fn restore(pod: &Pod, ca: ClusterAutoscalerHold) -> Option<AnnotationPatch> {
     let a = annotations_of(pod);
     get(a, RELEASED_ANNOTATION)?;
     let mut unmarked = a.cloned().unwrap_or_default();
     unmarked.remove(RELEASED_ANNOTATION);
-    let mut patch = place_on(Some(&unmarked), &POD_HOLDS).unwrap_or_default();
+    let mut patch = place_on(Some(&unmarked), pod_holds(ca), &POD_HOLDS).unwrap_or_default();
     patch.insert(RELEASED_ANNOTATION.to_owned(), None);
     Some(patch)
 }
@@ -224,7 +254,7 @@ pub fn node_state(node: &Node) -> HoldState {
 pub fn node_change(node: &Node, needed: bool) -> Option<(&'static str, AnnotationPatch)> {
     let a = node_annotations(node);
     if needed {
-        place_on(a, &NODE_HOLDS).map(|p| ("placed", p))
+        place_on(a, &NODE_HOLDS, &NODE_HOLDS).map(|p| ("placed", p))
     } else {
         remove_on(a, &NODE_HOLDS).map(|p| ("removed", p))
     }
@@ -252,6 +282,41 @@ pub fn merge_patch<K: Metadata<Ty = ObjectMeta>>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The policy setting under which pods carry both holds.
+    const BLOCK: ClusterAutoscalerHold = ClusterAutoscalerHold::SafeToEvictFalse;
+    const GATE: ClusterAutoscalerHold = ClusterAutoscalerHold::Gate;
+
+    #[test]
+    fn under_the_gate_setting_a_pod_gets_do_not_disrupt_alone_and_loses_snapdrains_safe_to_evict() {
+        let p = apply(
+            &pod(&[]),
+            &place(&pod(&[]), GATE).expect("a new pod is held"),
+        );
+        assert_eq!(ann(&p, DO_NOT_DISRUPT_ANNOTATION), Some("true"));
+        assert_eq!(ann(&p, SAFE_TO_EVICT_ANNOTATION), None);
+        assert_eq!(state(&p), HoldState::Held(vec!["do-not-disrupt".into()]));
+        assert_eq!(place(&p, GATE), None, "placing twice changes nothing");
+        // Held under SafeToEvictFalse, then the policy changes: snapdrain's own CA hold goes.
+        let both = apply(&pod(&[]), &place(&pod(&[]), BLOCK).expect("held"));
+        let now = apply(&both, &place(&both, GATE).expect("the CA hold goes"));
+        assert_eq!(ann(&now, SAFE_TO_EVICT_ANNOTATION), None);
+        assert_eq!(state(&now), HoldState::Held(vec!["do-not-disrupt".into()]));
+        assert_eq!(place(&now, GATE), None);
+        // A user's own safe-to-evict stays, whatever it says.
+        let users = pod(&[(SAFE_TO_EVICT_ANNOTATION, "false")]);
+        let held = apply(
+            &users,
+            &place(&users, GATE).expect("do-not-disrupt is missing"),
+        );
+        assert_eq!(ann(&held, SAFE_TO_EVICT_ANNOTATION), Some("false"));
+        assert_eq!(place(&held, GATE), None);
+        // Restoring after a release puts back only what the setting wants.
+        let released = apply(&both, &release(&both, "p").expect("released"));
+        let back = apply(&released, &restore(&released, GATE).expect("restored"));
+        assert_eq!(ann(&back, SAFE_TO_EVICT_ANNOTATION), None);
+        assert_eq!(state(&back), HoldState::Held(vec!["do-not-disrupt".into()]));
+    }
 
     #[test]
     fn a_data_path_pod_gets_do_not_disrupt_alone_and_a_users_own_stays() {
@@ -306,14 +371,17 @@ mod tests {
 
     #[test]
     fn a_new_pod_gets_both_holds_marked_as_snapdrains() {
-        let p = apply(&pod(&[]), &place(&pod(&[])).expect("a new pod is held"));
+        let p = apply(
+            &pod(&[]),
+            &place(&pod(&[]), BLOCK).expect("a new pod is held"),
+        );
         assert_eq!(ann(&p, DO_NOT_DISRUPT_ANNOTATION), Some("true"));
         assert_eq!(ann(&p, SAFE_TO_EVICT_ANNOTATION), Some("false"));
         assert_eq!(
             state(&p),
             HoldState::Held(vec!["do-not-disrupt".into(), "safe-to-evict".into()])
         );
-        assert_eq!(place(&p), None, "placing twice changes nothing");
+        assert_eq!(place(&p, BLOCK), None, "placing twice changes nothing");
         assert!(own_do_not_disrupt(&p));
         assert!(!own_do_not_disrupt(&pod(&[(
             DO_NOT_DISRUPT_ANNOTATION,
@@ -326,7 +394,7 @@ mod tests {
         let user = pod(&[(DO_NOT_DISRUPT_ANNOTATION, "true")]);
         let held = apply(
             &user,
-            &place(&user).expect("safe-to-evict is still missing"),
+            &place(&user, BLOCK).expect("safe-to-evict is still missing"),
         );
         assert_eq!(state(&held), HoldState::Held(vec!["safe-to-evict".into()]));
         let released = apply(&held, &release(&held, "p1").expect("release"));
@@ -341,34 +409,38 @@ mod tests {
         assert_eq!(state(&removed), HoldState::Unheld);
         // A user's "safe-to-evict: true" (CA may evict) is not overridden either.
         let allow = pod(&[(SAFE_TO_EVICT_ANNOTATION, "true")]);
-        let patch = place(&allow).expect("do-not-disrupt is missing");
+        let patch = place(&allow, BLOCK).expect("do-not-disrupt is missing");
         assert!(!patch.contains_key(SAFE_TO_EVICT_ANNOTATION));
     }
 
     #[test]
     fn release_then_restore_round_trips() {
-        let p = apply(&pod(&[]), &place(&pod(&[])).expect("held"));
+        let p = apply(&pod(&[]), &place(&pod(&[]), BLOCK).expect("held"));
         let r = apply(&p, &release(&p, "plan-a").expect("released"));
         assert_eq!(state(&r), HoldState::Released("plan-a".into()));
         assert_eq!(ann(&r, DO_NOT_DISRUPT_ANNOTATION), None);
         assert_eq!(ann(&r, SAFE_TO_EVICT_ANNOTATION), None);
-        assert_eq!(place(&r), None, "the keeper leaves a released pod alone");
+        assert_eq!(
+            place(&r, BLOCK),
+            None,
+            "the keeper leaves a released pod alone"
+        );
         assert_eq!(
             release(&r, "plan-a"),
             None,
             "releasing twice changes nothing"
         );
-        let back = apply(&r, &restore(&r).expect("restored"));
+        let back = apply(&r, &restore(&r, BLOCK).expect("restored"));
         assert_eq!(
             state(&back),
             HoldState::Held(vec!["do-not-disrupt".into(), "safe-to-evict".into()])
         );
-        assert_eq!(restore(&back), None);
+        assert_eq!(restore(&back, BLOCK), None);
     }
 
     #[test]
     fn a_value_changed_by_someone_else_is_not_removed_on_release() {
-        let p = apply(&pod(&[]), &place(&pod(&[])).expect("held"));
+        let p = apply(&pod(&[]), &place(&pod(&[]), BLOCK).expect("held"));
         let changed = apply(
             &p,
             &[(
@@ -385,7 +457,7 @@ mod tests {
     fn the_patch_is_guarded_by_resource_version() {
         let mut p = pod(&[]);
         p.metadata.resource_version = Some("42".into());
-        let body = merge_patch(&p, &place(&p).expect("held"));
+        let body = merge_patch(&p, &place(&p, BLOCK).expect("held"));
         assert_eq!(body["metadata"]["resourceVersion"], "42");
         assert_eq!(
             body["metadata"]["annotations"][HELD_ANNOTATION],

@@ -12,7 +12,14 @@
 //!   PDB and no gate) once `now > terminationTime − pod terminationGracePeriodSeconds`
 //!   (`pkg/controllers/node/termination/terminator/eviction.go` `needsForceDelete`, `forceDelete`), so
 //!   the backup must be verified before the first protected pod goes ([`termination_deadline`]).
-//! - Cluster Autoscaler (`cluster-autoscaler/utils/taints/taints.go`): `ToBeDeletedByClusterAutoscaler`.
+//! - Cluster Autoscaler (`cluster-autoscaler/utils/taints/taints.go`): `ToBeDeletedByClusterAutoscaler`
+//!   (NoSchedule, set by `MarkToBeDeleted` right before CA drains the node), and the early signal
+//!   `DeletionCandidateOfClusterAutoscaler` (PreferNoSchedule, set by `MarkDeletionCandidate` on every
+//!   node CA finds unneeded, `core/scaledown/actuation/softtaint.go` `UpdateSoftDeletionTaints`; CA
+//!   drains it once it stayed unneeded for `--scale-down-unneeded-time`, 10 min by default, and removes
+//!   the taint when the node is needed again). A backup started at the soft taint is verified by the
+//!   time CA's drain reaches the eviction gate. Neither taint is a commitment: CA's drain gives up after
+//!   `--max-pod-eviction-time` and removes its taint, so both are graceful signals.
 //! - aws-node-termination-handler (`pkg/node/node.go`): `aws-node-termination-handler/spot-itn`,
 //!   `.../rebalance-recommendation`, `.../scheduled-maintenance`, `.../asg-lifecycle-termination`. A spot
 //!   interruption notice gives two minutes (EC2 docs, "Spot Instance interruption notices").
@@ -30,6 +37,8 @@ use crate::api::{PlanMode, PlanSource};
 pub const KARPENTER_DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 pub const TERMINATION_TIMESTAMP_ANNOTATION: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 pub const CLUSTER_AUTOSCALER_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+/// Cluster Autoscaler's soft taint on unneeded nodes (`utils/taints/taints.go` `DeletionCandidateTaint`).
+pub const CLUSTER_AUTOSCALER_CANDIDATE_TAINT: &str = "DeletionCandidateOfClusterAutoscaler";
 pub const NTH_TAINT_PREFIX: &str = "aws-node-termination-handler/";
 /// What an EC2 spot interruption notice leaves.
 pub const SPOT_NOTICE: Duration = Duration::from_secs(120);
@@ -190,6 +199,17 @@ pub fn detect(
             None,
         );
     }
+    if taints(node)
+        .iter()
+        .any(|t| t.key == CLUSTER_AUTOSCALER_CANDIDATE_TAINT)
+    {
+        return signal(
+            PlanSource::ClusterAutoscaler,
+            "ScaleDownCandidate",
+            policy.cluster_autoscaler,
+            None,
+        );
+    }
     let claim = claim?;
     if condition_true(claim, "Drifted") {
         return signal(PlanSource::Karpenter, "Drifted", policy.drift, None);
@@ -310,6 +330,7 @@ mod tests {
         }
         for key in [
             CLUSTER_AUTOSCALER_TAINT,
+            CLUSTER_AUTOSCALER_CANDIDATE_TAINT,
             "aws-node-termination-handler/rebalance-recommendation",
         ] {
             assert!(!is_forceful(&look(node(taint(key)), None)), "{key}");
@@ -540,5 +561,37 @@ mod tests {
         );
         let ca = node(json!([{"key": CLUSTER_AUTOSCALER_TAINT, "effect": "NoSchedule"}]));
         assert_eq!(detect(&ca, None, &ignore, now(), grace), None);
+        let unneeded = node(
+            json!([{"key": CLUSTER_AUTOSCALER_CANDIDATE_TAINT, "effect": "PreferNoSchedule"}]),
+        );
+        assert_eq!(detect(&unneeded, None, &ignore, now(), grace), None);
+    }
+
+    #[test]
+    fn cluster_autoscalers_unneeded_mark_starts_a_plan_before_its_drain_and_is_no_drain_under_way()
+    {
+        let unneeded = node(
+            json!([{"key": CLUSTER_AUTOSCALER_CANDIDATE_TAINT, "value": "1764590000", "effect": "PreferNoSchedule"}]),
+        );
+        let s = detect(&unneeded, None, &SignalsSpec::default(), now(), grace).expect("CA");
+        assert_eq!(
+            (s.source, s.reason.as_str(), s.mode, s.deadline),
+            (
+                PlanSource::ClusterAutoscaler,
+                "ScaleDownCandidate",
+                PlanMode::Release,
+                None
+            )
+        );
+        // CA may drop the candidate: a released node with only the soft taint is not being taken, so
+        // the release window still brings the holds back.
+        assert_eq!(taking(&unneeded, None), None);
+        // Both taints: the drain itself is the signal.
+        let draining = node(json!([
+            {"key": CLUSTER_AUTOSCALER_CANDIDATE_TAINT, "value": "1764590000", "effect": "PreferNoSchedule"},
+            {"key": CLUSTER_AUTOSCALER_TAINT, "value": "1764590600", "effect": "NoSchedule"}
+        ]));
+        let s = detect(&draining, None, &SignalsSpec::default(), now(), grace).expect("CA");
+        assert_eq!(s.reason, "ScaleDown");
     }
 }

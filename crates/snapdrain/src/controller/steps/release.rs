@@ -241,6 +241,12 @@ pub async fn released_pods_gone(
 /// Best effort per pod: the hold keeper restores whatever this misses once the plan is over. Returns how
 /// many pods came back.
 pub async fn restore_holds(released: &[ReleasedPod], io: &Io<'_>) -> usize {
+    // The policy's CA hold; before the policy is read, the default's (the hold keeper corrects it).
+    let ca = io
+        .policy
+        .as_ref()
+        .map(|p| p.holds.cluster_autoscaler)
+        .unwrap_or_default();
     let mut restored = 0;
     let mut nodes = BTreeSet::new();
     for p in released {
@@ -252,7 +258,7 @@ pub async fn restore_holds(released: &[ReleasedPod], io: &Io<'_>) -> usize {
                 continue;
             }
         };
-        let Some(patch) = holds::restore(&pod) else {
+        let Some(patch) = holds::restore(&pod, ca) else {
             continue;
         };
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
