@@ -91,11 +91,13 @@ pub(super) fn dispatch(shared: &Arc<Shared>, p: &Params, request_id: &str) -> Ac
         "DescribeLaunchTemplates" => describe_launch_templates(shared, p, &mut x)?,
         "DeleteLaunchTemplate" => delete_launch_template(shared, p, &mut x)?,
         "DescribeSubnets" => describe_subnets(shared, p, &mut x)?,
+        "DescribeImages" => super::images::describe_images(shared, p, &mut x)?,
+        "DescribeInstanceTypes" => super::images::describe_instance_types(p, &mut x)?,
         other => {
             return Err(ApiError::bad(
                 "InvalidAction",
                 format!(
-                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, DescribeInstanceAttribute, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates, DeleteLaunchTemplate, DescribeSubnets)."
+                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, DescribeInstanceAttribute, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates, DeleteLaunchTemplate, DescribeSubnets, DescribeImages, DescribeInstanceTypes)."
                 ),
             ));
         }
@@ -493,6 +495,9 @@ fn run_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Ap
             .or(tdata.instance_type.clone())
             .unwrap_or_else(|| "m1.small".into());
         check_instance_type(&instance_type)?;
+        if let Some(refused) = super::images::architecture_mismatch(&world, &image_id, &instance_type) {
+            return Err(refused);
+        }
         refuse_blank_subnet(p, "SubnetId")?;
         let subnet_id = p
             .get("SubnetId")
@@ -841,6 +846,24 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
                     .get("ImageId")
                     .map(str::to_string)
                     .or(tdata.image_id.clone());
+                // An override whose type cannot run the AMI fails alone, in the errorSet, before
+                // any pool is asked for capacity.
+                let refused = image_id.as_deref().and_then(|image| {
+                    super::images::architecture_mismatch(&world, image, &instance_type)
+                });
+                if let Some(refused) = refused {
+                    errors.push(FleetError {
+                        template_id: tid.clone(),
+                        template_version: version.clone(),
+                        message: refused.message,
+                        code: refused.code,
+                        instance_type,
+                        subnet_id: subnet.id,
+                        zone: subnet.zone,
+                        image_id: o.get("ImageId").map(str::to_string),
+                    });
+                    continue;
+                }
                 if let Some(code) = world.fault_for(&instance_type, &subnet.zone).or(injected) {
                     errors.push(FleetError {
                         template_id: tid.clone(),
