@@ -34,7 +34,7 @@ pub async fn check(
     let described = match ec2.describe_images(&images).await {
         Ok(d) => d,
         Err(e) if e.is_permanent() => {
-            return Ok((records, vec![refused(&e, "DescribeImages", &images)]));
+            return Ok((records, vec![refused(&e, "DescribeImages", "AMI", &images)]));
         }
         Err(e) => return Err(e.into()),
     };
@@ -43,7 +43,12 @@ pub async fn check(
         Err(e) if e.is_permanent() => {
             return Ok((
                 records,
-                vec![refused(&e, "DescribeInstanceTypes", &spec.instance_types)],
+                vec![refused(
+                    &e,
+                    "DescribeInstanceTypes",
+                    "instance types",
+                    &spec.instance_types,
+                )],
             ));
         }
         Err(e) => return Err(e.into()),
@@ -94,15 +99,22 @@ pub async fn check(
     Ok((records, problems))
 }
 
-/// A Describe call EC2 refused for good: which, for what, and the IAM action when it is a permission.
-fn refused(e: &CloudError, action: &str, what: &[String]) -> String {
-    let permission = if matches!(e.code(), Some("UnauthorizedOperation" | "AccessDenied")) {
-        format!(" (snapdrain's IAM role needs ec2:{action}, see deploy/iam/snapdrain-policy.json)")
-    } else {
-        String::new()
+/// A Describe call EC2 refused for good: which, for what, and what to change (an AMI or instance type
+/// EC2 does not have, or the IAM action).
+fn refused(e: &CloudError, action: &str, noun: &str, what: &[String]) -> String {
+    let hint = match e.code() {
+        Some("UnauthorizedOperation" | "AccessDenied") => format!(
+            "; snapdrain's IAM role needs ec2:{action}, see deploy/iam/snapdrain-policy.json"
+        ),
+        Some("InvalidAMIID.NotFound" | "InvalidAMIID.Malformed") => "; the AMI does not exist in this region or is not shared with the account: set spec.replacement.imageId (or the EC2NodeClass's amiSelectorTerms) to one that does".to_string(),
+        Some("InvalidInstanceType") => {
+            "; fix spec.replacement.instanceTypes (aws ec2 describe-instance-types lists the region's)"
+                .to_string()
+        }
+        _ => String::new(),
     };
     format!(
-        "the replacement's {} cannot be checked: {e}{permission}",
+        "the replacement's {noun} {} cannot be launched: {e}{hint}",
         what.join(", ")
     )
 }
