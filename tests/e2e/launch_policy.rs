@@ -133,7 +133,12 @@ async fn a_plan_naming_an_ec2nodeclass_launches_what_karpenter_resolved_for_it()
             "nodepools",
         ),
     );
-    for pool in pools.list(&Default::default()).await.expect("NodePools").items {
+    for pool in pools
+        .list(&Default::default())
+        .await
+        .expect("NodePools")
+        .items
+    {
         pools
             .patch(
                 &pool.name_any(),
@@ -149,13 +154,9 @@ async fn a_plan_naming_an_ec2nodeclass_launches_what_karpenter_resolved_for_it()
     let mut amis = resolved["status"]["amis"].clone();
     amis[0]["id"] = json!(CLASS_AMI);
     // The newer release exists in EC2 (DescribeImages answers it; planning checks its architecture).
-    h.cluster
-        .ec2
-        .as_ref()
-        .expect("ec2")
-        .register_image(snapdrain_sim::ec2::ImageConfig::bottlerocket(
-            CLASS_AMI, "1.35", "x86_64", "1.43.0",
-        ));
+    h.cluster.ec2.as_ref().expect("ec2").register_image(
+        snapdrain_sim::ec2::ImageConfig::bottlerocket(CLASS_AMI, "1.35", "x86_64", "1.43.0"),
+    );
     api.patch_status(
         "default",
         &PatchParams::default(),

@@ -16,7 +16,7 @@ use super::replacement_join::{assert_untouched, instance_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn arm64_instance_types_for_the_replaced_x86_64_ami_fail_the_plan_before_the_node_is_cordoned()
-{
+ {
     let h = Harness::start().await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
@@ -69,11 +69,16 @@ async fn a_mixed_list_launches_only_the_instance_types_that_run_the_ami() {
         .await;
     let status = plan.status.expect("a status");
     assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
-    let join = status.nodes[0].join.clone().expect("the node's join record");
+    let join = status.nodes[0]
+        .join
+        .clone()
+        .expect("the node's join record");
     assert_eq!(join.image_architecture.as_deref(), Some("x86_64"));
     assert_eq!(join.instance_types, ["m6i.xlarge"]);
     assert!(
-        join.from.iter().any(|f| f.contains("dropped m7g.xlarge (arm64), c7g.xlarge (arm64)")),
+        join.from
+            .iter()
+            .any(|f| f.contains("dropped m7g.xlarge (arm64), c7g.xlarge (arm64)")),
         "{:?}",
         join.from
     );
@@ -90,7 +95,10 @@ async fn a_mixed_list_launches_only_the_instance_types_that_run_the_ami() {
     let launched = h.instances_of("mixed-types");
     assert_eq!(launched.len(), 1, "{launched:?}");
     assert_eq!(
-        ec2.instance(&launched[0]).expect("launched").info.instance_type,
+        ec2.instance(&launched[0])
+            .expect("launched")
+            .info
+            .instance_type,
         "m6i.xlarge"
     );
     controller.shutdown().await;

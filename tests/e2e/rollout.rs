@@ -296,7 +296,11 @@ async fn a_new_ami_drifts_every_node_and_snapdrain_backs_up_before_karpenter_dra
         .filter(|e| e.verb == "nodeclaim-drifted")
         .filter_map(|e| e.name.as_deref())
         .collect();
-    assert_eq!(drifted.len(), old.len(), "every old NodeClaim drifted: {drifted:?}");
+    assert_eq!(
+        drifted.len(),
+        old.len(),
+        "every old NodeClaim drifted: {drifted:?}"
+    );
     let claims = snapdrain_testkit::karpenter::nodeclaims(&h.client)
         .list(&Default::default())
         .await

@@ -495,7 +495,9 @@ fn run_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Ap
             .or(tdata.instance_type.clone())
             .unwrap_or_else(|| "m1.small".into());
         check_instance_type(&instance_type)?;
-        if let Some(refused) = super::images::architecture_mismatch(&world, &image_id, &instance_type) {
+        if let Some(refused) =
+            super::images::architecture_mismatch(&world, &image_id, &instance_type)
+        {
             return Err(refused);
         }
         refuse_blank_subnet(p, "SubnetId")?;

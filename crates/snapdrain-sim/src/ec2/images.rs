@@ -67,8 +67,9 @@ pub fn default_images() -> Vec<ImageConfig> {
 const FAMILIES: &[(&[&str], &[&str])] = &[
     (
         &[
-            "a1", "m6g", "m6gd", "m7g", "m7gd", "m8g", "c6g", "c6gd", "c6gn", "c7g", "c7gd", "c7gn",
-            "c8g", "r6g", "r6gd", "r7g", "r7gd", "r8g", "t4g", "x2gd", "im4gn", "is4gen", "i4g",
+            "a1", "m6g", "m6gd", "m7g", "m7gd", "m8g", "c6g", "c6gd", "c6gn", "c7g", "c7gd",
+            "c7gn", "c8g", "r6g", "r6gd", "r7g", "r7gd", "r8g", "t4g", "x2gd", "im4gn", "is4gen",
+            "i4g",
         ],
         &["arm64"],
     ),
@@ -127,7 +128,11 @@ pub(super) fn mismatch_message(type_archs: &[&str], image_arch: &str) -> String 
 
 /// DescribeImages by `ImageId.N` (every image of the account when none). `Filter.N` is refused: the
 /// simulator answers by id only.
-pub(super) fn describe_images(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), ApiError> {
+pub(super) fn describe_images(
+    shared: &Arc<Shared>,
+    p: &Params,
+    x: &mut Xml,
+) -> Result<(), ApiError> {
     if let Some(f) = p.structs("Filter").first() {
         return Err(ApiError::new(
             400,
@@ -260,7 +265,13 @@ mod tests {
         for t in ["m6g.large", "m7g.xlarge", "c7g.large", "r7g.2xlarge"] {
             assert_eq!(instance_type_architectures(t), Some(&["arm64"][..]), "{t}");
         }
-        for t in ["m5.large", "m6i.xlarge", "c6i.large", "r6i.large", "m7i.large"] {
+        for t in [
+            "m5.large",
+            "m6i.xlarge",
+            "c6i.large",
+            "r6i.large",
+            "m7i.large",
+        ] {
             assert_eq!(instance_type_architectures(t), Some(&["x86_64"][..]), "{t}");
         }
         assert_eq!(instance_type_architectures("m9z.large"), None);

@@ -96,7 +96,13 @@ async fn create_fleet_answers_each_mismatched_override_in_its_error_set() {
     let failures: Vec<_> = outcome
         .override_failures
         .iter()
-        .map(|f| (f.instance_type.as_deref(), f.code.as_str(), f.message.as_str()))
+        .map(|f| {
+            (
+                f.instance_type.as_deref(),
+                f.code.as_str(),
+                f.message.as_str(),
+            )
+        })
         .collect();
     assert_eq!(
         failures,

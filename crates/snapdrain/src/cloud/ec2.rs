@@ -668,7 +668,10 @@ impl Ec2Cloud {
     /// The AMIs `image_ids` as DescribeImages describes them (architecture, name, state). An id EC2 does
     /// not have, or does not share with the account, is refused with `InvalidAMIID.NotFound` (EC2 API
     /// reference, DescribeImages; errors-overview), a permanent error.
-    pub async fn describe_images(&self, image_ids: &[String]) -> Result<Vec<ImageInfo>, CloudError> {
+    pub async fn describe_images(
+        &self,
+        image_ids: &[String],
+    ) -> Result<Vec<ImageInfo>, CloudError> {
         let out = self
             .client
             .describe_images()

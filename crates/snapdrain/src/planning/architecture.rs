@@ -142,8 +142,13 @@ mod tests {
 
     #[test]
     fn no_type_that_runs_the_ami_names_the_ami_the_types_and_the_way_out() {
-        let e = fit_instance_types("n1", &image(), &types(&["m6g.large", "m7g.large"]), &archs())
-            .expect_err("nothing fits");
+        let e = fit_instance_types(
+            "n1",
+            &image(),
+            &types(&["m6g.large", "m7g.large"]),
+            &archs(),
+        )
+        .expect_err("nothing fits");
         assert_eq!(
             e,
             "the replacement of node n1 cannot launch: its AMI ami-0x86 (bottlerocket-aws-k8s-1.35-x86_64-v1.42.0), from the replaced instance i-0abc, is x86_64, and none of spec.replacement.instanceTypes runs x86_64: m6g.large (arm64), m7g.large (arm64); list x86_64 instance types in spec.replacement.instanceTypes, or launch an AMI built for arm64"
@@ -152,8 +157,8 @@ mod tests {
 
     #[test]
     fn every_type_that_runs_the_ami_is_kept() {
-        let fit = fit_instance_types("n1", &image(), &types(&["m6i.large"]), &archs())
-            .expect("fits");
+        let fit =
+            fit_instance_types("n1", &image(), &types(&["m6i.large"]), &archs()).expect("fits");
         assert_eq!(fit.kept, ["m6i.large"]);
         assert!(fit.dropped.is_empty());
     }

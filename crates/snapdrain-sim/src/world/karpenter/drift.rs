@@ -147,8 +147,14 @@ mod tests {
     #[test]
     fn the_first_ami_of_the_claims_architecture_is_mapped() {
         let c = class(json!([ami("ami-arm", "arm64"), ami("ami-x86", "amd64")]));
-        assert_eq!(mapped_ami(&c, &claim("", "amd64")).as_deref(), Some("ami-x86"));
-        assert_eq!(mapped_ami(&c, &claim("", "arm64")).as_deref(), Some("ami-arm"));
+        assert_eq!(
+            mapped_ami(&c, &claim("", "amd64")).as_deref(),
+            Some("ami-x86")
+        );
+        assert_eq!(
+            mapped_ami(&c, &claim("", "arm64")).as_deref(),
+            Some("ami-arm")
+        );
     }
 
     #[test]
@@ -157,9 +163,21 @@ mod tests {
         let new = class(json!([ami("ami-new", "amd64"), ami("ami-old", "amd64")]));
         let c = claim("ami-old", "amd64");
         assert!(!ami_drifted(&old, &c));
-        assert!(ami_drifted(&new, &c), "a newer AMI of its architecture comes first");
-        let other_arch = class(json!([ami("ami-arm-new", "arm64"), ami("ami-old", "amd64")]));
-        assert!(!ami_drifted(&other_arch, &c), "an arm64 release does not drift amd64 nodes");
-        assert!(!ami_drifted(&class(json!([])), &c), "no AMIs: Karpenter errors, no drift");
+        assert!(
+            ami_drifted(&new, &c),
+            "a newer AMI of its architecture comes first"
+        );
+        let other_arch = class(json!([
+            ami("ami-arm-new", "arm64"),
+            ami("ami-old", "amd64")
+        ]));
+        assert!(
+            !ami_drifted(&other_arch, &c),
+            "an arm64 release does not drift amd64 nodes"
+        );
+        assert!(
+            !ami_drifted(&class(json!([])), &c),
+            "no AMIs: Karpenter errors, no drift"
+        );
     }
 }

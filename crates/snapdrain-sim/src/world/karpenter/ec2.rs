@@ -53,7 +53,10 @@ impl Cloud for SimEc2Cloud {
                 .collect();
             // The AMI the NodeClaim's EC2NodeClass maps to it (karpenter-provider-aws
             // pkg/providers/amifamily/ami.go `MapToInstanceTypes`), else the cloud's default.
-            let image_id = req.image_id.clone().unwrap_or_else(|| self.image_id.clone());
+            let image_id = req
+                .image_id
+                .clone()
+                .unwrap_or_else(|| self.image_id.clone());
             let out = self
                 .client
                 .run_instances()
