@@ -593,13 +593,18 @@ fn write_reservation(shared: &Shared, world: &World, reservation_id: &str, x: &m
         .ordered()
         .filter(|i| i.reservation_id == reservation_id)
     {
-        write_instance(inst, x);
+        write_instance(world, inst, x);
     }
     x.close("instancesSet");
 }
 
-fn write_instance(inst: &Instance, x: &mut Xml) {
+fn write_instance(world: &World, inst: &Instance, x: &mut Xml) {
     let i = &inst.info;
+    // The AMI's architecture (an image the simulator does not know: x86_64).
+    let architecture = world
+        .images
+        .get(&i.image_id)
+        .map_or("x86_64", |image| image.architecture.as_str());
     x.open("item")
         .leaf("instanceId", &i.id)
         .leaf("imageId", &i.image_id)
@@ -619,7 +624,7 @@ fn write_instance(inst: &Instance, x: &mut Xml) {
         .open("monitoring")
         .leaf("state", "disabled")
         .close("monitoring")
-        .leaf("architecture", "x86_64")
+        .leaf("architecture", architecture)
         .leaf("rootDeviceType", "ebs")
         .leaf("rootDeviceName", "/dev/xvda")
         .leaf("virtualizationType", "hvm")
@@ -1186,7 +1191,7 @@ fn describe_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(
             .close("groupSet")
             .open("instancesSet");
         for inst in insts {
-            write_instance(inst, x);
+            write_instance(&world, inst, x);
         }
         x.close("instancesSet").close("item");
     }

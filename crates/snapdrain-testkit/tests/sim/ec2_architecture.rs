@@ -55,9 +55,14 @@ async fn run_instances_refuses_an_instance_type_that_cannot_run_the_ami() {
     run(BOTTLEROCKET_X86_64, InstanceType::M6iLarge)
         .await
         .expect("an x86_64 type runs the x86_64 AMI");
-    run(BOTTLEROCKET_ARM64, InstanceType::M7gLarge)
+    let arm = run(BOTTLEROCKET_ARM64, InstanceType::M7gLarge)
         .await
         .expect("an arm64 type runs the arm64 AMI");
+    assert_eq!(
+        arm.instances()[0].architecture(),
+        Some(&ArchitectureValues::Arm64),
+        "the instance reports its AMI's architecture"
+    );
 }
 
 fn fleet(sim: &Ec2Sim, types: &[&str], token: &str) -> LaunchRequest {
