@@ -10,6 +10,7 @@
 //! the real aws-sdk-ec2 (DescribeInstances, DescribeInstanceAttribute `userData`).
 
 use base64::Engine as _;
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use snapdrain::api::DisruptionPlan;
@@ -121,8 +122,41 @@ async fn a_plan_naming_an_ec2nodeclass_launches_what_karpenter_resolved_for_it()
     .await
     .expect("the platform team edits its class");
     let resolved = api.get("default").await.expect("the class").data;
+    // The class's newer AMI drifts every NodeClaim of the pool (karpenter-provider-aws
+    // pkg/cloudprovider/drift.go `isAMIDrifted`). This test is about the plan's own launch: the pool's
+    // budget allows no drift disruption (kubernetes-sigs/karpenter pkg/apis/v1/nodepool.go `Budget`
+    // `reasons`) and snapdrain leaves the drift signals alone, so no other node moves meanwhile.
+    let pools: Api<DynamicObject> = Api::all_with(
+        h.client.clone(),
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"),
+            "nodepools",
+        ),
+    );
+    for pool in pools
+        .list(&Default::default())
+        .await
+        .expect("NodePools")
+        .items
+    {
+        pools
+            .patch(
+                &pool.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"disruption": {"budgets": [
+                    {"nodes": "0", "reasons": ["Drifted"]}, {"nodes": "10%"}
+                ]}}})),
+            )
+            .await
+            .expect("the pool's budget");
+    }
+    h.set_policy(json!({"signals": {"drift": "Ignore"}})).await;
     let mut amis = resolved["status"]["amis"].clone();
     amis[0]["id"] = json!(CLASS_AMI);
+    // The newer release exists in EC2 (DescribeImages answers it; planning checks its architecture).
+    h.cluster.ec2.as_ref().expect("ec2").register_image(
+        snapdrain_sim::ec2::ImageConfig::bottlerocket(CLASS_AMI, "1.35", "x86_64", "1.43.0"),
+    );
     api.patch_status(
         "default",
         &PatchParams::default(),

@@ -32,6 +32,7 @@ mod real_cloud;
 mod real_drain;
 mod real_velero;
 mod release;
+mod replacement_architecture;
 mod replacement_join;
 mod resilience;
 mod rollout;

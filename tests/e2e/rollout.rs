@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
-use kube::api::Api;
-use serde_json::Value;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
 use snapdrain::api::DisruptionPlan;
 use snapdrain_testkit::harness::Harness;
 use snapdrain_testkit::safety;
@@ -230,6 +230,113 @@ async fn a_drift_rollout_with_a_termination_grace_period_moves_no_protected_pod_
     assert!(deleted > 0, "Karpenter did DELETE protected pods");
     let violations =
         safety::eviction_violations(&safety::pods_removed(&audit), &protected, &backups);
+    assert!(
+        violations.is_empty(),
+        "the promise was broken:\n{}",
+        violations
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+/// A new Bottlerocket release behind the pool's `bottlerocket@latest` alias: Karpenter resolves the
+/// EC2NodeClass's `status.amis` to the new AMI (here written as its nodeclass controller would), its
+/// drift controller marks every NodeClaim on the old AMI `Drifted` (reason `AMIDrift`:
+/// karpenter-provider-aws `pkg/cloudprovider/drift.go` `isAMIDrifted`, core
+/// `pkg/controllers/nodeclaim/disruption/drift.go`), and its disruption controller replaces them with
+/// NodeClaims launched on the new AMI (`pkg/providers/amifamily/ami.go` `MapToInstanceTypes`). No test
+/// marks anything drifted: snapdrain sees the drift as Karpenter shows it and backs up every protected
+/// pod before Karpenter evicts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_ami_drifts_every_node_and_snapdrain_backs_up_before_karpenter_drains_them() {
+    const NEW_AMI: &str = "ami-0bottlerocket1351";
+    let h = start().await;
+    let protected = protected_pods(&h).await;
+    let _controller = h.controller().await;
+    wait_held(&h, &protected).await;
+    let old: BTreeSet<String> = Api::<Node>::all(h.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("list nodes")
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    let ec2 = h.cluster.ec2.as_ref().expect("ec2");
+    ec2.register_image(snapdrain_sim::ec2::ImageConfig::bottlerocket(
+        NEW_AMI, "1.35", "x86_64", "1.43.0",
+    ));
+    let classes: Api<DynamicObject> = Api::all_with(
+        h.client.clone(),
+        &snapdrain::api::karpenter::ec2nodeclass_resource(),
+    );
+    let before = classes.get("default").await.expect("the class").data;
+    let old_ami = before["status"]["amis"][0]["id"]
+        .as_str()
+        .expect("a resolved AMI")
+        .to_string();
+    classes
+        .patch_status(
+            "default",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"amis": [{
+                "id": NEW_AMI, "name": "bottlerocket-aws-k8s-1.35-x86_64-v1.43.0",
+                "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]
+            }]}})),
+        )
+        .await
+        .expect("Karpenter resolves the new release");
+    wait_replaced(&h, &old).await;
+
+    let audit = h.audit();
+    let drifted: BTreeSet<&str> = audit
+        .iter()
+        .filter(|e| e.verb == "nodeclaim-drifted")
+        .filter_map(|e| e.name.as_deref())
+        .collect();
+    assert_eq!(
+        drifted.len(),
+        old.len(),
+        "every old NodeClaim drifted: {drifted:?}"
+    );
+    let claims = snapdrain_testkit::karpenter::nodeclaims(&h.client)
+        .list(&Default::default())
+        .await
+        .expect("list NodeClaims")
+        .items;
+    assert!(!claims.is_empty());
+    for c in &claims {
+        assert_eq!(
+            c.data["status"]["imageID"].as_str(),
+            Some(NEW_AMI),
+            "NodeClaim {} runs the new AMI",
+            c.name_any()
+        );
+        let id = c.data["status"]["providerID"]
+            .as_str()
+            .and_then(|p| p.rsplit('/').next())
+            .expect("a providerID");
+        assert_eq!(ec2.instance(id).expect("launched").info.image_id, NEW_AMI);
+        assert_ne!(old_ami, NEW_AMI);
+    }
+
+    let plans: Vec<DisruptionPlan> = Api::<DisruptionPlan>::all(h.client.clone())
+        .list(&Default::default())
+        .await
+        .expect("list plans")
+        .items;
+    let backups: Vec<safety::RecordedBackup> = plans
+        .iter()
+        .flat_map(|p| safety::recorded_backups(&serde_json::to_value(p).expect("serializes")))
+        .collect();
+    let evictions = safety::accepted_evictions(&audit);
+    assert!(
+        evictions.iter().any(|e| protected.contains_key(&e.pod)),
+        "Karpenter did move the stateful pods"
+    );
+    let violations = safety::eviction_violations(&evictions, &protected, &backups);
     assert!(
         violations.is_empty(),
         "the promise was broken:\n{}",

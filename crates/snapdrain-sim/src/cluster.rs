@@ -233,6 +233,9 @@ impl SimCluster {
             ec2_config
                 .instance_profiles
                 .extend(karpenter::nodeclass::instance_profiles(&store));
+            ec2_config
+                .images
+                .extend(karpenter::nodeclass::images(&store));
             let ec2_sim = Ec2Sim::start(ec2_config)
                 .await
                 .map_err(|e| SimError::Load {

@@ -91,11 +91,13 @@ pub(super) fn dispatch(shared: &Arc<Shared>, p: &Params, request_id: &str) -> Ac
         "DescribeLaunchTemplates" => describe_launch_templates(shared, p, &mut x)?,
         "DeleteLaunchTemplate" => delete_launch_template(shared, p, &mut x)?,
         "DescribeSubnets" => describe_subnets(shared, p, &mut x)?,
+        "DescribeImages" => super::images::describe_images(shared, p, &mut x)?,
+        "DescribeInstanceTypes" => super::images::describe_instance_types(p, &mut x)?,
         other => {
             return Err(ApiError::bad(
                 "InvalidAction",
                 format!(
-                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, DescribeInstanceAttribute, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates, DeleteLaunchTemplate, DescribeSubnets)."
+                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, DescribeInstanceAttribute, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates, DeleteLaunchTemplate, DescribeSubnets, DescribeImages, DescribeInstanceTypes)."
                 ),
             ));
         }
@@ -493,6 +495,11 @@ fn run_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Ap
             .or(tdata.instance_type.clone())
             .unwrap_or_else(|| "m1.small".into());
         check_instance_type(&instance_type)?;
+        if let Some(refused) =
+            super::images::architecture_mismatch(&world, &image_id, &instance_type)
+        {
+            return Err(refused);
+        }
         refuse_blank_subnet(p, "SubnetId")?;
         let subnet_id = p
             .get("SubnetId")
@@ -586,13 +593,18 @@ fn write_reservation(shared: &Shared, world: &World, reservation_id: &str, x: &m
         .ordered()
         .filter(|i| i.reservation_id == reservation_id)
     {
-        write_instance(inst, x);
+        write_instance(world, inst, x);
     }
     x.close("instancesSet");
 }
 
-fn write_instance(inst: &Instance, x: &mut Xml) {
+fn write_instance(world: &World, inst: &Instance, x: &mut Xml) {
     let i = &inst.info;
+    // The AMI's architecture (an image the simulator does not know: x86_64).
+    let architecture = world
+        .images
+        .get(&i.image_id)
+        .map_or("x86_64", |image| image.architecture.as_str());
     x.open("item")
         .leaf("instanceId", &i.id)
         .leaf("imageId", &i.image_id)
@@ -612,7 +624,7 @@ fn write_instance(inst: &Instance, x: &mut Xml) {
         .open("monitoring")
         .leaf("state", "disabled")
         .close("monitoring")
-        .leaf("architecture", "x86_64")
+        .leaf("architecture", architecture)
         .leaf("rootDeviceType", "ebs")
         .leaf("rootDeviceName", "/dev/xvda")
         .leaf("virtualizationType", "hvm")
@@ -841,6 +853,24 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
                     .get("ImageId")
                     .map(str::to_string)
                     .or(tdata.image_id.clone());
+                // An override whose type cannot run the AMI fails alone, in the errorSet, before
+                // any pool is asked for capacity.
+                let refused = image_id.as_deref().and_then(|image| {
+                    super::images::architecture_mismatch(&world, image, &instance_type)
+                });
+                if let Some(refused) = refused {
+                    errors.push(FleetError {
+                        template_id: tid.clone(),
+                        template_version: version.clone(),
+                        message: refused.message,
+                        code: refused.code,
+                        instance_type,
+                        subnet_id: subnet.id,
+                        zone: subnet.zone,
+                        image_id: o.get("ImageId").map(str::to_string),
+                    });
+                    continue;
+                }
                 if let Some(code) = world.fault_for(&instance_type, &subnet.zone).or(injected) {
                     errors.push(FleetError {
                         template_id: tid.clone(),
@@ -1161,7 +1191,7 @@ fn describe_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(
             .close("groupSet")
             .open("instancesSet");
         for inst in insts {
-            write_instance(inst, x);
+            write_instance(&world, inst, x);
         }
         x.close("instancesSet").close("item");
     }

@@ -6,6 +6,7 @@
 mod actions;
 mod autoscaling;
 pub mod bottlerocket;
+pub mod images;
 mod params;
 mod server;
 mod state;
@@ -22,6 +23,7 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use bottlerocket::{BootError, HostSettings};
+pub use images::ImageConfig;
 use state::{Instance, World};
 
 /// Errors of the simulator handle itself (API errors go to clients as EC2 error documents).
@@ -89,6 +91,9 @@ pub struct Ec2SimConfig {
     pub security_groups: Vec<SecurityGroupConfig>,
     /// Instance profile names that exist (IAM); an unknown one is refused.
     pub instance_profiles: Vec<String>,
+    /// AMIs the account can launch, with their architectures (DescribeImages; the architecture check of
+    /// RunInstances and CreateFleet).
+    pub images: Vec<ImageConfig>,
     /// pending → running (or → stopped when the user data is invalid).
     pub boot_delay: Duration,
     /// shutting-down → terminated.
@@ -122,6 +127,7 @@ impl Default for Ec2SimConfig {
                 },
             ],
             instance_profiles: vec![NODE_INSTANCE_PROFILE.into()],
+            images: images::default_images(),
             boot_delay: Duration::from_millis(50),
             shutdown_delay: Duration::from_millis(50),
         }
@@ -563,8 +569,14 @@ impl Ec2Sim {
     /// Binds 127.0.0.1:0 and starts serving the EC2 API.
     pub async fn start(config: Ec2SimConfig) -> Result<Ec2Sim, Ec2SimError> {
         let (events, _) = broadcast::channel(4096);
+        let mut world = World::default();
+        world.images = config
+            .images
+            .iter()
+            .map(|i| (i.id.clone(), i.clone()))
+            .collect();
         let shared = Arc::new(Shared {
-            world: Mutex::new(World::default()),
+            world: Mutex::new(world),
             config,
             events,
             outage: AtomicBool::new(false),
@@ -618,6 +630,21 @@ impl Ec2Sim {
         if world.instances.contains_key(&info.id) {
             return Err(Ec2SimError::DuplicateInstance(info.id));
         }
+        // An instance that runs proves its image exists, with an architecture its type runs.
+        if !world.images.contains_key(&info.image_id)
+            && let Some(arch) = images::instance_type_architectures(&info.instance_type)
+                .and_then(|a| a.iter().find(|a| **a != "i386"))
+        {
+            world.images.insert(
+                info.image_id.clone(),
+                ImageConfig {
+                    id: info.image_id.clone(),
+                    name: format!("image of {}", info.id),
+                    architecture: arch.to_string(),
+                    creation_date: "2026-01-01T00:00:00.000Z".into(),
+                },
+            );
+        }
         world.insert(Instance {
             reservation_id: state::random_id("r-"),
             state: InstanceState::Running,
@@ -627,6 +654,16 @@ impl Ec2Sim {
             info,
         });
         Ok(())
+    }
+
+    /// Makes an AMI known to the account (a newly published Bottlerocket release, an image shared with
+    /// it); an image with the same id is replaced.
+    pub fn register_image(&self, image: ImageConfig) {
+        self.handle
+            .shared
+            .world()
+            .images
+            .insert(image.id.clone(), image);
     }
 
     /// Terminates an instance in-process (as simulated Karpenter would through the API).

@@ -157,6 +157,8 @@ pub(super) struct World {
     /// Keyed by action and token: tokens are scoped per operation.
     pub(super) tokens: HashMap<(String, String), TokenRecord>,
     pub(super) faults: Vec<Fault>,
+    /// AMIs by id.
+    pub(super) images: BTreeMap<String, super::ImageConfig>,
     next_host: u32,
 }
 

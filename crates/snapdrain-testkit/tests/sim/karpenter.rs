@@ -34,12 +34,17 @@ impl Cloud for FakeCloud {
     fn launch(&self, req: LaunchRequest) -> CloudFuture<'_, Launched> {
         Box::pin(async move {
             let id = format!("i-{}", &uuid::Uuid::new_v4().simple().to_string()[..17]);
+            // Karpenter launches with the AMI its EC2NodeClass maps to the NodeClaim.
+            let image_id = req
+                .image_id
+                .clone()
+                .unwrap_or_else(|| "ami-0bottlerocket".into());
             let inst = BootedInstance {
                 id: id.clone(),
                 instance_type: req.instance_type,
                 zone: "us-west-2a".into(),
                 private_dns_name: format!("ip-{}.us-west-2.compute.internal", &id[2..10]),
-                image_id: "ami-0bottlerocket".into(),
+                image_id: image_id.clone(),
                 spot: req.capacity_type == "spot",
                 node_labels: req.labels,
                 node_taints: req.taints,
@@ -53,7 +58,7 @@ impl Cloud for FakeCloud {
             Ok(Launched {
                 id,
                 zone: "us-west-2a".into(),
-                image_id: "ami-0bottlerocket".into(),
+                image_id,
             })
         })
     }

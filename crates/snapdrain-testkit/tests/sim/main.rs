@@ -4,6 +4,7 @@
 mod admission;
 mod drainers;
 mod ec2;
+mod ec2_architecture;
 mod eviction;
 mod karpenter;
 mod kube_client;

@@ -313,6 +313,14 @@ pub struct NodeJoinRecord {
     pub http_tokens_required: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hop_limit: Option<i32>,
+    /// The AMI's architecture (DescribeImages), checked against the instance types while planning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_architecture: Option<String>,
+    /// The instance types the replacement launches with: those of `spec.replacement.instanceTypes` that
+    /// run the AMI's architecture (DescribeInstanceTypes), in the plan's order. Empty: not checked (a
+    /// launch template carries the AMI or the type), the plan's are used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instance_types: Vec<String>,
     /// Where each setting came from, e.g. `instanceProfile: instance i-0abc`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub from: Vec<String>,

@@ -130,6 +130,8 @@ const PERMANENT_CODES: &[&str] = &[
     "InvalidUserData.Malformed",
     "InvalidZone.NotFound",
     "InvalidTagKey.Malformed",
+    // DescribeInstanceTypes: "The following supplied instance types do not exist: [...]".
+    "InvalidInstanceType",
     // Auto Scaling (Query API): the instance is not in a group, or the request is malformed.
     "ValidationError",
 ];
@@ -209,6 +211,17 @@ impl CloudError {
             },
         }
     }
+}
+
+/// An AMI as DescribeImages describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageInfo {
+    pub id: String,
+    pub name: Option<String>,
+    /// `x86_64`, `arm64`, `i386`, ... (EC2's `ArchitectureValues`).
+    pub architecture: Option<String>,
+    /// `available`, `pending`, `failed`, `deregistered`, ...
+    pub state: Option<String>,
 }
 
 /// One CreateFleet override that EC2 could not fulfil.
@@ -648,6 +661,68 @@ impl Ec2Cloud {
                     s.subnet_id()?.to_string(),
                     s.availability_zone()?.to_string(),
                 ))
+            })
+            .collect())
+    }
+
+    /// The AMIs `image_ids` as DescribeImages describes them (architecture, name, state). An id EC2 does
+    /// not have, or does not share with the account, is refused with `InvalidAMIID.NotFound` (EC2 API
+    /// reference, DescribeImages; errors-overview), a permanent error.
+    pub async fn describe_images(
+        &self,
+        image_ids: &[String],
+    ) -> Result<Vec<ImageInfo>, CloudError> {
+        let out = self
+            .client
+            .describe_images()
+            .set_image_ids(Some(image_ids.to_vec()))
+            .send()
+            .await
+            .map_err(|e| CloudError::from_sdk("DescribeImages", None, e))?;
+        Ok(out
+            .images()
+            .iter()
+            .filter_map(|i| {
+                Some(ImageInfo {
+                    id: i.image_id()?.to_string(),
+                    name: i.name().map(str::to_string),
+                    architecture: i.architecture().map(|a| a.as_str().to_string()),
+                    state: i.state().map(|s| s.as_str().to_string()),
+                })
+            })
+            .collect())
+    }
+
+    /// The processor architectures each of `instance_types` runs (DescribeInstanceTypes
+    /// `processorInfo.supportedArchitectures`). A type EC2 does not have in the region is refused with
+    /// `InvalidInstanceType`, a permanent error.
+    pub async fn instance_type_architectures(
+        &self,
+        instance_types: &[String],
+    ) -> Result<BTreeMap<String, Vec<String>>, CloudError> {
+        let out = self
+            .client
+            .describe_instance_types()
+            .set_instance_types(Some(
+                instance_types
+                    .iter()
+                    .map(|t| InstanceType::from(t.as_str()))
+                    .collect(),
+            ))
+            .send()
+            .await
+            .map_err(|e| CloudError::from_sdk("DescribeInstanceTypes", None, e))?;
+        Ok(out
+            .instance_types()
+            .iter()
+            .filter_map(|t| {
+                let archs = t
+                    .processor_info()?
+                    .supported_architectures()
+                    .iter()
+                    .map(|a| a.as_str().to_string())
+                    .collect();
+                Some((t.instance_type()?.as_str().to_string(), archs))
             })
             .collect())
     }

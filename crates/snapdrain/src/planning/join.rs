@@ -387,6 +387,7 @@ pub fn resolve_node(
         http_tokens_required,
         hop_limit,
         from,
+        ..Default::default()
     })
 }
 

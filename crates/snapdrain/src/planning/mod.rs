@@ -1,6 +1,7 @@
 //! Pure decisions, no I/O: which pods are protected, which backups a node needs, what to evict in which
 //! order, what eviction and backup answers mean, deterministic names, and the plan's phase machine.
 //!
+//! - [`architecture`]: which of a replacement's instance types run its AMI's architecture.
 //! - [`inventory`]: pod classification (protected, DaemonSet, mirror, terminal, critical, emptyDir) and PDBs.
 //! - [`protection`]: which pods a DisruptionPolicy protects.
 //! - [`holds`]: the hold annotations on protected pods: place, release, restore.
@@ -21,6 +22,7 @@
 //! - [`volumes`]: each protected volume's class (network or node-local) and backup method.
 //! - [`velero_pods`]: Velero's data-path pods (1.17+) and server pod, which a running backup needs.
 
+pub mod architecture;
 pub mod backups;
 pub mod drain;
 pub mod evictions;

@@ -187,6 +187,7 @@ pub fn node_record(
                 from("subnets", "status.subnets"),
                 from("metadataOptions", "spec.metadataOptions"),
             ],
+            ..Default::default()
         },
         ami.name.clone(),
     ))

@@ -51,10 +51,16 @@ impl Cloud for SimEc2Cloud {
                 .iter()
                 .map(|(k, v)| Tag::builder().key(k).value(v).build())
                 .collect();
+            // The AMI the NodeClaim's EC2NodeClass maps to it (karpenter-provider-aws
+            // pkg/providers/amifamily/ami.go `MapToInstanceTypes`), else the cloud's default.
+            let image_id = req
+                .image_id
+                .clone()
+                .unwrap_or_else(|| self.image_id.clone());
             let out = self
                 .client
                 .run_instances()
-                .image_id(&self.image_id)
+                .image_id(&image_id)
                 .instance_type(InstanceType::from(req.instance_type.as_str()))
                 .min_count(1)
                 .max_count(1)
@@ -101,7 +107,7 @@ impl Cloud for SimEc2Cloud {
                     .and_then(|p| p.availability_zone())
                     .unwrap_or_default()
                     .to_string(),
-                image_id: self.image_id.clone(),
+                image_id,
             })
         })
     }

@@ -9,6 +9,7 @@ pub mod budgets;
 mod consolidatable;
 mod consolidation;
 mod disruption;
+pub mod drift;
 pub mod ec2;
 mod evict;
 pub mod nodeclass;
@@ -68,6 +69,8 @@ pub struct LaunchRequest {
     pub taints: Vec<(String, String, String)>,
     /// Karpenter's instance tags (`karpenter.sh/nodepool`, `karpenter.sh/nodeclaim`, cluster tag).
     pub tags: BTreeMap<String, String>,
+    /// The AMI its EC2NodeClass maps to it ([`drift::launch_image`]); None: the cloud's default.
+    pub image_id: Option<String>,
 }
 
 /// A launched instance.
@@ -365,6 +368,7 @@ pub async fn run(ctx: Arc<WorldContext>, config: KarpenterConfig, handle: Karpen
     let (mut pod_feed, initial) = Feed::open(&ctx.store, ResKey::core("pods"));
     let (mut claim_feed, initial_claims) = Feed::open(&ctx.store, nodeclaims());
     let (mut pool_feed, _) = Feed::open(&ctx.store, nodepools());
+    let (mut class_feed, _) = Feed::open(&ctx.store, drift::classes());
     let mut queue = queue::WorkQueue::default();
     let mut pass: Option<tokio::task::JoinHandle<()>> = None;
     for c in &initial_claims {
@@ -394,6 +398,7 @@ pub async fn run(ctx: Arc<WorldContext>, config: KarpenterConfig, handle: Karpen
             }
             changes = claim_feed.recv() => enqueue_claims(&mut queue, &changes),
             changes = pool_feed.recv() => enqueue_pools(&ctx, &mut queue, &changes),
+            changes = class_feed.recv() => enqueue_classes(&ctx, &mut queue, &changes),
             _ = timer => {}
             _ = disruption.tick() => {
                 // The disruption controller runs beside the lifecycle controllers, as in Karpenter: a
@@ -410,6 +415,7 @@ pub async fn run(ctx: Arc<WorldContext>, config: KarpenterConfig, handle: Karpen
         enqueue_claims(&mut queue, &claim_feed.try_recv());
         let pools = pool_feed.try_recv();
         enqueue_pools(&ctx, &mut queue, &pools);
+        enqueue_classes(&ctx, &mut queue, &class_feed.try_recv());
         for name in queue.take(tokio::time::Instant::now()) {
             if let Some(at) = reconcile_claim(&ctx, &config, &handle, &name) {
                 queue.add_at(&name, at);
@@ -435,6 +441,23 @@ fn enqueue_pools(ctx: &WorldContext, queue: &mut queue::WorkQueue, changes: &[Ch
             .pointer(NODEPOOL_POINTER)
             .and_then(Value::as_str)
             .is_some_and(|p| names.contains(p))
+        {
+            queue.add(meta_str(&claim, "name").unwrap_or(""));
+        }
+    }
+}
+
+/// An EC2NodeClass's change (its resolved AMIs, say) concerns every NodeClaim launched from it.
+fn enqueue_classes(ctx: &WorldContext, queue: &mut queue::WorkQueue, changes: &[Change]) {
+    if changes.is_empty() {
+        return;
+    }
+    let names: HashSet<&str> = changes.iter().map(|c| c.key.1.as_str()).collect();
+    for claim in ctx.store.snapshot(&nodeclaims()).0 {
+        if claim
+            .pointer("/spec/nodeClassRef/name")
+            .and_then(Value::as_str)
+            .is_some_and(|c| names.contains(c))
         {
             queue.add(meta_str(&claim, "name").unwrap_or(""));
         }
@@ -536,6 +559,7 @@ fn reconcile_claim(
             .and_then(Value::as_str)
             .and_then(|p| ctx.store.get(&nodepools(), None, p));
         next = consolidatable::reconcile(ctx, pool.as_deref(), &current);
+        drift::reconcile(ctx, &current);
         if condition_true(&current, "Initialized") {
             waiting_for_node = false;
         }
@@ -634,6 +658,7 @@ fn launch(
             ("karpenter.sh/nodeclaim".into(), name.to_string()),
             ("eks:eks-cluster-name".into(), "sim".into()),
         ]),
+        image_id: drift::launch_image(ctx, claim),
     };
     let (ctx, config, handle, name) = (
         ctx.clone(),

@@ -31,6 +31,35 @@ pub fn instance_profiles(store: &Store) -> Vec<String> {
         .collect()
 }
 
+/// The AMIs Karpenter resolved for the classes (`status.amis`), for the EC2 endpoint to know, each with
+/// the architecture its `kubernetes.io/arch` requirement names (karpenter-provider-aws
+/// `pkg/providers/amifamily/ami.go` writes that requirement from the image's `Architecture`, amd64 for
+/// x86_64).
+pub fn images(store: &Store) -> Vec<crate::ec2::ImageConfig> {
+    store
+        .snapshot(&classes())
+        .0
+        .iter()
+        .flat_map(|c| c["status"]["amis"].as_array().cloned().unwrap_or_default())
+        .filter_map(|ami| {
+            let id = ami["id"].as_str()?.to_string();
+            let arch = ami["requirements"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["key"] == "kubernetes.io/arch" && r["operator"] == "In")
+                .and_then(|r| r["values"][0].as_str())
+                .map_or("x86_64", |a| if a == "arm64" { "arm64" } else { "x86_64" });
+            Some(crate::ec2::ImageConfig {
+                name: ami["name"].as_str().unwrap_or(&id).to_string(),
+                architecture: arch.to_string(),
+                creation_date: "2026-11-18T00:00:00.000Z".into(),
+                id,
+            })
+        })
+        .collect()
+}
+
 /// Resolves every class without resolved subnets against `ec2`.
 pub fn resolve_all(store: &Store, ec2: &Ec2SimConfig) -> Result<(), String> {
     let subnets: Vec<Value> = ec2

@@ -5,7 +5,8 @@
 //! Reads only: the EC2NodeClass the plan names (`spec.replacement.nodeClassRef`); the replaced instances (DescribeInstances, recorded as the plan's instance records, which
 //! Terminating and Replacing then use); for cluster settings neither the plan nor the controller's
 //! flags give, their user data (DescribeInstanceAttribute `userData`); and the subnets and launch
-//! template the plan names (DescribeSubnets, DescribeLaunchTemplates).
+//! template the plan names (DescribeSubnets, DescribeLaunchTemplates); the replacement AMI's architecture
+//! and the instance types' (DescribeImages, DescribeInstanceTypes: [`super::architecture`]).
 
 use kube::api::{Api, DynamicObject};
 
@@ -128,6 +129,19 @@ pub async fn resolve(
         .map_err(|e| problems.push(e.to_string()))
         .ok();
     problems.extend(launch_targets(spec, io).await?);
+    // The AMI each replacement gets against the plan's instance types: the types that cannot run it
+    // are dropped from the node's record, a node left with none is a problem.
+    let nodes: Vec<_> = status
+        .nodes
+        .iter()
+        .zip(&records)
+        .map(|(n, (join, _))| (n.name.clone(), join.clone()))
+        .collect();
+    let (checked, mismatched) = super::architecture::check(spec, io, &nodes).await?;
+    problems.extend(mismatched);
+    for ((join, _), checked) in records.iter_mut().zip(checked) {
+        *join = checked;
+    }
     let Some(cluster) = cluster.filter(|_| problems.is_empty()) else {
         return Ok(Err(problems.join("; ")));
     };

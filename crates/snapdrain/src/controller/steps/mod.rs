@@ -3,6 +3,7 @@
 //! what to announce. The phase machine then decides from the written status
 //! ([`crate::planning::PhaseFacts::of`]).
 
+pub mod architecture;
 pub mod backups;
 pub mod cordon;
 pub mod drain;

@@ -114,6 +114,8 @@ struct LaunchInputs<'a> {
     /// The node class's `spec.tags` (snapdrain's own tags win).
     class_tags: BTreeMap<String, String>,
     subnets: Vec<String>,
+    /// The instance types that run the AMI, as planning checked them; empty: the plan's.
+    instance_types: Vec<String>,
 }
 
 fn launch_request(
@@ -130,7 +132,13 @@ fn launch_request(
         image_id,
         class_tags,
         subnets,
+        instance_types,
     } = inputs;
+    let instance_types = if instance_types.is_empty() {
+        spec.instance_types.clone()
+    } else {
+        instance_types
+    };
     let mut tags = class_tags;
     tags.insert("snapdrain.io/plan".to_string(), plan.to_string());
     tags.insert("snapdrain.io/replaces".to_string(), node.to_string());
@@ -147,11 +155,11 @@ fn launch_request(
             .unwrap_or_default(),
         version: lt.version.clone().unwrap_or_else(|| "$Default".into()),
     });
-    let strategy = match (&template, spec.instance_types.len()) {
+    let strategy = match (&template, instance_types.len()) {
         // A template with at most one type: RunInstances, request parameters overriding the template.
         (Some(t), 0 | 1) => LaunchStrategy::LaunchTemplate {
             template: t.clone(),
-            instance_type: spec.instance_types.first().cloned(),
+            instance_type: instance_types.first().cloned(),
             subnet_id: subnets.first().cloned(),
             capacity_type: spec.capacity_type.map(|_| capacity_type),
         },
@@ -160,8 +168,7 @@ fn launch_request(
                 return Err("no subnet to launch into: set spec.replacement.subnets (the replaced instance's subnet could not be read from EC2)".into());
             }
             LaunchStrategy::Fleet {
-                overrides: spec
-                    .instance_types
+                overrides: instance_types
                     .iter()
                     .flat_map(|t| {
                         subnets.iter().map(move |s| FleetOverride {
@@ -472,6 +479,7 @@ async fn prepare(
             image_id: spec.image_id.clone().or_else(|| join.image_id.clone()),
             class_tags: class.map(|c| c.tags).unwrap_or_default(),
             subnets,
+            instance_types: join.instance_types.clone(),
         },
     );
     Ok(match request {
@@ -1012,6 +1020,7 @@ mod tests {
             ]
             .into(),
             subnets,
+            instance_types: Vec::new(),
         };
         let req = |subnets: Vec<String>| launch_request(&spec, inputs(subnets));
         let e = req(vec![]).unwrap_err();
