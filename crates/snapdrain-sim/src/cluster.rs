@@ -12,7 +12,7 @@ use super::apiserver::audit::Audit;
 use super::apiserver::faults::Faults;
 use super::apiserver::resources::ResKey;
 use super::apiserver::store::{Store, WriteOptions};
-use super::apiserver::{ApiServer, Settings, kubeconfig};
+use super::apiserver::{ApiServer, Settings, StartError};
 use super::ec2::{
     CLUSTER_SECURITY_GROUP, Ec2Sim, Ec2SimConfig, InstanceInfo, MetadataOptions,
     NODE_INSTANCE_PROFILE,
@@ -212,9 +212,15 @@ impl SimCluster {
             config.settings,
         )
         .await
-        .map_err(|e| SimError::Bind {
-            addr: config.addr,
-            source: e,
+        .map_err(|e| match e {
+            StartError::Listen(source) => SimError::Bind {
+                addr: config.addr,
+                source,
+            },
+            StartError::Tls(source) => SimError::Tls {
+                addr: config.addr,
+                source,
+            },
         })?;
         let mut ec2 = None;
         let mut velero_handle = None;
@@ -314,7 +320,11 @@ impl SimCluster {
                 velero_config(resolved.as_ref().and_then(|(scn, _)| scn.velero.as_ref())),
                 vh.clone(),
             )));
-            let client = karpenter::api_client(&api.url()).map_err(|message| SimError::Load {
+            let admin = api.admin_config().map_err(|message| SimError::Load {
+                what: "the API server's admin configuration".into(),
+                message,
+            })?;
+            let client = karpenter::api_client(admin.clone()).map_err(|message| SimError::Load {
                 what: "a client for the simulated Karpenter".into(),
                 message,
             })?;
@@ -342,7 +352,7 @@ impl SimCluster {
             )));
             let scenario_spec = resolved.as_ref().map(|(scn, _)| scn);
             let drainer = |agent: &str, who: &str| {
-                drainer_client(&api.url(), agent).map_err(|message| SimError::Load {
+                drainer_client(admin.clone(), agent).map_err(|message| SimError::Load {
                     what: format!("a client for the simulated {who}"),
                     message,
                 })
@@ -429,10 +439,22 @@ impl SimCluster {
         self.api.url()
     }
 
-    /// A kube-rs configuration for this cluster as its admin (the kubeconfig's user).
+    /// A kube-rs configuration for this cluster as its admin (the kubeconfig's user), trusting the API
+    /// server's CA.
     pub fn kube_config(&self) -> kube::Config {
-        super::apiserver::admin_config(&self.url())
-            .expect("the server's own http://127.0.0.1:<port> URL parses")
+        self.api
+            .admin_config()
+            .expect("the server's own https://127.0.0.1:<port> URL and the CA it made parse")
+    }
+
+    /// The PEM of the CA that signed the API server's certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.api.pki.ca_pem
+    }
+
+    /// A kubeconfig for this cluster as the user of `token`; `None` has no credentials (anonymous).
+    pub fn kubeconfig_for(&self, token: Option<&str>) -> String {
+        super::apiserver::kubeconfig(&self.url(), self.ca_pem(), token)
     }
 
     /// Issues and enforces tokens; RBAC is on unless a test turns it off.
@@ -442,7 +464,7 @@ impl SimCluster {
 
     /// Writes a kubeconfig for this cluster and returns its path.
     pub fn write_kubeconfig(&self, path: &Path) -> Result<PathBuf, SimError> {
-        std::fs::write(path, kubeconfig(&self.url())).map_err(|e| SimError::Io {
+        std::fs::write(path, self.api.kubeconfig()).map_err(|e| SimError::Io {
             path: path.to_path_buf(),
             source: e,
         })?;

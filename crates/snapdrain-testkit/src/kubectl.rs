@@ -18,12 +18,23 @@ pub struct Kubectl {
 }
 
 impl Kubectl {
+    /// kubectl as the cluster's admin (the kubeconfig `SimCluster::write_kubeconfig` writes).
     pub fn new(cluster: &SimCluster) -> Self {
         assert_kubectl_installed();
         let dir = tempfile::tempdir().expect("temp dir");
         let kubeconfig = cluster
             .write_kubeconfig(&dir.path().join("kubeconfig"))
             .expect("kubeconfig written");
+        Self { dir, kubeconfig }
+    }
+
+    /// kubectl as the user of `token`, or with no credentials at all (`None`): the same cluster and CA
+    /// as [`Kubectl::new`], another user.
+    pub fn as_user(cluster: &SimCluster, token: Option<&str>) -> Self {
+        assert_kubectl_installed();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, cluster.kubeconfig_for(token)).expect("kubeconfig written");
         Self { dir, kubeconfig }
     }
 

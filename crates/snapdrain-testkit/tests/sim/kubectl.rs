@@ -582,3 +582,86 @@ async fn drain_evicts_and_retries_on_disruption_budget() {
     })
     .await;
 }
+
+/// Over HTTPS kubectl sends its credentials, and the API server authenticates and authorizes every
+/// request as kube-apiserver does (kubernetes `pkg/kubeapiserver/authenticator/config.go` `Config.New`,
+/// `staging/src/k8s.io/apiserver/pkg/authentication/request/bearertoken/bearertoken.go`,
+/// `.../request/anonymous/anonymous.go`): a ServiceAccount token from TokenRequest gets what its Role
+/// allows and the server's 403 for the rest, a token nobody issued is 401, and without credentials
+/// kubectl is `system:anonymous`, which RBAC lets read only `/healthz`, `/livez`, `/readyz` and
+/// `/version` (the bootstrap `system:public-info-viewer`, kubernetes
+/// `plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_credentials_are_checked_and_rbac_decides_for_every_user() {
+    let cluster = start_cluster().await;
+    let admin = Kubectl::new(&cluster);
+    let rbac = json!([
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader", "namespace": "apps"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "apps"},
+            "data": {"mode": "on"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "read-configmaps", "namespace": "apps"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "reader", "namespace": "apps"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-configmaps"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "apps"}]}]);
+    let file = admin.file("rbac.json", &json!({"apiVersion": "v1", "kind": "List", "items": rbac}).to_string());
+    admin.ok(&["apply", "-f", &file]).await;
+    let token = admin.ok(&["create", "token", "reader", "-n", "apps"]).await;
+
+    let sa = Kubectl::as_user(&cluster, Some(token.trim()));
+    let got = sa.json(&["get", "configmap", "settings", "-n", "apps"]).await;
+    assert_eq!(got["data"]["mode"], "on", "{got}");
+    let listed = sa.ok(&["get", "configmaps", "-n", "apps", "-o", "name"]).await;
+    assert!(listed.contains("configmap/settings"), "{listed}");
+    let refused = sa.fails(&["get", "configmaps", "-n", "default"]).await;
+    assert!(
+        refused.contains(
+            "Error from server (Forbidden): configmaps is forbidden: User \
+             \"system:serviceaccount:apps:reader\" cannot list resource \"configmaps\" in API group \"\" \
+             in the namespace \"default\""
+        ),
+        "{refused}"
+    );
+    let refused = sa.fails(&["delete", "configmap", "settings", "-n", "apps"]).await;
+    assert!(
+        refused.contains("Error from server (Forbidden)")
+            && refused.contains("cannot delete resource \"configmaps\""),
+        "{refused}"
+    );
+    assert!(
+        admin
+            .ok(&["get", "configmap", "settings", "-n", "apps", "-o", "name"])
+            .await
+            .contains("configmap/settings"),
+        "the refused delete left the ConfigMap"
+    );
+
+    let garbage = Kubectl::as_user(&cluster, Some("garbage"));
+    let refused = garbage.fails(&["get", "configmaps", "-n", "apps"]).await;
+    assert!(
+        refused.contains("error: You must be logged in to the server (Unauthorized)"),
+        "{refused}"
+    );
+
+    let anonymous = Kubectl::as_user(&cluster, None);
+    let refused = anonymous.fails(&["get", "configmaps", "-n", "apps"]).await;
+    assert!(
+        refused.contains("Error from server (Forbidden)")
+            && refused.contains("User \"system:anonymous\" cannot list resource \"configmaps\""),
+        "{refused}"
+    );
+    for path in ["/healthz", "/livez", "/readyz"] {
+        assert_eq!(anonymous.ok(&["get", "--raw", path]).await.trim(), "ok");
+    }
+    let version = anonymous.ok(&["get", "--raw", "/version"]).await;
+    assert!(version.contains("gitVersion"), "{version}");
+    let refused = anonymous.fails(&["get", "--raw", "/api"]).await;
+    assert!(
+        refused.contains("Error from server (Forbidden)")
+            && refused.contains("User \"system:anonymous\" cannot get path \"/api\""),
+        "{refused}"
+    );
+}
