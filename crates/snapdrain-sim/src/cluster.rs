@@ -452,9 +452,9 @@ impl SimCluster {
         &self.api.pki.ca_pem
     }
 
-    /// A kubeconfig for this cluster as the user of `token`; `None` has no credentials (anonymous).
-    pub fn kubeconfig_for(&self, token: Option<&str>) -> String {
-        super::apiserver::kubeconfig(&self.url(), self.ca_pem(), token)
+    /// A kubeconfig for this cluster, trusting its CA, as `user`.
+    pub fn kubeconfig_for(&self, user: super::apiserver::KubeconfigUser<'_>) -> String {
+        super::apiserver::kubeconfig(&self.url(), self.ca_pem(), user)
     }
 
     /// Issues and enforces tokens; RBAC is on unless a test turns it off.

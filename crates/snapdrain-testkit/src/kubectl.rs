@@ -5,6 +5,7 @@ use std::process::{Output, Stdio};
 
 use serde_json::Value;
 use snapdrain_sim::SimCluster;
+use snapdrain_sim::apiserver::KubeconfigUser;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -28,13 +29,12 @@ impl Kubectl {
         Self { dir, kubeconfig }
     }
 
-    /// kubectl as the user of `token`, or with no credentials at all (`None`): the same cluster and CA
-    /// as [`Kubectl::new`], another user.
-    pub fn as_user(cluster: &SimCluster, token: Option<&str>) -> Self {
+    /// kubectl as `user`: the same cluster and CA as [`Kubectl::new`], another user.
+    pub fn as_user(cluster: &SimCluster, user: KubeconfigUser<'_>) -> Self {
         assert_kubectl_installed();
         let dir = tempfile::tempdir().expect("temp dir");
         let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, cluster.kubeconfig_for(token)).expect("kubeconfig written");
+        std::fs::write(&kubeconfig, cluster.kubeconfig_for(user)).expect("kubeconfig written");
         Self { dir, kubeconfig }
     }
 

@@ -184,7 +184,11 @@ impl ApiServer {
 
     /// A kubeconfig for this server trusting its CA, as its admin.
     pub fn kubeconfig(&self) -> String {
-        kubeconfig(&self.url(), &self.pki.ca_pem, Some(auth::ADMIN_TOKEN))
+        kubeconfig(
+            &self.url(),
+            &self.pki.ca_pem,
+            KubeconfigUser::Token(auth::ADMIN_TOKEN),
+        )
     }
 
     /// Stops accepting connections and lets requests in flight finish.
@@ -429,13 +433,27 @@ pub fn admin_config(url: &str, ca_pem: &str) -> Result<kube::Config, String> {
     Ok(config)
 }
 
+/// Who a kubeconfig's user is.
+#[derive(Clone, Copy, Debug)]
+pub enum KubeconfigUser<'a> {
+    /// A bearer token.
+    Token(&'a str),
+    /// HTTP basic auth, which kube-apiserver no longer authenticates (its `--basic-auth-file`
+    /// authenticator was removed in 1.19): the request reaches the server without a bearer token, so it
+    /// is anonymous. A kubeconfig user with no credentials at all makes kubectl prompt for a username
+    /// instead (client-go `tools/clientcmd/client_config.go` `getUserIdentificationPartialConfig`).
+    Basic { username: &'a str, password: &'a str },
+}
+
 /// A kubeconfig whose current context points kubectl and kube-rs at `url`, trusting `ca_pem`
-/// (`certificate-authority-data`), as the user with `token` (none: no credentials, so anonymous).
-pub fn kubeconfig(url: &str, ca_pem: &str, token: Option<&str>) -> String {
+/// (`certificate-authority-data`), as `user`.
+pub fn kubeconfig(url: &str, ca_pem: &str, user: KubeconfigUser<'_>) -> String {
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
-    let user = match token {
-        Some(t) => format!("    token: {t}\n"),
-        None => "    {}\n".to_string(),
+    let user = match user {
+        KubeconfigUser::Token(t) => format!("    token: {t}\n"),
+        KubeconfigUser::Basic { username, password } => {
+            format!("    username: {username}\n    password: {password}\n")
+        }
     };
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: snapdrain-sim\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\ncontexts:\n- name: snapdrain-sim\n  context:\n    cluster: snapdrain-sim\n    user: snapdrain-sim\n    namespace: default\ncurrent-context: snapdrain-sim\nusers:\n- name: snapdrain-sim\n  user:\n{user}preferences: {{}}\n"

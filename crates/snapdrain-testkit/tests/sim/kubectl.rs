@@ -3,7 +3,8 @@
 //! Velero and Karpenter CRDs from the fixtures.
 
 use serde_json::json;
-use snapdrain_testkit::{Kubectl, data, eventually, start_cluster};
+use snapdrain_sim::apiserver::KubeconfigUser;
+use snapdrain_testkit::{Kubectl, data, eventually, start_cluster, trusting};
 
 fn path(p: &str) -> String {
     data(p).display().to_string()
@@ -607,11 +608,13 @@ async fn kubectl_credentials_are_checked_and_rbac_decides_for_every_user() {
             "metadata": {"name": "reader", "namespace": "apps"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-configmaps"},
             "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "apps"}]}]);
-    let file = admin.file("rbac.json", &json!({"apiVersion": "v1", "kind": "List", "items": rbac}).to_string());
-    admin.ok(&["apply", "-f", &file]).await;
+    for (i, doc) in rbac.as_array().into_iter().flatten().enumerate() {
+        let file = admin.file(&format!("rbac-{i}.json"), &doc.to_string());
+        admin.ok(&["apply", "-f", &file]).await;
+    }
     let token = admin.ok(&["create", "token", "reader", "-n", "apps"]).await;
 
-    let sa = Kubectl::as_user(&cluster, Some(token.trim()));
+    let sa = Kubectl::as_user(&cluster, KubeconfigUser::Token(token.trim()));
     let got = sa.json(&["get", "configmap", "settings", "-n", "apps"]).await;
     assert_eq!(got["data"]["mode"], "on", "{got}");
     let listed = sa.ok(&["get", "configmaps", "-n", "apps", "-o", "name"]).await;
@@ -639,18 +642,46 @@ async fn kubectl_credentials_are_checked_and_rbac_decides_for_every_user() {
         "the refused delete left the ConfigMap"
     );
 
-    let garbage = Kubectl::as_user(&cluster, Some("garbage"));
+    // A 401 on discovery ends `kubectl get` with client-go's generic text for the code (discovery does
+    // not decode the Status body, as on a real cluster); a plain REST read shows the Status's message.
+    let garbage = Kubectl::as_user(&cluster, KubeconfigUser::Token("garbage"));
     let refused = garbage.fails(&["get", "configmaps", "-n", "apps"]).await;
+    assert!(
+        refused.contains(
+            "error: You must be logged in to the server (the server has asked for the client to \
+             provide credentials)"
+        ),
+        "{refused}"
+    );
+    let refused = garbage
+        .fails(&["get", "--raw", "/api/v1/namespaces/apps/configmaps"])
+        .await;
     assert!(
         refused.contains("error: You must be logged in to the server (Unauthorized)"),
         "{refused}"
     );
 
-    let anonymous = Kubectl::as_user(&cluster, None);
+    // No bearer token reaches the server: kubectl with a basic-auth user (a kubeconfig user without
+    // any credentials makes kubectl prompt for a username), then a request with no Authorization
+    // header at all.
+    let anonymous = Kubectl::as_user(
+        &cluster,
+        KubeconfigUser::Basic {
+            username: "admin",
+            password: "admin",
+        },
+    );
+    // Discovery is refused first (client-go does not decode that Status body), then the read itself.
     let refused = anonymous.fails(&["get", "configmaps", "-n", "apps"]).await;
+    assert!(refused.contains("Error from server (Forbidden)"), "{refused}");
+    let refused = anonymous
+        .fails(&["get", "--raw", "/api/v1/namespaces/apps/configmaps"])
+        .await;
     assert!(
-        refused.contains("Error from server (Forbidden)")
-            && refused.contains("User \"system:anonymous\" cannot list resource \"configmaps\""),
+        refused.contains(
+            "Error from server (Forbidden): configmaps is forbidden: User \"system:anonymous\" cannot \
+             list resource \"configmaps\" in API group \"\" in the namespace \"apps\""
+        ),
         "{refused}"
     );
     for path in ["/healthz", "/livez", "/readyz"] {
@@ -663,5 +694,28 @@ async fn kubectl_credentials_are_checked_and_rbac_decides_for_every_user() {
         refused.contains("Error from server (Forbidden)")
             && refused.contains("User \"system:anonymous\" cannot get path \"/api\""),
         "{refused}"
+    );
+    let http = trusting(cluster.ca_pem())
+        .timeout(snapdrain_testkit::WAIT)
+        .build()
+        .expect("an HTTPS client");
+    let get = |path: &'static str| {
+        let req = http.get(format!("{}{path}", cluster.url()));
+        async move {
+            let resp = req.send().await.expect("answered");
+            let code = resp.status().as_u16();
+            (code, resp.text().await.expect("a body"))
+        }
+    };
+    assert_eq!(get("/healthz").await, (200, "ok".to_string()));
+    let (code, body) = get("/api/v1/namespaces/apps/configmaps").await;
+    assert_eq!(code, 403, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("a Status");
+    assert_eq!(status["reason"], "Forbidden", "{status}");
+    assert_eq!(
+        status["message"],
+        "configmaps is forbidden: User \"system:anonymous\" cannot list resource \"configmaps\" in \
+         API group \"\" in the namespace \"apps\"",
+        "{status}"
     );
 }
