@@ -296,7 +296,9 @@ async fn image_binary_reaches_the_cluster_over_tls_by_host_name_in_the_image_fil
     let kubeconfig = snapdrain_sim::apiserver::kubeconfig(
         &format!("https://{name}:{port}"),
         &ca_pem,
-        snapdrain_sim::apiserver::KubeconfigUser::Token(snapdrain_sim::apiserver::auth::ADMIN_TOKEN),
+        snapdrain_sim::apiserver::KubeconfigUser::Token(
+            snapdrain_sim::apiserver::auth::ADMIN_TOKEN,
+        ),
     );
     std::fs::write(rootfs.join("kubeconfig"), kubeconfig).expect("kubeconfig");
     let out = tokio::process::Command::new("chroot")

@@ -33,7 +33,14 @@ async fn sim_serve_prints_every_endpoint_and_writes_a_working_aws_profile() {
         .expect("stdout reads")
         .expect("a line");
     let endpoints: Value = serde_json::from_str(&line).expect("one JSON line");
-    for key in ["apiserver", "kubeconfig", "ca", "audit", "faults", "awsConfig"] {
+    for key in [
+        "apiserver",
+        "kubeconfig",
+        "ca",
+        "audit",
+        "faults",
+        "awsConfig",
+    ] {
         assert!(endpoints[key].is_string(), "{key} missing: {line}");
     }
     // The control surface is HTTPS with the CA written beside the kubeconfig, which names it too.
@@ -41,8 +48,14 @@ async fn sim_serve_prints_every_endpoint_and_writes_a_working_aws_profile() {
         .expect("the CA file");
     let kubeconfig = std::fs::read_to_string(endpoints["kubeconfig"].as_str().expect("a path"))
         .expect("the kubeconfig");
-    assert!(kubeconfig.contains("certificate-authority-data: "), "{kubeconfig}");
-    assert!(!kubeconfig.contains("insecure-skip-tls-verify"), "{kubeconfig}");
+    assert!(
+        kubeconfig.contains("certificate-authority-data: "),
+        "{kubeconfig}"
+    );
+    assert!(
+        !kubeconfig.contains("insecure-skip-tls-verify"),
+        "{kubeconfig}"
+    );
     let audit = snapdrain_testkit::trusting(&ca)
         .timeout(WAIT)
         .build()

@@ -324,10 +324,11 @@ impl SimCluster {
                 what: "the API server's admin configuration".into(),
                 message,
             })?;
-            let client = karpenter::api_client(admin.clone()).map_err(|message| SimError::Load {
-                what: "a client for the simulated Karpenter".into(),
-                message,
-            })?;
+            let client =
+                karpenter::api_client(admin.clone()).map_err(|message| SimError::Load {
+                    what: "a client for the simulated Karpenter".into(),
+                    message,
+                })?;
             let creds =
                 aws_credential_types::Credentials::new("sim", "sim", None, None, "simulator");
             let ec2_config = aws_sdk_ec2::Config::builder()

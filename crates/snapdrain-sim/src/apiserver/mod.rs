@@ -442,7 +442,10 @@ pub enum KubeconfigUser<'a> {
     /// authenticator was removed in 1.19): the request reaches the server without a bearer token, so it
     /// is anonymous. A kubeconfig user with no credentials at all makes kubectl prompt for a username
     /// instead (client-go `tools/clientcmd/client_config.go` `getUserIdentificationPartialConfig`).
-    Basic { username: &'a str, password: &'a str },
+    Basic {
+        username: &'a str,
+        password: &'a str,
+    },
 }
 
 /// A kubeconfig whose current context points kubectl and kube-rs at `url`, trusting `ca_pem`

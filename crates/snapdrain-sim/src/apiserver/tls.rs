@@ -92,3 +92,53 @@ impl ServingPki {
         Ok(Arc::new(config))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::client::danger::ServerCertVerifier as _;
+    use rustls::pki_types::{ServerName, UnixTime};
+
+    /// Whether a client trusting only the CA accepts the serving certificate for `name`.
+    fn verifies(pki: &ServingPki, name: &str) -> bool {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(pki.ca_der().expect("CA DER")))
+            .expect("the CA is a valid root");
+        let verifier =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .expect("a verifier");
+        let leaf = CertificateDer::from_pem_slice(pki.cert_pem.as_bytes()).expect("leaf PEM");
+        let name = ServerName::try_from(name.to_string()).expect("a server name");
+        verifier
+            .verify_server_cert(&leaf, &[], &name, &[], UnixTime::now())
+            .is_ok()
+    }
+
+    #[test]
+    fn the_serving_certificate_names_loopback_and_the_bound_address_only() {
+        let pki = ServingPki::generate(IpAddr::from([0, 0, 0, 0])).expect("issued");
+        for name in ["localhost", "127.0.0.1", "::1"] {
+            assert!(verifies(&pki, name), "{name}");
+        }
+        for name in ["10.0.0.7", "kubernetes.default.svc", "0.0.0.0"] {
+            assert!(!verifies(&pki, name), "{name}");
+        }
+        let bound = ServingPki::generate(IpAddr::from([10, 0, 0, 7])).expect("issued");
+        assert!(verifies(&bound, "10.0.0.7"));
+        let other = ServingPki::generate(IpAddr::from([127, 0, 0, 1])).expect("issued");
+        assert!(
+            !verifies(
+                &ServingPki {
+                    ca_pem: other.ca_pem.clone(),
+                    ..pki.clone()
+                },
+                "127.0.0.1"
+            ),
+            "another server's CA does not vouch for this certificate"
+        );
+        assert!(pki.server_config().is_ok());
+    }
+}

@@ -615,9 +615,13 @@ async fn kubectl_credentials_are_checked_and_rbac_decides_for_every_user() {
     let token = admin.ok(&["create", "token", "reader", "-n", "apps"]).await;
 
     let sa = Kubectl::as_user(&cluster, KubeconfigUser::Token(token.trim()));
-    let got = sa.json(&["get", "configmap", "settings", "-n", "apps"]).await;
+    let got = sa
+        .json(&["get", "configmap", "settings", "-n", "apps"])
+        .await;
     assert_eq!(got["data"]["mode"], "on", "{got}");
-    let listed = sa.ok(&["get", "configmaps", "-n", "apps", "-o", "name"]).await;
+    let listed = sa
+        .ok(&["get", "configmaps", "-n", "apps", "-o", "name"])
+        .await;
     assert!(listed.contains("configmap/settings"), "{listed}");
     let refused = sa.fails(&["get", "configmaps", "-n", "default"]).await;
     assert!(
@@ -628,7 +632,9 @@ async fn kubectl_credentials_are_checked_and_rbac_decides_for_every_user() {
         ),
         "{refused}"
     );
-    let refused = sa.fails(&["delete", "configmap", "settings", "-n", "apps"]).await;
+    let refused = sa
+        .fails(&["delete", "configmap", "settings", "-n", "apps"])
+        .await;
     assert!(
         refused.contains("Error from server (Forbidden)")
             && refused.contains("cannot delete resource \"configmaps\""),
@@ -673,7 +679,10 @@ async fn kubectl_credentials_are_checked_and_rbac_decides_for_every_user() {
     );
     // Discovery is refused first (client-go does not decode that Status body), then the read itself.
     let refused = anonymous.fails(&["get", "configmaps", "-n", "apps"]).await;
-    assert!(refused.contains("Error from server (Forbidden)"), "{refused}");
+    assert!(
+        refused.contains("Error from server (Forbidden)"),
+        "{refused}"
+    );
     let refused = anonymous
         .fails(&["get", "--raw", "/api/v1/namespaces/apps/configmaps"])
         .await;

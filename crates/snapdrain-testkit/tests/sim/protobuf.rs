@@ -235,8 +235,7 @@ async fn auth_can_i_over_protobuf_for_an_admin_and_a_narrowly_bound_service_acco
     assert_eq!(binding["roleRef"]["name"], "evict", "{binding}");
     assert_eq!(binding["subjects"][0]["name"], "evictor", "{binding}");
 
-    // kubectl sends no bearer token over plain HTTP (client-go `clientcmd` `client_config.go` applies
-    // credentials only over TLS), so kubectl is the admin here.
+    // kubectl with the kubeconfig's token is the admin.
     let admin = k
         .run(&[
             "auth",
