@@ -254,7 +254,11 @@ impl SimCluster {
             ec2_sim.attach_faults(faults.clone());
             // The user data Karpenter (or the EKS node group) launched them with: it names the
             // cluster (karpenter-provider-aws pkg/providers/amifamily/bootstrap/bottlerocket.go).
-            let user_data = karpenter_user_data(&cluster_join(&api.url()), &BTreeMap::new(), &[]);
+            let user_data = karpenter_user_data(
+                &cluster_join(&api.url(), &api.pki.ca_pem),
+                &BTreeMap::new(),
+                &[],
+            );
             for i in loaded.iter().flat_map(|l| l.instances.iter()) {
                 ec2_sim
                     .insert_running_with_user_data(
@@ -342,7 +346,7 @@ impl SimCluster {
             let cloud = karpenter::ec2::SimEc2Cloud::new(
                 aws_sdk_ec2::Client::from_conf(ec2_config),
                 ec2_sim.config().subnets.clone(),
-                cluster_join(&api.url()),
+                cluster_join(&api.url(), &api.pki.ca_pem),
             );
             let shared_cloud: Arc<dyn Cloud> = cloud.clone();
             let kh = KarpenterHandle::new();
@@ -499,12 +503,15 @@ fn ec2_config_for(loaded: Option<&LoadedScenario>, boot: std::time::Duration) ->
     config
 }
 
-/// The cluster settings a Bottlerocket node needs to join this simulated cluster.
-pub fn cluster_join(api_url: &str) -> ClusterJoin {
+/// The cluster settings a Bottlerocket node needs to join the simulated cluster at `api_url` whose CA is
+/// `ca_pem`: `cluster-certificate` is the base64 of the CA's PEM, as EKS gives it
+/// (`DescribeCluster` `certificateAuthority.data`) and Karpenter writes it (karpenter-provider-aws
+/// `pkg/providers/amifamily/bootstrap/bottlerocket.go`). The simulated kubelet does not use it.
+pub fn cluster_join(api_url: &str, ca_pem: &str) -> ClusterJoin {
+    use base64::Engine as _;
     ClusterJoin {
         cluster_name: "snapdrain-sim".into(),
-        api_server: api_url.replace("http://", "https://"),
-        // A placeholder CA: the simulator does not check node credentials, Bottlerocket only needs base64.
-        cluster_certificate: "c25hcGRyYWluLXNpbS1jYQ==".into(),
+        api_server: api_url.to_string(),
+        cluster_certificate: base64::engine::general_purpose::STANDARD.encode(ca_pem),
     }
 }

@@ -78,7 +78,7 @@ pub fn controller_settings(
     identity: &str,
 ) -> Option<snapdrain::controller::Settings> {
     let ec2 = cluster.ec2.as_ref()?;
-    let join = snapdrain_sim::cluster::cluster_join(&cluster.url());
+    let join = snapdrain_sim::cluster::cluster_join(&cluster.url(), cluster.ca_pem());
     Some(snapdrain::controller::Settings {
         identity: identity.into(),
         ec2_endpoint: Some(ec2.endpoint()),
