@@ -65,10 +65,11 @@ pub async fn run(opts: &ApiOptions, report: &mut Report) -> anyhow::Result<Store
     )
     .await
     .context("starting the API server")?;
-    let client = Client::try_from(
-        snapdrain_sim::apiserver::admin_config(&server.url()).map_err(anyhow::Error::msg)?,
-    )?;
-    full_lists(&server.url(), &client, opts.runs, pod_count, report).await?;
+    let client = Client::try_from(server.admin_config().map_err(anyhow::Error::msg)?)?;
+    let http = snapdrain_testkit::trusting(&server.pki.ca_pem)
+        .default_headers(snapdrain_testkit::admin_headers())
+        .build()?;
+    full_lists(&server.url(), &client, &http, opts.runs, pod_count, report).await?;
     add_rss(report, "RSS after full lists");
     paged_lists(&client, opts.runs, pod_count, report).await?;
     watch_fanout(&store, &client, opts, report).await?;
@@ -202,17 +203,17 @@ fn add_rss(report: &mut Report, what: &str) {
 async fn full_lists(
     base_url: &str,
     client: &Client,
+    http: &reqwest::Client,
     runs: usize,
     pod_count: usize,
     report: &mut Report,
 ) -> anyhow::Result<()> {
     let api: Api<Pod> = Api::all(client.clone());
-    let http = reqwest::Client::new();
     let url = format!("{base_url}/api/v1/pods");
     let (mut typed, mut raw) = (Vec::new(), Vec::new());
     // The first list serializes every pod; the store keeps each one's JSON until it changes.
     let t = Instant::now();
-    let mut body_len = raw_list(&http, &url).await?;
+    let mut body_len = raw_list(http, &url).await?;
     let f = report.add(
         SECTION,
         "full pod list, raw reqwest GET /api/v1/pods, first (cold cache)",
@@ -232,7 +233,7 @@ async fn full_lists(
         }
         drop(list);
         let t = Instant::now();
-        body_len = raw_list(&http, &url).await?;
+        body_len = raw_list(http, &url).await?;
         raw.push(t.elapsed());
     }
     let target = Some(("max", "< 2 s"));

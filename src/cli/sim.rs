@@ -11,8 +11,9 @@ use snapdrain_sim::{ScenarioSource, SimCluster, SimConfig, manifests};
 
 #[derive(Debug, Subcommand)]
 pub enum SimCommand {
-    /// Start the simulated cluster, write a kubeconfig, print one JSON line with the endpoints, and run
-    /// until SIGINT/SIGTERM.
+    /// Start the simulated cluster (its API server on HTTPS with a CA of its own), write a kubeconfig
+    /// that trusts that CA and the CA itself beside it (`NAME.ca.crt` for `NAME.kubeconfig`), print one
+    /// JSON line with the endpoints, and run until SIGINT/SIGTERM.
     Serve {
         /// Address to listen on (port 0 picks a free port).
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -81,10 +82,16 @@ pub async fn run(cmd: SimCommand) -> anyhow::Result<()> {
             cluster.faults.set(rules);
             let path = cluster.write_kubeconfig(&kubeconfig)?;
             let abs = std::fs::canonicalize(&path).unwrap_or(path);
+            let ca_file = kubeconfig.with_extension("ca.crt");
+            std::fs::write(&ca_file, cluster.ca_pem()).with_context(|| {
+                format!("cannot write the API server's CA to {}", ca_file.display())
+            })?;
+            let ca_abs = std::fs::canonicalize(&ca_file).unwrap_or(ca_file);
             let endpoints = Endpoints::of(&cluster);
             let mut line = json!({
                 "apiserver": cluster.url(),
                 "kubeconfig": abs,
+                "ca": ca_abs,
                 "audit": format!("{}/sim/audit", cluster.url()),
                 "faults": format!("{}/sim/faults", cluster.url()),
                 "s3": endpoints.s3.as_ref().map(|s| json!({

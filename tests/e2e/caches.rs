@@ -91,7 +91,7 @@ fn metric(c: &ControllerHandle, name: &str, kind: &str) -> Option<u64> {
 
 async fn sim(h: &Harness, path: &str) {
     let url = format!("{}{path}", h.cluster.api.url());
-    let r = raw_client()
+    let r = raw_client(h.cluster.ca_pem())
         .post(&url)
         .send()
         .await

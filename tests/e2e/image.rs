@@ -205,11 +205,12 @@ fn image_config_labels_and_files() {
     );
 }
 
-/// A TLS front for the simulated API server (which serves plain HTTP): a certificate for `name` from a
-/// test CA, each connection piped to `upstream`. Returns the port, the CA and a count of the
-/// handshakes that completed.
+/// A TLS front for the simulated API server under a name its certificate does not carry: a
+/// certificate for `name` from a test CA, each connection piped over TLS (trusting `upstream_ca`, the
+/// simulator's CA) to `upstream`. Returns the port, the CA and a count of the handshakes that completed.
 async fn tls_front(
     upstream: std::net::SocketAddr,
+    upstream_ca: &str,
     name: &str,
 ) -> (u16, String, Arc<std::sync::atomic::AtomicUsize>) {
     use rustls::pki_types::pem::PemObject as _;
@@ -228,6 +229,20 @@ async fn tls_front(
     .with_single_cert(certs, key)
     .expect("server config");
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(upstream_ca.as_bytes()) {
+        roots
+            .add(cert.expect("the simulator's CA PEM"))
+            .expect("a CA certificate");
+    }
+    let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -237,13 +252,18 @@ async fn tls_front(
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
+            let connector = connector.clone();
             let counted = counted.clone();
             tokio::spawn(async move {
                 let Ok(mut tls) = acceptor.accept(tcp).await else {
                     return;
                 };
                 counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let Ok(mut up) = tokio::net::TcpStream::connect(upstream).await else {
+                let Ok(tcp) = tokio::net::TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let server = rustls::pki_types::ServerName::from(upstream.ip());
+                let Ok(mut up) = connector.connect(server, tcp).await else {
                     return;
                 };
                 let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
@@ -265,22 +285,21 @@ async fn image_binary_reaches_the_cluster_over_tls_by_host_name_in_the_image_fil
         .expect("the simulated cluster starts");
     let upstream: std::net::SocketAddr = sim
         .url()
-        .trim_start_matches("http://")
+        .trim_start_matches("https://")
         .parse()
         .expect("the simulator's address");
     // A name only /etc/hosts knows, as the kubelet writes it into every pod: the static binary's
     // getaddrinfo has no NSS configuration or modules to load in the image.
     let name = "snapdrain-sim.test";
-    let (port, ca_pem, handshakes) = tls_front(upstream, name).await;
+    let (port, ca_pem, handshakes) = tls_front(upstream, sim.ca_pem(), name).await;
     std::fs::write(rootfs.join("etc/hosts"), format!("127.0.0.1 {name}\n")).expect("hosts");
-    let kubeconfig = snapdrain_sim::apiserver::kubeconfig(&format!("https://{name}:{port}"))
-        .replace(
-            &format!("    server: https://{name}:{port}\n"),
-            &format!(
-                "    server: https://{name}:{port}\n    certificate-authority-data: {}\n",
-                base64_encode(ca_pem.as_bytes())
-            ),
-        );
+    let kubeconfig = snapdrain_sim::apiserver::kubeconfig(
+        &format!("https://{name}:{port}"),
+        &ca_pem,
+        snapdrain_sim::apiserver::KubeconfigUser::Token(
+            snapdrain_sim::apiserver::auth::ADMIN_TOKEN,
+        ),
+    );
     std::fs::write(rootfs.join("kubeconfig"), kubeconfig).expect("kubeconfig");
     let out = tokio::process::Command::new("chroot")
         .arg(&rootfs)
@@ -313,9 +332,4 @@ async fn image_binary_reaches_the_cluster_over_tls_by_host_name_in_the_image_fil
         handshakes.load(std::sync::atomic::Ordering::SeqCst) > 0,
         "the binary completed a TLS handshake with the front"
     );
-}
-
-fn base64_encode(bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }

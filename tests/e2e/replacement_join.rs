@@ -104,7 +104,7 @@ async fn replacement_joins_with_the_cluster_named_in_the_replaced_instances_user
     let status = plan.status.expect("a status");
     assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
 
-    let want = snapdrain_sim::cluster::cluster_join(&h.cluster.url());
+    let want = snapdrain_sim::cluster::cluster_join(&h.cluster.url(), h.cluster.ca_pem());
     let cluster = status.join.clone().expect("the cluster was recorded");
     assert_eq!(
         (

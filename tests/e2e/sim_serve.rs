@@ -33,9 +33,38 @@ async fn sim_serve_prints_every_endpoint_and_writes_a_working_aws_profile() {
         .expect("stdout reads")
         .expect("a line");
     let endpoints: Value = serde_json::from_str(&line).expect("one JSON line");
-    for key in ["apiserver", "kubeconfig", "audit", "faults", "awsConfig"] {
+    for key in [
+        "apiserver",
+        "kubeconfig",
+        "ca",
+        "audit",
+        "faults",
+        "awsConfig",
+    ] {
         assert!(endpoints[key].is_string(), "{key} missing: {line}");
     }
+    // The control surface is HTTPS with the CA written beside the kubeconfig, which names it too.
+    let ca = std::fs::read_to_string(endpoints["ca"].as_str().expect("the CA's path"))
+        .expect("the CA file");
+    let kubeconfig = std::fs::read_to_string(endpoints["kubeconfig"].as_str().expect("a path"))
+        .expect("the kubeconfig");
+    assert!(
+        kubeconfig.contains("certificate-authority-data: "),
+        "{kubeconfig}"
+    );
+    assert!(
+        !kubeconfig.contains("insecure-skip-tls-verify"),
+        "{kubeconfig}"
+    );
+    let audit = snapdrain_testkit::trusting(&ca)
+        .timeout(WAIT)
+        .build()
+        .expect("an HTTPS client")
+        .get(endpoints["audit"].as_str().expect("the audit URL"))
+        .send()
+        .await
+        .expect("the audit log over HTTPS, trusting the written CA");
+    assert!(audit.status().is_success(), "{}", audit.status());
     assert_eq!(
         endpoints["s3"]["buckets"],
         serde_json::json!(["velero"]),

@@ -12,7 +12,7 @@ use super::apiserver::audit::Audit;
 use super::apiserver::faults::Faults;
 use super::apiserver::resources::ResKey;
 use super::apiserver::store::{Store, WriteOptions};
-use super::apiserver::{ApiServer, Settings, kubeconfig};
+use super::apiserver::{ApiServer, Settings, StartError};
 use super::ec2::{
     CLUSTER_SECURITY_GROUP, Ec2Sim, Ec2SimConfig, InstanceInfo, MetadataOptions,
     NODE_INSTANCE_PROFILE,
@@ -212,9 +212,15 @@ impl SimCluster {
             config.settings,
         )
         .await
-        .map_err(|e| SimError::Bind {
-            addr: config.addr,
-            source: e,
+        .map_err(|e| match e {
+            StartError::Listen(source) => SimError::Bind {
+                addr: config.addr,
+                source,
+            },
+            StartError::Tls(source) => SimError::Tls {
+                addr: config.addr,
+                source,
+            },
         })?;
         let mut ec2 = None;
         let mut velero_handle = None;
@@ -251,7 +257,11 @@ impl SimCluster {
             ec2_sim.attach_faults(faults.clone());
             // The user data Karpenter (or the EKS node group) launched them with: it names the
             // cluster (karpenter-provider-aws pkg/providers/amifamily/bootstrap/bottlerocket.go).
-            let user_data = karpenter_user_data(&cluster_join(&api.url()), &BTreeMap::new(), &[]);
+            let user_data = karpenter_user_data(
+                &cluster_join(&api.url(), &api.pki.ca_pem),
+                &BTreeMap::new(),
+                &[],
+            );
             for i in loaded.iter().flat_map(|l| l.instances.iter()) {
                 ec2_sim
                     .insert_running_with_user_data(
@@ -317,10 +327,15 @@ impl SimCluster {
                 velero_config(resolved.as_ref().and_then(|(scn, _)| scn.velero.as_ref())),
                 vh.clone(),
             )));
-            let client = karpenter::api_client(&api.url()).map_err(|message| SimError::Load {
-                what: "a client for the simulated Karpenter".into(),
+            let admin = api.admin_config().map_err(|message| SimError::Load {
+                what: "the API server's admin configuration".into(),
                 message,
             })?;
+            let client =
+                karpenter::api_client(admin.clone()).map_err(|message| SimError::Load {
+                    what: "a client for the simulated Karpenter".into(),
+                    message,
+                })?;
             let creds =
                 aws_credential_types::Credentials::new("sim", "sim", None, None, "simulator");
             let ec2_config = aws_sdk_ec2::Config::builder()
@@ -334,7 +349,7 @@ impl SimCluster {
             let cloud = karpenter::ec2::SimEc2Cloud::new(
                 aws_sdk_ec2::Client::from_conf(ec2_config),
                 ec2_sim.config().subnets.clone(),
-                cluster_join(&api.url()),
+                cluster_join(&api.url(), &api.pki.ca_pem),
             );
             let shared_cloud: Arc<dyn Cloud> = cloud.clone();
             let kh = KarpenterHandle::new();
@@ -345,7 +360,7 @@ impl SimCluster {
             )));
             let scenario_spec = resolved.as_ref().map(|(scn, _)| scn);
             let drainer = |agent: &str, who: &str| {
-                drainer_client(&api.url(), agent).map_err(|message| SimError::Load {
+                drainer_client(admin.clone(), agent).map_err(|message| SimError::Load {
                     what: format!("a client for the simulated {who}"),
                     message,
                 })
@@ -432,10 +447,22 @@ impl SimCluster {
         self.api.url()
     }
 
-    /// A kube-rs configuration for this cluster as its admin (the kubeconfig's user).
+    /// A kube-rs configuration for this cluster as its admin (the kubeconfig's user), trusting the API
+    /// server's CA.
     pub fn kube_config(&self) -> kube::Config {
-        super::apiserver::admin_config(&self.url())
-            .expect("the server's own http://127.0.0.1:<port> URL parses")
+        self.api
+            .admin_config()
+            .expect("the server's own https://127.0.0.1:<port> URL and the CA it made parse")
+    }
+
+    /// The PEM of the CA that signed the API server's certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.api.pki.ca_pem
+    }
+
+    /// A kubeconfig for this cluster, trusting its CA, as `user`.
+    pub fn kubeconfig_for(&self, user: super::apiserver::KubeconfigUser<'_>) -> String {
+        super::apiserver::kubeconfig(&self.url(), self.ca_pem(), user)
     }
 
     /// Issues and enforces tokens; RBAC is on unless a test turns it off.
@@ -445,7 +472,7 @@ impl SimCluster {
 
     /// Writes a kubeconfig for this cluster and returns its path.
     pub fn write_kubeconfig(&self, path: &Path) -> Result<PathBuf, SimError> {
-        std::fs::write(path, kubeconfig(&self.url())).map_err(|e| SimError::Io {
+        std::fs::write(path, self.api.kubeconfig()).map_err(|e| SimError::Io {
             path: path.to_path_buf(),
             source: e,
         })?;
@@ -479,12 +506,15 @@ fn ec2_config_for(loaded: Option<&LoadedScenario>, boot: std::time::Duration) ->
     config
 }
 
-/// The cluster settings a Bottlerocket node needs to join this simulated cluster.
-pub fn cluster_join(api_url: &str) -> ClusterJoin {
+/// The cluster settings a Bottlerocket node needs to join the simulated cluster at `api_url` whose CA is
+/// `ca_pem`: `cluster-certificate` is the base64 of the CA's PEM, as EKS gives it
+/// (`DescribeCluster` `certificateAuthority.data`) and Karpenter writes it (karpenter-provider-aws
+/// `pkg/providers/amifamily/bootstrap/bottlerocket.go`). The simulated kubelet does not use it.
+pub fn cluster_join(api_url: &str, ca_pem: &str) -> ClusterJoin {
+    use base64::Engine as _;
     ClusterJoin {
         cluster_name: "snapdrain-sim".into(),
-        api_server: api_url.replace("http://", "https://"),
-        // A placeholder CA: the simulator does not check node credentials, Bottlerocket only needs base64.
-        cluster_certificate: "c25hcGRyYWluLXNpbS1jYQ==".into(),
+        api_server: api_url.to_string(),
+        cluster_certificate: base64::engine::general_purpose::STANDARD.encode(ca_pem),
     }
 }

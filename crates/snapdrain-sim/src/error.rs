@@ -10,6 +10,11 @@ pub enum SimError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("the API server on {addr} cannot serve TLS: {source}")]
+    Tls {
+        addr: SocketAddr,
+        source: crate::apiserver::tls::TlsError,
+    },
     #[error("cannot write {path}: {source}")]
     Io {
         path: PathBuf,

@@ -5,6 +5,7 @@ use std::process::{Output, Stdio};
 
 use serde_json::Value;
 use snapdrain_sim::SimCluster;
+use snapdrain_sim::apiserver::KubeconfigUser;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -18,12 +19,22 @@ pub struct Kubectl {
 }
 
 impl Kubectl {
+    /// kubectl as the cluster's admin (the kubeconfig `SimCluster::write_kubeconfig` writes).
     pub fn new(cluster: &SimCluster) -> Self {
         assert_kubectl_installed();
         let dir = tempfile::tempdir().expect("temp dir");
         let kubeconfig = cluster
             .write_kubeconfig(&dir.path().join("kubeconfig"))
             .expect("kubeconfig written");
+        Self { dir, kubeconfig }
+    }
+
+    /// kubectl as `user`: the same cluster and CA as [`Kubectl::new`], another user.
+    pub fn as_user(cluster: &SimCluster, user: KubeconfigUser<'_>) -> Self {
+        assert_kubectl_installed();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, cluster.kubeconfig_for(user)).expect("kubeconfig written");
         Self { dir, kubeconfig }
     }
 

@@ -78,7 +78,7 @@ pub fn controller_settings(
     identity: &str,
 ) -> Option<snapdrain::controller::Settings> {
     let ec2 = cluster.ec2.as_ref()?;
-    let join = snapdrain_sim::cluster::cluster_join(&cluster.url());
+    let join = snapdrain_sim::cluster::cluster_join(&cluster.url(), cluster.ca_pem());
     Some(snapdrain::controller::Settings {
         identity: identity.into(),
         ec2_endpoint: Some(ec2.endpoint()),
@@ -149,8 +149,18 @@ where
     }
 }
 
-/// Raw HTTP against the simulated API server, as its admin (the kubeconfig's bearer token).
-pub fn raw_client() -> reqwest::Client {
+/// Raw HTTPS against the simulated API server whose CA is `ca_pem` (`SimCluster::ca_pem`), as its
+/// admin (the kubeconfig's bearer token), each request bounded by [`WAIT`].
+pub fn raw_client(ca_pem: &str) -> reqwest::Client {
+    trusting(ca_pem)
+        .default_headers(admin_headers())
+        .timeout(WAIT)
+        .build()
+        .expect("HTTP client")
+}
+
+/// The admin's `Authorization` header (the kubeconfig's bearer token).
+pub fn admin_headers() -> reqwest::header::HeaderMap {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
         reqwest::header::AUTHORIZATION,
@@ -158,9 +168,16 @@ pub fn raw_client() -> reqwest::Client {
             .parse()
             .expect("a token of ASCII letters is a valid header value"),
     );
+    headers
+}
+
+/// An HTTPS client builder that trusts only `ca_pem` (the simulated API server's CA), with no
+/// credentials of its own.
+pub fn trusting(ca_pem: &str) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
-        .default_headers(headers)
-        .timeout(WAIT)
-        .build()
-        .expect("HTTP client")
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(ca_pem.as_bytes())
+                .expect("the simulator's CA is one PEM certificate"),
+        )
 }

@@ -48,10 +48,12 @@ pub fn pki(names: &[&str]) -> Pki {
     }
 }
 
-/// The gate webhook: denies evictions with 429 while `deny` is set, and keeps every review it got.
+/// The gate webhook: denies evictions with 429 while `deny` is set, never answers while `hang` is set,
+/// and keeps every review it got.
 #[derive(Clone, Default)]
 pub struct Gate {
     pub deny: Arc<AtomicBool>,
+    pub hang: Arc<AtomicBool>,
     pub reviews: Arc<Mutex<Vec<Value>>>,
 }
 
@@ -64,6 +66,10 @@ impl Gate {
 pub async fn review(State(gate): State<Gate>, Json(review): Json<Value>) -> Json<Value> {
     let uid = review["request"]["uid"].clone();
     gate.reviews.lock().unwrap().push(review);
+    if gate.hang.load(Ordering::SeqCst) {
+        // The caller's own deadline is the only way out.
+        std::future::pending::<()>().await;
+    }
     let response = if gate.deny.load(Ordering::SeqCst) {
         json!({"uid": uid, "allowed": false,
             "status": {"code": 429, "reason": "TooManyRequests", "message": BACKUP_MESSAGE}})

@@ -5,7 +5,7 @@
 //!
 //! Not simulated: mutating webhooks, `matchConditions` (CEL; a webhook with them is called as if they
 //! held), `admissionReviewVersions` other than `v1`. The review's `userInfo` is the user the request's
-//! bearer token authenticated (`system:unsecured` without one, see `auth`).
+//! bearer token authenticated (`system:anonymous` without one, see `auth`).
 
 mod call;
 mod matching;

@@ -1,11 +1,13 @@
-//! The simulated Kubernetes API server: plain HTTP on loopback, speaking the Kubernetes REST API closely
-//! enough that kubectl and kube-rs (Api, watcher, reflector, Controller) work against it unchanged.
+//! The simulated Kubernetes API server: HTTPS on loopback with a CA of its own ([`tls`]), speaking the
+//! Kubernetes REST API closely enough that kubectl and kube-rs (Api, watcher, reflector, Controller)
+//! work against it unchanged, with every client's credentials checked ([`auth`]).
 //!
 //! Layout: `resources` (what is served, discovery), `store` (objects, versions, watches), `handlers`
 //! (REST verbs) and `response` (what they return), `watch`, `table` (server-side printing), `patch` +
 //! `patching`, `selectors` + `filter`, `eviction` (PDB-checked evictions) and `pdb` (PDB status),
 //! `admission` (validating webhooks), `faults` and `audit` (the `/sim/` control surface), `control` (its
-//! routes).
+//! routes), `tls` (the CA and serving certificate), `auth` (who a request is from, what RBAC allows) and
+//! `kubeconfig` (how clients are configured to reach the server).
 
 pub mod admission;
 pub mod audit;
@@ -17,6 +19,7 @@ pub mod eviction;
 pub mod faults;
 pub mod filter;
 pub mod handlers;
+mod kubeconfig;
 pub mod label_selector;
 pub mod meta;
 pub mod objects;
@@ -33,6 +36,7 @@ pub mod selectors;
 pub mod store;
 pub mod strict;
 pub mod table;
+pub mod tls;
 pub mod validation;
 pub mod watch;
 
@@ -46,11 +50,11 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
 
 use self::audit::Audit;
 use self::errors::ApiError;
 use self::faults::Faults;
+pub use self::kubeconfig::{KubeconfigUser, admin_config, kubeconfig};
 use self::request::{Query, Target};
 use self::response::json_response;
 use self::store::Store;
@@ -94,67 +98,117 @@ pub struct ApiState {
     pub faults: Arc<Faults>,
     pub audit: Arc<Audit>,
     pub settings: Settings,
-    /// `http://127.0.0.1:<port>`, once bound.
+    /// `https://127.0.0.1:<port>`, once bound.
     pub address: String,
     pub admission: admission::Admission,
     pub auth: auth::Auth,
 }
 
+/// Why the API server did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen: {0}")]
+    Listen(#[from] std::io::Error),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+}
+
+/// The most concurrent HTTP/2 streams one connection may open: kube-apiserver's default
+/// (`staging/src/k8s.io/apiserver/pkg/server/secure_serving.go` `Serve`, `maxConcurrentStreams = 100`).
+const MAX_CONCURRENT_STREAMS: u32 = 100;
+
 /// A running API server.
 pub struct ApiServer {
     pub state: Arc<ApiState>,
     pub addr: SocketAddr,
+    /// The CA clients trust and the serving certificate it signed.
+    pub pki: tls::ServingPki,
     shutdown: tokio::sync::watch::Sender<bool>,
+    server: axum_server::Handle<SocketAddr>,
 }
 
 impl ApiServer {
-    /// Binds `addr` (use port 0 for any free port) and serves until dropped or `shutdown` is called.
+    /// Binds `addr` (use port 0 for any free port) and serves HTTPS until dropped or `shutdown` is
+    /// called.
     pub async fn start(
         addr: SocketAddr,
         store: Store,
         audit: Arc<Audit>,
         faults: Arc<Faults>,
         settings: Settings,
-    ) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(addr).await?;
+    ) -> Result<Self, StartError> {
+        let pki = tls::ServingPki::generate(addr.ip())?;
+        let tls_config = axum_server::tls_rustls::RustlsConfig::from_config(pki.server_config()?);
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let state = Arc::new(ApiState {
             store,
             faults,
             audit,
             settings,
-            address: format!("http://{addr}"),
+            address: https_url(addr),
             admission: admission::Admission::default(),
             auth: auth::Auth::default(),
         });
         let app = router(state.clone());
-        let (tx, mut rx) = tokio::sync::watch::channel(false);
-        pdb::start(state.store.clone(), rx.clone());
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        pdb::start(state.store.clone(), rx);
+        let mut server = axum_server::from_tcp_rustls(listener, tls_config)?;
+        server
+            .http_builder()
+            .http2()
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS);
+        let handle = axum_server::Handle::new();
+        let server = server.handle(handle.clone());
         tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = rx.wait_for(|stop| *stop).await;
-            };
-            if let Err(e) = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-            {
+            if let Err(e) = server.serve(app.into_make_service()).await {
                 tracing::error!(error = %e, "simulated API server stopped");
             }
         });
         Ok(Self {
             state,
             addr,
+            pki,
             shutdown: tx,
+            server: handle,
         })
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        https_url(self.addr)
     }
 
+    /// A kube-rs configuration for this server as its admin (the kubeconfig's user), trusting its CA.
+    pub fn admin_config(&self) -> Result<kube::Config, String> {
+        admin_config(&self.url(), &self.pki.ca_pem)
+    }
+
+    /// A kubeconfig for this server trusting its CA, as its admin.
+    pub fn kubeconfig(&self) -> String {
+        kubeconfig(
+            &self.url(),
+            &self.pki.ca_pem,
+            KubeconfigUser::Token(auth::ADMIN_TOKEN),
+        )
+    }
+
+    /// Stops accepting connections and lets requests in flight finish.
     pub fn shutdown(&self) {
         let _ = self.shutdown.send(true);
+        self.server.graceful_shutdown(None);
     }
+}
+
+/// `https://<addr>`; an unspecified listening address (`0.0.0.0`, `::`) is reached through loopback,
+/// which the serving certificate names.
+fn https_url(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) if v4.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(v6) if v6.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    format!("https://{}", SocketAddr::new(ip, addr.port()))
 }
 
 impl Drop for ApiServer {
@@ -317,7 +371,7 @@ fn discovery(state: &ApiState, method: &Method, path: &str) -> Option<Response> 
                 .body(axum::body::Body::from("ok"))
                 .unwrap_or_else(|_| Response::new(axum::body::Body::empty())),
         ),
-        ["api"] => ok(registry().core_versions(state.address.trim_start_matches("http://"))),
+        ["api"] => ok(registry().core_versions(state.address.trim_start_matches("https://"))),
         ["apis"] => ok(registry().group_list()),
         ["api", version] => Some(match registry().resource_list("", version) {
             Some(v) => json_response(StatusCode::OK, &v),
@@ -362,22 +416,4 @@ fn discovery(state: &ApiState, method: &Method, path: &str) -> Option<Response> 
         ))),
         _ => None,
     }
-}
-
-/// A kube-rs configuration for `url` that authenticates as the cluster admin, as the kubeconfig does.
-pub fn admin_config(url: &str) -> Result<kube::Config, String> {
-    let uri = url
-        .parse()
-        .map_err(|e| format!("API server URL {url}: {e}"))?;
-    let mut config = kube::Config::new(uri);
-    config.auth_info.token = Some(secrecy::SecretString::from(auth::ADMIN_TOKEN));
-    Ok(config)
-}
-
-/// A kubeconfig whose current context points kubectl and kube-rs at `url`.
-pub fn kubeconfig(url: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: snapdrain-sim\n  cluster:\n    server: {url}\ncontexts:\n- name: snapdrain-sim\n  context:\n    cluster: snapdrain-sim\n    user: snapdrain-sim\n    namespace: default\ncurrent-context: snapdrain-sim\nusers:\n- name: snapdrain-sim\n  user:\n    token: {}\npreferences: {{}}\n",
-        auth::ADMIN_TOKEN
-    )
 }

@@ -48,8 +48,8 @@ pub async fn evict(
 /// A client of the simulated API server for a drainer: the admin's token, `user_agent` on every request
 /// (so the audit log says who evicted), and no retries of kube-rs's own, so every answer reaches the
 /// drainer's retry logic as it came.
-pub fn drainer_client(url: &str, user_agent: &str) -> Result<Client, String> {
-    let mut config = crate::apiserver::admin_config(url)?;
+pub fn drainer_client(admin: kube::Config, user_agent: &str) -> Result<Client, String> {
+    let mut config = admin;
     config.default_retry = false;
     let value = http::HeaderValue::from_str(user_agent)
         .map_err(|e| format!("user agent {user_agent:?}: {e}"))?;

@@ -573,7 +573,11 @@ async fn inject(h: &Harness, replicas: &mut Replicas<'_>, fault: &Fault) {
 /// Adds a rule through the simulator's control surface, as an operator would.
 async fn post_rule(h: &Harness, rule: &Value) {
     let url = format!("{}/sim/faults", h.cluster.url());
-    let answer = crate::raw_client().post(&url).json(rule).send().await;
+    let answer = crate::raw_client(h.cluster.ca_pem())
+        .post(&url)
+        .json(rule)
+        .send()
+        .await;
     match answer {
         Ok(r) if r.status().is_success() => {}
         Ok(r) => panic!(

@@ -249,3 +249,62 @@ async fn fault_rules_make_the_webhook_down_or_slow() {
     assert_eq!(gate.reviews().len(), 1);
     assert!(!terminating(get_pod(&client, "shop", "db-0").await));
 }
+
+/// A webhook that never answers is cut at its `timeoutSeconds`, as kube-apiserver's call is (kubernetes
+/// `staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/validating/dispatcher.go` `callHook`: the
+/// request context gets `context.WithTimeout(ctx, time.Duration(*h.TimeoutSeconds)*time.Second)`), and
+/// the failure policy decides: `Fail` refuses with 500 "context deadline exceeded", `Ignore` admits.
+#[tokio::test]
+async fn a_webhook_that_never_answers_is_cut_at_its_timeout_seconds() {
+    let (_sim, client) = setup().await;
+    let pki = pki(&["gate.snapdrain.svc"]);
+    let gate = Gate::default();
+    gate.deny.store(true, Ordering::SeqCst);
+    gate.hang.store(true, Ordering::SeqCst);
+    let addr = serve(gate.clone(), &pki).await;
+    service(&client, addr).await;
+    configure(&client, by_service(), "Fail", &pki.ca_pem).await;
+    let configs = Api::<ValidatingWebhookConfiguration>::all(client.clone());
+    let set = |path: &str, value: Value| {
+        let patch = json!([{"op": "replace", "path": path, "value": value}]);
+        let configs = configs.clone();
+        async move {
+            configs
+                .patch(
+                    "snapdrain-gate",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::<Value>::Json(serde_json::from_value(patch).unwrap()),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set("/webhooks/0/timeoutSeconds", json!(1)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "shop");
+    // Well under the 5 s the configuration started with, and under any client timeout.
+    let bound = std::time::Duration::from_secs(4);
+    let started = std::time::Instant::now();
+    let status = api_error(
+        tokio::time::timeout(bound, pods.evict("db-0", &EvictParams::default()))
+            .await
+            .expect("the eviction is answered once the webhook's 1 s is up"),
+    );
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    assert_eq!(status.code, 500, "{status:?}");
+    assert!(
+        status.message.contains("context deadline exceeded"),
+        "{}",
+        status.message
+    );
+    assert_eq!(gate.reviews().len(), 1, "the webhook got the review");
+    assert!(!terminating(get_pod(&client, "shop", "db-0").await));
+
+    set("/webhooks/0/failurePolicy", json!("Ignore")).await;
+    let started = std::time::Instant::now();
+    tokio::time::timeout(bound, pods.evict("db-0", &EvictParams::default()))
+        .await
+        .expect("the eviction is answered once the webhook's 1 s is up")
+        .expect("an Ignore webhook that timed out admits the eviction");
+    assert!(started.elapsed() >= std::time::Duration::from_secs(1));
+    assert!(terminating(get_pod(&client, "shop", "db-0").await));
+}

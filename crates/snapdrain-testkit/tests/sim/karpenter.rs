@@ -183,7 +183,7 @@ impl Env {
             events: tx,
             terminated: Mutex::new(Vec::new()),
         });
-        let client = karpenter::api_client(&cluster.url()).unwrap();
+        let client = karpenter::api_client(cluster.kube_config()).unwrap();
         let mut config = KarpenterConfig::new(cloud.clone(), client);
         config.disruption_interval = Duration::from_millis(300);
         config.requeue = Duration::from_millis(50);

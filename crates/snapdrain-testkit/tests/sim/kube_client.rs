@@ -459,7 +459,7 @@ async fn reflector_converges_across_a_forced_410() {
         error_code: Some(503),
         ..Default::default()
     }]);
-    let http = raw_client();
+    let http = raw_client(cluster.ca_pem());
     let sim = |p: &str| format!("{}/sim/watches/{p}", cluster.url());
     assert!(
         http.post(sim("drop"))
@@ -763,7 +763,7 @@ async fn api_errors_are_status_objects() {
 #[tokio::test]
 async fn bad_input_gets_status_errors_not_hangs() {
     let cluster = start_cluster().await;
-    let http = raw_client();
+    let http = raw_client(cluster.ca_pem());
     let url = |p: &str| format!("{}{p}", cluster.url());
     let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
         (
@@ -863,7 +863,7 @@ async fn watch_fault_rules_cut_a_stream_and_a_410_on_resume_makes_the_watcher_re
         json!({"kind": "watch", "resource": "configmaps", "watch": "drop", "errorRate": 1.0, "times": 1}),
         json!({"kind": "watch", "resource": "configmaps", "watch": "gone", "errorRate": 1.0, "times": 1}),
     ] {
-        let r = raw_client()
+        let r = raw_client(cluster.ca_pem())
             .post(format!("{}/sim/faults", cluster.url()))
             .json(&rule)
             .send()
@@ -900,7 +900,7 @@ async fn watch_fault_rules_cut_a_stream_and_a_410_on_resume_makes_the_watcher_re
 #[tokio::test]
 async fn fault_rules_are_validated_by_kind() {
     let cluster = start_cluster().await;
-    let http = raw_client();
+    let http = raw_client(cluster.ca_pem());
     let url = format!("{}/sim/faults", cluster.url());
     let r = http
         .post(&url)

@@ -3,7 +3,8 @@
 //! Velero and Karpenter CRDs from the fixtures.
 
 use serde_json::json;
-use snapdrain_testkit::{Kubectl, data, eventually, start_cluster};
+use snapdrain_sim::apiserver::KubeconfigUser;
+use snapdrain_testkit::{Kubectl, data, eventually, start_cluster, trusting};
 
 fn path(p: &str) -> String {
     data(p).display().to_string()
@@ -581,4 +582,149 @@ async fn drain_evicts_and_retries_on_disruption_budget() {
         (!out.status.success()).then_some(())
     })
     .await;
+}
+
+/// Over HTTPS kubectl sends its credentials, and the API server authenticates and authorizes every
+/// request as kube-apiserver does (kubernetes `pkg/kubeapiserver/authenticator/config.go` `Config.New`,
+/// `staging/src/k8s.io/apiserver/pkg/authentication/request/bearertoken/bearertoken.go`,
+/// `.../request/anonymous/anonymous.go`): a ServiceAccount token from TokenRequest gets what its Role
+/// allows and the server's 403 for the rest, a token nobody issued is 401, and without credentials
+/// kubectl is `system:anonymous`, which RBAC lets read only `/healthz`, `/livez`, `/readyz` and
+/// `/version` (the bootstrap `system:public-info-viewer`, kubernetes
+/// `plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_credentials_are_checked_and_rbac_decides_for_every_user() {
+    let cluster = start_cluster().await;
+    let admin = Kubectl::new(&cluster);
+    let rbac = json!([
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "apps"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader", "namespace": "apps"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "apps"},
+            "data": {"mode": "on"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "read-configmaps", "namespace": "apps"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "reader", "namespace": "apps"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-configmaps"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "apps"}]}]);
+    for (i, doc) in rbac.as_array().into_iter().flatten().enumerate() {
+        let file = admin.file(&format!("rbac-{i}.json"), &doc.to_string());
+        admin.ok(&["apply", "-f", &file]).await;
+    }
+    let token = admin.ok(&["create", "token", "reader", "-n", "apps"]).await;
+
+    let sa = Kubectl::as_user(&cluster, KubeconfigUser::Token(token.trim()));
+    let got = sa
+        .json(&["get", "configmap", "settings", "-n", "apps"])
+        .await;
+    assert_eq!(got["data"]["mode"], "on", "{got}");
+    let listed = sa
+        .ok(&["get", "configmaps", "-n", "apps", "-o", "name"])
+        .await;
+    assert!(listed.contains("configmap/settings"), "{listed}");
+    let refused = sa.fails(&["get", "configmaps", "-n", "default"]).await;
+    assert!(
+        refused.contains(
+            "Error from server (Forbidden): configmaps is forbidden: User \
+             \"system:serviceaccount:apps:reader\" cannot list resource \"configmaps\" in API group \"\" \
+             in the namespace \"default\""
+        ),
+        "{refused}"
+    );
+    let refused = sa
+        .fails(&["delete", "configmap", "settings", "-n", "apps"])
+        .await;
+    assert!(
+        refused.contains("Error from server (Forbidden)")
+            && refused.contains("cannot delete resource \"configmaps\""),
+        "{refused}"
+    );
+    assert!(
+        admin
+            .ok(&["get", "configmap", "settings", "-n", "apps", "-o", "name"])
+            .await
+            .contains("configmap/settings"),
+        "the refused delete left the ConfigMap"
+    );
+
+    // A 401 on discovery ends `kubectl get` with client-go's generic text for the code (discovery does
+    // not decode the Status body, as on a real cluster); a plain REST read shows the Status's message.
+    let garbage = Kubectl::as_user(&cluster, KubeconfigUser::Token("garbage"));
+    let refused = garbage.fails(&["get", "configmaps", "-n", "apps"]).await;
+    assert!(
+        refused.contains(
+            "error: You must be logged in to the server (the server has asked for the client to \
+             provide credentials)"
+        ),
+        "{refused}"
+    );
+    let refused = garbage
+        .fails(&["get", "--raw", "/api/v1/namespaces/apps/configmaps"])
+        .await;
+    assert!(
+        refused.contains("error: You must be logged in to the server (Unauthorized)"),
+        "{refused}"
+    );
+
+    // No bearer token reaches the server: kubectl with a basic-auth user (a kubeconfig user without
+    // any credentials makes kubectl prompt for a username), then a request with no Authorization
+    // header at all.
+    let anonymous = Kubectl::as_user(
+        &cluster,
+        KubeconfigUser::Basic {
+            username: "admin",
+            password: "admin",
+        },
+    );
+    // Discovery is refused first (client-go does not decode that Status body), then the read itself.
+    let refused = anonymous.fails(&["get", "configmaps", "-n", "apps"]).await;
+    assert!(
+        refused.contains("Error from server (Forbidden)"),
+        "{refused}"
+    );
+    let refused = anonymous
+        .fails(&["get", "--raw", "/api/v1/namespaces/apps/configmaps"])
+        .await;
+    assert!(
+        refused.contains(
+            "Error from server (Forbidden): configmaps is forbidden: User \"system:anonymous\" cannot \
+             list resource \"configmaps\" in API group \"\" in the namespace \"apps\""
+        ),
+        "{refused}"
+    );
+    for path in ["/healthz", "/livez", "/readyz"] {
+        assert_eq!(anonymous.ok(&["get", "--raw", path]).await.trim(), "ok");
+    }
+    let version = anonymous.ok(&["get", "--raw", "/version"]).await;
+    assert!(version.contains("gitVersion"), "{version}");
+    let refused = anonymous.fails(&["get", "--raw", "/api"]).await;
+    assert!(
+        refused.contains("Error from server (Forbidden)")
+            && refused.contains("User \"system:anonymous\" cannot get path \"/api\""),
+        "{refused}"
+    );
+    let http = trusting(cluster.ca_pem())
+        .timeout(snapdrain_testkit::WAIT)
+        .build()
+        .expect("an HTTPS client");
+    let get = |path: &'static str| {
+        let req = http.get(format!("{}{path}", cluster.url()));
+        async move {
+            let resp = req.send().await.expect("answered");
+            let code = resp.status().as_u16();
+            (code, resp.text().await.expect("a body"))
+        }
+    };
+    assert_eq!(get("/healthz").await, (200, "ok".to_string()));
+    let (code, body) = get("/api/v1/namespaces/apps/configmaps").await;
+    assert_eq!(code, 403, "{body}");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("a Status");
+    assert_eq!(status["reason"], "Forbidden", "{status}");
+    assert_eq!(
+        status["message"],
+        "configmaps is forbidden: User \"system:anonymous\" cannot list resource \"configmaps\" in \
+         API group \"\" in the namespace \"apps\"",
+        "{status}"
+    );
 }

@@ -235,8 +235,7 @@ async fn auth_can_i_over_protobuf_for_an_admin_and_a_narrowly_bound_service_acco
     assert_eq!(binding["roleRef"]["name"], "evict", "{binding}");
     assert_eq!(binding["subjects"][0]["name"], "evictor", "{binding}");
 
-    // kubectl sends no bearer token over plain HTTP (client-go `clientcmd` `client_config.go` applies
-    // credentials only over TLS), so kubectl is the admin here.
+    // kubectl with the kubeconfig's token is the admin.
     let admin = k
         .run(&[
             "auth",
@@ -255,9 +254,12 @@ async fn auth_can_i_over_protobuf_for_an_admin_and_a_narrowly_bound_service_acco
     );
 
     // The ServiceAccount's own token, from `kubectl create token` (a protobuf TokenRequest), with
-    // the protobuf review kubectl would send, over HTTP as client-go sends it with TLS.
+    // the protobuf review kubectl would send, over HTTPS as client-go sends it.
     let token = k.ok(&["create", "token", "evictor", "-n", "apps"]).await;
-    let http = reqwest::Client::new();
+    let http = snapdrain_testkit::trusting(cluster.ca_pem())
+        .timeout(snapdrain_testkit::WAIT)
+        .build()
+        .expect("an HTTPS client");
     let ask = |ns: &'static str, verb: &'static str, resource: &'static str, sub: &'static str| {
         let req = http
             .post(format!(

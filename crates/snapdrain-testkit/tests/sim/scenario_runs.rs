@@ -165,7 +165,7 @@ async fn run_instances_joins_as_a_ready_node_once_per_token_and_bad_user_data_fa
     );
     let labels = std::collections::BTreeMap::from([("example.com/joined".into(), "yes".into())]);
     let good = base64::engine::general_purpose::STANDARD.encode(karpenter_user_data(
-        &cluster_join(&cluster.url()),
+        &cluster_join(&cluster.url(), cluster.ca_pem()),
         &labels,
         &[],
     ));

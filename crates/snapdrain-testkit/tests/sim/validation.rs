@@ -119,13 +119,18 @@ async fn nodepool_schema_refuses_bad_budgets_defaults_and_prunes_like_kube_apise
 }
 
 /// One raw POST of `body` with `?fieldValidation=<directive>` (none when empty): status, warnings, body.
-async fn post_configmap(url: &str, directive: &str, body: &str) -> (u16, Vec<String>, Value) {
+async fn post_configmap(
+    cluster: &snapdrain_sim::SimCluster,
+    directive: &str,
+    body: &str,
+) -> (u16, Vec<String>, Value) {
+    let url = cluster.url();
     let query = if directive.is_empty() {
         String::new()
     } else {
         format!("?fieldValidation={directive}")
     };
-    let resp = raw_client()
+    let resp = raw_client(cluster.ca_pem())
         .post(format!("{url}/api/v1/namespaces/default/configmaps{query}"))
         .header("content-type", "application/json")
         .body(body.to_string())
@@ -146,14 +151,13 @@ async fn post_configmap(url: &str, directive: &str, body: &str) -> (u16, Vec<Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn field_validation_reports_unknown_and_duplicate_fields_of_built_in_kinds() {
     let cluster = start_cluster().await;
-    let url = cluster.url();
     // serde_json would keep only the last "data"; the strict decoder sees both.
     let body = |name: &str| {
         format!(
             r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","bogus":1}},"data":{{"k":"v"}},"data":{{"k":"w"}},"extra":true}}"#
         )
     };
-    let (code, _, status) = post_configmap(&url, "Strict", &body("strict")).await;
+    let (code, _, status) = post_configmap(&cluster, "Strict", &body("strict")).await;
     assert_eq!(code, 400, "{status}");
     let message = status["message"].as_str().unwrap_or("");
     assert!(
@@ -166,7 +170,7 @@ async fn field_validation_reports_unknown_and_duplicate_fields_of_built_in_kinds
 
     for directive in ["Warn", ""] {
         let name = format!("warn{}", directive.to_lowercase());
-        let (code, warnings, _) = post_configmap(&url, directive, &body(&name)).await;
+        let (code, warnings, _) = post_configmap(&cluster, directive, &body(&name)).await;
         assert_eq!(code, 201);
         for want in [
             r#"299 - "duplicate field \"data\"""#,
@@ -179,10 +183,10 @@ async fn field_validation_reports_unknown_and_duplicate_fields_of_built_in_kinds
             );
         }
     }
-    let (code, warnings, created) = post_configmap(&url, "Ignore", &body("ignore")).await;
+    let (code, warnings, created) = post_configmap(&cluster, "Ignore", &body("ignore")).await;
     assert_eq!((code, warnings.len()), (201, 0), "{warnings:?}");
     assert_eq!(created["data"]["k"], "w");
-    let (code, _, status) = post_configmap(&url, "Loud", &body("loud")).await;
+    let (code, _, status) = post_configmap(&cluster, "Loud", &body("loud")).await;
     assert_eq!(code, 400, "{status}");
 
     // kubectl sends Strict by default: an unknown pod field is refused, `--validate=warn` warns.
@@ -356,7 +360,7 @@ async fn auth_can_i_answers_as_rbac_decides_for_a_service_account_token() {
         let file = k.file(&format!("rbac-{i}.json"), &doc.to_string());
         k.ok(&["apply", "-f", &file]).await;
     }
-    let token: Value = raw_client()
+    let token: Value = raw_client(cluster.ca_pem())
         .post(format!(
             "{}/api/v1/namespaces/apps/serviceaccounts/runner/token",
             cluster.url()

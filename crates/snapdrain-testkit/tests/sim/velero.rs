@@ -778,7 +778,7 @@ async fn covered_pod_or_node_agent_leaving_mid_backup_fails_it() {
 
 /// Adds a fault rule through the simulator's control surface.
 async fn post_fault(env: &Env, rule: Value) {
-    let r = snapdrain_testkit::raw_client()
+    let r = snapdrain_testkit::raw_client(env.cluster.ca_pem())
         .post(format!("{}/sim/faults", env.cluster.url()))
         .json(&rule)
         .send()

@@ -1,15 +1,17 @@
-//! Authentication and authorization, as kube-apiserver does them for bearer tokens: the kubeconfig's
-//! token is a cluster admin (group `system:masters`, which kube-apiserver's privileged-group authorizer
-//! allows everything), ServiceAccount tokens come from TokenRequest
-//! (`POST .../serviceaccounts/<name>/token`), and an unknown token is 401. Every other request is
-//! decided by RBAC ([`rbac`]) over the Roles, ClusterRoles and bindings in the store; a refusal is the
-//! server's 403.
+//! Authentication and authorization, as kube-apiserver does them over TLS for bearer tokens: the
+//! kubeconfig's token is a cluster admin (group `system:masters`, which kube-apiserver's privileged-group
+//! authorizer allows everything), ServiceAccount tokens come from TokenRequest
+//! (`POST .../serviceaccounts/<name>/token`), an unknown token is 401, and a request without a bearer
+//! token is anonymous (user `system:anonymous`, group `system:unauthenticated`; anonymous auth is on by
+//! default). Every request outside `system:masters`, anonymous ones included, is decided by RBAC
+//! ([`rbac`]) over the Roles, ClusterRoles and bindings in the store; a refusal is the server's 403.
 //!
-//! The server is plain HTTP on loopback, and client-go (so kubectl) never sends a bearer token over
-//! plain HTTP. A request without credentials is therefore treated as kube-apiserver treated requests on
-//! its old `--insecure-port` (removed in 1.20; `pkg/kubeapiserver/server/insecure_handler.go`): user
-//! `system:unsecured` in `system:masters`. Anything that authenticates (kube-rs sends tokens over HTTP)
-//! is subject to RBAC.
+//! Upstream: kubernetes `pkg/kubeapiserver/authenticator/config.go` `Config.New` (the request
+//! authenticators in a union, the authenticated group added, then
+//! `union.NewFailOnError(authenticator, anonymous.NewAuthenticator())`: an authenticator's error, a bad
+//! bearer token, is a 401 and never anonymous), `staging/src/k8s.io/apiserver/pkg/authentication/
+//! request/bearertoken/bearertoken.go` `AuthenticateRequest` (which requests carry a token at all) and
+//! `.../request/anonymous/anonymous.go` `NewAuthenticator` (the anonymous user).
 
 pub mod rbac;
 pub mod review;
@@ -45,10 +47,13 @@ impl UserInfo {
         }
     }
 
-    fn unsecured() -> Self {
+    /// kubernetes `staging/src/k8s.io/apiserver/pkg/authentication/request/anonymous/anonymous.go`
+    /// `NewAuthenticator`: `user.Anonymous` in `user.AllUnauthenticated` only (the authenticated group
+    /// adder does not run for it).
+    pub fn anonymous() -> Self {
         Self {
-            name: "system:unsecured".into(),
-            groups: vec![MASTERS.into(), "system:authenticated".into()],
+            name: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
         }
     }
 
@@ -115,18 +120,22 @@ impl Auth {
         token
     }
 
-    /// The user behind the request's bearer token: 401 for a token nobody issued.
+    /// The user behind the request's bearer token: 401 for a token nobody issued, anonymous without a
+    /// token.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<UserInfo, ApiError> {
-        let Some(value) = headers.get("authorization").and_then(|v| v.to_str().ok()) else {
-            return Ok(UserInfo::unsecured());
+        let header = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let Some(token) = bearer_token(header) else {
+            return Ok(UserInfo::anonymous());
         };
-        let token = value
-            .strip_prefix("Bearer ")
-            .or_else(|| value.strip_prefix("bearer "))
-            .map(str::trim);
         let tokens = self.tokens.lock().unwrap_or_else(|e| e.into_inner());
-        token
-            .and_then(|t| tokens.get(t).cloned())
+        // kube-apiserver's answer to a failed authentication (`staging/src/k8s.io/apiserver/pkg/
+        // endpoints/filters/authentication.go` `Unauthorized`: `apierrors.NewUnauthorized("Unauthorized")`).
+        tokens
+            .get(token)
+            .cloned()
             .ok_or_else(|| ApiError::new(401, "Unauthorized", "Unauthorized"))
     }
 
@@ -213,6 +222,21 @@ impl Auth {
     }
 }
 
+/// The token of an `Authorization` header, when it carries one, as kubernetes
+/// `staging/src/k8s.io/apiserver/pkg/authentication/request/bearertoken/bearertoken.go`
+/// `AuthenticateRequest` reads it: the trimmed header split on spaces, a first part of `bearer` in any
+/// case, and a non-empty second part. Anything else (no header, another scheme, an empty token) is no
+/// token at all, so the request goes on to the anonymous authenticator.
+fn bearer_token(header: &str) -> Option<&str> {
+    let parts: Vec<&str> = header.trim().split(' ').collect();
+    match parts.as_slice() {
+        [scheme, token, ..] if scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() => {
+            Some(token)
+        }
+        _ => None,
+    }
+}
+
 /// The bootstrap ClusterRole `system:basic-user` (bound to every authenticated user, kubernetes
 /// `plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go`): asking what one may do.
 fn basic_user(attrs: &Attributes) -> bool {
@@ -246,14 +270,80 @@ mod tests {
         h
     }
 
+    fn header(value: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("authorization", value.parse().expect("header"));
+        h
+    }
+
+    /// Upstream cases: kubernetes `staging/src/k8s.io/apiserver/pkg/authentication/request/bearertoken/
+    /// bearertoken_test.go` (no header, another scheme, an empty token and a lower-case `bearer`) and
+    /// `pkg/kubeapiserver/authenticator/config.go` `Config.New` (an invalid token fails, never falls
+    /// through to anonymous).
+    #[test]
+    fn without_a_bearer_token_a_request_is_anonymous_and_a_bad_one_is_401() {
+        let auth = Auth::default();
+        for h in [
+            HeaderMap::new(),
+            header("Basic Zm9vOmJhcg=="),
+            header("Bearer "),
+            header("Bearer"),
+            header(""),
+        ] {
+            let user = auth.authenticate(&h).expect("no token: anonymous");
+            assert_eq!(user, UserInfo::anonymous(), "{h:?}");
+            assert!(!user.is_admin() && !user.authenticated());
+        }
+        assert!(
+            auth.authenticate(&header(&format!("bearer {ADMIN_TOKEN}")))
+                .expect("lower-case scheme")
+                .is_admin()
+        );
+        let e = auth
+            .authenticate(&header("Bearer garbage"))
+            .expect_err("a token nobody issued");
+        assert_eq!(
+            (e.code, e.reason.as_str(), e.message.as_str()),
+            (401, "Unauthorized", "Unauthorized")
+        );
+    }
+
+    #[test]
+    fn anonymous_reads_health_and_version_only() {
+        let auth = Auth::default();
+        let store = Store::new();
+        let anon = UserInfo::anonymous();
+        let get = |path: &str| Attributes::NonResource {
+            verb: "get".into(),
+            path: path.into(),
+        };
+        for path in ["/healthz", "/livez", "/readyz", "/version"] {
+            assert!(auth.authorize(&store, &anon, &get(path)).is_ok(), "{path}");
+        }
+        for path in ["/api", "/apis", "/apis/apps/v1", "/openapi/v3", "/metrics"] {
+            let e = auth
+                .authorize(&store, &anon, &get(path))
+                .expect_err("not public");
+            assert_eq!(e.code, 403, "{path}");
+        }
+        auth.set_enforced(false);
+        let list_pods = Attributes::Resource {
+            verb: "list".into(),
+            group: String::new(),
+            resource: "pods".into(),
+            subresource: None,
+            namespace: Some("default".into()),
+            name: None,
+        };
+        let e = auth
+            .authorize(&store, &anon, &list_pods)
+            .expect_err("turning RBAC off is for authenticated users");
+        assert_eq!(e.code, 403);
+    }
+
     #[test]
     fn tokens_name_their_users_and_unknown_tokens_are_401() {
         let auth = Auth::default();
-        assert!(
-            auth.authenticate(&HeaderMap::new())
-                .expect("no token")
-                .is_admin()
-        );
         assert!(
             auth.authenticate(&bearer(ADMIN_TOKEN))
                 .expect("admin")

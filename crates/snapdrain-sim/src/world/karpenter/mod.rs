@@ -118,8 +118,8 @@ pub struct KarpenterSettings {
 
 /// A client of the simulated API server for Karpenter: without kube's own 429 retries, so eviction
 /// answers reach Karpenter's backoff (and the audit log) as they come.
-pub fn api_client(url: &str) -> Result<kube::Client, String> {
-    let mut config = crate::apiserver::admin_config(url)?;
+pub fn api_client(admin: kube::Config) -> Result<kube::Client, String> {
+    let mut config = admin;
     config.default_retry = false;
     kube::Client::try_from(config).map_err(|e| e.to_string())
 }
