@@ -22,11 +22,13 @@ pub const MAX_MESSAGE: usize = 4096;
 pub const MAX_NOTE: usize = 1024;
 /// A refused eviction's last error, kept per pod.
 pub const MAX_REFUSAL: usize = 80;
+/// Each line of a node's join record saying where a launch setting came from.
+pub const MAX_FROM: usize = 512;
 
 /// What a node's progress can gain after planning besides its eviction targets: `blockedBy`, the
-/// replacement, instance and join records (checked by the unit test below against a node with every
+/// replacement, instance and join records (with the architecture check's lines) (checked by the unit test below against a node with every
 /// one of them at its largest).
-const NODE_GROWTH: usize = 8 * 1024;
+const NODE_GROWTH: usize = 12 * 1024;
 /// What a backup attempt's record can gain after planning: phase, times, verified objects, messages.
 const BACKUP_GROWTH: usize = 4 * 1024;
 /// What the status as a whole can gain: conditions, message, timings, summary, release records.
@@ -72,6 +74,11 @@ pub fn bound_texts(status: &mut DisruptionPlanStatus) {
         bound(&mut n.blocked_by, MAX_NOTE);
         if let Some(r) = n.replacement.as_mut() {
             bound(&mut r.capacity_error, MAX_NOTE);
+        }
+        if let Some(j) = n.join.as_mut() {
+            for line in &mut j.from {
+                *line = bounded(line, MAX_FROM);
+            }
         }
         for t in n.eviction_targets.iter_mut().flatten() {
             bound(&mut t.last_error, MAX_REFUSAL);
@@ -238,7 +245,9 @@ mod tests {
                 subnet_ids: vec!["subnet-0123456789abcdef0".into(); 16],
                 http_tokens_required: Some(true),
                 hop_limit: Some(64),
-                from: vec!["EC2NodeClass default".into(); 4],
+                image_architecture: Some("x86_64_mac".into()),
+                instance_types: vec!["m7i-flex.48xlarge".into(); 50],
+                from: vec!["x".repeat(1200); 8],
             });
         }
         let mut backups = Vec::new();
