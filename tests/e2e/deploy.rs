@@ -692,10 +692,31 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
         .await
         .expect("create the Deployment");
     let release_pods: Api<Pod> = Api::namespaced(client.clone(), "snapdrain");
-    h.wait_all(release_pods.clone(), "the controller's two pods", |ps| {
-        ps.len() == 2
-    })
-    .await;
+    let controller_pods = h
+        .wait_all(release_pods.clone(), "the controller's two pods", |ps| {
+            ps.len() == 2
+        })
+        .await;
+    // The controller's pods outlive the hook's first look at them until the `watch` case below is done:
+    // a pod gone before the hook lists them (the simulated kubelet stops them within 50 ms) would spare
+    // it the watch that case takes away.
+    let finalizers = |list: Value| {
+        let release_pods = release_pods.clone();
+        let names: Vec<String> = controller_pods.iter().map(|p| p.name_any()).collect();
+        async move {
+            for name in names {
+                release_pods
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": list}})),
+                    )
+                    .await
+                    .expect("set the pod's finalizers");
+            }
+        }
+    };
+    finalizers(serde_json::json!(["snapdrain.test/outlive-the-hooks-list"])).await;
     // Holds placed by a controller, which then stops (as a crash or `--no-hooks` would leave them).
     let controller = h.controller().await;
     let shop: Api<Pod> = Api::namespaced(client.clone(), "shop");
@@ -886,6 +907,9 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
                 held_nodes,
                 "without {verb} {resource} no node hold went"
             );
+        }
+        if resource == "pods" && verb == "watch" {
+            finalizers(Value::Null).await;
         }
         if resource == "deployments" {
             // The gate's configuration went first, while the controller still ran.
