@@ -95,6 +95,9 @@ pub struct NodePlan {
     /// Protected pods that are not Running, with the claims a file-system backup would copy: Velero
     /// skips them, so the plan waits for the pod to run (`ns/name (claims)`).
     pub not_running_refusals: Vec<String>,
+    /// Protected pods with block-mode claims a file-system backup would copy, which Velero skips
+    /// (`ns/name (claims)`): the plan waits until they are left out or get a CSI snapshot.
+    pub block_refusals: Vec<String>,
     /// PersistentVolumes of the pods to evict: wait for their VolumeAttachments before terminating.
     pub persistent_volumes: Vec<String>,
     /// Things a person should know that do not stop the plan (unknown StatefulSet, missing PVC, several PDBs).
@@ -127,6 +130,15 @@ impl NodePlan {
                  pod that is not Running, and a node-local volume is lost with its node: get the pod \
                  running, leave it out with the DisruptionPolicy's spec.protection, or delete the plan",
                 self.not_running_refusals.join(", ")
+            ));
+        }
+        if !self.block_refusals.is_empty() {
+            parts.push(format!(
+                "cannot back up block-mode volumes with a file-system backup: {}; Velero's file-system \
+                 backup skips them: give their CSI driver a VolumeSnapshotClass (labelled \
+                 velero.io/csi-volumesnapshot-class) so backup.method auto snapshots them, or leave \
+                 the pod out with the DisruptionPolicy's spec.protection",
+                self.block_refusals.join(", ")
             ));
         }
         (!parts.is_empty()).then(|| parts.join("; "))
@@ -351,6 +363,7 @@ pub fn plan_node(
         })
         .collect();
     plan.not_running_refusals = not_running_refusals(inputs, &plan.backups);
+    plan.block_refusals = block_refusals(inputs, &plan.backups);
     plan
 }
 
@@ -359,12 +372,33 @@ pub fn plan_node(
 /// `pkg/podvolume/backupper.go` `BackupPodVolumes`, its check of the pod's phase), so the backup could
 /// never be verified; a CSI snapshot does not need the pod.
 fn not_running_refusals(inputs: &NodeInputs<'_>, backups: &[BackupNeed]) -> Vec<String> {
+    fsb_refusals(inputs, backups, |pod, _| {
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running")
+    })
+}
+
+/// Protected pods whose block-mode claims a file-system backup would copy: Velero's file-system backup
+/// skips block volumes (velero `pkg/podvolume/backupper.go`, its volume-mode check), so the backup could
+/// never be verified. A CSI snapshot takes them.
+fn block_refusals(inputs: &NodeInputs<'_>, backups: &[BackupNeed]) -> Vec<String> {
+    fsb_refusals(inputs, backups, |pod, claim| {
+        inputs.pvcs.iter().any(|p| {
+            p.metadata.namespace.as_deref() == pod.metadata.namespace.as_deref()
+                && p.metadata.name.as_deref() == Some(claim)
+                && p.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block")
+        })
+    })
+}
+
+/// `ns/name (claims)` of each protected pod with claims a file-system backup would copy and
+/// `skipped(pod, claim)` says Velero would skip.
+fn fsb_refusals(
+    inputs: &NodeInputs<'_>,
+    backups: &[BackupNeed],
+    skipped: impl Fn(&Pod, &str) -> bool,
+) -> Vec<String> {
     let mut out = Vec::new();
-    for pod in inputs.pods {
-        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-        if running || !(inputs.protects)(pod) {
-            continue;
-        }
+    for pod in inputs.pods.iter().filter(|p| (inputs.protects)(p)) {
         let (ns, name) = (namespace_of(pod), name_of(pod));
         let Some(need) = backups.iter().find(|b| b.namespace == ns) else {
             continue;
@@ -376,6 +410,7 @@ fn not_running_refusals(inputs: &NodeInputs<'_>, backups: &[BackupNeed]) -> Vec<
                         && v.record.method == crate::api::volume::VolumeMethod::FileSystem
                 })
             })
+            .filter(|c| skipped(pod, c))
             .collect();
         if !copied.is_empty() {
             out.push(format!("{ns}/{name} ({})", copied.join(", ")));
@@ -733,6 +768,41 @@ mod tests {
                 .not_running_refusals
                 .is_empty()
         );
+    }
+
+    /// Review #10: Velero's file-system backup skips block-mode volumes, so a plan that would copy one
+    /// that way waits, saying what to change; under Auto with a VolumeSnapshotClass it is snapshotted.
+    #[test]
+    fn a_block_mode_claim_is_never_left_to_a_file_system_backup() {
+        let mut w = World::new();
+        for p in &mut w.pvcs {
+            if p.metadata.name.as_deref() == Some("data-pg-0") {
+                p.spec.get_or_insert_with(Default::default).volume_mode = Some("Block".into());
+            }
+        }
+        let plan = w.plan(&spec(json!({})));
+        assert_eq!(plan.block_refusals, ["db/pg-0 (data-pg-0)"]);
+        assert!(plan.not_running_refusals.is_empty());
+        let message = plan.refusal_message().expect("the plan waits");
+        assert!(message.contains("block-mode volumes"), "{message}");
+        assert!(message.contains("VolumeSnapshotClass"), "{message}");
+        w.pvs = ["pv-pg-0", "pv-redis-1", "pv-aof-1"]
+            .iter()
+            .map(|name| {
+                pv(
+                    name,
+                    json!({"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": format!("vol-{name}")}}),
+                )
+            })
+            .collect();
+        w.snapshot_classes = vec![SnapshotClass {
+            name: "ebs".into(),
+            driver: "ebs.csi.aws.com".into(),
+            velero_label: true,
+            default: false,
+        }];
+        let auto = w.plan(&spec(json!({"backup": {"method": "auto"}})));
+        assert!(auto.block_refusals.is_empty(), "{:?}", auto.block_refusals);
     }
 
     /// Review #10: a plan backs up what the DisruptionPolicy protects, as the holds and the gate do; a
