@@ -508,13 +508,18 @@ async fn refused_evictions_back_off() {
     // Backoff 5 s, then 10 s: within the 12 s timeout each pod is asked at most three times (at 0, 5
     // and 15 s, the last only if a pass runs just before the timeout is seen). Retrying every pass
     // (about every 0.5 s) would ask each pod some twenty times.
-    let first = &targets[0];
-    let asked = eviction_requests(&h, &first.name);
-    assert!(
-        (1..=3).contains(&asked),
-        "{} asked {asked} times",
-        first.name
-    );
+    // Targets record only the pod's UID: its name comes from the pod (still on the kept node).
+    let first = Api::<Pod>::all(h.client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .expect("list the node's pods")
+        .items
+        .into_iter()
+        .find(|p| p.metadata.uid.as_ref() == Some(&targets[0].uid))
+        .expect("the first target is still on the node")
+        .name_any();
+    let asked = eviction_requests(&h, &first);
+    assert!((1..=3).contains(&asked), "{first} asked {asked} times");
     let n = h.node(&node).await.expect("node kept");
     assert!(
         !cordoned(&n) && !has_drain_taint(&n),
