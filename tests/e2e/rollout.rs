@@ -8,7 +8,7 @@
 //! Node's own do-not-disrupt does (`pkg/controllers/state/statenode.go` `ValidateNodeDisruptable`), and
 //! the drained pods are DELETEd at `terminationTime − grace` (`terminator/eviction.go` `forceDelete`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -43,7 +43,7 @@ async fn drift_all(h: &Harness) -> BTreeSet<String> {
     nodes
 }
 
-async fn protected_pods(h: &Harness) -> std::collections::BTreeMap<String, BTreeSet<String>> {
+async fn protected_pods(h: &Harness) -> BTreeMap<String, BTreeSet<String>> {
     let pods: Vec<Value> = Api::<Pod>::all(h.client.clone())
         .list(&Default::default())
         .await
@@ -56,7 +56,7 @@ async fn protected_pods(h: &Harness) -> std::collections::BTreeMap<String, BTree
 }
 
 /// Waits until snapdrain holds every protected pod, and the Node under each.
-async fn wait_held(h: &Harness, protected: &std::collections::BTreeMap<String, BTreeSet<String>>) {
+async fn wait_held(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) {
     let pods: Api<Pod> = Api::all(h.client.clone());
     let held = h
         .wait_all(pods, "every protected pod held", |ps| {
@@ -158,10 +158,6 @@ async fn a_drift_rollout_guarded_by_snapdrain_backs_up_before_every_eviction() {
         !plans.is_empty(),
         "drifted nodes with protected pods got plans"
     );
-    let backups: Vec<safety::RecordedBackup> = plans
-        .iter()
-        .flat_map(|p| safety::recorded_backups(&serde_json::to_value(p).expect("serializes")))
-        .collect();
     let evictions = safety::accepted_evictions(&h.audit());
     let protected_evicted = evictions
         .iter()
@@ -171,16 +167,7 @@ async fn a_drift_rollout_guarded_by_snapdrain_backs_up_before_every_eviction() {
         protected_evicted > 0,
         "Karpenter did move the stateful pods"
     );
-    let violations = safety::eviction_violations(&evictions, &protected, &backups);
-    assert!(
-        violations.is_empty(),
-        "the promise was broken:\n{}",
-        violations
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_promise_kept(&h, &protected).await;
 }
 
 /// Production NodePools set a terminationGracePeriod; then drift ignores the pods' holds and PDBs, and
@@ -212,33 +199,13 @@ async fn a_drift_rollout_with_a_termination_grace_period_moves_no_protected_pod_
         seconds = started.elapsed().as_secs_f64(),
         "drift rollout with a terminationGracePeriod, guarded by snapdrain"
     );
-    let plans: Vec<DisruptionPlan> = Api::<DisruptionPlan>::all(h.client.clone())
-        .list(&Default::default())
-        .await
-        .expect("list plans")
-        .items;
-    let backups: Vec<safety::RecordedBackup> = plans
-        .iter()
-        .flat_map(|p| safety::recorded_backups(&serde_json::to_value(p).expect("serializes")))
-        .collect();
-    let audit = h.audit();
     // Karpenter force-deleted the protected pods (their grace reaches back to the NodeClaim's deletion).
-    let deleted = safety::accepted_deletions(&audit)
+    let deleted = safety::accepted_deletions(&h.audit())
         .iter()
         .filter(|e| protected.contains_key(&e.pod))
         .count();
     assert!(deleted > 0, "Karpenter did DELETE protected pods");
-    let violations =
-        safety::eviction_violations(&safety::pods_removed(&audit), &protected, &backups);
-    assert!(
-        violations.is_empty(),
-        "the promise was broken:\n{}",
-        violations
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    assert_promise_kept(&h, &protected).await;
 }
 
 /// A new Bottlerocket release behind the pool's `bottlerocket@latest` alias: Karpenter resolves the
@@ -322,6 +289,18 @@ async fn a_new_ami_drifts_every_node_and_snapdrain_backs_up_before_karpenter_dra
         assert_ne!(old_ami, NEW_AMI);
     }
 
+    assert!(
+        safety::accepted_evictions(&audit)
+            .iter()
+            .any(|e| protected.contains_key(&e.pod)),
+        "Karpenter did move the stateful pods"
+    );
+    assert_promise_kept(&h, &protected).await;
+}
+
+/// The promise, judged from the outside by the safety oracle: every eviction or DELETE of a protected
+/// pod the API server accepted came after a verified backup that one of the cluster's plans records.
+async fn assert_promise_kept(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) {
     let plans: Vec<DisruptionPlan> = Api::<DisruptionPlan>::all(h.client.clone())
         .list(&Default::default())
         .await
@@ -331,12 +310,8 @@ async fn a_new_ami_drifts_every_node_and_snapdrain_backs_up_before_karpenter_dra
         .iter()
         .flat_map(|p| safety::recorded_backups(&serde_json::to_value(p).expect("serializes")))
         .collect();
-    let evictions = safety::accepted_evictions(&audit);
-    assert!(
-        evictions.iter().any(|e| protected.contains_key(&e.pod)),
-        "Karpenter did move the stateful pods"
-    );
-    let violations = safety::eviction_violations(&evictions, &protected, &backups);
+    let violations =
+        safety::eviction_violations(&safety::pods_removed(&h.audit()), protected, &backups);
     assert!(
         violations.is_empty(),
         "the promise was broken:\n{}",

@@ -197,10 +197,7 @@ impl Keeper {
             let policy = self.policy.borrow();
             (policy.protection.clone(), policy.holds.cluster_autoscaler)
         };
-        let ns_labels = self
-            .namespaces
-            .get("", &pod.namespace().unwrap_or_default())
-            .map(|n| n.labels().clone());
+        let ns_labels = self.namespaces.labels_of(pod);
         if protection.namespace_selector.is_some() && ns_labels.is_none() {
             // The namespace is not cached yet (start-up): deciding now could take a hold away.
             return None;

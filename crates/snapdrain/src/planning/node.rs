@@ -621,6 +621,26 @@ mod tests {
             self.plan_protecting(spec, &crate::planning::protection::default_rule)
         }
 
+        /// Every `db` volume on EBS, whose driver has a Velero VolumeSnapshotClass. All of them: a
+        /// volume of unknown kind would turn the namespace to file-system backups.
+        fn on_snapshotted_ebs(&mut self) {
+            self.pvs = ["pv-pg-0", "pv-redis-1", "pv-aof-1"]
+                .iter()
+                .map(|name| {
+                    pv(
+                        name,
+                        json!({"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": format!("vol-{name}")}}),
+                    )
+                })
+                .collect();
+            self.snapshot_classes = vec![SnapshotClass {
+                name: "ebs".into(),
+                driver: "ebs.csi.aws.com".into(),
+                velero_label: true,
+                default: false,
+            }];
+        }
+
         fn plan_protecting(
             &self,
             spec: &DisruptionPlanSpec,
@@ -739,23 +759,8 @@ mod tests {
         // Release plans wait too (Velero skips the volume whoever drains).
         let release = w.plan(&spec(json!({"mode": "Release"})));
         assert_eq!(release.not_running_refusals, ["db/pg-0 (data-pg-0)"]);
-        // EBS volumes are snapshotted under Auto (every volume of the namespace is known: one of
-        // unknown kind would turn them all to file-system backups): no file-system copy, no wait.
-        w.pvs = ["pv-pg-0", "pv-redis-1", "pv-aof-1"]
-            .iter()
-            .map(|name| {
-                pv(
-                    name,
-                    json!({"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": format!("vol-{name}")}}),
-                )
-            })
-            .collect();
-        w.snapshot_classes = vec![SnapshotClass {
-            name: "ebs".into(),
-            driver: "ebs.csi.aws.com".into(),
-            velero_label: true,
-            default: false,
-        }];
+        // EBS volumes are snapshotted under Auto: no file-system copy, no wait.
+        w.on_snapshotted_ebs();
         let auto = w.plan(&spec(json!({"backup": {"method": "auto"}})));
         assert!(
             auto.not_running_refusals.is_empty(),
@@ -786,21 +791,7 @@ mod tests {
         let message = plan.refusal_message().expect("the plan waits");
         assert!(message.contains("block-mode volumes"), "{message}");
         assert!(message.contains("VolumeSnapshotClass"), "{message}");
-        w.pvs = ["pv-pg-0", "pv-redis-1", "pv-aof-1"]
-            .iter()
-            .map(|name| {
-                pv(
-                    name,
-                    json!({"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": format!("vol-{name}")}}),
-                )
-            })
-            .collect();
-        w.snapshot_classes = vec![SnapshotClass {
-            name: "ebs".into(),
-            driver: "ebs.csi.aws.com".into(),
-            velero_label: true,
-            default: false,
-        }];
+        w.on_snapshotted_ebs();
         let auto = w.plan(&spec(json!({"backup": {"method": "auto"}})));
         assert!(auto.block_refusals.is_empty(), "{:?}", auto.block_refusals);
     }

@@ -160,13 +160,7 @@ pub async fn start(
         let policy = policy.clone();
         Arc::new(move |p| {
             let spec = policy.borrow().protection.clone();
-            let labels = p
-                .metadata
-                .namespace
-                .as_deref()
-                .and_then(|ns| namespaces.get("", ns))
-                .map(|n| n.metadata.labels.clone().unwrap_or_default());
-            protection::protects_or_more(&spec, p, labels.as_ref())
+            protection::protects_or_more(&spec, p, namespaces.labels_of(p).as_ref())
         })
     };
     let (starter, starting) =

@@ -400,3 +400,16 @@ mod tests {
         assert!(s.get("shop", "a").is_none());
     }
 }
+
+impl Cache<k8s_openapi::api::core::v1::Namespace> {
+    /// The labels of `pod`'s namespace, for a DisruptionPolicy's `namespaceSelector`; `None` while the
+    /// namespace is not cached (each reader decides what that means: wait, or protect more).
+    pub fn labels_of(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) -> Option<std::collections::BTreeMap<String, String>> {
+        let ns = pod.metadata.namespace.as_deref()?;
+        self.get("", ns)
+            .map(|n| n.metadata.labels.clone().unwrap_or_default())
+    }
+}

@@ -35,19 +35,13 @@ pub fn policy_protects<'a>(
     policy: Option<&'a crate::api::DisruptionPolicySpec>,
     namespaces: &'a Cache<k8s_openapi::api::core::v1::Namespace>,
 ) -> impl Fn(&Pod) -> bool + Sync + 'a {
-    move |pod: &Pod| {
-        let labels = pod
-            .metadata
-            .namespace
-            .as_deref()
-            .and_then(|ns| namespaces.get("", ns))
-            .map(|n| n.metadata.labels.clone().unwrap_or_default());
-        match policy {
-            Some(p) => {
-                crate::planning::protection::protects_or_more(&p.protection, pod, labels.as_ref())
-            }
-            None => crate::planning::protection::default_rule(pod),
-        }
+    move |pod: &Pod| match policy {
+        Some(p) => crate::planning::protection::protects_or_more(
+            &p.protection,
+            pod,
+            namespaces.labels_of(pod).as_ref(),
+        ),
+        None => crate::planning::protection::default_rule(pod),
     }
 }
 
