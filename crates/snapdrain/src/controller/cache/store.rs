@@ -311,6 +311,19 @@ impl<K: Stored> Cache<K> {
     }
 }
 
+impl Cache<k8s_openapi::api::core::v1::Namespace> {
+    /// The labels of `pod`'s namespace, for a DisruptionPolicy's `namespaceSelector`; `None` while the
+    /// namespace is not cached (each reader decides what that means: wait, or protect more).
+    pub fn labels_of(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) -> Option<std::collections::BTreeMap<String, String>> {
+        let ns = pod.metadata.namespace.as_deref()?;
+        self.get("", ns)
+            .map(|n| n.metadata.labels.clone().unwrap_or_default())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -398,18 +411,5 @@ mod tests {
         s.apply(Event::Delete(pod("a", None)));
         assert!(s.indexed("n1").is_empty());
         assert!(s.get("shop", "a").is_none());
-    }
-}
-
-impl Cache<k8s_openapi::api::core::v1::Namespace> {
-    /// The labels of `pod`'s namespace, for a DisruptionPolicy's `namespaceSelector`; `None` while the
-    /// namespace is not cached (each reader decides what that means: wait, or protect more).
-    pub fn labels_of(
-        &self,
-        pod: &k8s_openapi::api::core::v1::Pod,
-    ) -> Option<std::collections::BTreeMap<String, String>> {
-        let ns = pod.metadata.namespace.as_deref()?;
-        self.get("", ns)
-            .map(|n| n.metadata.labels.clone().unwrap_or_default())
     }
 }
