@@ -9,6 +9,7 @@
 //!   (`--only gate`, and with the controller section).
 //! - [`holds`]: how soon a new protected pod is held (run with the controller section).
 //! - [`limit`]: one plan against its physical limit (run with the controller section).
+//! - [`signals`]: a NodeClaim deleted -> its plan and Velero Backup (run with the controller section).
 //! - [`rollout`]: a 20-node Karpenter drift rollout, alone and guarded by snapdrain.
 //! - [`scale`]: the controller process at `scale-5k`: cache sync, memory, a plan's drain.
 //! - [`chaos`]: the chaos suite's runs for the seeds asked, judged (`--only chaos` alone).
@@ -24,6 +25,7 @@ pub mod report;
 pub mod rollout;
 pub mod scale;
 pub mod scenarios;
+pub mod signals;
 pub mod sim;
 pub mod stats;
 
@@ -98,11 +100,19 @@ pub async fn run(opts: &Options) -> Report {
         if let Err(e) = holds::latency(runs, &mut report).await {
             report.skipped("holds", "hold latency", format!("failed: {e:#}"));
         }
+        if let Err(e) = signals::latency(&mut report).await {
+            report.skipped("signals", "signal to Backup", format!("failed: {e:#}"));
+        }
     }
     if (wants(Only::Controller) || opts.only == Only::Gate)
         && let Err(e) = gate::latency(runs, &mut report).await
     {
         report.skipped("gate", "eviction gate latency", format!("failed: {e:#}"));
+    }
+    if (wants(Only::Controller) || opts.only == Only::Gate)
+        && let Err(e) = gate::rate(&mut report).await
+    {
+        report.skipped("gate", "eviction gate at 1,000/s", format!("failed: {e:#}"));
     }
     if wants(Only::Scale)
         && let Err(e) = scale::controller(&mut report).await

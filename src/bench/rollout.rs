@@ -1,5 +1,5 @@
-//! A Karpenter drift rollout of the 20 nodes of `drift-rollout`, by Karpenter alone and guarded by
-//! snapdrain (issue "Scale and speed"). Guarded, each node waits for its verified backup, and Velero runs
+//! A Karpenter drift rollout of the 20 nodes of `drift-rollout`, and of the same grown to 200 nodes, by
+//! Karpenter alone and guarded by snapdrain (issue "Scale and speed"). Guarded, each node waits for its verified backup, and Velero runs
 //! one backup at a time, so the floor is the rollout's backups run back to back plus Karpenter's own
 //! replacement time; the target is 1.5x that. Also reported: how long Velero sat idle while a Backup was
 //! queued, from the audit log's Backup phases.
@@ -50,9 +50,27 @@ struct Rollout {
     failed_attempts: Vec<String>,
 }
 
-async fn run(guarded: bool) -> anyhow::Result<Rollout> {
+/// `drift-rollout` grown `scale` times: `20 * scale` nodes, and `scale` times the replicas of each
+/// StatefulSet and Deployment, so each node carries what it carries in the 20-node scenario.
+fn scenario(scale: u32) -> anyhow::Result<(snapdrain_sim::scenario::format::Scenario, String)> {
     let (mut scenario, label) = snapdrain_sim::scenario::resolve("drift-rollout")?;
     scenario.timeline.clear();
+    if scale > 1 {
+        for group in &mut scenario.nodes {
+            group.count = Some(group.count.unwrap_or(1) * scale);
+        }
+        for set in &mut scenario.stateful_sets {
+            set.replicas *= scale;
+        }
+        for d in &mut scenario.deployments {
+            d.replicas *= scale;
+        }
+    }
+    Ok((scenario, format!("{label} x{scale}")))
+}
+
+async fn run(guarded: bool, scale: u32) -> anyhow::Result<Rollout> {
+    let (scenario, label) = scenario(scale)?;
     let b = start_scenario(scenario, &label, timings()).await?;
     let store = &b.cluster.store;
     wait_store(
@@ -238,14 +256,24 @@ fn idle_while_queued(spans: &[Span]) -> Duration {
     Duration::from_millis(idle.max(0) as u64)
 }
 
+/// The rollout of `drift-rollout` (20 nodes) and of it grown tenfold (200 nodes), each by Karpenter
+/// alone and guarded, in one bench run.
 pub async fn drift(report: &mut Report) -> anyhow::Result<()> {
-    let alone = run(false).await?;
-    let guarded = run(true).await?;
+    for scale in [1, 10] {
+        rollout(scale, report).await?;
+    }
+    Ok(())
+}
+
+async fn rollout(scale: u32, report: &mut Report) -> anyhow::Result<()> {
+    let alone = run(false, scale).await?;
+    let guarded = run(true, scale).await?;
+    let nodes = 20 * scale;
     let secs = |d: Duration| d.as_secs_f64();
     report
         .add(
             SECTION,
-            "20-node drift rollout, Karpenter alone",
+            format!("{nodes}-node drift rollout, Karpenter alone"),
             secs(alone.total),
             "s",
         )
@@ -253,7 +281,7 @@ pub async fn drift(report: &mut Report) -> anyhow::Result<()> {
     report
         .add(
             SECTION,
-            "20-node drift rollout, guarded by snapdrain",
+            format!("{nodes}-node drift rollout, guarded by snapdrain"),
             secs(guarded.total),
             "s",
         )
@@ -271,7 +299,7 @@ pub async fn drift(report: &mut Report) -> anyhow::Result<()> {
     let floor = guarded.backups + alone.total;
     let f = report.add(
         SECTION,
-        "guarded rollout / (backups back to back + Karpenter alone)",
+        format!("{nodes}-node guarded rollout / (backups back to back + Karpenter alone)"),
         secs(guarded.total) / secs(floor),
         "x",
     );
@@ -279,7 +307,7 @@ pub async fn drift(report: &mut Report) -> anyhow::Result<()> {
     f.note = Some(format!("floor {:.2} s", secs(floor)));
     let f = report.add(
         SECTION,
-        "Velero idle while a Backup was queued (guarded rollout)",
+        format!("Velero idle while a Backup was queued ({nodes}-node guarded rollout)"),
         secs(guarded.velero_idle_while_queued),
         "s",
     );

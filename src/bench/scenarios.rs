@@ -91,3 +91,30 @@ deployments:
 velero:
   bucket: velero
 "#;
+
+/// Twenty Karpenter nodes with one StatefulSet replica each (3 CPUs a replica on 4-CPU nodes keeps them
+/// apart), consolidation off: each node's NodeClaim is a signal to time, one after another.
+pub const SIGNALS: &str = r#"
+name: bench-signals
+description: Twenty nodes, one protected StatefulSet replica on each, for signal to backup latency.
+materialize: true
+nodePools:
+  - name: default
+    consolidationPolicy: WhenEmpty
+    consolidateAfter: 1h
+nodes:
+  - count: 20
+    instanceType: m6i.xlarge
+    zones: [us-east-1a, us-east-1b, us-east-1c]
+    karpenter: {nodePool: default}
+namespaces: [shop]
+statefulSets:
+  - name: db
+    namespace: shop
+    replicas: 20
+    podManagementPolicy: Parallel
+    pod: {image: "postgres:17", cpu: "3", memory: 4Gi, annotations: {backup.velero.io/backup-volumes: data}}
+    volumeClaimTemplates: [{name: data, size: 1Gi}]
+velero:
+  bucket: velero
+"#;

@@ -12,8 +12,9 @@ mod matching;
 mod policy;
 mod review;
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -55,10 +56,49 @@ pub struct AdmissionAttributes<'a> {
     pub user: &'a super::auth::UserInfo,
 }
 
-/// What admission keeps between requests: HTTPS clients per trust bundle.
+/// What admission keeps between requests: HTTPS clients per trust bundle, and how long webhook calls
+/// took.
 #[derive(Default)]
 pub struct Admission {
     clients: call::Clients,
+    durations: CallDurations,
+}
+
+impl Admission {
+    /// The durations of the calls to webhook `name` so far (the newest [`KEPT_DURATIONS`]), as
+    /// kube-apiserver's `apiserver_admission_webhook_admission_duration_seconds` histogram times them:
+    /// around each hook's call, refusals and failed calls included
+    /// (`staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/validating/dispatcher.go`: `t :=
+    /// time.Now()` before `callHook`, then `admissionmetrics.Metrics.ObserveWebhook(..., time.Since(t),
+    /// ...)`).
+    pub fn webhook_durations(&self, name: &str) -> Vec<Duration> {
+        self.durations.of(name)
+    }
+}
+
+/// Webhook call durations kept per webhook: enough for a bench's minutes of evictions, bounded so a
+/// long-running simulator does not grow.
+pub const KEPT_DURATIONS: usize = 200_000;
+
+#[derive(Default)]
+struct CallDurations(std::sync::Mutex<std::collections::HashMap<String, VecDeque<Duration>>>);
+
+impl CallDurations {
+    fn record(&self, name: &str, took: Duration) {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = all.entry(name.to_string()).or_default();
+        if kept.len() == KEPT_DURATIONS {
+            kept.pop_front();
+        }
+        kept.push_back(took);
+    }
+
+    fn of(&self, name: &str) -> Vec<Duration> {
+        let all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.get(name)
+            .map(|d| d.iter().copied().collect())
+            .unwrap_or_default()
+    }
 }
 
 const DEFAULT_TIMEOUT_SECONDS: u64 = 10;
@@ -170,6 +210,7 @@ async fn call_webhook(
     attrs: &AdmissionAttributes<'_>,
 ) -> ApiResult<()> {
     let name = hook_name(hook);
+    let started = Instant::now();
     let ignore = hook.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
     let timeout = hook
         .get("timeoutSeconds")
@@ -221,6 +262,7 @@ async fn call_webhook(
         review::verdict(name, &uid, &answer)
     }
     .await;
+    state.admission.durations.record(name, started.elapsed());
     match outcome {
         Ok(()) => Ok(()),
         Err(Ok(denied)) => Err(denied),
