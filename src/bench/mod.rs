@@ -41,6 +41,7 @@ pub enum Only {
     Planning,
     Rollout,
     Scale,
+    Signals,
     All,
 }
 
@@ -100,9 +101,11 @@ pub async fn run(opts: &Options) -> Report {
         if let Err(e) = holds::latency(runs, &mut report).await {
             report.skipped("holds", "hold latency", format!("failed: {e:#}"));
         }
-        if let Err(e) = signals::latency(&mut report).await {
-            report.skipped("signals", "signal to Backup", format!("failed: {e:#}"));
-        }
+    }
+    if (wants(Only::Controller) || opts.only == Only::Signals)
+        && let Err(e) = signals::latency(&mut report).await
+    {
+        report.skipped("signals", "signal to Backup", format!("failed: {e:#}"));
     }
     if (wants(Only::Controller) || opts.only == Only::Gate)
         && let Err(e) = gate::latency(runs, &mut report).await

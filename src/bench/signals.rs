@@ -89,6 +89,21 @@ pub async fn latency(report: &mut Report) -> anyhow::Result<()> {
     )
     .await?;
     let controller = start_controller(&b).await?;
+    // The holds are the controller's policy at work: once every protected pod carries one, the
+    // signal watcher reads the policy too.
+    wait_store(
+        store,
+        &ResKey::core("pods"),
+        "every StatefulSet pod held",
+        WAIT,
+        |pods| {
+            pods.iter().filter(|p| owned_by(p, "StatefulSet")).all(|p| {
+                p.pointer("/metadata/annotations/karpenter.sh~1do-not-disrupt")
+                    == Some(&Value::from("true"))
+            })
+        },
+    )
+    .await?;
     let result = async {
         let targets = signal_targets(store);
         if targets.is_empty() {

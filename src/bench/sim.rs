@@ -7,9 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, PostParams};
-use kube::{Client, CustomResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
@@ -46,7 +45,7 @@ pub struct Bench {
     pub node: String,
 }
 
-/// A cluster from scenario text, with the DisruptionPlan CRD installed.
+/// A cluster from scenario text, with the DisruptionPlan and DisruptionPolicy CRDs installed.
 pub async fn start_cluster(yaml: &str, label: &str, timings: Timings) -> anyhow::Result<Bench> {
     let scenario = snapdrain_sim::scenario::parse(yaml, label)?;
     start_scenario(scenario, label, timings).await
@@ -67,10 +66,9 @@ pub async fn start_scenario(
     })
     .await?;
     let client = Client::try_from(cluster.kube_config())?;
-    Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &DisruptionPlan::crd())
+    snapdrain_testkit::harness::install_plan_crd(&client)
         .await
-        .context("installing the DisruptionPlan CRD")?;
+        .context("installing the DisruptionPlan and DisruptionPolicy CRDs")?;
     let node = cluster
         .scenario
         .as_ref()

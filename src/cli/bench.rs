@@ -7,7 +7,7 @@ use crate::bench::{self, Only};
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Which measurements: the simulated API server at scale-5k, the controller's overhead, drain speed
-    /// and a plan against its physical limit, the eviction gate, planning cost, a 20-node drift rollout, the controller process at scale-5k, or all of them.
+    /// and a plan against its physical limit, the eviction gate, planning cost, drift rollouts of 20 and 200 nodes, signal to backup latency, the controller process at scale-5k, or all of them.
     #[arg(long, value_enum, default_value_t = Section::All)]
     pub only: Section,
     /// Pod status updates written for the watch fan-out measurement.
@@ -41,6 +41,8 @@ pub enum Section {
     Planning,
     Rollout,
     Scale,
+    /// A NodeClaim deleted -> its plan and Velero Backup (also part of `controller`).
+    Signals,
     All,
 }
 
@@ -53,6 +55,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Section::Planning => Only::Planning,
         Section::Rollout => Only::Rollout,
         Section::Scale => Only::Scale,
+        Section::Signals => Only::Signals,
         Section::All => Only::All,
     };
     let report = bench::run(&bench::Options {

@@ -51,6 +51,9 @@ struct Watcher {
     let_go: BTreeSet<String>,
     /// Spot interruption notices looked up for nodes whose NodeClaim is being deleted.
     spot_notices: BTreeMap<String, SpotNotice>,
+    /// The signal each node showed at the last look (node -> reason): a Node or NodeClaim change that
+    /// shows another is looked at without waiting for the debounce.
+    signalled: BTreeMap<String, String>,
 }
 
 /// What [`Watcher::spot_notice`] found for a node.
@@ -155,6 +158,7 @@ impl Watcher {
             .filter_map(|w| window::Window::new(w).ok())
             .collect();
         let nodes = self.nodes.all();
+        self.signalled.clear();
         // Nodes that are gone need no memory.
         self.spot_notices
             .retain(|n, _| nodes.iter().any(|node| node.name_any() == *n));
@@ -177,6 +181,7 @@ impl Watcher {
                 self.spot_notices.remove(&name);
                 continue;
             };
+            self.signalled.insert(name.clone(), signal.reason.clone());
             // A NodeClaim deleted without a termination time may be Karpenter acting on a spot
             // interruption: its Event dates the notice, and EC2 takes the instance two minutes later.
             if signal.deadline.is_none()
@@ -350,6 +355,33 @@ impl Watcher {
     }
 }
 
+impl Watcher {
+    /// Whether `node`, as it just changed, shows a signal the last look did not see on it (a cheap
+    /// look at one node: the deadline's grace is not worked out here).
+    fn shows_new_signal(&self, node: &Node) -> bool {
+        let claim = nodeclaim_of(node)
+            .and_then(|c| self.claims.get("", c))
+            .and_then(|c| serde_json::to_value(&*c).ok());
+        let policy = self.policy.borrow();
+        detect(
+            node,
+            claim.as_ref(),
+            &policy.signals,
+            jiff::Timestamp::now(),
+            || Duration::ZERO,
+        )
+        .is_some_and(|s| self.signalled.get(&s.node) != Some(&s.reason))
+    }
+
+    /// [`Self::shows_new_signal`] for the node of a NodeClaim that just changed.
+    fn claim_shows_new_signal(&self, claim: &DynamicObject) -> bool {
+        claim.data["status"]["nodeName"]
+            .as_str()
+            .and_then(|n| self.nodes.get("", n))
+            .is_some_and(|node| self.shows_new_signal(&node))
+    }
+}
+
 /// Watches for signals until `until` resolves, on the shared Node and NodeClaim caches.
 pub async fn run(
     client: Client,
@@ -363,6 +395,10 @@ pub async fn run(
     let mut node_changes = caches.nodes.changes();
     // Without Karpenter the NodeClaim watch fails and backs off; other signals still work.
     let mut claim_changes = caches.node_claims.changes();
+    // The changed objects themselves, to tell a new signal from an ordinary update. A lagging follower
+    // misses some, which the `changes` above still mark dirty.
+    let mut node_follow = caches.nodes.follow();
+    let mut claim_follow = caches.node_claims.follow();
     let mut policy = policy;
     super::policy::wait_for_policy(&mut policy).await;
     let mut w = Watcher {
@@ -378,25 +414,105 @@ pub async fn run(
         waiting: BTreeSet::new(),
         let_go: BTreeSet::new(),
         spot_notices: BTreeMap::new(),
+        signalled: BTreeMap::new(),
     };
     let mut until = std::pin::pin!(until);
-    // Changes only mark the view dirty: a look covers every node, so a burst of Node updates costs one.
-    let mut tick = tokio::time::interval(DEBOUNCE);
-    let mut dirty = true;
-    let mut last = tokio::time::Instant::now();
+    // Changes mark the view dirty; `look_due` decides when a look (which covers every node) runs.
+    let mut tick = tokio::time::interval(CHECK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut dirty, mut urgent) = (true, false);
+    let mut last: Option<Look> = None;
     loop {
         tokio::select! {
             _ = &mut until => return,
             Ok(()) = node_changes.changed() => dirty = true,
             Ok(()) = claim_changes.changed() => dirty = true,
-            _ = tick.tick() => {
-                // Before the Node cache's first list there is nothing to look at yet.
-                if (dirty || last.elapsed() >= TICK) && w.nodes.synced() {
-                    dirty = false;
-                    last = tokio::time::Instant::now();
-                    w.look().await;
-                }
-            }
+            Ok(node) = node_follow.recv() => urgent |= w.shows_new_signal(&node),
+            Ok(claim) = claim_follow.recv() => urgent |= w.claim_shows_new_signal(&claim),
+            _ = tick.tick() => {}
         }
+        // Before the Node cache's first list there is nothing to look at yet.
+        if look_due(dirty, urgent, last, tokio::time::Instant::now()) && w.nodes.synced() {
+            (dirty, urgent) = (false, false);
+            let started = tokio::time::Instant::now();
+            w.look().await;
+            last = Some(Look {
+                since: started,
+                took: started.elapsed(),
+            });
+        }
+    }
+}
+
+/// How often the loop asks [`look_due`] without a change.
+const CHECK: Duration = Duration::from_millis(25);
+/// The least time between looks for new signals: a burst of them (every NodeClaim of a pool marked
+/// drifted) is looked at in steps, not once per object.
+const URGENT_GAP: Duration = Duration::from_millis(25);
+
+/// When the last look started, and how long it took.
+#[derive(Clone, Copy, Debug)]
+struct Look {
+    since: tokio::time::Instant,
+    took: Duration,
+}
+
+/// Whether the signal watcher looks now.
+/// - A new signal (`urgent`) at once, so a NodeClaim deleted becomes a plan in milliseconds: once
+///   [`URGENT_GAP`] has passed since the last look and at least twice that look's duration (a look
+///   covers every node, so at 5,000 nodes it is not free: a burst of signals never keeps the
+///   watcher looking more than a third of the time).
+/// - Other changes (`dirty`) once [`DEBOUNCE`] has passed: a burst of Node updates costs one look
+///   per `DEBOUNCE`.
+/// - Without any change, every [`TICK`] (a freed concurrency slot, a deadline).
+///
+/// Before the first look, at once.
+fn look_due(dirty: bool, urgent: bool, last: Option<Look>, now: tokio::time::Instant) -> bool {
+    let Some(last) = last else {
+        return true;
+    };
+    let since = now.saturating_duration_since(last.since);
+    (urgent && since >= URGENT_GAP.max(last.took * 2))
+        || (dirty && since >= DEBOUNCE)
+        || since >= TICK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::time::Instant;
+
+    fn look(at: Instant, took_ms: u64) -> Option<Look> {
+        Some(Look {
+            since: at,
+            took: Duration::from_millis(took_ms),
+        })
+    }
+
+    #[test]
+    fn a_new_signal_is_looked_at_without_the_debounce() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert!(
+            look_due(false, false, None, t0),
+            "the first look is at once"
+        );
+        // 30 ms after a 1 ms look: a new signal goes now, an ordinary change waits for DEBOUNCE.
+        assert!(look_due(true, true, look(t0, 1), at(30)));
+        assert!(!look_due(true, false, look(t0, 1), at(30)));
+        assert!(look_due(true, false, look(t0, 1), at(250)));
+        // Nothing changed: only the periodic look.
+        assert!(!look_due(false, false, look(t0, 1), at(1999)));
+        assert!(look_due(false, false, look(t0, 1), at(2000)));
+    }
+
+    #[test]
+    fn new_signals_never_keep_the_watcher_looking_more_than_a_third_of_the_time() {
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert!(!look_due(false, true, look(t0, 1), at(10)), "URGENT_GAP");
+        // A look that took 100 ms (thousands of nodes) is followed by 200 ms without one.
+        assert!(!look_due(false, true, look(t0, 100), at(150)));
+        assert!(look_due(false, true, look(t0, 100), at(200)));
     }
 }
