@@ -149,7 +149,7 @@ pub fn volume_attachment(pv: &str, node: &str) -> Value {
 /// What EC2 knows of the EBS volumes attached to `instance_id`: one per attached VolumeAttachment of the
 /// EBS CSI driver on the Node whose `spec.providerID` names the instance, sized from its PV and tagged as
 /// the driver tags the volumes it provisions (kubernetes-sigs/aws-ebs-csi-driver `pkg/driver/controller.go`:
-/// `CSIVolumeName`, and `kubernetes.io/created-for/pvc/{name,namespace}`, `kubernetes.io/created-for/pv/name`
+/// `CSIVolumeName`, `ebs.csi.aws.com/cluster=true`, and `kubernetes.io/created-for/pvc/{name,namespace}`, `kubernetes.io/created-for/pv/name`
 /// with `--extra-create-metadata`, which the EKS add-on turns on).
 pub fn ec2_attached_volumes(store: &Store, instance_id: &str) -> Vec<crate::ec2::AttachedVolume> {
     let on_instance = |node: &str| {
@@ -194,6 +194,7 @@ pub fn ec2_attached_volumes(store: &Store, instance_id: &str) -> Vec<crate::ec2:
         let bytes = pv.pointer("/spec/capacity/storage").map_or(0, bytes);
         let mut tags = std::collections::BTreeMap::new();
         tags.insert("CSIVolumeName".to_string(), pv_name.to_string());
+        tags.insert("ebs.csi.aws.com/cluster".to_string(), "true".to_string());
         tags.insert(
             "kubernetes.io/created-for/pv/name".to_string(),
             pv_name.to_string(),

@@ -336,3 +336,79 @@ async fn fault_rules_throttle_create_snapshots() {
     assert_eq!(err.code(), Some("RequestLimitExceeded"), "{err:?}");
     assert!(sim.snapshots().is_empty());
 }
+
+fn emergency_request(instance: &str, uid: &str) -> snapdrain::cloud::ebs::InstanceSnapshotRequest {
+    snapdrain::cloud::ebs::InstanceSnapshotRequest {
+        instance_id: instance.into(),
+        exclude: vec![],
+        tags: BTreeMap::from([(PLAN_TAG.to_string(), uid.to_string())]),
+        description: "snapdrain emergency snapshot".into(),
+    }
+}
+
+/// The product's client: a second pass for the same plan (a restart after the call) finds the set by its
+/// tag and cuts nothing; `ExcludeDataVolumeId` leaves an unprotected volume out.
+#[tokio::test]
+async fn the_client_cuts_a_plans_set_once_and_finds_it_again_by_tag() {
+    use snapdrain::cloud::ebs::ensure_instance_snapshots;
+    let (sim, _) = start(1024.0).await;
+    let cloud = Ec2Cloud::with_endpoint(&sim.endpoint(), "us-west-2", Some(("test", "test"))).await;
+    let volumes = instance_with_volumes(&sim, "i-0abababababababa7", &[2, 3, 1]);
+    let mut req = emergency_request("i-0abababababababa7", "uid-7");
+    req.exclude = vec![volumes[2].clone()];
+    let first = ensure_instance_snapshots(&cloud, &req, PLAN_TAG, "uid-7")
+        .await
+        .unwrap();
+    assert!(first.created);
+    let mut cut: Vec<&str> = first
+        .snapshots
+        .iter()
+        .map(|s| s.volume_id.as_str())
+        .collect();
+    cut.sort();
+    assert_eq!(cut, [volumes[0].as_str(), volumes[1].as_str()]);
+    let again = ensure_instance_snapshots(&cloud, &req, PLAN_TAG, "uid-7")
+        .await
+        .unwrap();
+    assert!(!again.created);
+    let mut ids: Vec<&str> = again
+        .snapshots
+        .iter()
+        .map(|s| s.snapshot_id.as_str())
+        .collect();
+    let mut first_ids: Vec<&str> = first
+        .snapshots
+        .iter()
+        .map(|s| s.snapshot_id.as_str())
+        .collect();
+    ids.sort();
+    first_ids.sort();
+    assert_eq!(ids, first_ids);
+    assert_eq!(sim.snapshots().len(), 2, "cut once");
+}
+
+/// A volume cut moments ago by someone else (no plan tag) is refused by EC2's per-volume rate, and the
+/// client says so instead of pretending the plan's set exists.
+#[tokio::test]
+async fn the_client_reports_a_refused_cut() {
+    use snapdrain::cloud::ebs::ensure_instance_snapshots;
+    let (sim, client) = start(0.0).await;
+    let cloud = Ec2Cloud::with_endpoint(&sim.endpoint(), "us-west-2", Some(("test", "test"))).await;
+    let volumes = instance_with_volumes(&sim, "i-0cdcdcdcdcdcdcd8", &[1]);
+    client
+        .create_snapshot()
+        .volume_id(&volumes[0])
+        .send()
+        .await
+        .unwrap();
+    let err = ensure_instance_snapshots(
+        &cloud,
+        &emergency_request("i-0cdcdcdcdcdcdcd8", "uid-8"),
+        PLAN_TAG,
+        "uid-8",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), Some("SnapshotCreationPerVolumeRateExceeded"));
+    assert!(err.to_string().contains("i-0cdcdcdcdcdcdcd8"), "{err}");
+}

@@ -25,6 +25,7 @@
 pub mod architecture;
 pub mod backups;
 pub mod drain;
+pub mod ebs_snapshots;
 pub mod evictions;
 pub mod facts;
 pub mod history;
