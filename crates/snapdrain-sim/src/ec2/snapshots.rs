@@ -191,7 +191,7 @@ pub(super) fn create_snapshots(
     })?;
     let chosen: Vec<&AttachedVolume> = volumes
         .iter()
-        .filter(|v| !(v.boot && exclude_boot) && !excluded.contains(&v.volume_id))
+        .filter(|v| !(excluded.contains(&v.volume_id) || v.boot && exclude_boot))
         .collect();
     let mut world = shared.world();
     let now = Instant::now();
