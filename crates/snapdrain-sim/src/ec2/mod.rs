@@ -102,6 +102,9 @@ pub struct Ec2SimConfig {
     /// How fast an EBS snapshot reads its volume, MiB/s: a snapshot is `pending` for size / rate, then
     /// `completed` (0: at once).
     pub snapshot_mib_per_second: f64,
+    /// How long after a snapshot of a volume starts another of it is refused with
+    /// `SnapshotCreationPerVolumeRateExceeded` (EC2: 15 s; tests may set zero).
+    pub snapshot_per_volume_interval: Duration,
 }
 
 impl Default for Ec2SimConfig {
@@ -135,6 +138,7 @@ impl Default for Ec2SimConfig {
             boot_delay: Duration::from_millis(50),
             shutdown_delay: Duration::from_millis(50),
             snapshot_mib_per_second: 0.0,
+            snapshot_per_volume_interval: snapshots::PER_VOLUME_INTERVAL,
         }
     }
 }

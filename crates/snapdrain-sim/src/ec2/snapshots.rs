@@ -101,12 +101,18 @@ pub(super) fn attached_volumes(shared: &Shared, instance_id: &str) -> Option<Vec
     Some(volumes)
 }
 
-/// Refuses a new snapshot of a volume within [`PER_VOLUME_INTERVAL`] of the last one's start.
-fn check_rate(world: &World, volume_id: &str, now: Instant) -> Result<(), ApiError> {
+/// Refuses a new snapshot of a volume within `interval` (EC2: [`PER_VOLUME_INTERVAL`]) of the last one's
+/// start.
+fn check_rate(
+    world: &World,
+    volume_id: &str,
+    now: Instant,
+    interval: Duration,
+) -> Result<(), ApiError> {
     let recent = world
         .snapshots
         .iter()
-        .any(|s| s.volume_id == volume_id && now.duration_since(s.started) < PER_VOLUME_INTERVAL);
+        .any(|s| s.volume_id == volume_id && now.duration_since(s.started) < interval);
     if recent {
         return Err(ApiError::new(
             400,
@@ -199,7 +205,12 @@ pub(super) fn create_snapshots(
     let wall = jiff::Timestamp::now();
     // All or nothing: the set is checked before any snapshot starts.
     for v in &chosen {
-        check_rate(&world, &v.volume_id, now)?;
+        check_rate(
+            &world,
+            &v.volume_id,
+            now,
+            shared.config.snapshot_per_volume_interval,
+        )?;
     }
     let mut made = Vec::new();
     for v in chosen {
@@ -268,7 +279,12 @@ pub(super) fn create_snapshot(
         })?;
     let mut world = shared.world();
     let now = Instant::now();
-    check_rate(&world, volume_id, now)?;
+    check_rate(
+        &world,
+        volume_id,
+        now,
+        shared.config.snapshot_per_volume_interval,
+    )?;
     let s = start_snapshot(
         shared,
         &mut world,
