@@ -143,9 +143,9 @@ async fn create_snapshots_cuts_every_data_volume_of_the_instance_at_once() {
 /// (`amazon`) are not the account's.
 #[tokio::test]
 async fn describe_snapshots_follows_pending_to_completed_by_tag() {
-    // 2 GiB at 1 GiB/s: two seconds pending.
+    // 4 GiB at 1 GiB/s: four seconds pending, ample for the first look on a loaded machine.
     let (sim, client) = start(1024.0).await;
-    instance_with_volumes(&sim, "i-0ccccccccccccccc3", &[2]);
+    instance_with_volumes(&sim, "i-0ccccccccccccccc3", &[4]);
     let made = client
         .create_snapshots()
         .instance_specification(
