@@ -35,6 +35,7 @@ fn timings() -> Timings {
         volume_detach: Duration::from_millis(100),
         instance_boot: Duration::from_secs(2),
         backup_mib_per_second: 20480.0,
+        ebs_snapshot_mib_per_second: 0.0,
         backup_overhead: Duration::from_millis(300),
     }
 }

@@ -240,6 +240,7 @@ fn every_changing_action_is_conditioned_on_this_cluster() {
         "ec2:CreateLaunchTemplate",
         "ec2:DeleteLaunchTemplate",
         "ec2:CreateTags",
+        "ec2:CreateSnapshots",
         "iam:PassRole",
     ];
     let cluster_tag = |c: &Value, key: &str| {
@@ -288,8 +289,13 @@ fn every_changing_action_is_conditioned_on_this_cluster() {
                 .iter()
                 .any(|kind| r.ends_with(kind))
             });
+        // CreateSnapshots reads the instance's volumes: only those the EBS CSI driver made, which it tags
+        // `ebs.csi.aws.com/cluster=true` (its example IAM policy conditions CreateVolume on that tag).
+        let csi_volumes = actions.iter().all(|a| a == "ec2:CreateSnapshots")
+            && resources.iter().all(|r| r.ends_with(":volume/*"))
+            && c["StringEquals"]["aws:ResourceTag/ebs.csi.aws.com/cluster"] == "true";
         assert!(
-            confined || launch_inputs,
+            confined || launch_inputs || csi_volumes,
             "{} is not confined to the cluster: {s}",
             s["Sid"]
         );

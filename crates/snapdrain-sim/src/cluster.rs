@@ -235,6 +235,7 @@ impl SimCluster {
                 .or_else(|| loaded.as_ref().map(|l| l.timings.clone()))
                 .unwrap_or_default();
             let mut ec2_config = ec2_config_for(loaded.as_ref(), timings.instance_boot);
+            ec2_config.snapshot_mib_per_second = timings.ebs_snapshot_mib_per_second;
             // The instance profiles Karpenter created for the EC2NodeClasses' roles exist in IAM.
             ec2_config
                 .instance_profiles
@@ -255,6 +256,11 @@ impl SimCluster {
                 }
             })?;
             ec2_sim.attach_faults(faults.clone());
+            // EC2 sees the EBS volumes attached to each instance as the cluster's VolumeAttachments do.
+            let volume_store = store.clone();
+            ec2_sim.set_volume_source(Arc::new(move |instance: &str| {
+                crate::world::volumes::ec2_attached_volumes(&volume_store, instance)
+            }));
             // The user data Karpenter (or the EKS node group) launched them with: it names the
             // cluster (karpenter-provider-aws pkg/providers/amifamily/bootstrap/bottlerocket.go).
             let user_data = karpenter_user_data(

@@ -33,6 +33,7 @@ pub fn fast_timings() -> Timings {
         instance_boot: Duration::from_millis(200),
         volume_detach: Duration::from_millis(50),
         backup_mib_per_second: 0.0,
+        ebs_snapshot_mib_per_second: 0.0,
         backup_overhead: Duration::from_millis(100),
     }
 }

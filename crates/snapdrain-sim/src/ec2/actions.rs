@@ -34,11 +34,11 @@ impl ApiError {
         }
     }
 
-    fn bad(code: &str, message: impl Into<String>) -> ApiError {
+    pub(super) fn bad(code: &str, message: impl Into<String>) -> ApiError {
         ApiError::new(400, code, message)
     }
 
-    fn missing(name: &str) -> ApiError {
+    pub(super) fn missing(name: &str) -> ApiError {
         ApiError::bad(
             "MissingParameter",
             format!("The request must contain the parameter {name}"),
@@ -93,11 +93,14 @@ pub(super) fn dispatch(shared: &Arc<Shared>, p: &Params, request_id: &str) -> Ac
         "DescribeSubnets" => describe_subnets(shared, p, &mut x)?,
         "DescribeImages" => super::images::describe_images(shared, p, &mut x)?,
         "DescribeInstanceTypes" => super::images::describe_instance_types(p, &mut x)?,
+        "CreateSnapshots" => super::snapshots::create_snapshots(shared, p, &mut x)?,
+        "CreateSnapshot" => super::snapshots::create_snapshot(shared, p, &mut x)?,
+        "DescribeSnapshots" => super::snapshots::describe_snapshots(shared, p, &mut x)?,
         other => {
             return Err(ApiError::bad(
                 "InvalidAction",
                 format!(
-                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, DescribeInstanceAttribute, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates, DeleteLaunchTemplate, DescribeSubnets, DescribeImages, DescribeInstanceTypes)."
+                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, DescribeInstanceAttribute, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates, DeleteLaunchTemplate, DescribeSubnets, DescribeImages, DescribeInstanceTypes, CreateSnapshots, CreateSnapshot, DescribeSnapshots)."
                 ),
             ));
         }
@@ -299,7 +302,7 @@ fn subnet_for(
 }
 
 /// Tags from `TagSpecification.N` entries for `resource_type`.
-fn tag_specs(
+pub(super) fn tag_specs(
     p: &Params,
     prefix: &str,
     resource_type: &str,
@@ -672,7 +675,7 @@ fn write_instance(world: &World, inst: &Instance, x: &mut Xml) {
     x.close("item");
 }
 
-fn write_tags(tags: &BTreeMap<String, String>, x: &mut Xml) {
+pub(super) fn write_tags(tags: &BTreeMap<String, String>, x: &mut Xml) {
     x.open("tagSet");
     for (k, v) in tags {
         x.open("item").leaf("key", k).leaf("value", v).close("item");
@@ -1133,7 +1136,7 @@ fn parse_filters(p: &Params) -> Result<Vec<Filter>, ApiError> {
 }
 
 /// EC2 filter values accept `*` and `?` wildcards.
-fn value_matches(patterns: &[String], value: &str) -> bool {
+pub(super) fn value_matches(patterns: &[String], value: &str) -> bool {
     patterns.iter().any(|pat| {
         if !pat.contains(['*', '?']) {
             return pat == value;

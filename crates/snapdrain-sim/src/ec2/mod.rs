@@ -9,6 +9,7 @@ pub mod bottlerocket;
 pub mod images;
 mod params;
 mod server;
+mod snapshots;
 mod state;
 mod xml;
 
@@ -98,6 +99,12 @@ pub struct Ec2SimConfig {
     pub boot_delay: Duration,
     /// shutting-down → terminated.
     pub shutdown_delay: Duration,
+    /// How fast an EBS snapshot reads its volume, MiB/s: a snapshot is `pending` for size / rate, then
+    /// `completed` (0: at once).
+    pub snapshot_mib_per_second: f64,
+    /// How long after a snapshot of a volume starts another of it is refused with
+    /// `SnapshotCreationPerVolumeRateExceeded` (EC2: 15 s; tests may set zero).
+    pub snapshot_per_volume_interval: Duration,
 }
 
 impl Default for Ec2SimConfig {
@@ -130,6 +137,8 @@ impl Default for Ec2SimConfig {
             images: images::default_images(),
             boot_delay: Duration::from_millis(50),
             shutdown_delay: Duration::from_millis(50),
+            snapshot_mib_per_second: 0.0,
+            snapshot_per_volume_interval: snapshots::PER_VOLUME_INTERVAL,
         }
     }
 }
@@ -259,6 +268,55 @@ pub enum InstanceEvent {
     Terminated { id: String },
 }
 
+/// An EBS volume attached to an instance, as EC2 knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachedVolume {
+    pub volume_id: String,
+    pub size_gib: u64,
+    pub device: String,
+    /// The instance's root volume (what `ExcludeBootVolume` leaves out).
+    pub boot: bool,
+    /// The volume's tags (`CopyTagsFromSource=volume` copies them to its snapshots).
+    pub tags: BTreeMap<String, String>,
+}
+
+/// Where EC2 learns the volumes attached to an instance besides its root volume: the cluster answers
+/// from its VolumeAttachments of EBS CSI volumes.
+pub type VolumeSource = Arc<dyn Fn(&str) -> Vec<AttachedVolume> + Send + Sync>;
+
+/// EC2's `SnapshotState` values the simulator uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotState {
+    Pending,
+    Completed,
+    Error,
+}
+
+impl SnapshotState {
+    pub fn name(self) -> &'static str {
+        match self {
+            SnapshotState::Pending => "pending",
+            SnapshotState::Completed => "completed",
+            SnapshotState::Error => "error",
+        }
+    }
+}
+
+/// An EBS snapshot as tests see it (the simulator's own record, for oracles).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotRecord {
+    pub id: String,
+    pub volume_id: String,
+    pub volume_size_gib: u64,
+    pub start_time: jiff::Timestamp,
+    pub state: SnapshotState,
+    pub progress: u8,
+    pub tags: BTreeMap<String, String>,
+    pub description: String,
+    /// `CreateSnapshots` or `CreateSnapshot`.
+    pub action: &'static str,
+}
+
 /// A fresh `i-` + 17 hex characters id.
 pub fn random_instance_id() -> String {
     format!("i-{}", &uuid::Uuid::new_v4().simple().to_string()[..17])
@@ -290,6 +348,8 @@ pub(crate) struct Shared {
     outage: AtomicBool,
     /// The simulator's fault rules (`ec2` kind), once the cluster attaches them.
     faults: std::sync::OnceLock<Arc<crate::apiserver::faults::Faults>>,
+    /// Volumes attached to instances, as the cluster knows them (once set).
+    volume_source: std::sync::OnceLock<VolumeSource>,
 }
 
 impl Shared {
@@ -581,6 +641,7 @@ impl Ec2Sim {
             events,
             outage: AtomicBool::new(false),
             faults: std::sync::OnceLock::new(),
+            volume_source: std::sync::OnceLock::new(),
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -688,6 +749,55 @@ impl Ec2Sim {
     /// Follows the `ec2` rules of the simulator's fault rules (`/sim/faults`) from now on.
     pub fn attach_faults(&self, faults: Arc<crate::apiserver::faults::Faults>) {
         let _ = self.handle.shared.faults.set(faults);
+    }
+
+    /// Learns the volumes attached to each instance from `source` from now on (set once).
+    pub fn set_volume_source(&self, source: VolumeSource) {
+        let _ = self.handle.shared.volume_source.set(source);
+    }
+
+    /// Attaches an EBS volume to an instance in-process.
+    pub fn attach_volume(
+        &self,
+        instance_id: &str,
+        volume: AttachedVolume,
+    ) -> Result<(), Ec2SimError> {
+        let mut world = self.handle.shared.world();
+        if !world.instances.contains_key(instance_id) {
+            return Err(Ec2SimError::NotFound(instance_id.to_string()));
+        }
+        world
+            .attached
+            .entry(instance_id.to_string())
+            .or_default()
+            .push(volume);
+        Ok(())
+    }
+
+    /// The volumes attached to an instance now, root volume first (None: no such instance).
+    pub fn attached_volumes(&self, instance_id: &str) -> Option<Vec<AttachedVolume>> {
+        snapshots::attached_volumes(&self.handle.shared, instance_id)
+    }
+
+    /// From now on, snapshots of `volume_id` end in `error` instead of `completed`.
+    pub fn fail_snapshots_of(&self, volume_id: &str) {
+        self.handle
+            .shared
+            .world()
+            .failing_volumes
+            .insert(volume_id.to_string());
+    }
+
+    /// Every EBS snapshot ever started, oldest first, in its state now.
+    pub fn snapshots(&self) -> Vec<SnapshotRecord> {
+        let now = std::time::Instant::now();
+        self.handle
+            .shared
+            .world()
+            .snapshots
+            .iter()
+            .map(|s| s.record(now))
+            .collect()
     }
 
     /// While on, every request gets 503 `ServiceUnavailable`.

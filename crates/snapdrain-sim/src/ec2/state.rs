@@ -1,8 +1,9 @@
 //! The simulator's world: instances, launch templates, idempotency tokens and injected faults.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
 
-use super::{InstanceInfo, InstanceSnapshot, InstanceState};
+use super::{AttachedVolume, InstanceInfo, InstanceSnapshot, InstanceState};
 
 pub(super) fn random_id(prefix: &str) -> String {
     format!(
@@ -146,8 +147,36 @@ pub(super) struct AutoScalingGroup {
     pub(super) members: Vec<String>,
 }
 
+/// An EBS snapshot: its state follows from `started` and `duration` when read.
+#[derive(Debug, Clone)]
+pub(super) struct Snapshot {
+    pub(super) id: String,
+    pub(super) volume_id: String,
+    pub(super) volume_size_gib: u64,
+    pub(super) start_time: jiff::Timestamp,
+    pub(super) started: Instant,
+    pub(super) duration: Duration,
+    /// Ends in `error` instead of `completed`.
+    pub(super) fails: bool,
+    pub(super) tags: BTreeMap<String, String>,
+    pub(super) description: String,
+    pub(super) action: &'static str,
+}
+
+/// Root volume size of a simulated instance (GiB); Karpenter's default block device for Bottlerocket is
+/// smaller, the size matters only to the snapshot's copy time.
+const ROOT_VOLUME_GIB: u64 = 8;
+
 #[derive(Default)]
 pub(super) struct World {
+    /// Every EBS snapshot, oldest first.
+    pub(super) snapshots: Vec<Snapshot>,
+    /// Each instance's root volume (`/dev/xvda`), made when the instance is.
+    pub(super) boot_volumes: HashMap<String, AttachedVolume>,
+    /// Volumes attached in-process (tests), by instance.
+    pub(super) attached: HashMap<String, Vec<AttachedVolume>>,
+    /// Volumes whose snapshots end in `error`.
+    pub(super) failing_volumes: HashSet<String>,
     pub(super) groups: BTreeMap<String, AutoScalingGroup>,
     /// Every CreateFleet request, as EC2 received it (for tests).
     pub(super) fleet_requests: Vec<super::FleetRequest>,
@@ -164,6 +193,16 @@ pub(super) struct World {
 
 impl World {
     pub(super) fn insert(&mut self, inst: Instance) {
+        self.boot_volumes.insert(
+            inst.info.id.clone(),
+            AttachedVolume {
+                volume_id: random_id("vol-"),
+                size_gib: ROOT_VOLUME_GIB,
+                device: "/dev/xvda".into(),
+                boot: true,
+                tags: BTreeMap::new(),
+            },
+        );
         self.order.push(inst.info.id.clone());
         self.instances.insert(inst.info.id.clone(), inst);
     }

@@ -47,6 +47,9 @@ pub struct Timings {
     /// Fixed overhead of every Velero backup (queueing, tarball, upload).
     #[serde(with = "millis")]
     pub backup_overhead: Duration,
+    /// How fast EC2 copies an EBS volume into a snapshot, MiB/s: a snapshot stays `pending` for size /
+    /// rate (0 means completed at once). A stand-in: real snapshot time depends on the blocks written.
+    pub ebs_snapshot_mib_per_second: f64,
 }
 
 impl Default for Timings {
@@ -58,6 +61,7 @@ impl Default for Timings {
             volume_detach: Duration::from_millis(300),
             backup_mib_per_second: 2048.0,
             backup_overhead: Duration::from_millis(300),
+            ebs_snapshot_mib_per_second: 10_240.0,
         }
     }
 }
@@ -72,6 +76,7 @@ impl Timings {
             volume_detach: Duration::ZERO,
             backup_mib_per_second: 0.0,
             backup_overhead: Duration::ZERO,
+            ebs_snapshot_mib_per_second: 0.0,
         }
     }
 }

@@ -18,7 +18,7 @@ use tokio::task::JoinSet;
 use super::WorldContext;
 use super::feed::{Change, Feed, ObjKey};
 use super::objects::*;
-use crate::apiserver::store::DeleteOptions;
+use crate::apiserver::store::{DeleteOptions, Store};
 
 pub const ATTACHER: &str = "ebs.csi.aws.com";
 /// A claim with this annotation is provisioned at once in the zone it names.
@@ -144,6 +144,86 @@ pub fn volume_attachment(pv: &str, node: &str) -> Value {
         "spec": {"attacher": ATTACHER, "nodeName": node, "source": {"persistentVolumeName": pv}},
         "status": {"attached": true, "attachmentMetadata": {"devicePath": "/dev/xvdaa"}},
     })
+}
+
+/// What EC2 knows of the EBS volumes attached to `instance_id`: one per attached VolumeAttachment of the
+/// EBS CSI driver on the Node whose `spec.providerID` names the instance, sized from its PV and tagged as
+/// the driver tags the volumes it provisions (kubernetes-sigs/aws-ebs-csi-driver `pkg/driver/controller.go`:
+/// `CSIVolumeName`, `ebs.csi.aws.com/cluster=true`, and `kubernetes.io/created-for/pvc/{name,namespace}`, `kubernetes.io/created-for/pv/name`
+/// with `--extra-create-metadata`, which the EKS add-on turns on).
+pub fn ec2_attached_volumes(store: &Store, instance_id: &str) -> Vec<crate::ec2::AttachedVolume> {
+    let on_instance = |node: &str| {
+        store.get(&nodes(), None, node).is_some_and(|n| {
+            n.pointer("/spec/providerID")
+                .and_then(Value::as_str)
+                .and_then(|p| p.rsplit('/').next())
+                == Some(instance_id)
+        })
+    };
+    let attachments = store.list(
+        &volumeattachments(),
+        None,
+        &|va| {
+            va.pointer("/spec/attacher").and_then(Value::as_str) == Some(ATTACHER)
+                && va.pointer("/status/attached").and_then(Value::as_bool) == Some(true)
+        },
+        None,
+        None,
+    );
+    let mut out = Vec::new();
+    for va in attachments.items {
+        let node = va
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !on_instance(node) {
+            continue;
+        }
+        let Some(pv_name) = va
+            .pointer("/spec/source/persistentVolumeName")
+            .and_then(Value::as_str)
+        else {
+            continue;
+        };
+        let Some(pv) = store.get(&pvs(), None, pv_name) else {
+            continue;
+        };
+        let Some(volume_id) = pv.pointer("/spec/csi/volumeHandle").and_then(Value::as_str) else {
+            continue;
+        };
+        let bytes = pv.pointer("/spec/capacity/storage").map_or(0, bytes);
+        let mut tags = std::collections::BTreeMap::new();
+        tags.insert("CSIVolumeName".to_string(), pv_name.to_string());
+        tags.insert("ebs.csi.aws.com/cluster".to_string(), "true".to_string());
+        tags.insert(
+            "kubernetes.io/created-for/pv/name".to_string(),
+            pv_name.to_string(),
+        );
+        for (key, field) in [
+            ("kubernetes.io/created-for/pvc/name", "name"),
+            ("kubernetes.io/created-for/pvc/namespace", "namespace"),
+        ] {
+            if let Some(v) = pv
+                .pointer(&format!("/spec/claimRef/{field}"))
+                .and_then(Value::as_str)
+            {
+                tags.insert(key.to_string(), v.to_string());
+            }
+        }
+        out.push(crate::ec2::AttachedVolume {
+            volume_id: volume_id.to_string(),
+            // EBS sizes are whole GiB; a claim for less gets 1 GiB.
+            size_gib: (bytes.max(1) as u64).div_ceil(1 << 30),
+            device: va
+                .pointer("/status/attachmentMetadata/devicePath")
+                .and_then(Value::as_str)
+                .unwrap_or("/dev/xvdaa")
+                .to_string(),
+            boot: false,
+            tags,
+        });
+    }
+    out
 }
 
 type Use = (String, String);

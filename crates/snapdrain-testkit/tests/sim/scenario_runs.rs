@@ -26,6 +26,7 @@ fn fast() -> Timings {
         instance_boot: Duration::from_millis(200),
         backup_overhead: Duration::from_millis(50),
         backup_mib_per_second: 0.0,
+        ebs_snapshot_mib_per_second: 0.0,
     }
 }
 

@@ -40,6 +40,7 @@ fn timings(backup: Duration) -> Timings {
         instance_boot: Duration::from_millis(200),
         backup_overhead: backup,
         backup_mib_per_second: 0.0,
+        ebs_snapshot_mib_per_second: 0.0,
     }
 }
 

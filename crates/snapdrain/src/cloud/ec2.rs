@@ -192,7 +192,7 @@ impl CloudError {
         }
     }
 
-    fn from_sdk<E>(operation: &'static str, instance: Option<&str>, err: E) -> CloudError
+    pub(crate) fn from_sdk<E>(operation: &'static str, instance: Option<&str>, err: E) -> CloudError
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {

@@ -25,6 +25,8 @@
 pub mod architecture;
 pub mod backups;
 pub mod drain;
+pub mod ebs_snapshots;
+pub mod ebs_volumes;
 pub mod evictions;
 pub mod facts;
 pub mod history;

@@ -18,7 +18,8 @@
 //!
 //! Where this differs from Velero: the backup's bucket files are written once the asynchronous operations are
 //! done (Velero writes them at the end of InProgress and the finalizer rewrites them), and the EC2 snapshot is
-//! the simulator's own (the EC2 endpoint does not serve CreateSnapshot yet).
+//! the simulator's own (the EC2 endpoint serves CreateSnapshot, but the CSI driver's snapshots here do not
+//! go through it yet).
 
 use std::time::Duration;
 

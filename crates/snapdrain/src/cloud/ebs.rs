@@ -1,0 +1,213 @@
+//! EBS snapshots of a node's instance through EC2: `CreateSnapshots` (every attached data volume at one
+//! instant) and `DescribeSnapshots` by the plan's tag, for the emergency path of a forceful plan
+//! ([`crate::planning::ebs_snapshots`]).
+//!
+//! Crash safety comes from the tag: [`ensure_instance_snapshots`] looks for the plan's snapshots before it
+//! cuts any, so a pass resumed after a crash finds the set the last pass made instead of cutting another.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{Filter, InstanceSpecification, ResourceType, Tag, TagSpecification};
+
+use super::ec2::{CloudError, Ec2Cloud};
+use crate::planning::ebs_snapshots::{FoundSnapshot, SnapshotState};
+
+/// One CreateSnapshots call for an instance's data volumes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstanceSnapshotRequest {
+    pub instance_id: String,
+    /// Attached data volumes to leave out (`ExcludeDataVolumeId`).
+    pub exclude: Vec<String>,
+    /// Tags on every snapshot; the plan's uid tag is what finds them again.
+    pub tags: BTreeMap<String, String>,
+    pub description: String,
+}
+
+/// The outcome of [`ensure_instance_snapshots`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnsuredSnapshots {
+    pub snapshots: Vec<FoundSnapshot>,
+    /// False when the plan's snapshots already existed (a resumed pass).
+    pub created: bool,
+}
+
+fn state_of(s: Option<&aws_sdk_ec2::types::SnapshotState>, message: Option<&str>) -> SnapshotState {
+    use aws_sdk_ec2::types::SnapshotState as S;
+    match s {
+        Some(S::Pending) => SnapshotState::Pending,
+        Some(S::Completed) => SnapshotState::Completed,
+        Some(S::Error) => SnapshotState::Error(
+            message
+                .filter(|m| !m.is_empty())
+                .unwrap_or("EC2 reported the snapshot in state error")
+                .to_string(),
+        ),
+        Some(other) => SnapshotState::Other(other.as_str().to_string()),
+        None => SnapshotState::Other("unknown".into()),
+    }
+}
+
+impl Ec2Cloud {
+    /// CreateSnapshots of the instance's data volumes (`ExcludeBootVolume`: the root volume holds no pod
+    /// data), tagged at creation. Answers one `pending` snapshot per volume.
+    pub async fn create_instance_snapshots(
+        &self,
+        req: &InstanceSnapshotRequest,
+    ) -> Result<Vec<FoundSnapshot>, CloudError> {
+        let spec = InstanceSpecification::builder()
+            .instance_id(&req.instance_id)
+            .exclude_boot_volume(true)
+            .set_exclude_data_volume_ids((!req.exclude.is_empty()).then(|| req.exclude.clone()))
+            .build();
+        let tags: Vec<Tag> = req
+            .tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect();
+        let out = self
+            .client()
+            .create_snapshots()
+            .instance_specification(spec)
+            .description(&req.description)
+            .set_tag_specifications(Some(vec![
+                TagSpecification::builder()
+                    .resource_type(ResourceType::Snapshot)
+                    .set_tags(Some(tags))
+                    .build(),
+            ]))
+            .send()
+            .await
+            .map_err(|e| CloudError::from_sdk("CreateSnapshots", Some(&req.instance_id), e))?;
+        out.snapshots()
+            .iter()
+            .map(|s| {
+                Ok(FoundSnapshot {
+                    snapshot_id: s
+                        .snapshot_id()
+                        .ok_or(CloudError::UnexpectedResponse {
+                            operation: "CreateSnapshots",
+                            missing: "snapshotId",
+                        })?
+                        .to_string(),
+                    volume_id: s
+                        .volume_id()
+                        .ok_or(CloudError::UnexpectedResponse {
+                            operation: "CreateSnapshots",
+                            missing: "volumeId",
+                        })?
+                        .to_string(),
+                    state: state_of(s.state(), None),
+                    progress: s.progress().map(str::to_string),
+                })
+            })
+            .collect()
+    }
+
+    /// The account's snapshots tagged `key=value` (DescribeSnapshots, `Owner=self`, a `tag:` filter),
+    /// every page.
+    pub async fn snapshots_tagged(
+        &self,
+        key: &str,
+        value: &str,
+    ) -> Result<Vec<FoundSnapshot>, CloudError> {
+        let mut found = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let out = self
+                .client()
+                .describe_snapshots()
+                .owner_ids("self")
+                .filters(
+                    Filter::builder()
+                        .name(format!("tag:{key}"))
+                        .values(value)
+                        .build(),
+                )
+                .set_next_token(token.take())
+                .send()
+                .await
+                .map_err(|e| CloudError::from_sdk("DescribeSnapshots", None, e))?;
+            for s in out.snapshots() {
+                let (Some(id), Some(volume)) = (s.snapshot_id(), s.volume_id()) else {
+                    return Err(CloudError::UnexpectedResponse {
+                        operation: "DescribeSnapshots",
+                        missing: "snapshotId or volumeId",
+                    });
+                };
+                found.push(FoundSnapshot {
+                    snapshot_id: id.to_string(),
+                    volume_id: volume.to_string(),
+                    state: state_of(s.state(), s.state_message()),
+                    progress: s.progress().map(str::to_string),
+                });
+            }
+            match out.next_token() {
+                Some(t) if !t.is_empty() => token = Some(t.to_string()),
+                _ => return Ok(found),
+            }
+        }
+    }
+}
+
+/// The plan's snapshots: those EC2 already has under the tag `key=value`, else a new CreateSnapshots set.
+/// A `SnapshotCreationPerVolumeRateExceeded` answer (a set cut less than 15 s ago, EC2 API reference
+/// "Error codes") means an earlier call got through: the tag lookup is asked again instead of cutting.
+pub async fn ensure_instance_snapshots(
+    cloud: &Ec2Cloud,
+    req: &InstanceSnapshotRequest,
+    key: &str,
+    value: &str,
+) -> Result<EnsuredSnapshots, CloudError> {
+    let existing = cloud.snapshots_tagged(key, value).await?;
+    if !existing.is_empty() {
+        return Ok(EnsuredSnapshots {
+            snapshots: existing,
+            created: false,
+        });
+    }
+    match cloud.create_instance_snapshots(req).await {
+        Ok(snapshots) => Ok(EnsuredSnapshots {
+            snapshots,
+            created: true,
+        }),
+        Err(e) if e.code() == Some("SnapshotCreationPerVolumeRateExceeded") => {
+            let again = cloud.snapshots_tagged(key, value).await?;
+            if again.is_empty() {
+                return Err(e);
+            }
+            Ok(EnsuredSnapshots {
+                snapshots: again,
+                created: false,
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_map_with_their_message() {
+        use aws_sdk_ec2::types::SnapshotState as S;
+        assert_eq!(state_of(Some(&S::Pending), None), SnapshotState::Pending);
+        assert_eq!(
+            state_of(Some(&S::Completed), None),
+            SnapshotState::Completed
+        );
+        assert_eq!(
+            state_of(Some(&S::Error), Some("disk gone")),
+            SnapshotState::Error("disk gone".into())
+        );
+        assert!(matches!(
+            state_of(Some(&S::Error), Some("")),
+            SnapshotState::Error(m) if m.contains("state error")
+        ));
+        assert_eq!(
+            state_of(Some(&S::Recovering), None),
+            SnapshotState::Other("recovering".into())
+        );
+        assert_eq!(state_of(None, None), SnapshotState::Other("unknown".into()));
+    }
+}
