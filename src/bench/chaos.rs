@@ -1,7 +1,8 @@
 //! `snapdrain bench --only chaos`: one chaos run per seed (the suite of `tests/e2e/chaos.rs`, shaped by
 //! `--seed` and `--plans`), its figures as bench figures: plans run, terminal %, safety violations,
-//! duplicate backups and instances, holds lost or orphaned, controller kills and the faults the
-//! simulator injected, by kind. The judge is the suite's (`snapdrain_testkit::chaos::judge`), which
+//! duplicate backups and instances, holds lost or orphaned, controller kills, the eviction gate's
+//! calls by how they ended (allowed, denied, failed and so refused under `failurePolicy: Fail`) and the
+//! faults the simulator injected, by kind. The judge is the suite's (`snapdrain_testkit::chaos::judge`), which
 //! reads the simulator's evidence, never the controller's word.
 
 use snapdrain_testkit::chaos::{self, RunReport};
@@ -104,6 +105,15 @@ pub fn figures(run: &RunReport, report: &mut Report) {
         run.kills as f64,
         "count",
     );
+    // From the simulator's record of each webhook call, never the gate's own word.
+    for (outcome, n) in &run.gate {
+        report.add(
+            SECTION,
+            format!("seed {seed}: gate calls {outcome} (failurePolicy Fail)"),
+            *n as f64,
+            "count",
+        );
+    }
     for (kind, n) in &run.faults {
         report
             .add(

@@ -14,10 +14,13 @@ use serde_json::{Value, json};
 use snapdrain::controller::ControllerHandle;
 use snapdrain::controller::run::RunOptions;
 use snapdrain_sim::apiserver::resources::ResKey;
+use snapdrain_sim::scenario::format::NodeGroup;
+use snapdrain_sim::world::autoscaler::{AutoscalerSettings, NODE_GROUP_LABEL};
 
 use super::judge::{self, Evidence, Launched, Verdict};
 use super::rng::Rng;
-use super::schedule::{Fault, Mode, schedule};
+use super::schedule::{Fault, Mode, Owner, schedule};
+use crate::gate;
 use crate::harness::{Harness, fast_timings, replacing_spec};
 
 /// How a run is shaped.
@@ -64,6 +67,9 @@ pub struct RunReport {
     /// each restart), plus kills and Lease losses.
     pub faults: BTreeMap<String, u64>,
     pub kills: u64,
+    /// The eviction gate's calls by how they ended (the simulator's record: `allowed`, `denied`,
+    /// `failed-closed` when `failurePolicy: Fail` refused an eviction because the call failed).
+    pub gate: BTreeMap<String, u64>,
     pub elapsed: Duration,
 }
 
@@ -85,7 +91,7 @@ impl std::fmt::Display for RunReport {
         };
         writeln!(
             f,
-            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} let-go={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} faults injected: {} (scheduled: {}) ({:.1}s)",
+            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} let-go={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} gate (failurePolicy Fail): {} faults injected: {} (scheduled: {}) ({:.1}s)",
             self.seed,
             v.plans,
             self.scheduled,
@@ -99,6 +105,7 @@ impl std::fmt::Display for RunReport {
             v.holds_lost.len(),
             v.holds_orphaned.len(),
             self.kills,
+            by_kind(&self.gate),
             by_kind(&self.faults),
             by_kind(&self.scheduled_faults),
             self.elapsed.as_secs_f64(),
@@ -145,6 +152,29 @@ pub async fn run(opts: &Options) -> RunReport {
         for set in &mut s.stateful_sets {
             set.replicas += 1;
         }
+        // An EKS managed node group Cluster Autoscaler manages, one node per zone. CA scales down what
+        // the schedule asks (its own scans off: they would pick nodes outside the schedule); its
+        // eviction retries and waits cut to seconds.
+        s.nodes.push(NodeGroup {
+            prefix: Some("ca-workers".into()),
+            count: Some(3),
+            zones: vec![
+                "us-east-1a".into(),
+                "us-east-1b".into(),
+                "us-east-1c".into(),
+            ],
+            instance_type: "m6i.xlarge".into(),
+            os_version: snapdrain_sim::scenario::format::default_os_version(),
+            labels: BTreeMap::from([(NODE_GROUP_LABEL.to_string(), "workers".to_string())]),
+            ..NodeGroup::default()
+        });
+        s.cluster_autoscaler = Some(AutoscalerSettings {
+            eviction_retry_time: Duration::from_secs(1),
+            max_pod_eviction_time: Duration::from_secs(60),
+            pod_eviction_headroom: Duration::from_secs(2),
+            pod_gone_poll: Duration::from_millis(200),
+            ..AutoscalerSettings::default()
+        });
     })
     .await;
     let protected = crate::safety::protected_pods(&items(&h, &ResKey::core("pods"), None));
@@ -159,7 +189,13 @@ pub async fn run(opts: &Options) -> RunReport {
         .create(&kube::api::PostParams::default(), &policy)
         .await
         .expect("create the DisruptionPolicy");
+    // The eviction gate under `failurePolicy: Fail`, served by every replica: every eviction (the
+    // plans', Karpenter's, CA's) goes through it, and with the gate down none is admitted.
+    crate::eviction::namespace(&h.client, gate::NS, json!({})).await;
+    gate::configuration(&h.client, "Fail", None).await;
     let mut replicas = Replicas::start(&h, opts).await;
+    replicas.point_gate().await;
+    gate_ready(&h).await;
     let mut outcomes = Vec::new();
     let mut skipped = Vec::new();
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
@@ -173,10 +209,10 @@ pub async fn run(opts: &Options) -> RunReport {
             skipped.push(format!(
                 "{}: no node runs protected pods beside an open node of its zone{}",
                 episode.mode.as_str(),
-                if episode.mode.needs_nodeclaim() {
-                    " and belongs to Karpenter"
-                } else {
-                    ""
+                match episode.mode.owner() {
+                    Owner::Any => "",
+                    Owner::Karpenter => " and belongs to Karpenter",
+                    Owner::NodeGroup => " and belongs to a node group of Cluster Autoscaler",
                 }
             ));
             continue;
@@ -217,6 +253,15 @@ pub async fn run(opts: &Options) -> RunReport {
         .collect();
     let kills = replicas.kills;
     replicas.shutdown().await;
+    let gate = h
+        .cluster
+        .api
+        .state
+        .admission
+        .outcomes(gate::HOOK)
+        .into_iter()
+        .map(|(o, n)| (o.as_str().to_string(), n))
+        .collect();
     let mut faults = h.cluster.faults.injected();
     faults.insert("kill".into(), kills);
     if let Some(n) = counts.get("lease-loss") {
@@ -232,7 +277,39 @@ pub async fn run(opts: &Options) -> RunReport {
         scheduled_faults: counts,
         faults,
         kills,
+        gate,
         elapsed: started.elapsed(),
+    }
+}
+
+/// Waits until the gate's configuration carries the CA that signs its certificate (the gate patches it
+/// on its first pass): before that, under `failurePolicy: Fail`, every eviction would be refused.
+async fn gate_ready(h: &Harness) {
+    let key = ResKey::new(
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = h
+            .cluster
+            .store
+            .get(&key, None, gate::CONFIGURATION)
+            .and_then(|c| {
+                c.pointer("/webhooks/0/clientConfig/caBundle")
+                    .and_then(Value::as_str)
+                    .map(|b| !b.is_empty())
+            })
+            .unwrap_or(false);
+        if ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gate did not patch its caBundle into {} within 30 s",
+            gate::CONFIGURATION
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -421,7 +498,7 @@ fn judge_now(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Ver
 
 /// A node that runs protected pods (by the oracle's rule) and shares its zone with another open node
 /// (the pods' volumes are zonal: the last node of a zone would leave them Pending for good); a
-/// Karpenter node when the mode's signal comes from its NodeClaim.
+/// Karpenter node when the mode's signal comes from its NodeClaim, one of CA's node groups for CA.
 fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
     const ZONE: &str = "topology.kubernetes.io/zone";
     let nodes = items(h, &ResKey::core("nodes"), None);
@@ -462,10 +539,16 @@ fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
                 ))
         })
     };
-    let karpenters = |n: &Value| {
-        n.pointer("/metadata/ownerReferences")
+    let owned = |n: &Value| match mode.owner() {
+        Owner::Any => true,
+        Owner::Karpenter => n
+            .pointer("/metadata/ownerReferences")
             .and_then(Value::as_array)
-            .is_some_and(|o| o.iter().any(|r| r["kind"] == "NodeClaim"))
+            .is_some_and(|o| o.iter().any(|r| r["kind"] == "NodeClaim")),
+        Owner::NodeGroup => n
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(NODE_GROUP_LABEL))
+            .is_some(),
     };
     let busy: BTreeSet<String> = items(h, &plans_key(), None)
         .iter()
@@ -485,7 +568,7 @@ fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
         .collect();
     let mut candidates: Vec<String> = nodes
         .iter()
-        .filter(|n| open(n) && (!mode.needs_nodeclaim() || karpenters(n)))
+        .filter(|n| open(n) && owned(n))
         .filter_map(|n| {
             let name = n.pointer("/metadata/name")?.as_str()?;
             let sibling = nodes.iter().any(|m| {
@@ -538,6 +621,16 @@ async fn disrupt(h: &Harness, mode: Mode, node: &str, name: &str) -> Result<(), 
             h.cluster
                 .act(&action)
                 .map_err(|e| format!("spot interruption notice for {node}: {e}"))?;
+        }
+        Mode::ClusterAutoscaler => {
+            let ca = h
+                .cluster
+                .autoscaler
+                .as_ref()
+                .ok_or("the simulated cluster runs no Cluster Autoscaler")?;
+            if !ca.scale_down(node) {
+                return Err("the simulated Cluster Autoscaler has stopped".into());
+            }
         }
         Mode::NodeClaimDeleted => {
             let claim = h.nodeclaim_of(node).await;
@@ -670,10 +763,49 @@ impl<'a> Replicas<'a> {
         let opts = RunOptions {
             lease_namespace: Some("default".into()),
             lease_seconds: self.lease_seconds,
+            webhook: Some(gate::webhook_config(
+                snapdrain::webhook::Lifetimes::default(),
+                Duration::from_secs(30),
+            )),
             ..RunOptions::default()
         };
         let handle = self.h.controller_with(opts, &identity).await;
         self.live.push((identity, handle));
+    }
+
+    /// Points the gate's Service at the oldest live replica's gate, as the endpoints controller takes
+    /// a dead pod out of the Service (the simulator dials one address per Service).
+    async fn point_gate(&self) {
+        let Some(addr) = self.live.iter().find_map(|(_, c)| c.webhook_addr) else {
+            return;
+        };
+        let services = kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(
+            self.h.client.clone(),
+            gate::NS,
+        );
+        let patch = json!({"metadata": {"annotations": {
+            snapdrain_sim::apiserver::admission::ADDRESS_ANNOTATION: addr.to_string()}}});
+        match services.get_opt(gate::SERVICE).await {
+            Ok(Some(_)) => {
+                // The API's own faults may refuse it: retried, as the endpoints controller would.
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while let Err(e) = services
+                    .patch(
+                        gate::SERVICE,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(&patch),
+                    )
+                    .await
+                {
+                    assert!(
+                        Instant::now() < deadline,
+                        "pointing the gate's Service at {addr}: {e}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+            _ => gate::service(&self.h.client, addr).await,
+        }
     }
 
     /// The identity of the replica that acts now, if one does.
@@ -698,6 +830,7 @@ impl<'a> Replicas<'a> {
             self.kills += 1;
         }
         self.add().await;
+        self.point_gate().await;
     }
 
     async fn shutdown(self) {
