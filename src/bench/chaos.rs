@@ -17,6 +17,8 @@ pub async fn run(seeds: &[u64], plans: Option<usize>, report: &mut Report) {
         let base = chaos::Options::short(seed);
         let opts = chaos::Options {
             plans: plans.unwrap_or(base.plans),
+            // One replica is this binary run as `snapdrain controller`, SIGKILLed when it leads.
+            bin: std::env::current_exe().ok(),
             ..base
         };
         let run = chaos::run(&opts).await;
@@ -99,12 +101,17 @@ pub fn figures(run: &RunReport, report: &mut Report) {
     );
     held.target = Some("0".into());
     held.note = listed(&holds);
-    report.add(
-        SECTION,
-        format!("seed {seed}: controller kills"),
-        run.kills as f64,
-        "count",
-    );
+    report
+        .add(
+            SECTION,
+            format!("seed {seed}: controller kills"),
+            run.kills as f64,
+            "count",
+        )
+        .note = Some(format!(
+        "{} of them a `snapdrain controller` process's SIGKILL",
+        run.process_kills
+    ));
     // From the simulator's record of each webhook call, never the gate's own word.
     for (outcome, n) in &run.gate {
         report.add(

@@ -11,13 +11,12 @@ use std::time::{Duration, Instant};
 
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
-use snapdrain::controller::ControllerHandle;
-use snapdrain::controller::run::RunOptions;
 use snapdrain_sim::apiserver::resources::ResKey;
 use snapdrain_sim::scenario::format::NodeGroup;
 use snapdrain_sim::world::autoscaler::{AutoscalerSettings, NODE_GROUP_LABEL};
 
 use super::judge::{self, Evidence, Launched, Verdict};
+use super::replicas::Replicas;
 use super::rng::Rng;
 use super::schedule::{Fault, Mode, Owner, schedule};
 use crate::gate;
@@ -34,6 +33,10 @@ pub struct Options {
     pub settle: Duration,
     /// The replicas' Lease duration.
     pub lease_seconds: u64,
+    /// The `snapdrain` binary: with it one of the two replicas is a `snapdrain controller` process,
+    /// killed with SIGKILL when it leads at a kill's moment (the e2e test passes
+    /// `env!("CARGO_BIN_EXE_snapdrain")`, the bench its own executable). Without it both run in-process.
+    pub bin: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -45,6 +48,7 @@ impl Options {
             window: Duration::from_secs(3),
             settle: Duration::from_secs(90),
             lease_seconds: 3,
+            bin: None,
         }
     }
 }
@@ -67,6 +71,10 @@ pub struct RunReport {
     /// each restart), plus kills and Lease losses.
     pub faults: BTreeMap<String, u64>,
     pub kills: u64,
+    /// Of those, a `snapdrain controller` process's SIGKILL.
+    pub process_kills: u64,
+    /// The last log lines of each replica process, shown when the run is not clean.
+    pub process_logs: Vec<(String, Vec<String>)>,
     /// The eviction gate's calls by how they ended (the simulator's record: `allowed`, `denied`,
     /// `failed-closed` when `failurePolicy: Fail` refused an eviction because the call failed).
     pub gate: BTreeMap<String, u64>,
@@ -91,7 +99,7 @@ impl std::fmt::Display for RunReport {
         };
         writeln!(
             f,
-            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} let-go={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} gate (failurePolicy Fail): {} faults injected: {} (scheduled: {}) ({:.1}s)",
+            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} let-go={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} (process SIGKILLs {}) gate (failurePolicy Fail): {} faults injected: {} (scheduled: {}) ({:.1}s)",
             self.seed,
             v.plans,
             self.scheduled,
@@ -105,6 +113,7 @@ impl std::fmt::Display for RunReport {
             v.holds_lost.len(),
             v.holds_orphaned.len(),
             self.kills,
+            self.process_kills,
             by_kind(&self.gate),
             by_kind(&self.faults),
             by_kind(&self.scheduled_faults),
@@ -125,6 +134,14 @@ impl std::fmt::Display for RunReport {
         for (what, items) in lists {
             for i in items {
                 writeln!(f, "  {what}: {i}")?;
+            }
+        }
+        if !self.clean() {
+            for (identity, lines) in &self.process_logs {
+                writeln!(f, "  last lines of replica process {identity}:")?;
+                for l in lines {
+                    writeln!(f, "    {l}")?;
+                }
             }
         }
         Ok(())
@@ -193,7 +210,7 @@ pub async fn run(opts: &Options) -> RunReport {
     // plans', Karpenter's, CA's) goes through it, and with the gate down none is admitted.
     crate::eviction::namespace(&h.client, gate::NS, json!({})).await;
     gate::configuration(&h.client, "Fail", None).await;
-    let mut replicas = Replicas::start(&h, opts).await;
+    let mut replicas = Replicas::start(&h, opts.lease_seconds, opts.bin.clone()).await;
     replicas.point_gate().await;
     gate_ready(&h).await;
     let mut outcomes = Vec::new();
@@ -251,8 +268,8 @@ pub async fn run(opts: &Options) -> RunReport {
         .iter()
         .map(|p| why_stuck(&h, p.split(' ').next().unwrap_or_default()))
         .collect();
-    let kills = replicas.kills;
-    replicas.shutdown().await;
+    let (kills, process_kills) = (replicas.kills, replicas.process_kills);
+    let process_logs = replicas.shutdown().await;
     let gate = h
         .cluster
         .api
@@ -277,6 +294,8 @@ pub async fn run(opts: &Options) -> RunReport {
         scheduled_faults: counts,
         faults,
         kills,
+        process_kills,
+        process_logs,
         gate,
         elapsed: started.elapsed(),
     }
@@ -732,110 +751,4 @@ fn describe(p: &Value) -> (String, String) {
             .to_string(),
         format!("{phase}{message}"),
     )
-}
-
-/// The controller replicas: two, leader-elected; a killed one is replaced by a new one.
-struct Replicas<'a> {
-    h: &'a Harness,
-    live: Vec<(String, ControllerHandle)>,
-    started: u32,
-    kills: u64,
-    lease_seconds: u64,
-}
-
-impl<'a> Replicas<'a> {
-    async fn start(h: &'a Harness, opts: &Options) -> Self {
-        let mut r = Self {
-            h,
-            live: Vec::new(),
-            started: 0,
-            kills: 0,
-            lease_seconds: opts.lease_seconds,
-        };
-        r.add().await;
-        r.add().await;
-        r
-    }
-
-    async fn add(&mut self) {
-        self.started += 1;
-        let identity = format!("replica-{}", self.started);
-        let opts = RunOptions {
-            lease_namespace: Some("default".into()),
-            lease_seconds: self.lease_seconds,
-            webhook: Some(gate::webhook_config(
-                snapdrain::webhook::Lifetimes::default(),
-                Duration::from_secs(30),
-            )),
-            ..RunOptions::default()
-        };
-        let handle = self.h.controller_with(opts, &identity).await;
-        self.live.push((identity, handle));
-    }
-
-    /// Points the gate's Service at the oldest live replica's gate, as the endpoints controller takes
-    /// a dead pod out of the Service (the simulator dials one address per Service).
-    async fn point_gate(&self) {
-        let Some(addr) = self.live.iter().find_map(|(_, c)| c.webhook_addr) else {
-            return;
-        };
-        let services = kube::Api::<k8s_openapi::api::core::v1::Service>::namespaced(
-            self.h.client.clone(),
-            gate::NS,
-        );
-        let patch = json!({"metadata": {"annotations": {
-            snapdrain_sim::apiserver::admission::ADDRESS_ANNOTATION: addr.to_string()}}});
-        match services.get_opt(gate::SERVICE).await {
-            Ok(Some(_)) => {
-                // The API's own faults may refuse it: retried, as the endpoints controller would.
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while let Err(e) = services
-                    .patch(
-                        gate::SERVICE,
-                        &kube::api::PatchParams::default(),
-                        &kube::api::Patch::Merge(&patch),
-                    )
-                    .await
-                {
-                    assert!(
-                        Instant::now() < deadline,
-                        "pointing the gate's Service at {addr}: {e}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-            _ => gate::service(&self.h.client, addr).await,
-        }
-    }
-
-    /// The identity of the replica that acts now, if one does.
-    fn leader(&self) -> Option<String> {
-        self.live
-            .iter()
-            .find(|(_, c)| *c.leading.borrow())
-            .map(|(id, _)| id.clone())
-    }
-
-    /// Kills the acting replica (the oldest when none acts) as a crash would, and starts a new one.
-    async fn kill_leader(&mut self) {
-        let at = self
-            .live
-            .iter()
-            .position(|(_, c)| *c.leading.borrow())
-            .unwrap_or(0);
-        if at < self.live.len() {
-            let (identity, handle) = self.live.remove(at);
-            tracing::info!(%identity, "chaos: killing a controller replica");
-            handle.kill();
-            self.kills += 1;
-        }
-        self.add().await;
-        self.point_gate().await;
-    }
-
-    async fn shutdown(self) {
-        for (_, c) in self.live {
-            c.shutdown().await;
-        }
-    }
 }
