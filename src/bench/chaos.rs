@@ -112,6 +112,18 @@ pub fn figures(run: &RunReport, report: &mut Report) {
         "{} of them a `snapdrain controller` process's SIGKILL",
         run.process_kills
     ));
+    report
+        .add(
+            SECTION,
+            format!("seed {seed}: evictions admitted where the gate applies"),
+            run.evictions_admitted as f64,
+            "count",
+        )
+        .note = Some(if run.gated() {
+        "no more than the gate allowed, none through a failed call".into()
+    } else {
+        "MORE than the gate allowed, or one through a failed call".into()
+    });
     // From the simulator's record of each webhook call, never the gate's own word.
     for (outcome, n) in &run.gate {
         report.add(

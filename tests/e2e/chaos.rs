@@ -17,6 +17,10 @@ async fn short(seed: u64) {
     println!("{report}");
     assert!(report.clean(), "{report}");
     assert!(
+        report.gated(),
+        "an eviction got past the gate (or it never allowed one): {report}"
+    );
+    assert!(
         report.verdict.plans >= 3,
         "too few plans ran to judge: {report}"
     );
@@ -51,7 +55,7 @@ async fn chaos_long() {
         })
         .await;
         println!("{report}");
-        if !report.clean() {
+        if !report.clean() || !report.gated() {
             unclean.push(report.to_string());
         }
     }

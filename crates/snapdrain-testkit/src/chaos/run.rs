@@ -78,6 +78,9 @@ pub struct RunReport {
     /// The eviction gate's calls by how they ended (the simulator's record: `allowed`, `denied`,
     /// `failed-closed` when `failurePolicy: Fail` refused an eviction because the call failed).
     pub gate: BTreeMap<String, u64>,
+    /// Evictions the API server admitted in namespaces the gate covers (the simulator's audit log): a
+    /// gate in front of every one has allowed at least as many.
+    pub evictions_admitted: u64,
     pub elapsed: Duration,
 }
 
@@ -85,6 +88,14 @@ impl RunReport {
     /// 0 violations, 100% terminal plans, 0 duplicates, holds consistent.
     pub fn clean(&self) -> bool {
         self.verdict.clean() && self.verdict.holds_consistent()
+    }
+
+    /// Whether the gate stood in front of every eviction admitted where it applies: it allowed at least
+    /// as many (an eviction it allowed may still meet a PodDisruptionBudget), and no failed call let
+    /// one through (`failurePolicy: Fail`).
+    pub fn gated(&self) -> bool {
+        let n = |k: &str| self.gate.get(k).copied().unwrap_or(0);
+        n("allowed") > 0 && n("allowed") >= self.evictions_admitted && n("failed-open") == 0
     }
 }
 
@@ -99,7 +110,7 @@ impl std::fmt::Display for RunReport {
         };
         writeln!(
             f,
-            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} let-go={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} (process SIGKILLs {}) gate (failurePolicy Fail): {} faults injected: {} (scheduled: {}) ({:.1}s)",
+            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} let-go={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} (process SIGKILLs {}) gate (failurePolicy Fail): {} evictions-admitted={} faults injected: {} (scheduled: {}) ({:.1}s)",
             self.seed,
             v.plans,
             self.scheduled,
@@ -115,6 +126,7 @@ impl std::fmt::Display for RunReport {
             self.kills,
             self.process_kills,
             by_kind(&self.gate),
+            self.evictions_admitted,
             by_kind(&self.faults),
             by_kind(&self.scheduled_faults),
             self.elapsed.as_secs_f64(),
@@ -136,7 +148,7 @@ impl std::fmt::Display for RunReport {
                 writeln!(f, "  {what}: {i}")?;
             }
         }
-        if !self.clean() {
+        if !self.clean() || !self.gated() {
             for (identity, lines) in &self.process_logs {
                 writeln!(f, "  last lines of replica process {identity}:")?;
                 for l in lines {
@@ -169,22 +181,34 @@ pub async fn run(opts: &Options) -> RunReport {
         for set in &mut s.stateful_sets {
             set.replicas += 1;
         }
-        // An EKS managed node group Cluster Autoscaler manages, one node per zone. CA scales down what
-        // the schedule asks (its own scans off: they would pick nodes outside the schedule); its
-        // eviction retries and waits cut to seconds.
-        s.nodes.push(NodeGroup {
-            prefix: Some("ca-workers".into()),
-            count: Some(3),
-            zones: vec![
-                "us-east-1a".into(),
-                "us-east-1b".into(),
-                "us-east-1c".into(),
-            ],
-            instance_type: "m6i.xlarge".into(),
-            os_version: snapdrain_sim::scenario::format::default_os_version(),
-            labels: BTreeMap::from([(NODE_GROUP_LABEL.to_string(), "workers".to_string())]),
-            ..NodeGroup::default()
-        });
+        // EKS managed node groups Cluster Autoscaler manages, one node per zone. CA scales down what the
+        // schedule asks (its own scans off: they would pick nodes outside the schedule); its eviction
+        // retries and waits cut to seconds. The node in us-east-1a is twice the size of the others, so
+        // the scheduler (the most free CPU among the nodes with the fewest pods of the same owner) puts
+        // the first pod of each StatefulSet there, and the first CA plan finds protected pods to take.
+        let ca_group =
+            |name: Option<&str>, prefix: Option<&str>, zones: &[&str], size: &str| NodeGroup {
+                name: name.map(str::to_string),
+                prefix: prefix.map(str::to_string),
+                count: Some(zones.len() as u32),
+                zones: zones.iter().map(|z| z.to_string()).collect(),
+                instance_type: size.into(),
+                os_version: snapdrain_sim::scenario::format::default_os_version(),
+                labels: BTreeMap::from([(NODE_GROUP_LABEL.to_string(), "workers".to_string())]),
+                ..NodeGroup::default()
+            };
+        s.nodes.push(ca_group(
+            Some("ca-workers-large"),
+            None,
+            &["us-east-1a"],
+            "m6i.2xlarge",
+        ));
+        s.nodes.push(ca_group(
+            None,
+            Some("ca-workers"),
+            &["us-east-1b", "us-east-1c"],
+            "m6i.xlarge",
+        ));
         s.cluster_autoscaler = Some(AutoscalerSettings {
             eviction_retry_time: Duration::from_secs(1),
             max_pod_eviction_time: Duration::from_secs(60),
@@ -279,6 +303,18 @@ pub async fn run(opts: &Options) -> RunReport {
         .into_iter()
         .map(|(o, n)| (o.as_str().to_string(), n))
         .collect();
+    let evictions_admitted = h
+        .audit()
+        .iter()
+        .filter(|e| {
+            e.source == "api"
+                && e.verb == "create"
+                && e.resource == "pods/eviction"
+                && e.code.is_some_and(|c| (200..300).contains(&c))
+                // The gate's namespaceSelector leaves out kube-system and its own namespace.
+                && !matches!(e.namespace.as_deref(), Some("kube-system" | gate::NS))
+        })
+        .count() as u64;
     let mut faults = h.cluster.faults.injected();
     faults.insert("kill".into(), kills);
     if let Some(n) = counts.get("lease-loss") {
@@ -297,6 +333,7 @@ pub async fn run(opts: &Options) -> RunReport {
         process_kills,
         process_logs,
         gate,
+        evictions_admitted,
         elapsed: started.elapsed(),
     }
 }
