@@ -17,8 +17,9 @@ use crate::gate;
 use crate::harness::Harness;
 
 enum Replica {
-    InProcess(ControllerHandle),
-    Process(ProcessReplica),
+    // Both boxed: the two handles differ in size by hundreds of bytes.
+    InProcess(Box<ControllerHandle>),
+    Process(Box<ProcessReplica>),
 }
 
 impl Replica {
@@ -67,11 +68,11 @@ impl<'a> Replicas<'a> {
         self.started += 1;
         let identity = format!("replica-{}", self.started);
         let replica = match (&self.bin, process) {
-            (Some(bin), true) => Replica::Process(
+            (Some(bin), true) => Replica::Process(Box::new(
                 ProcessReplica::start(bin, &self.h.cluster, &identity, self.lease_seconds)
                     .await
                     .unwrap_or_else(|e| panic!("starting replica {identity}: {e}")),
-            ),
+            )),
             _ => {
                 let opts = RunOptions {
                     lease_namespace: Some("default".into()),
@@ -82,7 +83,7 @@ impl<'a> Replicas<'a> {
                     )),
                     ..RunOptions::default()
                 };
-                Replica::InProcess(self.h.controller_with(opts, &identity).await)
+                Replica::InProcess(Box::new(self.h.controller_with(opts, &identity).await))
             }
         };
         self.live.push((identity, replica));
