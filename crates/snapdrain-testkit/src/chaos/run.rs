@@ -291,6 +291,12 @@ pub async fn run(opts: &Options) -> RunReport {
         .not_terminal
         .iter()
         .map(|p| why_stuck(&h, p.split(' ').next().unwrap_or_default()))
+        .chain(
+            verdict
+                .holds_orphaned
+                .iter()
+                .filter_map(|o| why_held(&h, o)),
+        )
         .collect();
     let (kills, process_kills) = (replicas.kills, replicas.process_kills);
     let process_logs = replicas.shutdown().await;
@@ -494,6 +500,43 @@ fn why_stuck(h: &Harness, plan: &str) -> String {
     )
 }
 
+/// For an orphaned hold on a Velero pod (a PodVolumeBackup's hosting pod, named after it): the
+/// PodVolumeBackup's phase, and what the world recorded about it and about Velero restarts.
+fn why_held(h: &Harness, orphaned: &str) -> Option<String> {
+    let pod = orphaned.strip_prefix("pod velero/")?.split(' ').next()?;
+    let pvb = h.cluster.store.get(
+        &ResKey::new("velero.io", "podvolumebackups"),
+        Some("velero"),
+        pod,
+    );
+    let phase = pvb
+        .as_ref()
+        .and_then(|p| p.pointer("/status/phase").and_then(Value::as_str))
+        .unwrap_or("(none)")
+        .to_string();
+    let events: Vec<String> = h
+        .audit()
+        .iter()
+        .filter(|e| {
+            e.name.as_deref() == Some(pod)
+                || (e.source == "world"
+                    && e.verb == "restart"
+                    && e.namespace.as_deref() == Some("velero"))
+                || (e.source == "world" && e.verb == "stop" && e.resource == "deployments.apps")
+        })
+        .map(|e| {
+            format!(
+                "{} {} {} {} {}",
+                e.time, e.source, e.verb, e.resource, e.detail
+            )
+        })
+        .collect();
+    Some(format!(
+        "held Velero pod {pod}: its PodVolumeBackup is {phase}; {}",
+        events.join(" | ")
+    ))
+}
+
 /// Waits until every plan is terminal, or `limit` passes (the judge then names the ones that are not).
 async fn all_terminal(h: &Harness, limit: Duration) {
     let deadline = Instant::now() + limit;
@@ -595,16 +638,19 @@ fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
                 ))
         })
     };
+    let ca_managed = |n: &Value| {
+        n.pointer("/metadata/labels")
+            .and_then(|l| l.get(NODE_GROUP_LABEL))
+            .is_some()
+    };
     let owned = |n: &Value| match mode.owner() {
-        Owner::Any => true,
+        // CA's nodes are left to CA's mode, which has only those three.
+        Owner::Any => !ca_managed(n),
         Owner::Karpenter => n
             .pointer("/metadata/ownerReferences")
             .and_then(Value::as_array)
             .is_some_and(|o| o.iter().any(|r| r["kind"] == "NodeClaim")),
-        Owner::NodeGroup => n
-            .pointer("/metadata/labels")
-            .and_then(|l| l.get(NODE_GROUP_LABEL))
-            .is_some(),
+        Owner::NodeGroup => ca_managed(n),
     };
     let busy: BTreeSet<String> = items(h, &plans_key(), None)
         .iter()
