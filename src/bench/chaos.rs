@@ -1,7 +1,8 @@
 //! `snapdrain bench --only chaos`: one chaos run per seed (the suite of `tests/e2e/chaos.rs`, shaped by
 //! `--seed` and `--plans`), its figures as bench figures: plans run, terminal %, safety violations,
-//! duplicate backups and instances, holds lost or orphaned, controller kills and the faults the
-//! simulator injected, by kind. The judge is the suite's (`snapdrain_testkit::chaos::judge`), which
+//! duplicate backups and instances, holds lost or orphaned, controller kills, the eviction gate's
+//! calls by how they ended (allowed, denied, failed and so refused under `failurePolicy: Fail`) and the
+//! faults the simulator injected, by kind. The judge is the suite's (`snapdrain_testkit::chaos::judge`), which
 //! reads the simulator's evidence, never the controller's word.
 
 use snapdrain_testkit::chaos::{self, RunReport};
@@ -16,6 +17,8 @@ pub async fn run(seeds: &[u64], plans: Option<usize>, report: &mut Report) {
         let base = chaos::Options::short(seed);
         let opts = chaos::Options {
             plans: plans.unwrap_or(base.plans),
+            // One replica is this binary run as `snapdrain controller`, SIGKILLed when it leads.
+            bin: std::env::current_exe().ok(),
             ..base
         };
         let run = chaos::run(&opts).await;
@@ -98,12 +101,38 @@ pub fn figures(run: &RunReport, report: &mut Report) {
     );
     held.target = Some("0".into());
     held.note = listed(&holds);
-    report.add(
-        SECTION,
-        format!("seed {seed}: controller kills"),
-        run.kills as f64,
-        "count",
-    );
+    report
+        .add(
+            SECTION,
+            format!("seed {seed}: controller kills"),
+            run.kills as f64,
+            "count",
+        )
+        .note = Some(format!(
+        "{} of them a `snapdrain controller` process's SIGKILL",
+        run.process_kills
+    ));
+    report
+        .add(
+            SECTION,
+            format!("seed {seed}: evictions admitted where the gate applies"),
+            run.evictions_admitted as f64,
+            "count",
+        )
+        .note = Some(if run.gated() {
+        "no more than the gate allowed, none through a failed call".into()
+    } else {
+        "MORE than the gate allowed, or one through a failed call".into()
+    });
+    // From the simulator's record of each webhook call, never the gate's own word.
+    for (outcome, n) in &run.gate {
+        report.add(
+            SECTION,
+            format!("seed {seed}: gate calls {outcome} (failurePolicy Fail)"),
+            *n as f64,
+            "count",
+        );
+    }
     for (kind, n) in &run.faults {
         report
             .add(

@@ -21,6 +21,10 @@ pub struct ControllerArgs {
     /// Run without leader election (a single replica only).
     #[arg(long)]
     pub no_leader_election: bool,
+    /// The leader-election Lease's duration in seconds: how long a standby waits to take over once the
+    /// leader stops renewing (a crash, a partition).
+    #[arg(long, default_value_t = RunOptions::default().lease_seconds, value_parser = clap::value_parser!(u64).range(2..=3600))]
+    pub lease_seconds: u64,
     /// This replica's identity in the Lease (default: $POD_NAME or the host name).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
@@ -51,6 +55,36 @@ pub struct ControllerArgs {
     pub plan_status_budget_bytes: u64,
     #[command(flatten)]
     pub webhook: WebhookArgs,
+    #[command(flatten)]
+    pub waits: WaitArgs,
+}
+
+/// Waits cut short for simulated clusters, where minutes of backoff only slow a test down (hidden: on a
+/// real cluster the defaults are the ones to keep).
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// The longest one pass waits on a drain or a termination before it looks again, in milliseconds.
+    #[arg(long, hide = true)]
+    pub wait_slice_ms: Option<u64>,
+    /// The longest wait before a failed backup's next attempt, in milliseconds.
+    #[arg(long, hide = true)]
+    pub backup_retry_cap_ms: Option<u64>,
+    /// The first wait after EC2 had no capacity for a replacement, in milliseconds (doubling).
+    #[arg(long, hide = true)]
+    pub capacity_retry_base_ms: Option<u64>,
+}
+
+impl WaitArgs {
+    /// `settings` with the waits these flags set.
+    fn apply(&self, settings: Settings) -> Settings {
+        let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
+        Settings {
+            wait_slice: ms(self.wait_slice_ms, settings.wait_slice),
+            backup_retry_cap: ms(self.backup_retry_cap_ms, settings.backup_retry_cap),
+            capacity_retry_base: ms(self.capacity_retry_base_ms, settings.capacity_retry_base),
+            ..settings
+        }
+    }
 }
 
 /// The eviction gate (a validating webhook on pods/eviction), served by every replica.
@@ -123,6 +157,7 @@ impl ControllerArgs {
         RunOptions {
             metrics_addr: Some(self.metrics_addr),
             lease_namespace: (!self.no_leader_election).then(|| self.lease_namespace.clone()),
+            lease_seconds: self.lease_seconds,
             webhook: self.webhook.config(),
             ..RunOptions::default()
         }
@@ -144,7 +179,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         .map(snapdrain::backup::credentials::parse_override)
         .transpose()
         .map_err(anyhow::Error::msg)?;
-    let settings = Settings {
+    let settings = args.waits.apply(Settings {
         identity,
         velero_credentials_secret,
         ec2_endpoint: args.ec2_endpoint,
@@ -155,7 +190,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         namespace: args.webhook.webhook_namespace.clone(),
         status_budget: usize::try_from(args.plan_status_budget_bytes).unwrap_or(usize::MAX),
         ..Settings::default()
-    };
+    });
     let handle = start(config, settings, opts).await?;
     tracing::info!(metrics = ?handle.metrics_addr, "snapdrain controller started");
     super::signal::shutdown_signal().await;
@@ -167,6 +202,38 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_flags_replace_only_the_waits_they_name() {
+        let defaults = Settings::default();
+        let none = WaitArgs {
+            wait_slice_ms: None,
+            backup_retry_cap_ms: None,
+            capacity_retry_base_ms: None,
+        }
+        .apply(Settings::default());
+        assert_eq!(
+            (
+                none.wait_slice,
+                none.backup_retry_cap,
+                none.capacity_retry_base
+            ),
+            (
+                defaults.wait_slice,
+                defaults.backup_retry_cap,
+                defaults.capacity_retry_base
+            )
+        );
+        let some = WaitArgs {
+            wait_slice_ms: Some(5000),
+            backup_retry_cap_ms: Some(300),
+            capacity_retry_base_ms: None,
+        }
+        .apply(Settings::default());
+        assert_eq!(some.wait_slice, Duration::from_secs(5));
+        assert_eq!(some.backup_retry_cap, Duration::from_millis(300));
+        assert_eq!(some.capacity_retry_base, defaults.capacity_retry_base);
+    }
 
     #[test]
     fn lifetimes_parse_with_a_unit() {

@@ -2,7 +2,9 @@
 //! replacement, a manual make-before-break drain, Release plans from a Karpenter drift and a NodeClaim
 //! deletion) while faults come from outside the controller: API errors and latency, dropped watches
 //! and 410s on resume, S3 errors, latency and outages, EC2 throttling and capacity shortages, Velero
-//! server and node-agent restarts, replicas killed at random moments, and a leader losing its Lease.
+//! server and node-agent restarts, the eviction gate slow or down under `failurePolicy: Fail`, replicas
+//! killed at random moments (one of them a `snapdrain controller` process, SIGKILLed), and a leader
+//! losing its Lease; plans from Cluster Autoscaler's scale-down too, its drain held at the gate.
 //! Fixed seeds; each run must show 0 safety violations, 100% terminal plans, 0 duplicates and holds
 //! where they belong (snapdrain_testkit::chaos). The long form is `chaos_long` (README, "Chaos").
 
@@ -10,10 +12,14 @@ use snapdrain_testkit::chaos::{Options, run};
 
 async fn short(seed: u64) {
     snapdrain_testkit::capture_logs();
-    let report = run(&Options::short(seed)).await;
+    let report = run(&options(seed)).await;
     // Shown with --nocapture (and on failure): the figures of the run.
     println!("{report}");
     assert!(report.clean(), "{report}");
+    assert!(
+        report.gated(),
+        "an eviction got past the gate (or it never allowed one): {report}"
+    );
     assert!(
         report.verdict.plans >= 3,
         "too few plans ran to judge: {report}"
@@ -45,15 +51,24 @@ async fn chaos_long() {
     for seed in seeds {
         let report = run(&Options {
             plans,
-            ..Options::short(seed)
+            ..options(seed)
         })
         .await;
         println!("{report}");
-        if !report.clean() {
+        if !report.clean() || !report.gated() {
             unclean.push(report.to_string());
         }
     }
     assert!(unclean.is_empty(), "unclean runs:\n{}", unclean.join("\n"));
+}
+
+/// The short form's options, one of the two replicas a `snapdrain controller` process (SIGKILLed when it
+/// leads at a kill's moment).
+fn options(seed: u64) -> Options {
+    Options {
+        bin: Some(env!("CARGO_BIN_EXE_snapdrain").into()),
+        ..Options::short(seed)
+    }
 }
 
 /// `1,2,3` or `1..=20` or `1..20`.

@@ -56,15 +56,60 @@ pub struct AdmissionAttributes<'a> {
     pub user: &'a super::auth::UserInfo,
 }
 
-/// What admission keeps between requests: HTTPS clients per trust bundle, and how long webhook calls
-/// took.
+/// What admission keeps between requests: HTTPS clients per trust bundle, how long webhook calls took,
+/// and what became of each call (the simulator's record, for judges that must not ask the webhook).
 #[derive(Default)]
 pub struct Admission {
     clients: call::Clients,
     durations: CallDurations,
+    outcomes: std::sync::Mutex<std::collections::BTreeMap<(String, CallOutcome), u64>>,
+}
+
+/// What became of one webhook call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CallOutcome {
+    /// The webhook answered `allowed: true`.
+    Allowed,
+    /// The webhook answered `allowed: false` (its own code, e.g. 429).
+    Denied,
+    /// The call failed (down, timed out, a bad answer) and `failurePolicy: Fail` refused the request.
+    FailedClosed,
+    /// The call failed and `failurePolicy: Ignore` admitted the request.
+    FailedOpen,
+}
+
+impl CallOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Denied => "denied",
+            Self::FailedClosed => "failed-closed",
+            Self::FailedOpen => "failed-open",
+        }
+    }
 }
 
 impl Admission {
+    fn count(&self, webhook: &str, outcome: CallOutcome) {
+        *self
+            .outcomes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((webhook.to_string(), outcome))
+            .or_default() += 1;
+    }
+
+    /// How many calls to `webhook` ended each way so far.
+    pub fn outcomes(&self, webhook: &str) -> std::collections::BTreeMap<CallOutcome, u64> {
+        self.outcomes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter(|((w, _), _)| w == webhook)
+            .map(|((_, o), n)| (*o, *n))
+            .collect()
+    }
+
     /// The durations of the calls to webhook `name` so far (the newest [`KEPT_DURATIONS`]), as
     /// kube-apiserver's `apiserver_admission_webhook_admission_duration_seconds` histogram times them:
     /// around each hook's call, refusals and failed calls included
@@ -264,14 +309,22 @@ async fn call_webhook(
     .await;
     state.admission.durations.record(name, started.elapsed());
     match outcome {
-        Ok(()) => Ok(()),
-        Err(Ok(denied)) => Err(denied),
+        Ok(()) => {
+            state.admission.count(name, CallOutcome::Allowed);
+            Ok(())
+        }
+        Err(Ok(denied)) => {
+            state.admission.count(name, CallOutcome::Denied);
+            Err(denied)
+        }
         Err(Err(reason)) => {
             let failure = format!("failed calling webhook \"{name}\": {reason}");
             if ignore {
+                state.admission.count(name, CallOutcome::FailedOpen);
                 tracing::warn!(webhook = name, error = %reason, "failed calling webhook, failing open");
                 return Ok(());
             }
+            state.admission.count(name, CallOutcome::FailedClosed);
             Err(
                 ApiError::internal(format!("Internal error occurred: {failure}"))
                     .with_cause("", "", failure),

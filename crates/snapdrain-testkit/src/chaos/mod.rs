@@ -6,6 +6,8 @@
 //! `chaos_long` there, shaped by `SNAPDRAIN_CHAOS_SEEDS` and `SNAPDRAIN_CHAOS_PLANS` (README, "Chaos").
 
 pub mod judge;
+pub mod process;
+pub mod replicas;
 pub mod rng;
 pub mod run;
 pub mod schedule;

@@ -11,13 +11,15 @@ use std::time::{Duration, Instant};
 
 use kube::api::DeleteParams;
 use serde_json::{Value, json};
-use snapdrain::controller::ControllerHandle;
-use snapdrain::controller::run::RunOptions;
 use snapdrain_sim::apiserver::resources::ResKey;
+use snapdrain_sim::scenario::format::NodeGroup;
+use snapdrain_sim::world::autoscaler::{AutoscalerSettings, NODE_GROUP_LABEL};
 
 use super::judge::{self, Evidence, Launched, Verdict};
+use super::replicas::Replicas;
 use super::rng::Rng;
-use super::schedule::{Fault, Mode, schedule};
+use super::schedule::{Fault, Mode, Owner, schedule};
+use crate::gate;
 use crate::harness::{Harness, fast_timings, replacing_spec};
 
 /// How a run is shaped.
@@ -31,6 +33,10 @@ pub struct Options {
     pub settle: Duration,
     /// The replicas' Lease duration.
     pub lease_seconds: u64,
+    /// The `snapdrain` binary: with it one of the two replicas is a `snapdrain controller` process,
+    /// killed with SIGKILL when it leads at a kill's moment (the e2e test passes
+    /// `env!("CARGO_BIN_EXE_snapdrain")`, the bench its own executable). Without it both run in-process.
+    pub bin: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -42,6 +48,7 @@ impl Options {
             window: Duration::from_secs(3),
             settle: Duration::from_secs(90),
             lease_seconds: 3,
+            bin: None,
         }
     }
 }
@@ -64,6 +71,16 @@ pub struct RunReport {
     /// each restart), plus kills and Lease losses.
     pub faults: BTreeMap<String, u64>,
     pub kills: u64,
+    /// Of those, a `snapdrain controller` process's SIGKILL.
+    pub process_kills: u64,
+    /// The last log lines of each replica process, shown when the run is not clean.
+    pub process_logs: Vec<(String, Vec<String>)>,
+    /// The eviction gate's calls by how they ended (the simulator's record: `allowed`, `denied`,
+    /// `failed-closed` when `failurePolicy: Fail` refused an eviction because the call failed).
+    pub gate: BTreeMap<String, u64>,
+    /// Evictions the API server admitted in namespaces the gate covers (the simulator's audit log): a
+    /// gate in front of every one has allowed at least as many.
+    pub evictions_admitted: u64,
     pub elapsed: Duration,
 }
 
@@ -71,6 +88,14 @@ impl RunReport {
     /// 0 violations, 100% terminal plans, 0 duplicates, holds consistent.
     pub fn clean(&self) -> bool {
         self.verdict.clean() && self.verdict.holds_consistent()
+    }
+
+    /// Whether the gate stood in front of every eviction admitted where it applies: it allowed at least
+    /// as many (an eviction it allowed may still meet a PodDisruptionBudget), and no failed call let
+    /// one through (`failurePolicy: Fail`).
+    pub fn gated(&self) -> bool {
+        let n = |k: &str| self.gate.get(k).copied().unwrap_or(0);
+        n("allowed") > 0 && n("allowed") >= self.evictions_admitted && n("failed-open") == 0
     }
 }
 
@@ -85,7 +110,7 @@ impl std::fmt::Display for RunReport {
         };
         writeln!(
             f,
-            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} let-go={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} faults injected: {} (scheduled: {}) ({:.1}s)",
+            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} let-go={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} (process SIGKILLs {}) gate (failurePolicy Fail): {} evictions-admitted={} faults injected: {} (scheduled: {}) ({:.1}s)",
             self.seed,
             v.plans,
             self.scheduled,
@@ -99,6 +124,9 @@ impl std::fmt::Display for RunReport {
             v.holds_lost.len(),
             v.holds_orphaned.len(),
             self.kills,
+            self.process_kills,
+            by_kind(&self.gate),
+            self.evictions_admitted,
             by_kind(&self.faults),
             by_kind(&self.scheduled_faults),
             self.elapsed.as_secs_f64(),
@@ -118,6 +146,14 @@ impl std::fmt::Display for RunReport {
         for (what, items) in lists {
             for i in items {
                 writeln!(f, "  {what}: {i}")?;
+            }
+        }
+        if !self.clean() || !self.gated() {
+            for (identity, lines) in &self.process_logs {
+                writeln!(f, "  last lines of replica process {identity}:")?;
+                for l in lines {
+                    writeln!(f, "    {l}")?;
+                }
             }
         }
         Ok(())
@@ -145,6 +181,41 @@ pub async fn run(opts: &Options) -> RunReport {
         for set in &mut s.stateful_sets {
             set.replicas += 1;
         }
+        // EKS managed node groups Cluster Autoscaler manages, one node per zone. CA scales down what the
+        // schedule asks (its own scans off: they would pick nodes outside the schedule); its eviction
+        // retries and waits cut to seconds. The node in us-east-1a is twice the size of the others, so
+        // the scheduler (the most free CPU among the nodes with the fewest pods of the same owner) puts
+        // the first pod of each StatefulSet there, and the first CA plan finds protected pods to take.
+        let ca_group =
+            |name: Option<&str>, prefix: Option<&str>, zones: &[&str], size: &str| NodeGroup {
+                name: name.map(str::to_string),
+                prefix: prefix.map(str::to_string),
+                count: Some(zones.len() as u32),
+                zones: zones.iter().map(|z| z.to_string()).collect(),
+                instance_type: size.into(),
+                os_version: snapdrain_sim::scenario::format::default_os_version(),
+                labels: BTreeMap::from([(NODE_GROUP_LABEL.to_string(), "workers".to_string())]),
+                ..NodeGroup::default()
+            };
+        s.nodes.push(ca_group(
+            Some("ca-workers-large"),
+            None,
+            &["us-east-1a"],
+            "m6i.2xlarge",
+        ));
+        s.nodes.push(ca_group(
+            None,
+            Some("ca-workers"),
+            &["us-east-1b", "us-east-1c"],
+            "m6i.xlarge",
+        ));
+        s.cluster_autoscaler = Some(AutoscalerSettings {
+            eviction_retry_time: Duration::from_secs(1),
+            max_pod_eviction_time: Duration::from_secs(60),
+            pod_eviction_headroom: Duration::from_secs(2),
+            pod_gone_poll: Duration::from_millis(200),
+            ..AutoscalerSettings::default()
+        });
     })
     .await;
     let protected = crate::safety::protected_pods(&items(&h, &ResKey::core("pods"), None));
@@ -159,7 +230,13 @@ pub async fn run(opts: &Options) -> RunReport {
         .create(&kube::api::PostParams::default(), &policy)
         .await
         .expect("create the DisruptionPolicy");
-    let mut replicas = Replicas::start(&h, opts).await;
+    // The eviction gate under `failurePolicy: Fail`, served by every replica: every eviction (the
+    // plans', Karpenter's, CA's) goes through it, and with the gate down none is admitted.
+    crate::eviction::namespace(&h.client, gate::NS, json!({})).await;
+    gate::configuration(&h.client, "Fail", None).await;
+    let mut replicas = Replicas::start(&h, opts.lease_seconds, opts.bin.clone()).await;
+    replicas.point_gate().await;
+    gate_ready(&h).await;
     let mut outcomes = Vec::new();
     let mut skipped = Vec::new();
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
@@ -173,10 +250,10 @@ pub async fn run(opts: &Options) -> RunReport {
             skipped.push(format!(
                 "{}: no node runs protected pods beside an open node of its zone{}",
                 episode.mode.as_str(),
-                if episode.mode.needs_nodeclaim() {
-                    " and belongs to Karpenter"
-                } else {
-                    ""
+                match episode.mode.owner() {
+                    Owner::Any => "",
+                    Owner::Karpenter => " and belongs to Karpenter",
+                    Owner::NodeGroup => " and belongs to a node group of Cluster Autoscaler",
                 }
             ));
             continue;
@@ -214,9 +291,36 @@ pub async fn run(opts: &Options) -> RunReport {
         .not_terminal
         .iter()
         .map(|p| why_stuck(&h, p.split(' ').next().unwrap_or_default()))
+        .chain(
+            verdict
+                .holds_orphaned
+                .iter()
+                .filter_map(|o| why_held(&h, o)),
+        )
         .collect();
-    let kills = replicas.kills;
-    replicas.shutdown().await;
+    let (kills, process_kills) = (replicas.kills, replicas.process_kills);
+    let process_logs = replicas.shutdown().await;
+    let gate = h
+        .cluster
+        .api
+        .state
+        .admission
+        .outcomes(gate::HOOK)
+        .into_iter()
+        .map(|(o, n)| (o.as_str().to_string(), n))
+        .collect();
+    let evictions_admitted = h
+        .audit()
+        .iter()
+        .filter(|e| {
+            e.source == "api"
+                && e.verb == "create"
+                && e.resource == "pods/eviction"
+                && e.code.is_some_and(|c| (200..300).contains(&c))
+                // The gate's namespaceSelector leaves out kube-system and its own namespace.
+                && !matches!(e.namespace.as_deref(), Some("kube-system" | gate::NS))
+        })
+        .count() as u64;
     let mut faults = h.cluster.faults.injected();
     faults.insert("kill".into(), kills);
     if let Some(n) = counts.get("lease-loss") {
@@ -232,7 +336,42 @@ pub async fn run(opts: &Options) -> RunReport {
         scheduled_faults: counts,
         faults,
         kills,
+        process_kills,
+        process_logs,
+        gate,
+        evictions_admitted,
         elapsed: started.elapsed(),
+    }
+}
+
+/// Waits until the gate's configuration carries the CA that signs its certificate (the gate patches it
+/// on its first pass): before that, under `failurePolicy: Fail`, every eviction would be refused.
+async fn gate_ready(h: &Harness) {
+    let key = ResKey::new(
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = h
+            .cluster
+            .store
+            .get(&key, None, gate::CONFIGURATION)
+            .and_then(|c| {
+                c.pointer("/webhooks/0/clientConfig/caBundle")
+                    .and_then(Value::as_str)
+                    .map(|b| !b.is_empty())
+            })
+            .unwrap_or(false);
+        if ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gate did not patch its caBundle into {} within 30 s",
+            gate::CONFIGURATION
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -361,6 +500,43 @@ fn why_stuck(h: &Harness, plan: &str) -> String {
     )
 }
 
+/// For an orphaned hold on a Velero pod (a PodVolumeBackup's hosting pod, named after it): the
+/// PodVolumeBackup's phase, and what the world recorded about it and about Velero restarts.
+fn why_held(h: &Harness, orphaned: &str) -> Option<String> {
+    let pod = orphaned.strip_prefix("pod velero/")?.split(' ').next()?;
+    let pvb = h.cluster.store.get(
+        &ResKey::new("velero.io", "podvolumebackups"),
+        Some("velero"),
+        pod,
+    );
+    let phase = pvb
+        .as_ref()
+        .and_then(|p| p.pointer("/status/phase").and_then(Value::as_str))
+        .unwrap_or("(none)")
+        .to_string();
+    let events: Vec<String> = h
+        .audit()
+        .iter()
+        .filter(|e| {
+            e.name.as_deref() == Some(pod)
+                || (e.source == "world"
+                    && e.verb == "restart"
+                    && e.namespace.as_deref() == Some("velero"))
+                || (e.source == "world" && e.verb == "stop" && e.resource == "deployments.apps")
+        })
+        .map(|e| {
+            format!(
+                "{} {} {} {} {}",
+                e.time, e.source, e.verb, e.resource, e.detail
+            )
+        })
+        .collect();
+    Some(format!(
+        "held Velero pod {pod}: its PodVolumeBackup is {phase}; {}",
+        events.join(" | ")
+    ))
+}
+
 /// Waits until every plan is terminal, or `limit` passes (the judge then names the ones that are not).
 async fn all_terminal(h: &Harness, limit: Duration) {
     let deadline = Instant::now() + limit;
@@ -421,7 +597,7 @@ fn judge_now(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Ver
 
 /// A node that runs protected pods (by the oracle's rule) and shares its zone with another open node
 /// (the pods' volumes are zonal: the last node of a zone would leave them Pending for good); a
-/// Karpenter node when the mode's signal comes from its NodeClaim.
+/// Karpenter node when the mode's signal comes from its NodeClaim, one of CA's node groups for CA.
 fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
     const ZONE: &str = "topology.kubernetes.io/zone";
     let nodes = items(h, &ResKey::core("nodes"), None);
@@ -462,10 +638,19 @@ fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
                 ))
         })
     };
-    let karpenters = |n: &Value| {
-        n.pointer("/metadata/ownerReferences")
+    let ca_managed = |n: &Value| {
+        n.pointer("/metadata/labels")
+            .and_then(|l| l.get(NODE_GROUP_LABEL))
+            .is_some()
+    };
+    let owned = |n: &Value| match mode.owner() {
+        // CA's nodes are left to CA's mode, which has only those three.
+        Owner::Any => !ca_managed(n),
+        Owner::Karpenter => n
+            .pointer("/metadata/ownerReferences")
             .and_then(Value::as_array)
-            .is_some_and(|o| o.iter().any(|r| r["kind"] == "NodeClaim"))
+            .is_some_and(|o| o.iter().any(|r| r["kind"] == "NodeClaim")),
+        Owner::NodeGroup => ca_managed(n),
     };
     let busy: BTreeSet<String> = items(h, &plans_key(), None)
         .iter()
@@ -485,7 +670,7 @@ fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
         .collect();
     let mut candidates: Vec<String> = nodes
         .iter()
-        .filter(|n| open(n) && (!mode.needs_nodeclaim() || karpenters(n)))
+        .filter(|n| open(n) && owned(n))
         .filter_map(|n| {
             let name = n.pointer("/metadata/name")?.as_str()?;
             let sibling = nodes.iter().any(|m| {
@@ -538,6 +723,16 @@ async fn disrupt(h: &Harness, mode: Mode, node: &str, name: &str) -> Result<(), 
             h.cluster
                 .act(&action)
                 .map_err(|e| format!("spot interruption notice for {node}: {e}"))?;
+        }
+        Mode::ClusterAutoscaler => {
+            let ca = h
+                .cluster
+                .autoscaler
+                .as_ref()
+                .ok_or("the simulated cluster runs no Cluster Autoscaler")?;
+            if !ca.scale_down(node) {
+                return Err("the simulated Cluster Autoscaler has stopped".into());
+            }
         }
         Mode::NodeClaimDeleted => {
             let claim = h.nodeclaim_of(node).await;
@@ -639,70 +834,4 @@ fn describe(p: &Value) -> (String, String) {
             .to_string(),
         format!("{phase}{message}"),
     )
-}
-
-/// The controller replicas: two, leader-elected; a killed one is replaced by a new one.
-struct Replicas<'a> {
-    h: &'a Harness,
-    live: Vec<(String, ControllerHandle)>,
-    started: u32,
-    kills: u64,
-    lease_seconds: u64,
-}
-
-impl<'a> Replicas<'a> {
-    async fn start(h: &'a Harness, opts: &Options) -> Self {
-        let mut r = Self {
-            h,
-            live: Vec::new(),
-            started: 0,
-            kills: 0,
-            lease_seconds: opts.lease_seconds,
-        };
-        r.add().await;
-        r.add().await;
-        r
-    }
-
-    async fn add(&mut self) {
-        self.started += 1;
-        let identity = format!("replica-{}", self.started);
-        let opts = RunOptions {
-            lease_namespace: Some("default".into()),
-            lease_seconds: self.lease_seconds,
-            ..RunOptions::default()
-        };
-        let handle = self.h.controller_with(opts, &identity).await;
-        self.live.push((identity, handle));
-    }
-
-    /// The identity of the replica that acts now, if one does.
-    fn leader(&self) -> Option<String> {
-        self.live
-            .iter()
-            .find(|(_, c)| *c.leading.borrow())
-            .map(|(id, _)| id.clone())
-    }
-
-    /// Kills the acting replica (the oldest when none acts) as a crash would, and starts a new one.
-    async fn kill_leader(&mut self) {
-        let at = self
-            .live
-            .iter()
-            .position(|(_, c)| *c.leading.borrow())
-            .unwrap_or(0);
-        if at < self.live.len() {
-            let (identity, handle) = self.live.remove(at);
-            tracing::info!(%identity, "chaos: killing a controller replica");
-            handle.kill();
-            self.kills += 1;
-        }
-        self.add().await;
-    }
-
-    async fn shutdown(self) {
-        for (_, c) in self.live {
-            c.shutdown().await;
-        }
-    }
 }

@@ -22,15 +22,20 @@ pub enum Mode {
     /// queue, deletes the NodeClaim at once (a forceful Release plan), and EC2 reclaims the instance at
     /// the notice's deadline whatever was drained.
     SpotInterruption,
+    /// Cluster Autoscaler scales the node down (it found it unneeded): its `ToBeDeletedByClusterAutoscaler`
+    /// taint is the signal of a Release plan, and its drain's evictions wait at the eviction gate. The
+    /// node is one of CA's node groups, not Karpenter's.
+    ClusterAutoscaler,
 }
 
-pub const MODES: [Mode; 6] = [
+pub const MODES: [Mode; 7] = [
     Mode::ExecuteReplace,
     Mode::Execute,
     Mode::Manual,
     Mode::Drift,
     Mode::NodeClaimDeleted,
     Mode::SpotInterruption,
+    Mode::ClusterAutoscaler,
 ];
 
 impl Mode {
@@ -42,15 +47,17 @@ impl Mode {
             Self::Drift => "drift",
             Self::NodeClaimDeleted => "nodeclaim-deleted",
             Self::SpotInterruption => "spot-interruption",
+            Self::ClusterAutoscaler => "cluster-autoscaler",
         }
     }
 
-    /// Whether the node must be Karpenter's (the signal comes from its NodeClaim).
-    pub fn needs_nodeclaim(self) -> bool {
-        matches!(
-            self,
-            Self::Drift | Self::NodeClaimDeleted | Self::SpotInterruption
-        )
+    /// Whose node the plan must take: the signal comes from Karpenter's NodeClaim or from CA.
+    pub fn owner(self) -> Owner {
+        match self {
+            Self::Drift | Self::NodeClaimDeleted | Self::SpotInterruption => Owner::Karpenter,
+            Self::ClusterAutoscaler => Owner::NodeGroup,
+            Self::ExecuteReplace | Self::Execute | Self::Manual => Owner::Any,
+        }
     }
 
     /// Whether the node's capacity comes back (a replacement or Karpenter's drift replacement).
@@ -59,10 +66,20 @@ impl Mode {
     }
 }
 
+/// Whose nodes a mode may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    Any,
+    /// A node of a Karpenter NodeClaim.
+    Karpenter,
+    /// A node of a node group Cluster Autoscaler manages.
+    NodeGroup,
+}
+
 /// One fault, done from outside the controller.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Fault {
-    /// A rule for the simulator's `/sim/faults` (api, watch, s3, ec2, velero).
+    /// A rule for the simulator's `/sim/faults` (api, watch, s3, ec2, admission, velero).
     Rule(Value),
     /// The leading replica dies at once (its in-flight work abandoned); a new replica starts.
     KillLeader,
@@ -118,6 +135,10 @@ const API_TARGETS: &[(&str, &str)] = &[
     ("create", "events"),
 ];
 
+/// The eviction gate's webhook, as its ValidatingWebhookConfiguration names it
+/// ([`crate::gate::HOOK`]): the `admission` faults aim at its calls.
+const GATE: &str = crate::gate::HOOK;
+
 /// Watches the controller's caches and its plan controller hold.
 const WATCHED: &[&str] = &[
     "disruptionplans.snapdrain.io",
@@ -168,7 +189,7 @@ fn fault(rng: &mut Rng, window: u64) -> Vec<Timed> {
     let at_ms = rng.below(window);
     let rule = |v: Value| Fault::Rule(v);
     let one = |fault| vec![Timed { at_ms, fault }];
-    match rng.below(9) {
+    match rng.below(11) {
         0 => {
             let (verb, resource) = *rng.pick(API_TARGETS);
             let code = *rng.pick(&[500u16, 503, 429, 409]);
@@ -232,7 +253,25 @@ fn fault(rng: &mut Rng, window: u64) -> Vec<Timed> {
                 ))
             }
         }
-        7 => one(rule(json!({"kind": "velero", "restart": "server"}))),
+        // The gate slow (under its 5 s timeoutSeconds, or past it: the call then fails) or down, a
+        // share of its calls or all of them for a window; under `failurePolicy: Fail` a failed call
+        // refuses the eviction.
+        7 => {
+            let slow = rng.between(100, 1500);
+            let ms = if rng.chance(0.3) { 6000 } else { slow };
+            one(rule(
+                json!({"kind": "admission", "webhook": GATE, "latencyMs": ms}),
+            ))
+        }
+        8 => {
+            let mut r = json!({"kind": "admission", "webhook": GATE,
+                "errorRate": *rng.pick(&[0.5, 1.0])});
+            if rng.chance(0.5) {
+                r["durationMs"] = json!(rng.between(500, 2500));
+            }
+            one(rule(r))
+        }
+        9 => one(rule(json!({"kind": "velero", "restart": "server"}))),
         _ => one(rule(json!({"kind": "velero", "restart": "node-agent"}))),
     }
 }
@@ -250,7 +289,7 @@ mod tests {
     #[test]
     fn the_first_plans_go_through_every_mode_and_faults_stay_in_the_window() {
         for seed in 0..50 {
-            let s = schedule(seed, 7, 2000);
+            let s = schedule(seed, MODES.len() + 1, 2000);
             let mut first: Vec<Mode> = s.episodes[..MODES.len()].iter().map(|e| e.mode).collect();
             first.sort();
             assert_eq!(first, MODES.to_vec(), "seed {seed}");
@@ -260,6 +299,33 @@ mod tests {
                 assert!(e.faults.iter().all(|t| t.at_ms < 2000));
             }
         }
+    }
+
+    #[test]
+    fn the_gate_is_slowed_and_downed_by_name() {
+        let rules: Vec<Value> = (0..50)
+            .flat_map(|seed| schedule(seed, 8, 3000).episodes)
+            .flat_map(|e| e.faults)
+            .filter_map(|t| match t.fault {
+                Fault::Rule(r) if r["kind"] == "admission" => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert!(rules.iter().all(|r| r["webhook"] == crate::gate::HOOK));
+        assert!(
+            rules.iter().any(|r| r.get("latencyMs").is_some()),
+            "some slow gate"
+        );
+        assert!(
+            rules.iter().any(|r| r["latencyMs"] == 6000),
+            "some past its timeout"
+        );
+        assert!(
+            rules
+                .iter()
+                .any(|r| r["errorRate"] == 1.0 && r.get("durationMs").is_some()),
+            "some gate down for a window"
+        );
     }
 
     #[test]

@@ -248,6 +248,21 @@ async fn fault_rules_make_the_webhook_down_or_slow() {
     assert!(started.elapsed() >= std::time::Duration::from_millis(400));
     assert_eq!(gate.reviews().len(), 1);
     assert!(!terminating(get_pod(&client, "shop", "db-0").await));
+    // The simulator's own record of each call's end, which judges read instead of asking the webhook.
+    sim.faults.set(Vec::new());
+    gate.deny.store(false, Ordering::SeqCst);
+    pods.evict("db-0", &EvictParams::default())
+        .await
+        .expect("the gate allows now");
+    use snapdrain_sim::apiserver::admission::CallOutcome;
+    assert_eq!(
+        sim.api.state.admission.outcomes(HOOK),
+        std::collections::BTreeMap::from([
+            (CallOutcome::Allowed, 1),
+            (CallOutcome::Denied, 1),
+            (CallOutcome::FailedClosed, 1),
+        ])
+    );
 }
 
 /// A webhook that never answers is cut at its `timeoutSeconds`, as kube-apiserver's call is (kubernetes

@@ -120,9 +120,7 @@ pub async fn run(ctx: Arc<WorldContext>, config: VeleroConfig, handle: VeleroHan
                 if changed.is_err() {
                     return;
                 }
-                for (_, task) in running.drain() {
-                    task.abort();
-                }
+                stop_all(&mut running).await;
                 server_start(&ctx, &config, &handle, &mut running);
             }
             restart = fault_restarts.recv() => match restart {
@@ -152,9 +150,7 @@ pub async fn run(ctx: Arc<WorldContext>, config: VeleroConfig, handle: VeleroHan
         }
         match follow_server(&ctx, &config, &mut server) {
             Some(Transition::Stopped) => {
-                for (_, task) in running.drain() {
-                    task.abort();
-                }
+                stop_all(&mut running).await;
                 ctx.audit.world(
                     "stop",
                     "deployments.apps",
@@ -429,6 +425,18 @@ fn server_start(
         }
     }
     let _ = handle;
+}
+
+/// Stops the old server's backup tasks and waits until each has: a task being polled on another worker
+/// thread when aborted runs on to its next await, and could create PodVolumeBackups or hosting pods
+/// after the new server's start swept the unfinished ones (left running for good, their pods holding
+/// their nodes). The real server is gone before its successor starts.
+async fn stop_all(running: &mut HashMap<String, JoinHandle<()>>) {
+    for (_, task) in running.drain() {
+        task.abort();
+        // Cancelled (or done first): either way it runs no more.
+        let _ = task.await;
+    }
 }
 
 /// Sets each BSL's phase from a check of its bucket, writing only when something changed.
