@@ -29,7 +29,11 @@ const NS: &str = "snapdrain";
 /// Dry-run evictions per run and per kind of pod.
 const REQUESTS: usize = 50;
 
-async fn create<K>(api: &Api<K>, obj: serde_json::Value, what: &str) -> anyhow::Result<()>
+pub(super) async fn create<K>(
+    api: &Api<K>,
+    obj: serde_json::Value,
+    what: &str,
+) -> anyhow::Result<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
 {
@@ -47,7 +51,12 @@ const STORM_CONCURRENCY: usize = 32;
 const STORM: usize = 400;
 
 /// Times one dry-run eviction of `ns/name`, which must get `want` (429 held, 201 allowed).
-async fn evict_once(client: &Client, ns: &str, name: &str, want: u16) -> anyhow::Result<Duration> {
+pub(super) async fn evict_once(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    want: u16,
+) -> anyhow::Result<Duration> {
     let body = json!({"apiVersion": "policy/v1", "kind": "Eviction",
         "metadata": {"name": name, "namespace": ns}, "deleteOptions": {"dryRun": ["All"]}});
     let req = http::Request::post(format!(

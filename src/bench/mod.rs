@@ -13,6 +13,8 @@
 //! - [`rollout`]: a 20-node Karpenter drift rollout, alone and guarded by snapdrain.
 //! - [`scale`]: the controller process at `scale-5k`: cache sync, memory, a plan's drain.
 //! - [`chaos`]: the chaos suite's runs for the seeds asked, judged (`--only chaos` alone).
+//! - [`soak`]: weeks of plan churn compressed: the controller's memory, API traffic and gate latency
+//!   through thousands of plans, judged (`--only soak` alone).
 
 pub mod api;
 pub mod chaos;
@@ -27,6 +29,7 @@ pub mod scale;
 pub mod scenarios;
 pub mod signals;
 pub mod sim;
+pub mod soak;
 pub mod stats;
 
 pub use report::{Figure, Report};
@@ -42,6 +45,8 @@ pub enum Only {
     Rollout,
     Scale,
     Signals,
+    /// Only when asked for: thousands of plans take minutes.
+    Soak,
     All,
 }
 
@@ -54,8 +59,10 @@ pub struct Options {
     pub watchers: usize,
     /// Chaos runs: one per seed.
     pub seeds: Vec<u64>,
-    /// Plans per chaos run (default: the short form's, one per mode).
+    /// Plans per chaos run (default: the short form's, one per mode), or the soak's disruptions.
     pub plans: Option<usize>,
+    /// The soak's scenario.
+    pub scenario: String,
 }
 
 pub async fn run(opts: &Options) -> Report {
@@ -129,6 +136,16 @@ pub async fn run(opts: &Options) -> Report {
     }
     if opts.only == Only::Chaos {
         chaos::run(&opts.seeds, opts.plans, &mut report).await;
+    }
+    if opts.only == Only::Soak {
+        let soak_opts = soak::Options {
+            plans: opts.plans.unwrap_or(soak::DEFAULT_PLANS),
+            seed: opts.seeds.first().copied().unwrap_or(1),
+            scenario: opts.scenario.clone(),
+        };
+        if let Err(e) = soak::run(&soak_opts, &mut report).await {
+            report.skipped("soak", "plan churn", format!("failed: {e:#}"));
+        }
     }
     report
 }

@@ -34,7 +34,7 @@ fn step_mark(line: &str) -> Option<String> {
 }
 
 /// Resident and peak memory of process `pid`, MiB (Linux `/proc/PID/status`).
-fn rss_of(pid: u32) -> Option<(f64, f64)> {
+pub(super) fn rss_of(pid: u32) -> Option<(f64, f64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kib = |key: &str| {
         text.lines()

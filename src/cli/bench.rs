@@ -22,9 +22,14 @@ pub struct BenchArgs {
     /// Chaos runs (`--only chaos`): the seeds, a list `1,2,3` or a range `1..=20`.
     #[arg(long, default_value = "11")]
     pub seed: String,
-    /// Plans per chaos run (`--only chaos`); default one per mode.
+    /// Plans per chaos run (`--only chaos`; default one per mode), or disruptions in the soak
+    /// (`--only soak`; default 2,000).
     #[arg(long)]
     pub plans: Option<usize>,
+    /// The soak's cluster (`--only soak`): a built-in scenario or a scenario file (`quickstart` is grown
+    /// to twelve nodes).
+    #[arg(long, default_value = "quickstart")]
+    pub scenario: String,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -43,6 +48,8 @@ pub enum Section {
     Scale,
     /// A NodeClaim deleted -> its plan and Velero Backup (also part of `controller`).
     Signals,
+    /// Weeks of plan churn compressed (only when asked for): memory, API traffic, gate latency, judged.
+    Soak,
     All,
 }
 
@@ -56,6 +63,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Section::Rollout => Only::Rollout,
         Section::Scale => Only::Scale,
         Section::Signals => Only::Signals,
+        Section::Soak => Only::Soak,
         Section::All => Only::All,
     };
     let report = bench::run(&bench::Options {
@@ -65,6 +73,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         watchers: args.watchers,
         seeds: seeds(&args.seed)?,
         plans: args.plans,
+        scenario: args.scenario,
     })
     .await;
     if args.json {
