@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
+use backon::{ExponentialBuilder, Retryable};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -66,7 +67,16 @@ pub async fn start_scenario(
     })
     .await?;
     let client = Client::try_from(cluster.kube_config())?;
-    snapdrain_testkit::harness::install_plan_crd(&client)
+    // A world as large as scale-5k keeps the server's runtime busy while it starts, long enough for a
+    // TLS handshake to be cut (a reset connection); the API's own answers are not retried.
+    (|| snapdrain_testkit::harness::install_plan_crd(&client))
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(5))
+                .with_max_times(12),
+        )
+        .when(|e| !matches!(e, kube::Error::Api(_)))
         .await
         .context("installing the DisruptionPlan and DisruptionPolicy CRDs")?;
     let node = cluster
