@@ -825,7 +825,18 @@ async fn soak(
         "count",
     );
     f.target = Some("0".into());
-    f.note = listed(&holds);
+    f.note = listed(&holds).map(|n| {
+        let velero: Vec<String> = verdict
+            .holds_orphaned
+            .iter()
+            .filter_map(|h| velero_pod_state(b, h))
+            .collect();
+        if velero.is_empty() {
+            n
+        } else {
+            format!("{n}; {}", velero.join("; "))
+        }
+    });
     let f = report.add(
         SECTION,
         "disruptions timed out",
@@ -853,6 +864,43 @@ fn past_ttl(p: &Value, live: &BTreeSet<String>) -> bool {
                 .all(|n| n.as_str().is_none_or(|n| !live.contains(n)))
         });
     terminal(p) && nodes_gone && age.as_secs() > HISTORY_TTL.as_secs() as i64 + 10
+}
+
+/// For an orphaned hold on a Velero pod (a PodVolumeBackup's hosting pod, named after it): where the
+/// pod is bound and whether that node still exists, its PodVolumeBackup's phase and its Backup's.
+fn velero_pod_state(b: &Bench, orphaned: &str) -> Option<String> {
+    let pod = orphaned.strip_prefix("pod velero/")?.split(' ').next()?;
+    let store = &b.cluster.store;
+    let get = |key: ResKey, name: &str| store.get(&key, Some("velero"), name).map(|v| (*v).clone());
+    let pod_obj = get(ResKey::core("pods"), pod);
+    let node = pod_obj
+        .as_ref()
+        .and_then(|p| str_at(p, "/spec/nodeName").map(str::to_string));
+    let node_exists = node
+        .as_deref()
+        .is_some_and(|n| store.get(&ResKey::core("nodes"), None, n).is_some());
+    let pvb = get(ResKey::new("velero.io", "podvolumebackups"), pod);
+    let backup_name = pvb.as_ref().and_then(|v| {
+        v.pointer("/metadata/labels/velero.io~1backup-name")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    });
+    let backup = backup_name
+        .as_deref()
+        .and_then(|n| get(ResKey::new("velero.io", "backups"), n));
+    let phase = |v: &Option<Value>| {
+        v.as_ref()
+            .and_then(|v| str_at(v, "/status/phase").map(str::to_string))
+            .unwrap_or_else(|| "(none)".into())
+    };
+    Some(format!(
+        "{pod}: bound to {} ({}), PodVolumeBackup {}, Backup {} {}",
+        node.as_deref().unwrap_or("no node"),
+        if node_exists { "exists" } else { "gone" },
+        phase(&pvb),
+        backup_name.as_deref().unwrap_or("(unknown)"),
+        phase(&backup)
+    ))
 }
 
 /// The pods on `node` with their holds, for a disruption that did not end (`""`: the pods not Running).
