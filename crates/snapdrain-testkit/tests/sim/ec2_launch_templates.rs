@@ -159,6 +159,20 @@ async fn create_fleet_answers_an_unknown_ami_in_each_overrides_error_set() {
     assert!(sim.instances().is_empty(), "nothing was launched");
 }
 
+/// The version of a template as a launch names it (by name or id; a number, `$Latest`, `$Default`).
+async fn version_of(
+    cloud: &Ec2Cloud,
+    id_or_name: &str,
+    version: &str,
+) -> Result<TemplateVersion, CloudError> {
+    cloud
+        .launch_template_version(&LaunchTemplateRef {
+            id_or_name: id_or_name.into(),
+            version: version.into(),
+        })
+        .await
+}
+
 #[tokio::test]
 async fn launch_template_versions_are_described_and_launched_as_named() {
     let (sim, cloud) = start().await;
@@ -248,12 +262,6 @@ async fn launch_template_versions_are_described_and_launched_as_named() {
     );
 
     // As a launch names them, by name or id.
-    let version = |id_or_name: &str, version: &str| {
-        cloud.launch_template_version(&LaunchTemplateRef {
-            id_or_name: id_or_name.into(),
-            version: version.into(),
-        })
-    };
     let want = |n: i64, image: &str, t: Option<&str>| TemplateVersion {
         template_id: Some(id.clone()),
         version_number: Some(n),
@@ -262,32 +270,34 @@ async fn launch_template_versions_are_described_and_launched_as_named() {
         instance_requirements: false,
     };
     assert_eq!(
-        version("workers", "$Default").await.expect("$Default"),
+        version_of(&cloud, "workers", "$Default")
+            .await
+            .expect("$Default"),
         want(1, BOTTLEROCKET_X86_64, Some("m6i.large"))
     );
     assert_eq!(
-        version(&id, "$Latest").await.expect("$Latest"),
+        version_of(&cloud, &id, "$Latest").await.expect("$Latest"),
         want(3, BOTTLEROCKET_X86_64, None)
     );
     assert_eq!(
-        version("workers", "2").await.expect("2"),
+        version_of(&cloud, "workers", "2").await.expect("2"),
         want(2, BOTTLEROCKET_ARM64, Some("m6i.large"))
     );
 
     // What does not exist, each a permanent error naming it.
     let refused = [
         (
-            version("no-such-template", "$Default").await,
+            version_of(&cloud, "no-such-template", "$Default").await,
             "InvalidLaunchTemplateName.NotFoundException",
             "The specified launch template, with template name no-such-template, does not exist.",
         ),
         (
-            version("lt-0000000000000dead", "$Default").await,
+            version_of(&cloud, "lt-0000000000000dead", "$Default").await,
             "InvalidLaunchTemplateId.NotFound",
             "The specified launch template, with template ID lt-0000000000000dead, does not exist.",
         ),
         (
-            version("workers", "7").await,
+            version_of(&cloud, "workers", "7").await,
             "InvalidLaunchTemplateId.VersionNotFound",
             &format!(
                 "Could not find the specified version 7 for the launch template with ID {id}."
