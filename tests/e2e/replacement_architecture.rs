@@ -8,8 +8,14 @@
 //! The scenario's nodes are m6i instances running an x86_64 Bottlerocket AMI; the plans name no image,
 //! so the replacement gets the replaced instance's (copied from DescribeInstances).
 
+use aws_sdk_ec2::types::{
+    InstanceType, LaunchTemplateIamInstanceProfileSpecificationRequest, RequestLaunchTemplateData,
+};
 use serde_json::json;
 use snapdrain::api::status::PlanPhase;
+use snapdrain::cloud::ec2::Ec2Cloud;
+use snapdrain_sim::ec2::images::{BOTTLEROCKET_ARM64, BOTTLEROCKET_X86_64};
+use snapdrain_sim::ec2::{CLUSTER_SECURITY_GROUP, NODE_INSTANCE_PROFILE};
 use snapdrain_testkit::harness::{Harness, TIMEOUT};
 
 use super::replacement_join::{assert_untouched, instance_of};
@@ -101,5 +107,185 @@ async fn a_mixed_list_launches_only_the_instance_types_that_run_the_ami() {
             .instance_type,
         "m6i.xlarge"
     );
+    controller.shutdown().await;
+}
+
+/// The platform team's launch template `workers` in the harness's simulated EC2, through the real
+/// aws-sdk-ec2: version 1 (the default) an x86_64 Bottlerocket AMI on m6i.xlarge with what a node needs
+/// to join (instance profile, cluster security group; no user data: plans send theirs), version 2 the
+/// same with the arm64 AMI (CreateLaunchTemplateVersion from SourceVersion 1 inherits the type).
+async fn workers_template(h: &Harness) {
+    let ec2 = h
+        .cluster
+        .ec2
+        .as_ref()
+        .expect("the harness runs the EC2 simulator");
+    let cloud = Ec2Cloud::with_endpoint(
+        &ec2.endpoint(),
+        &ec2.config().region,
+        Some(("test", "test")),
+    )
+    .await;
+    let sdk = cloud.client();
+    let v1 = RequestLaunchTemplateData::builder()
+        .image_id(BOTTLEROCKET_X86_64)
+        .instance_type(InstanceType::M6iXlarge)
+        .iam_instance_profile(
+            LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                .arn(ec2.config().instance_profile_arn(NODE_INSTANCE_PROFILE))
+                .build(),
+        )
+        .security_group_ids(CLUSTER_SECURITY_GROUP)
+        .build();
+    sdk.create_launch_template()
+        .launch_template_name("workers")
+        .launch_template_data(v1)
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the simulated EC2 makes the template: {}",
+                aws_sdk_ec2::error::DisplayErrorContext(e)
+            )
+        });
+    sdk.create_launch_template_version()
+        .launch_template_name("workers")
+        .source_version("1")
+        .launch_template_data(
+            RequestLaunchTemplateData::builder()
+                .image_id(BOTTLEROCKET_ARM64)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the simulated EC2 makes version 2: {}",
+                aws_sdk_ec2::error::DisplayErrorContext(e)
+            )
+        });
+}
+
+/// Issue 22: the AMI and instance type a launch template carries are checked as the plan's are. The
+/// plan names neither: its launch takes both from the template version it names (`$Latest`, version
+/// 2: an arm64 AMI with an x86_64 type), which EC2 would refuse only at launch, after the drain.
+/// Planning reads that version with DescribeLaunchTemplateVersions and fails the plan with its node
+/// untouched; a plan launching version 1 (`$Default`) from the same template completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_arm64_ami_in_the_launch_template_version_fails_the_plan_before_the_node_is_cordoned() {
+    let h = Harness::start().await;
+    workers_template(&h).await;
+    h.set_policy(json!({"replacement": {"launchTemplates": ["workers"]}}))
+        .await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let old = instance_of(&h.node(&node).await.expect("the node"));
+    h.create_plan(
+        "template-arm64",
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "launchTemplate": {"name": "workers", "version": "$Latest"}, "bottlerocket": {}
+        }}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("template-arm64", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    assert_untouched(&h, "template-arm64", &node, &old).await;
+    let message = status.message.unwrap_or_default();
+    for want in [
+        format!("its AMI {BOTTLEROCKET_ARM64}"),
+        "from launch template workers version 2 ($Latest)".to_string(),
+        "is arm64".to_string(),
+        "m6i.xlarge (x86_64)".to_string(),
+        "list arm64 instance types in spec.replacement.instanceTypes".to_string(),
+        "no node was cordoned".to_string(),
+    ] {
+        assert!(message.contains(&want), "{want:?} is not in {message:?}");
+    }
+    assert!(
+        status.step_timings.keys().all(|p| p == "Pending"),
+        "the plan never left Pending: {:?}",
+        status.step_timings
+    );
+
+    h.create_plan(
+        "template-default",
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "launchTemplate": {"name": "workers"}, "bottlerocket": {}
+        }}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("template-default", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let join = status.nodes[0]
+        .join
+        .clone()
+        .expect("the node's join record");
+    assert_eq!(join.image_architecture.as_deref(), Some("x86_64"));
+    assert!(
+        join.from.iter().any(|f| f
+            == &format!("launchTemplate: launch template workers version 1 ($Default), its AMI {BOTTLEROCKET_X86_64}, its instance type m6i.xlarge")),
+        "{:?}",
+        join.from
+    );
+    let launched = h.instances_of("template-default");
+    assert_eq!(launched.len(), 1, "{launched:?}");
+    let ec2 = h.cluster.ec2.as_ref().expect("ec2");
+    let instance = ec2.instance(&launched[0]).expect("launched").info;
+    assert_eq!(
+        (instance.image_id.as_str(), instance.instance_type.as_str()),
+        (BOTTLEROCKET_X86_64, "m6i.xlarge")
+    );
+    controller.shutdown().await;
+}
+
+/// A launch template, or a version of it, that EC2 does not have would be refused only at launch
+/// (`InvalidLaunchTemplateName.NotFoundException`, `InvalidLaunchTemplateId.VersionNotFound`), after
+/// the drain: planning asks DescribeLaunchTemplateVersions for the version the launch names and fails
+/// the plan, naming the template and the fix, with its node untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_launch_template_or_version_ec2_does_not_have_fails_the_plan_before_the_node_is_cordoned()
+{
+    let h = Harness::start().await;
+    workers_template(&h).await;
+    h.set_policy(json!({"replacement": {"launchTemplates": ["workers", "no-such-template"]}}))
+        .await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let old = instance_of(&h.node(&node).await.expect("the node"));
+    let cases = [
+        (
+            "missing-template",
+            json!({"name": "no-such-template"}),
+            "spec.replacement.launchTemplate no-such-template does not exist in this region (EC2 DescribeLaunchTemplateVersions failed with InvalidLaunchTemplateName.NotFoundException: The specified launch template, with template name no-such-template, does not exist.); create it, or name another",
+        ),
+        (
+            "missing-version",
+            json!({"name": "workers", "version": "7"}),
+            "spec.replacement.launchTemplate workers has no version 7 (EC2 DescribeLaunchTemplateVersions failed with InvalidLaunchTemplateId.VersionNotFound: Could not find the specified version 7 for the launch template with ID lt-",
+        ),
+    ];
+    // One after the other: a node has one running plan at a time.
+    for (name, template, want) in cases {
+        h.create_plan(
+            name,
+            json!({"nodes": [node], "replacement": {
+                "when": "after-drain", "launchTemplate": template, "bottlerocket": {}
+            }}),
+        )
+        .await;
+        let plan = h.wait_plan(name, TIMEOUT, |p| p.is_terminal()).await;
+        let status = plan.status.expect("a terminal plan has a status");
+        assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+        let message = status.message.unwrap_or_default();
+        assert!(message.contains(want), "{want:?} is not in {message:?}");
+        assert!(message.contains("no node was cordoned"), "{message}");
+        assert_untouched(&h, name, &node, &old).await;
+    }
     controller.shutdown().await;
 }

@@ -206,7 +206,7 @@ async fn replacement_that_cannot_be_built_fails_before_the_node_is_touched() {
 
 /// A subnet or launch template the plan names that EC2 does not have would only be refused by the
 /// launch (`InvalidSubnetID.NotFound`, `InvalidLaunchTemplateName.NotFoundException`: EC2 API error
-/// codes), after the drain; planning asks DescribeSubnets and DescribeLaunchTemplates and fails first.
+/// codes), after the drain; planning asks DescribeSubnets and DescribeLaunchTemplateVersions and fails first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_subnet_or_launch_template_ec2_does_not_have_fails_the_plan_while_planning() {
     let h = Harness::start().await;

@@ -8,9 +8,9 @@ use base64::Engine as _;
 use super::bottlerocket::MAX_USER_DATA_BYTES;
 use super::params::Params;
 use super::state::{
-    self, FleetError, FleetLaunch, Instance, LaunchSecurity, LaunchTemplate, TemplateData,
-    TokenRecord, World,
+    self, FleetError, FleetLaunch, Instance, LaunchSecurity, TemplateData, TokenRecord, World,
 };
+use super::templates;
 use super::xml::Xml;
 use super::{
     DEFAULT_SECURITY_GROUP, FleetOverrideRecord, FleetRequest, InstanceInfo, InstanceState,
@@ -87,9 +87,15 @@ pub(super) fn dispatch(shared: &Arc<Shared>, p: &Params, request_id: &str) -> Ac
         "DescribeInstances" => describe_instances(shared, p, &mut x)?,
         "DescribeInstanceAttribute" => describe_instance_attribute(shared, p, &mut x)?,
         "CreateTags" => create_tags(shared, p, &mut x)?,
-        "CreateLaunchTemplate" => create_launch_template(shared, p, &mut x)?,
-        "DescribeLaunchTemplates" => describe_launch_templates(shared, p, &mut x)?,
-        "DeleteLaunchTemplate" => delete_launch_template(shared, p, &mut x)?,
+        "CreateLaunchTemplate" => templates::create_launch_template(shared, p, &mut x)?,
+        "CreateLaunchTemplateVersion" => {
+            templates::create_launch_template_version(shared, p, &mut x)?
+        }
+        "DescribeLaunchTemplates" => templates::describe_launch_templates(shared, p, &mut x)?,
+        "DescribeLaunchTemplateVersions" => {
+            templates::describe_launch_template_versions(shared, p, &mut x)?
+        }
+        "DeleteLaunchTemplate" => templates::delete_launch_template(shared, p, &mut x)?,
         "DescribeSubnets" => describe_subnets(shared, p, &mut x)?,
         "DescribeImages" => super::images::describe_images(shared, p, &mut x)?,
         "DescribeInstanceTypes" => super::images::describe_instance_types(p, &mut x)?,
@@ -100,7 +106,7 @@ pub(super) fn dispatch(shared: &Arc<Shared>, p: &Params, request_id: &str) -> Ac
             return Err(ApiError::bad(
                 "InvalidAction",
                 format!(
-                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, DescribeInstanceAttribute, CreateTags, CreateLaunchTemplate, DescribeLaunchTemplates, DeleteLaunchTemplate, DescribeSubnets, DescribeImages, DescribeInstanceTypes, CreateSnapshots, CreateSnapshot, DescribeSnapshots)."
+                    "The action {other} is not valid for this web service (the simulator implements RunInstances, CreateFleet, TerminateInstances, DescribeInstances, DescribeInstanceAttribute, CreateTags, CreateLaunchTemplate, CreateLaunchTemplateVersion, DescribeLaunchTemplates, DescribeLaunchTemplateVersions, DeleteLaunchTemplate, DescribeSubnets, DescribeImages, DescribeInstanceTypes, CreateSnapshots, CreateSnapshot, DescribeSnapshots)."
                 ),
             ));
         }
@@ -125,7 +131,7 @@ struct Resolved {
 /// `IamInstanceProfile.{Arn|Name}`, `SecurityGroupId.N` and `MetadataOptions.*` under `p`, checked
 /// against what exists (EC2 API reference, RunInstances; errors-overview: `InvalidGroup.NotFound`,
 /// `InvalidParameterValue`).
-fn launch_security(shared: &Shared, p: &Params) -> Result<LaunchSecurity, ApiError> {
+pub(super) fn launch_security(shared: &Shared, p: &Params) -> Result<LaunchSecurity, ApiError> {
     let config = &shared.config;
     let profile = match (
         p.get("IamInstanceProfile.Arn"),
@@ -216,7 +222,7 @@ fn refuse_blank_subnet(p: &Params, name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn decode_user_data(b64: &str) -> Result<Vec<u8>, ApiError> {
+pub(super) fn decode_user_data(b64: &str) -> Result<Vec<u8>, ApiError> {
     let raw = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
         .map_err(|_| {
@@ -234,7 +240,7 @@ fn decode_user_data(b64: &str) -> Result<Vec<u8>, ApiError> {
     Ok(raw)
 }
 
-fn check_image(image: &str) -> Result<(), ApiError> {
+pub(super) fn check_image(image: &str) -> Result<(), ApiError> {
     if image.starts_with("ami-") || image.starts_with("resolve:ssm:") {
         Ok(())
     } else {
@@ -245,7 +251,7 @@ fn check_image(image: &str) -> Result<(), ApiError> {
     }
 }
 
-fn check_instance_type(t: &str) -> Result<(), ApiError> {
+pub(super) fn check_instance_type(t: &str) -> Result<(), ApiError> {
     let ok = t.split_once('.').is_some_and(|(f, s)| {
         !f.is_empty()
             && !s.is_empty()
@@ -262,7 +268,7 @@ fn check_instance_type(t: &str) -> Result<(), ApiError> {
     }
 }
 
-fn subnet_for(
+pub(super) fn subnet_for(
     shared: &Shared,
     subnet: Option<&str>,
     zone: Option<&str>,
@@ -341,39 +347,20 @@ fn tag_list(p: &Params, prefix: &str) -> Result<BTreeMap<String, String>, ApiErr
     Ok(tags)
 }
 
-/// Looks up `LaunchTemplateId|LaunchTemplateName` + `Version` in `spec`.
-fn find_template<'w>(
-    world: &'w World,
+/// Looks up `LaunchTemplateId|LaunchTemplateName` + `Version` in `spec`: the template's id, the version
+/// number the launch uses (`$Default` when absent: EC2 API reference, LaunchTemplateSpecification
+/// `Version`, "Default: The default version of the launch template") and that version's parameters.
+fn find_template(
+    world: &World,
     spec: &Params,
-) -> Result<Option<(&'w LaunchTemplate, String)>, ApiError> {
+) -> Result<Option<(String, u32, TemplateData)>, ApiError> {
     let t = match (spec.get("LaunchTemplateId"), spec.get("LaunchTemplateName")) {
-        (Some(id), _) => world.templates.get(id).ok_or_else(|| {
-            ApiError::bad(
-                "InvalidLaunchTemplateId.NotFound",
-                format!("The specified launch template, with template ID {id}, does not exist."),
-            )
-        })?,
-        (None, Some(name)) => world.template_by_name(name).ok_or_else(|| {
-            ApiError::bad(
-                "InvalidLaunchTemplateName.NotFoundException",
-                format!(
-                    "The specified launch template, with template name {name}, does not exist."
-                ),
-            )
-        })?,
         (None, None) => return Ok(None),
+        (id, name) => super::templates::named(world, id, name)?,
     };
     let version = spec.get("Version").unwrap_or("$Default");
-    if !matches!(version, "$Default" | "$Latest" | "1") {
-        return Err(ApiError::bad(
-            "InvalidLaunchTemplateId.VersionNotFound",
-            format!(
-                "Could not find launch template version {version} for {} (the simulator keeps version 1 only).",
-                t.id
-            ),
-        ));
-    }
-    Ok(Some((t, version.to_string())))
+    let (n, data) = super::templates::version(t, version)?;
+    Ok(Some((t.id.clone(), n, data.clone())))
 }
 
 /// Creates `count` pending instances; the caller starts their boot timers after unlocking.
@@ -480,9 +467,8 @@ fn run_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Ap
                 format!("MinCount ({min}) must be at least 1 and at most MaxCount ({max})"),
             ));
         }
-        let template = find_template(&world, &p.nested("LaunchTemplate"))?;
-        let (tdata, tref) = match &template {
-            Some((t, v)) => (t.data.clone(), Some((t.id.clone(), v.clone()))),
+        let (tdata, tref) = match find_template(&world, &p.nested("LaunchTemplate"))? {
+            Some((id, n, data)) => (data, Some((id, n))),
             None => (TemplateData::default(), None),
         };
         // Request parameters override the template.
@@ -492,6 +478,9 @@ fn run_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Ap
             .or(tdata.image_id.clone())
             .ok_or_else(|| ApiError::missing("ImageId"))?;
         check_image(&image_id)?;
+        if let Some(unknown) = super::images::unknown_image(&world, &image_id) {
+            return Err(unknown);
+        }
         let instance_type = p
             .get("InstanceType")
             .map(str::to_string)
@@ -525,14 +514,7 @@ fn run_instances(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Ap
         if let Some((id, version)) = &tref {
             // EC2 marks instances launched from a template.
             tags.insert("aws:ec2launchtemplate:id".into(), id.clone());
-            tags.insert(
-                "aws:ec2launchtemplate:version".into(),
-                if version.starts_with('$') {
-                    "1".into()
-                } else {
-                    version.clone()
-                },
-            );
+            tags.insert("aws:ec2launchtemplate:version".into(), version.to_string());
         }
         let spot = match p.get("InstanceMarketOptions.MarketType") {
             Some(m) => m == "spot",
@@ -782,9 +764,9 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
         let mut candidates: Vec<(String, String, TemplateData, Params)> = Vec::new();
         for cfg in &configs {
             let spec = cfg.nested("LaunchTemplateSpecification");
-            let (template, version) = find_template(&world, &spec)?
+            let (tid, version, tdata) = find_template(&world, &spec)?
                 .ok_or_else(|| ApiError::missing("LaunchTemplateSpecification.LaunchTemplateId"))?;
-            let (tid, tdata) = (template.id.clone(), template.data.clone());
+            let version = version.to_string();
             let mut overrides = cfg.structs("Overrides");
             if overrides.is_empty() {
                 overrides.push(Params::default());
@@ -856,10 +838,12 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
                     .get("ImageId")
                     .map(str::to_string)
                     .or(tdata.image_id.clone());
-                // An override whose type cannot run the AMI fails alone, in the errorSet, before
-                // any pool is asked for capacity.
+                // An override whose AMI EC2 does not have, or whose type cannot run the AMI, fails
+                // alone, in the errorSet, before any pool is asked for capacity.
                 let refused = image_id.as_deref().and_then(|image| {
-                    super::images::architecture_mismatch(&world, image, &instance_type)
+                    super::images::unknown_image(&world, image).or_else(|| {
+                        super::images::architecture_mismatch(&world, image, &instance_type)
+                    })
                 });
                 if let Some(refused) = refused {
                     errors.push(FleetError {
@@ -900,7 +884,7 @@ fn create_fleet(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), Api
                 tags.append(&mut instance_tags);
                 tags.insert("aws:ec2:fleet-id".into(), fleet_id.clone());
                 tags.insert("aws:ec2launchtemplate:id".into(), tid.clone());
-                tags.insert("aws:ec2launchtemplate:version".into(), "1".into());
+                tags.insert("aws:ec2launchtemplate:version".into(), version.clone());
                 let resolved = Resolved {
                     image_id: image,
                     instance_type: instance_type.clone(),
@@ -1315,159 +1299,6 @@ fn create_tags(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), ApiE
         }
     }
     x.leaf("return", "true");
-    Ok(())
-}
-
-// ---------- launch templates ----------
-
-fn create_launch_template(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), ApiError> {
-    let name = p
-        .get("LaunchTemplateName")
-        .ok_or_else(|| ApiError::missing("LaunchTemplateName"))?;
-    let name_ok = (3..=128).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "().-/_".contains(c));
-    if !name_ok {
-        return Err(ApiError::bad(
-            "InvalidLaunchTemplateName.MalformedException",
-            format!(
-                "Launch template name '{name}' is malformed: use 3-128 characters from letters, digits and ().-/_"
-            ),
-        ));
-    }
-    let d = p.nested("LaunchTemplateData");
-    if let Some(u) = d.get("UserData") {
-        decode_user_data(u)?;
-    }
-    if let Some(i) = d.get("ImageId") {
-        check_image(i)?;
-    }
-    if let Some(t) = d.get("InstanceType") {
-        check_instance_type(t)?;
-    }
-    let subnet_id = d.get("NetworkInterface.1.SubnetId").map(str::to_string);
-    if let Some(s) = &subnet_id {
-        subnet_for(shared, Some(s), None)?;
-    }
-    let data = TemplateData {
-        image_id: d.get("ImageId").map(str::to_string),
-        instance_type: d.get("InstanceType").map(str::to_string),
-        subnet_id,
-        user_data: d.get("UserData").map(str::to_string),
-        instance_tags: tag_specs(&d, "TagSpecification", "instance")?,
-        spot: d.get("InstanceMarketOptions.MarketType") == Some("spot"),
-        launch: launch_security(shared, &d)?,
-    };
-    let tags = tag_specs(p, "TagSpecification", "launch-template")?;
-    let mut world = shared.world();
-    if world.template_by_name(name).is_some() {
-        return Err(ApiError::bad(
-            "InvalidLaunchTemplateName.AlreadyExistsException",
-            format!("Launch template name already in use: {name}"),
-        ));
-    }
-    let t = LaunchTemplate {
-        id: state::random_id("lt-"),
-        name: name.to_string(),
-        created: jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
-            .unwrap_or_else(|_| jiff::Timestamp::now()),
-        data,
-        tags,
-    };
-    write_template("launchTemplate", shared, &t, x);
-    world.templates.insert(t.id.clone(), t);
-    Ok(())
-}
-
-fn write_template(tag: &str, shared: &Shared, t: &LaunchTemplate, x: &mut Xml) {
-    x.open(tag)
-        .leaf("launchTemplateId", &t.id)
-        .leaf("launchTemplateName", &t.name)
-        .leaf("createTime", t.created.to_string())
-        .leaf(
-            "createdBy",
-            format!("arn:aws:iam::{}:root", shared.config.account_id),
-        )
-        .leaf("defaultVersionNumber", "1")
-        .leaf("latestVersionNumber", "1");
-    write_tags(&t.tags, x);
-    x.close(tag);
-}
-
-fn describe_launch_templates(
-    shared: &Arc<Shared>,
-    p: &Params,
-    x: &mut Xml,
-) -> Result<(), ApiError> {
-    if let Some(f) = p.structs("Filter").first() {
-        return Err(ApiError::bad(
-            "InvalidParameterValue",
-            format!(
-                "The filter '{}' is invalid (the simulator supports LaunchTemplateId and LaunchTemplateName only)",
-                f.get("Name").unwrap_or_default()
-            ),
-        ));
-    }
-    let ids = p.list("LaunchTemplateId");
-    let names = p.list("LaunchTemplateName");
-    let world = shared.world();
-    let mut selected: Vec<&LaunchTemplate> = Vec::new();
-    for id in &ids {
-        selected.push(world.templates.get(id).ok_or_else(|| {
-            ApiError::bad(
-                "InvalidLaunchTemplateId.NotFound",
-                format!("The specified launch template, with template ID {id}, does not exist."),
-            )
-        })?);
-    }
-    for name in &names {
-        selected.push(world.template_by_name(name).ok_or_else(|| {
-            ApiError::bad(
-                "InvalidLaunchTemplateName.NotFoundException",
-                format!(
-                    "The specified launch template, with template name {name}, does not exist."
-                ),
-            )
-        })?);
-    }
-    if ids.is_empty() && names.is_empty() {
-        selected.extend(world.templates.values());
-    }
-    x.open("launchTemplates");
-    for t in selected {
-        write_template("item", shared, t, x);
-    }
-    x.close("launchTemplates");
-    Ok(())
-}
-
-/// DeleteLaunchTemplate by `LaunchTemplateId` or `LaunchTemplateName`.
-fn delete_launch_template(shared: &Arc<Shared>, p: &Params, x: &mut Xml) -> Result<(), ApiError> {
-    let mut world = shared.world();
-    // Not find_template: a top-level `Version` is the API version here, not a template version.
-    let id = match (p.get("LaunchTemplateId"), p.get("LaunchTemplateName")) {
-        (Some(id), _) => id.to_string(),
-        (None, Some(name)) => match world.template_by_name(name) {
-            Some(t) => t.id.clone(),
-            None => {
-                return Err(ApiError::bad(
-                    "InvalidLaunchTemplateName.NotFoundException",
-                    format!(
-                        "The specified launch template, with template name {name}, does not exist."
-                    ),
-                ));
-            }
-        },
-        (None, None) => return Err(ApiError::missing("LaunchTemplateId or LaunchTemplateName")),
-    };
-    let Some(t) = world.templates.remove(&id) else {
-        return Err(ApiError::bad(
-            "InvalidLaunchTemplateId.NotFound",
-            format!("The specified launch template, with template ID {id}, does not exist."),
-        ));
-    };
-    write_template("launchTemplate", shared, &t, x);
     Ok(())
 }
 

@@ -97,6 +97,23 @@ pub fn instance_type_architectures(instance_type: &str) -> Option<&'static [&'st
         .map(|(_, archs)| *archs)
 }
 
+/// EC2's refusal of a launch with an AMI the account cannot see: RunInstances answers
+/// `InvalidAMIID.NotFound`, "The image id '[ami-26fc345b]' does not exist" (as EC2 answered
+/// RunInstances in ambrosejcarr/seqc issue 324 and amplab/training issue 157; the same code and message
+/// as DescribeImages); CreateFleet puts it in the override's errorSet entry. `None` when the image is
+/// known, or malformed (refused as `InvalidAMIID.Malformed` before this is asked), or an SSM parameter
+/// (`resolve:ssm:`, which the simulator cannot resolve: launched as given).
+pub(super) fn unknown_image(world: &World, image_id: &str) -> Option<ApiError> {
+    if !image_id.starts_with("ami-") || world.images.contains_key(image_id) {
+        return None;
+    }
+    Some(ApiError::new(
+        400,
+        "InvalidAMIID.NotFound",
+        format!("The image id '[{image_id}]' does not exist"),
+    ))
+}
+
 /// EC2's refusal of a launch whose instance type cannot run the AMI, or None when it can (or when the
 /// simulator knows the AMI or the type not: it cannot tell).
 pub(super) fn architecture_mismatch(

@@ -11,6 +11,7 @@ mod params;
 mod server;
 mod snapshots;
 mod state;
+mod templates;
 mod xml;
 
 use std::collections::BTreeMap;

@@ -33,7 +33,7 @@ impl Instance {
     }
 }
 
-/// Launch parameters stored in a launch template (version 1; versions are not simulated).
+/// Launch parameters stored in one version of a launch template.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(super) struct TemplateData {
     pub(super) image_id: Option<String>,
@@ -78,8 +78,43 @@ pub(super) struct LaunchTemplate {
     pub(super) id: String,
     pub(super) name: String,
     pub(super) created: jiff::Timestamp,
-    pub(super) data: TemplateData,
+    /// Version n is `versions[n - 1]`: CreateLaunchTemplate makes version 1, each
+    /// CreateLaunchTemplateVersion the next number (EC2 API reference, CreateLaunchTemplateVersion:
+    /// "Launch template versions are numbered in the order in which they are created").
+    pub(super) versions: Vec<TemplateVersion>,
+    /// The version `$Default` names: version 1 until ModifyLaunchTemplate (not simulated) moves it.
+    pub(super) default_version: u32,
     pub(super) tags: BTreeMap<String, String>,
+}
+
+pub(super) struct TemplateVersion {
+    pub(super) created: jiff::Timestamp,
+    pub(super) description: Option<String>,
+    pub(super) data: TemplateData,
+}
+
+impl LaunchTemplate {
+    pub(super) fn latest_version(&self) -> u32 {
+        u32::try_from(self.versions.len()).unwrap_or(u32::MAX)
+    }
+
+    /// The version number `version` names: `$Default`, `$Latest` or a number that exists (EC2 API
+    /// reference, LaunchTemplateSpecification `Version`). `None`: no such version.
+    pub(super) fn resolve(&self, version: &str) -> Option<u32> {
+        let n = match version {
+            "$Default" => self.default_version,
+            "$Latest" => self.latest_version(),
+            n => n.parse().ok()?,
+        };
+        (1..=self.latest_version()).contains(&n).then_some(n)
+    }
+
+    /// Version `n`'s launch parameters.
+    pub(super) fn data(&self, n: u32) -> Option<&TemplateData> {
+        self.versions
+            .get(usize::try_from(n).ok()?.checked_sub(1)?)
+            .map(|v| &v.data)
+    }
 }
 
 /// One CreateFleet override that could not be fulfilled.

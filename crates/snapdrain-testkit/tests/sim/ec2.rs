@@ -14,7 +14,7 @@ use snapdrain::cloud::ec2::{
     CapacityType, CloudError, Ec2Cloud, FleetOverride, InstanceLifecycleState, JoinSettings,
     LaunchRequest, LaunchStrategy, LaunchTemplateRef, MetadataSettings, TerminateOutcome,
 };
-use snapdrain_sim::ec2::{Ec2Sim, Ec2SimConfig, InstanceEvent, InstanceState};
+use snapdrain_sim::ec2::{Ec2Sim, Ec2SimConfig, ImageConfig, InstanceEvent, InstanceState};
 use tokio::sync::broadcast;
 
 const USER_DATA: &str =
@@ -23,6 +23,8 @@ const AMI: &str = "ami-0abcdef1234567890";
 
 async fn start() -> (Ec2Sim, Ec2Cloud) {
     let sim = Ec2Sim::start(Ec2SimConfig::default()).await.unwrap();
+    // EC2 launches only AMIs the account has (RunInstances: InvalidAMIID.NotFound otherwise).
+    sim.register_image(ImageConfig::bottlerocket(AMI, "1.35", "x86_64", "1.42.0"));
     let cloud = Ec2Cloud::with_endpoint(&sim.endpoint(), "us-west-2", Some(("test", "test"))).await;
     (sim, cloud)
 }

@@ -5,6 +5,7 @@ mod admission;
 mod drainers;
 mod ec2;
 mod ec2_architecture;
+mod ec2_launch_templates;
 mod ec2_snapshots;
 mod eviction;
 mod karpenter;

@@ -173,7 +173,8 @@ async fn run_instances_joins_as_a_ready_node_once_per_token_and_bad_user_data_fa
     let subnet = ec2.config().subnets[0].id.clone();
     let launch = |token: &'static str, user_data: String| {
         sdk.run_instances()
-            .image_id("ami-0bottlerocket")
+            // An AMI the simulated account has: EC2 refuses one it does not (InvalidAMIID.NotFound).
+            .image_id(snapdrain_sim::ec2::images::BOTTLEROCKET_X86_64)
             .instance_type(InstanceType::M6iXlarge)
             .min_count(1)
             .max_count(1)

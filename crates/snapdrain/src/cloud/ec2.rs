@@ -224,6 +224,20 @@ pub struct ImageInfo {
     pub state: Option<String>,
 }
 
+/// What a launch takes from one launch template version (DescribeLaunchTemplateVersions).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TemplateVersion {
+    pub template_id: Option<String>,
+    pub version_number: Option<i64>,
+    /// `ImageId`: absent when the launch must name the AMI.
+    pub image_id: Option<String>,
+    /// `InstanceType`: absent when the launch names the type, or the version selects types by
+    /// attributes.
+    pub instance_type: Option<String>,
+    /// The version selects instance types by attributes (`InstanceRequirements`) instead of naming one.
+    pub instance_requirements: bool,
+}
+
 /// One CreateFleet override that EC2 could not fulfil.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OverrideFailure {
@@ -727,31 +741,46 @@ impl Ec2Cloud {
             .collect())
     }
 
-    /// Whether a launch template exists, by `lt-` id or by name (DescribeLaunchTemplates, which
-    /// answers an unknown one with `InvalidLaunchTemplateId.NotFound` or
-    /// `InvalidLaunchTemplateName.NotFoundException`).
-    pub async fn launch_template_exists(&self, id_or_name: &str) -> Result<bool, CloudError> {
-        let req = self.client.describe_launch_templates();
-        let req = if is_launch_template_id(id_or_name) {
-            req.launch_template_ids(id_or_name)
+    /// The version of a launch template a launch from `template` uses, as DescribeLaunchTemplateVersions
+    /// describes it (`LaunchTemplateVersion.1` is the version as the launch names it: a number,
+    /// `$Latest` or `$Default`; EC2 API reference, DescribeLaunchTemplateVersions `Versions`). A template
+    /// EC2 does not have is `InvalidLaunchTemplateId.NotFound` or
+    /// `InvalidLaunchTemplateName.NotFoundException`, a version it does not have
+    /// `InvalidLaunchTemplateId.VersionNotFound`, no permission `UnauthorizedOperation`: all permanent.
+    pub async fn launch_template_version(
+        &self,
+        template: &LaunchTemplateRef,
+    ) -> Result<TemplateVersion, CloudError> {
+        let req = self
+            .client
+            .describe_launch_template_versions()
+            .versions(&template.version);
+        let req = if is_launch_template_id(&template.id_or_name) {
+            req.launch_template_id(&template.id_or_name)
         } else {
-            req.launch_template_names(id_or_name)
+            req.launch_template_name(&template.id_or_name)
         };
-        match req.send().await {
-            Ok(out) => Ok(!out.launch_templates().is_empty()),
-            Err(e)
-                if matches!(
-                    e.code(),
-                    Some(
-                        "InvalidLaunchTemplateId.NotFound"
-                            | "InvalidLaunchTemplateName.NotFoundException"
-                    )
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(CloudError::from_sdk("DescribeLaunchTemplates", None, e)),
-        }
+        let out = req
+            .send()
+            .await
+            .map_err(|e| CloudError::from_sdk("DescribeLaunchTemplateVersions", None, e))?;
+        let v = out
+            .launch_template_versions()
+            .first()
+            .ok_or(CloudError::UnexpectedResponse {
+                operation: "DescribeLaunchTemplateVersions",
+                missing: "the version asked for",
+            })?;
+        let data = v.launch_template_data();
+        Ok(TemplateVersion {
+            template_id: v.launch_template_id().map(str::to_string),
+            version_number: v.version_number(),
+            image_id: data.and_then(|d| d.image_id()).map(str::to_string),
+            instance_type: data
+                .and_then(|d| d.instance_type())
+                .map(|t| t.as_str().to_string()),
+            instance_requirements: data.is_some_and(|d| d.instance_requirements().is_some()),
+        })
     }
 
     /// Deletes a launch template by name; one already gone is fine.

@@ -4,9 +4,10 @@
 //!
 //! Reads only: the EC2NodeClass the plan names (`spec.replacement.nodeClassRef`); the replaced instances (DescribeInstances, recorded as the plan's instance records, which
 //! Terminating and Replacing then use); for cluster settings neither the plan nor the controller's
-//! flags give, their user data (DescribeInstanceAttribute `userData`); and the subnets and launch
-//! template the plan names (DescribeSubnets, DescribeLaunchTemplates); the replacement AMI's architecture
-//! and the instance types' (DescribeImages, DescribeInstanceTypes: [`super::architecture`]).
+//! flags give, their user data (DescribeInstanceAttribute `userData`); the subnets the plan names
+//! (DescribeSubnets); the version of the launch template the launch uses (DescribeLaunchTemplateVersions);
+//! the replacement AMI's architecture and the instance types' (DescribeImages, DescribeInstanceTypes:
+//! [`super::architecture`]).
 
 use kube::api::{Api, DynamicObject};
 
@@ -129,15 +130,30 @@ pub async fn resolve(
         .map_err(|e| problems.push(e.to_string()))
         .ok();
     problems.extend(launch_targets(spec, io).await?);
-    // The AMI each replacement gets against the plan's instance types: the types that cannot run it
-    // are dropped from the node's record, a node left with none is a problem.
+    // A template or version EC2 does not have would only be refused at launch, after the drain.
+    let template = match super::architecture::read_template(spec, io).await? {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(why)) => {
+            problems.push(why);
+            None
+        }
+    };
+    // The AMI each replacement gets (the plan's, the node's, or the template version's) against its
+    // instance types: the types that cannot run it are dropped from the node's record, a node left with
+    // none is a problem.
     let nodes: Vec<_> = status
         .nodes
         .iter()
         .zip(&records)
         .map(|(n, (join, _))| (n.name.clone(), join.clone()))
         .collect();
-    let (checked, mismatched) = super::architecture::check(spec, io, &nodes).await?;
+    let (checked, mismatched) = if spec.launch_template.is_some() && template.is_none() {
+        // The template could not be read (a problem already): nothing to check the AMI against.
+        (nodes.into_iter().map(|(_, j)| j).collect(), Vec::new())
+    } else {
+        super::architecture::check(spec, io, &nodes, template.as_ref()).await?
+    };
     problems.extend(mismatched);
     for ((join, _), checked) in records.iter_mut().zip(checked) {
         *join = checked;
@@ -228,52 +244,37 @@ async fn user_data(io: &Io<'_>, id: &str) -> Result<UserData, ControllerError> {
     })
 }
 
-/// What the plan names for the launch that EC2 does not have: its subnets (DescribeSubnets) and its
-/// launch template (DescribeLaunchTemplates). Either would only be refused at launch, after the drain.
+/// What the plan names for the launch that EC2 does not have: its subnets (DescribeSubnets), which
+/// would only be refused at launch, after the drain.
 async fn launch_targets(
     spec: &ReplacementSpec,
     io: &Io<'_>,
 ) -> Result<Vec<String>, ControllerError> {
     let mut problems = Vec::new();
-    if spec.subnets.is_empty() && spec.launch_template.is_none() {
-        // Copied from the replaced instances, which run in them.
+    if spec.subnets.is_empty() {
+        // Copied from the replaced instances, which run in them (or the launch template's).
         return Ok(problems);
     }
     let ec2 = io.cloud.ec2().await?;
-    if !spec.subnets.is_empty() {
-        match ec2.subnet_zones(&spec.subnets).await {
-            Ok(zones) => {
-                let unknown: Vec<&str> = spec
-                    .subnets
-                    .iter()
-                    .filter(|s| !zones.contains_key(*s))
-                    .map(String::as_str)
-                    .collect();
-                if !unknown.is_empty() {
-                    problems.push(format!(
-                        "spec.replacement.subnets names subnets EC2 does not have in this region: {}",
-                        unknown.join(", ")
-                    ));
-                }
+    match ec2.subnet_zones(&spec.subnets).await {
+        Ok(zones) => {
+            let unknown: Vec<&str> = spec
+                .subnets
+                .iter()
+                .filter(|s| !zones.contains_key(*s))
+                .map(String::as_str)
+                .collect();
+            if !unknown.is_empty() {
+                problems.push(format!(
+                    "spec.replacement.subnets names subnets EC2 does not have in this region: {}",
+                    unknown.join(", ")
+                ));
             }
-            Err(e) if e.is_permanent() => {
-                problems.push(format!("spec.replacement.subnets cannot be used: {e}"))
-            }
-            Err(e) => return Err(e.into()),
         }
-    }
-    if let Some(t) = &spec.launch_template {
-        let id_or_name = t.id.as_deref().or(t.name.as_deref()).unwrap_or_default();
-        match ec2.launch_template_exists(id_or_name).await {
-            Ok(true) => {}
-            Ok(false) => problems.push(format!(
-                "spec.replacement.launchTemplate {id_or_name} does not exist in this region; create it or name another"
-            )),
-            Err(e) if e.is_permanent() => problems.push(format!(
-                "spec.replacement.launchTemplate {id_or_name} cannot be used: {e}"
-            )),
-            Err(e) => return Err(e.into()),
+        Err(e) if e.is_permanent() => {
+            problems.push(format!("spec.replacement.subnets cannot be used: {e}"))
         }
+        Err(e) => return Err(e.into()),
     }
     Ok(problems)
 }
