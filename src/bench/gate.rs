@@ -241,6 +241,27 @@ struct Gated {
 /// The webhook's name in the configuration, as the simulated dispatcher records its calls.
 const WEBHOOK: &str = "gate.snapdrain.io";
 
+/// The gate's namespace and its registration for evictions, `failurePolicy: Fail`, as the chart
+/// installs it (the caBundle is the controller's to write; its Service is the caller's).
+pub(super) async fn register_gate(client: &Client) -> anyhow::Result<()> {
+    create(
+        &Api::<Namespace>::all(client.clone()),
+        json!({"metadata": {"name": NS}}),
+        "namespace",
+    )
+    .await?;
+    create(
+        &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+        json!({"metadata": {"name": "snapdrain"}, "webhooks": [{
+            "name": WEBHOOK,
+            "clientConfig": {"service": {"namespace": NS, "name": "snapdrain-webhook", "path": "/validate"}},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/eviction"]}],
+            "failurePolicy": "Fail", "sideEffects": "NoneOnDryRun", "admissionReviewVersions": ["v1"], "timeoutSeconds": 5}]}),
+        "the ValidatingWebhookConfiguration",
+    )
+    .await
+}
+
 async fn gated(stored: usize) -> anyhow::Result<Gated> {
     let scenario = snapdrain_sim::scenario::parse(scenarios::OVERHEAD, "bench-gate")?;
     let cluster = SimCluster::start(SimConfig {
@@ -257,22 +278,7 @@ async fn gated(stored: usize) -> anyhow::Result<Gated> {
     cfg.default_retry = false;
     let client = Client::try_from(cfg)?;
     snapdrain_testkit::harness::install_plan_crd(&client).await?;
-    create(
-        &Api::<Namespace>::all(client.clone()),
-        json!({"metadata": {"name": NS}}),
-        "namespace",
-    )
-    .await?;
-    create(
-        &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
-        json!({"metadata": {"name": "snapdrain"}, "webhooks": [{
-            "name": WEBHOOK,
-            "clientConfig": {"service": {"namespace": NS, "name": "snapdrain-webhook", "path": "/validate"}},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/eviction"]}],
-            "failurePolicy": "Fail", "sideEffects": "NoneOnDryRun", "admissionReviewVersions": ["v1"], "timeoutSeconds": 5}]}),
-        "the ValidatingWebhookConfiguration",
-    )
-    .await?;
+    register_gate(&client).await?;
     if stored > 0 {
         let nodes: Vec<String> = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
             .list(&Default::default())

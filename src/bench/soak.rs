@@ -21,14 +21,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use http::{HeaderName, HeaderValue};
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::gate::{create, evict_once};
+use super::gate::{create, evict_once, register_gate};
 use super::report::Report;
 use super::scale::rss_of;
 use super::sim::{Bench, start_scenario, wait_store};
@@ -318,22 +317,7 @@ async fn install_policy_and_gate(client: &Client) -> anyhow::Result<()> {
         .create(&PostParams::default(), &policy)
         .await
         .context("creating the DisruptionPolicy")?;
-    create(
-        &Api::<Namespace>::all(client.clone()),
-        json!({"metadata": {"name": NS}}),
-        "namespace",
-    )
-    .await?;
-    create(
-        &Api::<ValidatingWebhookConfiguration>::all(client.clone()),
-        json!({"metadata": {"name": "snapdrain"}, "webhooks": [{
-            "name": "gate.snapdrain.io",
-            "clientConfig": {"service": {"namespace": NS, "name": "snapdrain-webhook", "path": "/validate"}},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/eviction"]}],
-            "failurePolicy": "Fail", "sideEffects": "NoneOnDryRun", "admissionReviewVersions": ["v1"], "timeoutSeconds": 5}]}),
-        "the ValidatingWebhookConfiguration",
-    )
-    .await?;
+    register_gate(client).await?;
     Ok(())
 }
 
@@ -619,18 +603,7 @@ async fn soak(
 
     // The judge, over every plan the run saw and everything the simulator recorded.
     let audit = b.cluster.audit.since(0);
-    let instances: Vec<Launched> = b
-        .cluster
-        .ec2
-        .as_ref()
-        .map(|e| e.instances())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|i| Launched {
-            id: i.info.id,
-            tags: i.info.tags,
-        })
-        .collect();
+    let instances = Launched::all_of(&b.cluster);
     let verdict = judge::judge(&Evidence {
         audit: &audit,
         protected,

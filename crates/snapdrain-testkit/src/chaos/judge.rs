@@ -34,6 +34,23 @@ pub struct Launched {
     pub tags: BTreeMap<String, String>,
 }
 
+impl Launched {
+    /// Every instance the simulated EC2 of `cluster` ever launched (none when it runs no EC2).
+    pub fn all_of(cluster: &snapdrain_sim::SimCluster) -> Vec<Launched> {
+        cluster
+            .ec2
+            .as_ref()
+            .map(|e| e.instances())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| Launched {
+                id: i.info.id,
+                tags: i.info.tags,
+            })
+            .collect()
+    }
+}
+
 /// What a run left behind.
 pub struct Evidence<'a> {
     pub audit: &'a [AuditEntry],

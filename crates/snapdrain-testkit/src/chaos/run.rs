@@ -572,18 +572,7 @@ fn judge_now(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Ver
     let backups = items(h, &ResKey::new("velero.io", "backups"), Some("velero"));
     let pods = items(h, &ResKey::core("pods"), None);
     let nodes = items(h, &ResKey::core("nodes"), None);
-    let instances: Vec<Launched> = h
-        .cluster
-        .ec2
-        .as_ref()
-        .map(|e| e.instances())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|i| Launched {
-            id: i.info.id,
-            tags: i.info.tags,
-        })
-        .collect();
+    let instances = Launched::all_of(&h.cluster);
     judge::judge(&Evidence {
         audit: &audit,
         protected,
