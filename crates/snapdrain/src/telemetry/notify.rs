@@ -721,6 +721,24 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // The receiver records a notification before its answer reaches the notifier, which counts it
+        // `sent` only then: wait for the last one's count before comparing the two.
+        let count = |result: &str| {
+            let text = metrics.render();
+            let key = format!("snapdrain_notifications_total{{result=\"{result}\"}} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(key.as_str()))
+                .map_or(0, |v| v.trim().parse::<usize>().expect("a count"))
+        };
+        let counted = || count("sent") + count("failed") + count("dropped");
+        while counted() < 600 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "counted {} of 600",
+                counted()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         let got = got.lock().expect("lock").clone();
         let order: Vec<u32> = got
             .iter()
@@ -730,13 +748,6 @@ mod tests {
         assert_eq!(got.last().map(|n| n.reason.as_str()), Some("PlanFailed"));
         // Each of the 600 delivered, given up (before the endpoint counted as down) or dropped (the
         // oldest Normal ones, once the queue was full), and only those.
-        let count = |result: &str| {
-            let text = metrics.render();
-            let key = format!("snapdrain_notifications_total{{result=\"{result}\"}} ");
-            text.lines()
-                .find_map(|l| l.strip_prefix(key.as_str()))
-                .map_or(0, |v| v.trim().parse::<usize>().expect("a count"))
-        };
         let (sent, failed, dropped) = (count("sent"), count("failed"), count("dropped"));
         assert_eq!(sent, got.len());
         assert!(failed < BREAKER_AFTER as usize, "failed {failed}");
