@@ -10,8 +10,9 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use crate::controller::cache::{Cache, Caches};
+use crate::controller::cache::{Cache, Caches, Stored};
 use crate::controller::error::ControllerError;
+use crate::planning::inventory::{pvc_claims, statefulset_owner};
 use crate::planning::volumes::{
     DEFAULT_SNAPSHOT_CLASS_ANNOTATION, SnapshotClass, VELERO_SNAPSHOT_CLASS_LABEL,
 };
@@ -147,10 +148,6 @@ pub async fn get_node(client: &Client, name: &str) -> Result<Option<Node>, Contr
         .map_err(read_err(format!("node {name}")))
 }
 
-fn owned<K: Clone>(objects: Vec<std::sync::Arc<K>>) -> Vec<K> {
-    objects.into_iter().map(|o| (*o).clone()).collect()
-}
-
 /// The pods bound to `node`, from the synced cache.
 pub fn pods_on_node(caches: &Caches, node: &str) -> Vec<Pod> {
     caches
@@ -161,18 +158,21 @@ pub fn pods_on_node(caches: &Caches, node: &str) -> Vec<Pod> {
         .collect()
 }
 
-fn in_namespaces<K: kube::Resource + Clone>(
-    cache: &Cache<K>,
-    namespaces: &BTreeSet<String>,
-) -> Vec<K> {
-    namespaces
-        .iter()
-        .flat_map(|ns| owned(cache.indexed(ns)))
+/// The objects `keys` name, each once, from `cache`; a name the cache does not hold stays out (planning
+/// warns about it).
+fn named<K: Stored + Clone>(cache: &Cache<K>, keys: BTreeSet<(&str, &str)>) -> Vec<K> {
+    keys.into_iter()
+        .filter_map(|(ns, name)| cache.get(ns, name))
+        .map(|o| (*o).clone())
         .collect()
 }
 
 /// The node and what its pods refer to; None when the node does not exist. `caches` must be synced
 /// ([`crate::controller::Context::synced_caches`]).
+///
+/// Only the StatefulSets owning the node's pods and the PVCs they mount are copied out of the caches,
+/// as [`crate::planning::NodeInputs`] asks: copying every one of their namespaces' (tens of thousands
+/// at scale-5k, on every pass) cost 40 MiB of short-lived memory per look, which the allocator kept.
 pub async fn node_inventory(
     client: &Client,
     caches: &Caches,
@@ -182,13 +182,32 @@ pub async fn node_inventory(
         return Ok(None);
     };
     let pods = pods_on_node(caches, name);
-    let namespaces: BTreeSet<String> = pods.iter().filter_map(|p| p.namespace()).collect();
+    let namespaces: BTreeSet<&str> = pods
+        .iter()
+        .filter_map(|p| p.metadata.namespace.as_deref())
+        .collect();
+    let owners = pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.namespace.as_deref()?, statefulset_owner(p)?)))
+        .collect();
+    let claims = pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.namespace.as_deref()?, p)))
+        .flat_map(|(ns, p)| pvc_claims(p).map(move |c| (ns, c)))
+        .collect();
+    let stateful_sets = named(&caches.stateful_sets, owners);
+    let pvcs = named(&caches.pvcs, claims);
+    let pdbs = namespaces
+        .iter()
+        .flat_map(|ns| caches.pdbs.indexed(ns))
+        .map(|o| (*o).clone())
+        .collect();
     Ok(Some(NodeInventory {
         node,
         pods,
-        stateful_sets: in_namespaces(&caches.stateful_sets, &namespaces),
-        pvcs: in_namespaces(&caches.pvcs, &namespaces),
-        pdbs: in_namespaces(&caches.pdbs, &namespaces),
+        stateful_sets,
+        pvcs,
+        pdbs,
         pvs: Vec::new(),
         snapshot_classes: Vec::new(),
     }))
