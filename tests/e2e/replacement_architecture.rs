@@ -114,7 +114,8 @@ async fn a_mixed_list_launches_only_the_instance_types_that_run_the_ami() {
 /// aws-sdk-ec2: version 1 (the default) an x86_64 Bottlerocket AMI on m6i.xlarge with what a node needs
 /// to join (instance profile, cluster security group; no user data: plans send theirs), version 2 the
 /// same with the arm64 AMI (CreateLaunchTemplateVersion from SourceVersion 1 inherits the type).
-async fn workers_template(h: &Harness) {
+/// Returns the client, for tests that make more versions.
+async fn workers_template(h: &Harness) -> Ec2Cloud {
     let ec2 = h
         .cluster
         .ec2
@@ -164,6 +165,85 @@ async fn workers_template(h: &Harness) {
                 aws_sdk_ec2::error::DisplayErrorContext(e)
             )
         });
+    cloud
+}
+
+/// A new version of `workers` from version 1 with `image` (the type and the rest inherited).
+async fn new_workers_version(cloud: &Ec2Cloud, image: &str) {
+    cloud
+        .client()
+        .create_launch_template_version()
+        .launch_template_name("workers")
+        .source_version("1")
+        .launch_template_data(RequestLaunchTemplateData::builder().image_id(image).build())
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the simulated EC2 makes a version: {}",
+                aws_sdk_ec2::error::DisplayErrorContext(e)
+            )
+        });
+}
+
+/// Issue 22: the launch names the template version planning checked. The plan launches `$Latest`,
+/// version 3 (x86_64 on m6i.xlarge) when it is checked; version 4, with the arm64 AMI EC2 would refuse
+/// on m6i.xlarge, is made after the check and before the launch (the plan launches after the drain,
+/// so only once the backup is verified). The replacement runs version 3's AMI: the launch sent `3`,
+/// not `$Latest` again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_launch_names_the_template_version_planning_checked_not_a_later_latest() {
+    let h = Harness::start().await;
+    let cloud = workers_template(&h).await;
+    new_workers_version(&cloud, BOTTLEROCKET_X86_64).await;
+    h.set_policy(json!({"replacement": {"launchTemplates": ["workers"]}}))
+        .await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan(
+        "template-pinned",
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "launchTemplate": {"name": "workers", "version": "$Latest"}, "bottlerocket": {}
+        }}),
+    )
+    .await;
+    let checked = |p: &snapdrain::api::DisruptionPlan| {
+        p.status.as_ref().and_then(|s| {
+            s.nodes
+                .first()?
+                .join
+                .as_ref()?
+                .launch_template_version
+                .clone()
+        })
+    };
+    let plan = h
+        .wait_plan_until("template-pinned", TIMEOUT, |p| {
+            checked(p).is_some() || p.status.as_ref().is_some_and(|s| s.phase.is_terminal())
+        })
+        .await;
+    assert_eq!(checked(&plan).as_deref(), Some("3"), "{:#?}", plan.status);
+    new_workers_version(&cloud, BOTTLEROCKET_ARM64).await;
+    // The new version was made before the launch, or the test proves nothing.
+    assert!(
+        h.instances_of("template-pinned").is_empty(),
+        "the replacement launched before version 4 was made"
+    );
+    let plan = h
+        .wait_plan("template-pinned", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let launched = h.instances_of("template-pinned");
+    assert_eq!(launched.len(), 1, "{launched:?}");
+    let ec2 = h.cluster.ec2.as_ref().expect("ec2");
+    let instance = ec2.instance(&launched[0]).expect("launched").info;
+    assert_eq!(
+        (instance.image_id.as_str(), instance.instance_type.as_str()),
+        (BOTTLEROCKET_X86_64, "m6i.xlarge"),
+        "version 3 launched"
+    );
+    controller.shutdown().await;
 }
 
 /// Issue 22: the AMI and instance type a launch template carries are checked as the plan's are. The

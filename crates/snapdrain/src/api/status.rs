@@ -321,6 +321,11 @@ pub struct NodeJoinRecord {
     /// launch template carries the AMI or the type), the plan's are used.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub instance_types: Vec<String>,
+    /// The number of the launch template version checked while planning (`spec.replacement.launchTemplate`
+    /// as `$Latest`, `$Default` or a number): the launch names this number, so a version made or made
+    /// default after the check is never launched unchecked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_template_version: Option<String>,
     /// Where each setting came from, e.g. `instanceProfile: instance i-0abc`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub from: Vec<String>,

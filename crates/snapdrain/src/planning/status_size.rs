@@ -247,6 +247,7 @@ mod tests {
                 hop_limit: Some(64),
                 image_architecture: Some("x86_64_mac".into()),
                 instance_types: vec!["m7i-flex.48xlarge".into(); 50],
+                launch_template_version: Some(i64::MAX.to_string()),
                 from: vec!["x".repeat(1200); 8],
             });
         }

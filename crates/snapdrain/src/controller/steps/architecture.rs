@@ -73,8 +73,11 @@ pub async fn check(
         Err(why) => return Ok((records, vec![why])),
     };
     if let Some(l) = &launch {
+        // The launch names the version checked here, not `$Latest`/`$Default` again.
+        let number = template.and_then(|t| t.described.version_number);
         for record in records.iter_mut().flatten() {
             record.from.push(l.note.clone());
+            record.launch_template_version = number.map(|n| n.to_string());
         }
     }
     let template_image = launch.as_ref().and_then(|l| l.image_id.clone());

@@ -116,6 +116,8 @@ struct LaunchInputs<'a> {
     subnets: Vec<String>,
     /// The instance types that run the AMI, as planning checked them; empty: the plan's.
     instance_types: Vec<String>,
+    /// The launch template version planning checked (its number); None: as the plan names it.
+    template_version: Option<String>,
 }
 
 fn launch_request(
@@ -133,6 +135,7 @@ fn launch_request(
         class_tags,
         subnets,
         instance_types,
+        template_version,
     } = inputs;
     let instance_types = if instance_types.is_empty() {
         spec.instance_types.clone()
@@ -153,7 +156,10 @@ fn launch_request(
             .clone()
             .or_else(|| lt.name.clone())
             .unwrap_or_default(),
-        version: lt.version.clone().unwrap_or_else(|| "$Default".into()),
+        version: template_version
+            .clone()
+            .or_else(|| lt.version.clone())
+            .unwrap_or_else(|| "$Default".into()),
     });
     let strategy = match (&template, instance_types.len()) {
         // A template with at most one type: RunInstances, request parameters overriding the template.
@@ -480,6 +486,7 @@ async fn prepare(
             class_tags: class.map(|c| c.tags).unwrap_or_default(),
             subnets,
             instance_types: join.instance_types.clone(),
+            template_version: join.launch_template_version.clone(),
         },
     );
     Ok(match request {
@@ -1021,6 +1028,7 @@ mod tests {
             .into(),
             subnets,
             instance_types: Vec::new(),
+            template_version: None,
         };
         let req = |subnets: Vec<String>| launch_request(&spec, inputs(subnets));
         let e = req(vec![]).unwrap_err();
@@ -1044,5 +1052,28 @@ mod tests {
                 ..
             }
         ));
+        // The launch names the version planning checked, never `$Latest` again.
+        with_template
+            .launch_template
+            .as_mut()
+            .expect("set above")
+            .version = Some("$Latest".into());
+        let pinned = LaunchInputs {
+            template_version: Some("3".into()),
+            ..inputs(vec![])
+        };
+        let r = launch_request(&with_template, pinned).unwrap();
+        let LaunchStrategy::LaunchTemplate { template, .. } = r.strategy else {
+            panic!("one type and a template launch with RunInstances")
+        };
+        assert_eq!(template.version, "3");
+        let r = launch_request(&with_template, inputs(vec![])).unwrap();
+        let LaunchStrategy::LaunchTemplate { template, .. } = r.strategy else {
+            panic!("one type and a template launch with RunInstances")
+        };
+        assert_eq!(
+            template.version, "$Latest",
+            "unchecked: as the plan names it"
+        );
     }
 }
