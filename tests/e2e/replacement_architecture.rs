@@ -369,3 +369,50 @@ async fn a_launch_template_or_version_ec2_does_not_have_fails_the_plan_before_th
     }
     controller.shutdown().await;
 }
+
+/// Issue 22 (least privilege): a role whose IAM policy lacks `ec2:DescribeLaunchTemplateVersions` gets
+/// `UnauthorizedOperation` (HTTP 403) from EC2 (the simulator has no IAM: a fault rule answers that
+/// action as EC2 answers such a role). The template cannot be checked, so the plan fails in Pending with
+/// its node untouched, naming the permission and the policy file that grants it, rather than
+/// launching an unchecked template after the drain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_role_that_may_not_read_the_launch_template_fails_the_plan_naming_the_permission() {
+    let h = Harness::start().await;
+    workers_template(&h).await;
+    h.set_policy(json!({"replacement": {"launchTemplates": ["workers"]}}))
+        .await;
+    let rule = json!({"kind": "ec2", "operation": "DescribeLaunchTemplateVersions",
+        "code": "UnauthorizedOperation", "errorRate": 1.0});
+    let answer = snapdrain_testkit::raw_client(h.cluster.ca_pem())
+        .post(format!("{}/sim/faults", h.cluster.url()))
+        .json(&rule)
+        .send()
+        .await
+        .expect("the simulator answers");
+    assert!(answer.status().is_success(), "{rule} refused: {answer:?}");
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let old = instance_of(&h.node(&node).await.expect("the node"));
+    h.create_plan(
+        "template-unauthorized",
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "launchTemplate": {"name": "workers"}, "bottlerocket": {}
+        }}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("template-unauthorized", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    assert_untouched(&h, "template-unauthorized", &node, &old).await;
+    let message = status.message.unwrap_or_default();
+    for want in [
+        "spec.replacement.launchTemplate workers cannot be read",
+        "not authorized to perform: ec2:DescribeLaunchTemplateVersions",
+        "snapdrain's IAM role needs ec2:DescribeLaunchTemplateVersions, see deploy/iam/snapdrain-policy.json",
+    ] {
+        assert!(message.contains(want), "{want:?} is not in {message:?}");
+    }
+    controller.shutdown().await;
+}

@@ -162,10 +162,14 @@ pub const S3_CODES: &[(&str, u16)] = &[
 ];
 
 /// EC2 error codes a rule may inject, with their HTTP status. `InsufficientInstanceCapacity` is a
-/// server error (500), so the SDKs retry it; `RequestLimitExceeded` is EC2's throttling answer (503).
+/// server error (500), so the SDKs retry it; `RequestLimitExceeded` is EC2's throttling answer (503);
+/// `UnauthorizedOperation` (403) is what an IAM role without the action's permission gets (EC2 API
+/// reference, "Error codes for the Amazon EC2 API": client errors): the simulator has no IAM, so a
+/// rule stands in for a policy that lacks the action.
 pub const EC2_CODES: &[(&str, u16)] = &[
     ("RequestLimitExceeded", 503),
     ("InsufficientInstanceCapacity", 500),
+    ("UnauthorizedOperation", 403),
 ];
 
 const INSUFFICIENT_CAPACITY: &str = "InsufficientInstanceCapacity";

@@ -51,9 +51,8 @@ async fn handle(State(shared): State<Arc<Shared>>, uri: Uri, body: Bytes) -> Res
         tokio::time::sleep(injected.delay).await;
     }
     if let Some((status, code)) = injected.error {
-        // EC2's answer to a request over the account's rate (EC2 API reference, "Request throttling").
-        let message = "Request limit exceeded.";
-        return error_response(&ApiError::new(status, &code, message), &request_id);
+        let message = injected_message(&code, params.get("Action").unwrap_or_default());
+        return error_response(&ApiError::new(status, &code, &message), &request_id);
     }
     if params.get("Action").is_some_and(autoscaling::handles) {
         return match autoscaling::dispatch(&shared, &params, &request_id) {
@@ -77,6 +76,18 @@ async fn handle(State(shared): State<Arc<Shared>>, uri: Uri, body: Bytes) -> Res
             tracing::debug!(code = %e.code, message = %e.message, action = ?params.get("Action"), "sim ec2: error");
             error_response(&e, &request_id)
         }
+    }
+}
+
+/// The message EC2 sends with an injected error `code` for `action`.
+fn injected_message(code: &str, action: &str) -> String {
+    match code {
+        // IAM's refusal as EC2 words it for a role whose policies do not allow the action.
+        "UnauthorizedOperation" => format!(
+            "You are not authorized to perform this operation. User: arn:aws:sts::123456789012:assumed-role/snapdrain/controller is not authorized to perform: ec2:{action} because no identity-based policy allows the ec2:{action} action"
+        ),
+        // The answer to a request over the account's rate (EC2 API reference, "Request throttling").
+        _ => "Request limit exceeded.".to_string(),
     }
 }
 
