@@ -71,6 +71,11 @@ impl Cloud for FakeCloud {
             Ok(())
         })
     }
+
+    fn exists(&self, id: &str) -> CloudFuture<'_, bool> {
+        let gone = self.terminated.lock().unwrap().iter().any(|t| t == id);
+        Box::pin(async move { Ok(!gone) })
+    }
 }
 
 struct Env {
@@ -569,6 +574,72 @@ async fn do_not_disrupt_pod_holds_a_forceful_drain() {
         .unwrap();
     env.wait_for("nodeclaim gone", |e| e.claim("default-a").is_none())
         .await;
+}
+
+/// A drain held by a do-not-disrupt pod (no terminationGracePeriod) ends once the instance is gone and
+/// the Node is not Ready (spot reclaimed it meanwhile): Karpenter's node termination controller removes
+/// the Node's finalizer when the cloud provider no longer finds the instance
+/// (kubernetes-sigs/karpenter `pkg/controllers/node/termination/controller.go`), the pod garbage
+/// collector takes the pods bound to it, and the NodeClaim goes.
+#[tokio::test]
+async fn a_held_drain_ends_when_the_instance_is_gone_and_the_node_not_ready() {
+    let env = Env::start("100%").await;
+    // The kubelets and the pod garbage collector, which take the pods of a Node that is gone.
+    tokio::spawn(snapdrain_sim::world::kubelet::run(env.ctx.clone()));
+    let node = env.node("default-a").await;
+    env.pod(
+        "pg-0",
+        &node,
+        json!({"karpenter.sh/do-not-disrupt": "true"}),
+        None,
+    );
+    env.ctx
+        .store
+        .delete(
+            &ResKey::new("karpenter.sh", "nodeclaims"),
+            None,
+            "default-a",
+            &DeleteOptions::default(),
+        )
+        .unwrap();
+    env.wait_for("drain reported", |e| {
+        e.claim("default-a").is_some_and(|c| {
+            c["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == "Drained" && c["status"] == "Unknown")
+        })
+    })
+    .await;
+    assert!(
+        env.ctx
+            .store
+            .get(&ResKey::core("nodes"), None, &node)
+            .is_some(),
+        "held by the drain"
+    );
+    // EC2 reclaims the instance (a spot interruption's deadline): its Node goes NotReady.
+    let id = env.claim("default-a").unwrap()["status"]["providerID"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    env.cloud.terminate(&id).await.unwrap();
+    env.wait_for("node, held pod and nodeclaim gone", |e| {
+        e.ctx
+            .store
+            .get(&ResKey::core("nodes"), None, &node)
+            .is_none()
+            && e.ctx
+                .store
+                .get(&ResKey::core("pods"), Some("db"), "pg-0")
+                .is_none()
+            && e.claim("default-a").is_none()
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -112,6 +112,41 @@ impl Cloud for SimEc2Cloud {
         })
     }
 
+    fn exists(&self, id: &str) -> CloudFuture<'_, bool> {
+        let id = id.to_string();
+        Box::pin(async move {
+            let out = self
+                .client
+                .describe_instances()
+                .instance_ids(&id)
+                .filters(
+                    aws_sdk_ec2::types::Filter::builder()
+                        .name("instance-state-name")
+                        .set_values(Some(
+                            ["pending", "running", "stopping", "stopped", "shutting-down"]
+                                .map(String::from)
+                                .to_vec(),
+                        ))
+                        .build(),
+                )
+                .send()
+                .await;
+            match out {
+                Ok(o) => Ok(o.reservations().iter().any(|r| !r.instances().is_empty())),
+                Err(e)
+                    if aws_sdk_ec2::error::ProvideErrorMetadata::code(&e)
+                        == Some("InvalidInstanceID.NotFound") =>
+                {
+                    Ok(false)
+                }
+                Err(e) => Err(format!(
+                    "DescribeInstances {id}: {}",
+                    aws_sdk_ec2::error::DisplayErrorContext(&e)
+                )),
+            }
+        })
+    }
+
     fn terminate(&self, id: &str) -> CloudFuture<'_, ()> {
         let id = id.to_string();
         Box::pin(async move {

@@ -87,6 +87,10 @@ pub type CloudFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + S
 pub trait Cloud: Send + Sync {
     fn launch(&self, req: LaunchRequest) -> CloudFuture<'_, Launched>;
     fn terminate(&self, id: &str) -> CloudFuture<'_, ()>;
+    /// Whether the instance still exists as Karpenter's cloud provider `Get` sees it: pending, running,
+    /// stopping, stopped or shutting-down (aws/karpenter-provider-aws `pkg/providers/instance`
+    /// `instanceStateFilter`); a terminated or unknown one is gone (`NodeClaimNotFoundError`).
+    fn exists(&self, id: &str) -> CloudFuture<'_, bool>;
 }
 
 pub struct KarpenterConfig {

@@ -24,6 +24,7 @@ use crate::apiserver::meta::meta_str;
 use crate::apiserver::objects::ATTACHMENT_NODE;
 use crate::apiserver::resources::ResKey;
 use crate::apiserver::store::DeleteOptions;
+use crate::world::objects::node_ready;
 use crate::world::{WorldContext, go_duration};
 
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
@@ -70,6 +71,23 @@ struct Backoff {
     delay: Duration,
 }
 
+/// The Node is not Ready and the cloud no longer finds its instance (an error asking counts as found:
+/// Karpenter requeues).
+async fn instance_gone(config: &KarpenterConfig, node: &Value, claim: &Value) -> bool {
+    if node_ready(node) {
+        return false;
+    }
+    let Some(id) = claim
+        .pointer("/status/providerID")
+        .and_then(Value::as_str)
+        .and_then(|p| p.rsplit('/').next())
+        .filter(|id| !id.is_empty())
+    else {
+        return false;
+    };
+    matches!(config.cloud.exists(id).await, Ok(false))
+}
+
 /// Drives one deleting NodeClaim to the end of its finalizer.
 pub(super) async fn terminate(ctx: Arc<WorldContext>, config: Arc<KarpenterConfig>, name: String) {
     if let Err(e) = run(&ctx, &config, &name).await {
@@ -111,7 +129,24 @@ async fn run(
         let deadline = termination_time(&claim);
         let tgp_elapsed = deadline.is_some_and(|d| jiff::Timestamp::now() >= d);
         let node = node_of(ctx, &claim);
-        if let Some(node) = &node {
+        if let Some(node) = &node
+            && instance_gone(config, node, &claim).await
+        {
+            // Nothing is left to drain gracefully: the Node's finalizer goes at once, whatever its
+            // pods (kubernetes-sigs/karpenter `pkg/controllers/node/termination/controller.go`: a Node
+            // not Ready whose instance the cloud provider no longer finds). A pod that holds the drain
+            // (do-not-disrupt without a terminationGracePeriod) would otherwise keep a dead Node for
+            // good, and with it the pods bound to it (the pod garbage collector takes them once it goes).
+            let node_name = meta_str(node, "name").unwrap_or("");
+            let _ = modify_node(ctx, node_name, remove_finalizer);
+            ctx.audit.world(
+                "finalizer-removed",
+                "nodes",
+                None,
+                Some(node_name),
+                json!({"nodeclaim": name, "reason": "not Ready and its instance is gone"}),
+            );
+        } else if let Some(node) = &node {
             let node_name = meta_str(node, "name").unwrap_or("").to_string();
             prepare_node(ctx, node, &node_name)?;
             // awaitDrain
