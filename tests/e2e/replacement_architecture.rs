@@ -9,7 +9,9 @@
 //! so the replacement gets the replaced instance's (copied from DescribeInstances).
 
 use aws_sdk_ec2::types::{
-    InstanceType, LaunchTemplateIamInstanceProfileSpecificationRequest, RequestLaunchTemplateData,
+    InstanceRequirementsRequest, InstanceType,
+    LaunchTemplateIamInstanceProfileSpecificationRequest, MemoryMiBRequest,
+    RequestLaunchTemplateData, VCpuCountRangeRequest,
 };
 use serde_json::json;
 use snapdrain::api::status::PlanPhase;
@@ -411,6 +413,67 @@ async fn a_role_that_may_not_read_the_launch_template_fails_the_plan_naming_the_
         "spec.replacement.launchTemplate workers cannot be read",
         "not authorized to perform: ec2:DescribeLaunchTemplateVersions",
         "snapdrain's IAM role needs ec2:DescribeLaunchTemplateVersions, see deploy/iam/snapdrain-policy.json",
+    ] {
+        assert!(message.contains(want), "{want:?} is not in {message:?}");
+    }
+    controller.shutdown().await;
+}
+
+/// Issue 22 (fail before harm): a launch template version that chooses its instance types by
+/// attributes (`InstanceRequirements`) cannot be launched with RunInstances, which is what a launch
+/// without types is ("Attribute-based instance type selection is only supported when using Auto
+/// Scaling groups, EC2 Fleet, and Spot Fleet": EC2 API reference, `InstanceRequirementsRequest`).
+/// A plan naming no types fails in Pending, node untouched, saying to list them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_template_choosing_types_by_attributes_fails_a_plan_naming_no_types_before_the_cordon() {
+    let h = Harness::start().await;
+    let cloud = workers_template(&h).await;
+    let attributes = InstanceRequirementsRequest::builder()
+        .v_cpu_count(VCpuCountRangeRequest::builder().min(4).build())
+        .memory_mib(MemoryMiBRequest::builder().min(16384).build())
+        .build();
+    cloud
+        .client()
+        .create_launch_template()
+        .launch_template_name("flexible")
+        .launch_template_data(
+            RequestLaunchTemplateData::builder()
+                .image_id(BOTTLEROCKET_X86_64)
+                .instance_requirements(attributes)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "the simulated EC2 makes the template: {}",
+                aws_sdk_ec2::error::DisplayErrorContext(e)
+            )
+        });
+    h.set_policy(json!({"replacement": {"launchTemplates": ["workers", "flexible"]}}))
+        .await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let old = instance_of(&h.node(&node).await.expect("the node"));
+    h.create_plan(
+        "template-attributes",
+        json!({"nodes": [node], "replacement": {
+            "when": "after-drain", "launchTemplate": {"name": "flexible"}, "bottlerocket": {}
+        }}),
+    )
+    .await;
+    let plan = h
+        .wait_plan("template-attributes", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.expect("a terminal plan has a status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    assert_untouched(&h, "template-attributes", &node, &old).await;
+    let message = status.message.unwrap_or_default();
+    for want in [
+        "cannot launch from launch template flexible version 1 ($Default)",
+        "chooses its instance types by attributes (InstanceRequirements)",
+        "list the instance types to launch there",
+        "no node was cordoned",
     ] {
         assert!(message.contains(want), "{want:?} is not in {message:?}");
     }

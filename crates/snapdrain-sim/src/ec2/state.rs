@@ -44,6 +44,9 @@ pub(super) struct TemplateData {
     pub(super) instance_tags: BTreeMap<String, String>,
     pub(super) spot: bool,
     pub(super) launch: LaunchSecurity,
+    /// `InstanceRequirements`: (VCpuCount.Min, MemoryMiB.Min), the two attributes EC2 requires; the
+    /// version then names no InstanceType.
+    pub(super) instance_requirements: Option<(u32, u32)>,
 }
 
 /// What an instance gets to authenticate and talk to the cluster: instance profile (ARN), security

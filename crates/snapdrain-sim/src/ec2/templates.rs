@@ -94,6 +94,7 @@ fn template_data(
         subnet_for(shared, Some(s), None)?;
     }
     let instance_tags = tag_specs(d, "TagSpecification", "instance")?;
+    let instance_requirements = instance_requirements(d)?;
     Ok(TemplateData {
         image_id: d
             .get("ImageId")
@@ -118,7 +119,30 @@ fn template_data(
             None => base.spot,
         },
         launch: launch_security(shared, d)?.over(&base.launch),
+        instance_requirements: instance_requirements.or(base.instance_requirements),
     })
+}
+
+/// `InstanceRequirements.VCpuCount.Min` and `.MemoryMiB.Min` (both required when either attribute is
+/// given; EC2 API reference, `InstanceRequirementsRequest`). The other attributes are not kept.
+fn instance_requirements(d: &Params) -> Result<Option<(u32, u32)>, ApiError> {
+    let given = |k: &str| d.get(&format!("InstanceRequirements.{k}"));
+    let (vcpu, memory) = (given("VCpuCount.Min"), given("MemoryMiB.Min"));
+    if vcpu.is_none() && memory.is_none() {
+        return Ok(None);
+    }
+    let number = |v: Option<&str>, name: &str| {
+        v.and_then(|v| v.parse::<u32>().ok()).ok_or_else(|| {
+            ApiError::bad(
+                "InvalidParameterValue",
+                format!("InstanceRequirements needs {name}.Min as a whole number"),
+            )
+        })
+    };
+    Ok(Some((
+        number(vcpu, "VCpuCount")?,
+        number(memory, "MemoryMiB")?,
+    )))
 }
 
 pub(super) fn create_launch_template(
@@ -279,6 +303,16 @@ fn write_version(tag: &str, shared: &Shared, t: &LaunchTemplate, n: u32, x: &mut
                 d.launch.hop_limit.map(|h| h.to_string()),
             )
             .close("metadataOptions");
+    }
+    if let Some((vcpu, memory)) = d.instance_requirements {
+        x.open("instanceRequirements")
+            .open("vCpuCount")
+            .leaf("min", vcpu.to_string())
+            .close("vCpuCount")
+            .open("memoryMiB")
+            .leaf("min", memory.to_string())
+            .close("memoryMiB")
+            .close("instanceRequirements");
     }
     if d.spot {
         x.open("instanceMarketOptions")

@@ -159,7 +159,10 @@ pub struct TemplateLaunch {
 /// What a launch from `template` runs where the plan is silent: the plan's `imageId` and
 /// `instanceTypes` win (request parameters override the template). `Err`: the launch could not run,
 /// because neither the plan nor the version names an AMI (RunInstances: `MissingParameter`; an
-/// instant fleet: "Parameter 'amiIdList' cannot be empty", aws/karpenter-provider-aws issue 1138).
+/// instant fleet: "Parameter 'amiIdList' cannot be empty", aws/karpenter-provider-aws issue 1138), or
+/// the version chooses its types by attributes and the plan names none: a launch without types is a
+/// RunInstances, and attribute-based selection "is only supported when using Auto Scaling groups, EC2
+/// Fleet, and Spot Fleet" (EC2 API reference, `InstanceRequirementsRequest`).
 pub fn template_launch(
     template: &ReadTemplate,
     plan_image: Option<&str>,
@@ -170,6 +173,11 @@ pub fn template_launch(
     if plan_image.is_none() && v.image_id.is_none() {
         return Err(format!(
             "the replacement cannot launch from {at}: it names no AMI (ImageId) and neither does spec.replacement.imageId; set one of them"
+        ));
+    }
+    if plan_types.is_empty() && v.instance_requirements {
+        return Err(format!(
+            "the replacement cannot launch from {at}: it chooses its instance types by attributes (InstanceRequirements), which EC2 launches only in an EC2 Fleet or an Auto Scaling group, never with RunInstances, and spec.replacement.instanceTypes names none; list the instance types to launch there (they override the template's and are checked against the AMI)"
         ));
     }
     let mut note = format!("launchTemplate: {at}");
@@ -185,9 +193,6 @@ pub fn template_launch(
         }
         _ => Vec::new(),
     };
-    if plan_types.is_empty() && v.instance_requirements {
-        note.push_str(", its instance types chosen by attributes (InstanceRequirements; not checked against the AMI)");
-    }
     Ok(TemplateLaunch {
         image_id: v.image_id.clone(),
         image_source: at.clone(),
@@ -366,6 +371,21 @@ mod tests {
             "the replacement cannot launch from launch template workers version 1 ($Default): it names no AMI (ImageId) and neither does spec.replacement.imageId; set one of them"
         );
         assert!(template_launch(&t, Some("ami-1"), &[]).is_ok());
+    }
+
+    #[test]
+    fn a_template_choosing_types_by_attributes_needs_the_plan_to_name_types() {
+        let mut t = read("$Default", 4, Some("ami-0x86"), None);
+        t.described.instance_requirements = true;
+        let e =
+            template_launch(&t, None, &[]).expect_err("RunInstances takes no InstanceRequirements");
+        assert!(
+            e.starts_with("the replacement cannot launch from launch template workers version 4 ($Default): it chooses its instance types by attributes (InstanceRequirements)"),
+            "{e}"
+        );
+        assert!(e.contains("spec.replacement.instanceTypes"), "{e}");
+        let l = template_launch(&t, None, &types(&["m6i.large", "m6i.xlarge"])).expect("launches");
+        assert!(l.instance_types.is_empty(), "the plan's types are used");
     }
 
     #[test]
