@@ -157,7 +157,8 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
             rss,
             "MiB",
         );
-        f.target = Some("< 300 MiB".into());
+        // Issue 23: steady under 200 MiB at scale-5k.
+        f.target = Some("< 200 MiB".into());
     }
 
     let gone = tokio::spawn(PodsGone::subscribe(store, &node).wait());
@@ -231,7 +232,8 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
             rss,
             "MiB",
         );
-        f.target = Some("< 300 MiB".into());
+        // Issue 23: under 256 MiB after plan churn.
+        f.target = Some("< 256 MiB".into());
         f.note = Some(format!("peak {peak:.0} MiB"));
     }
     child.kill().await.ok();
