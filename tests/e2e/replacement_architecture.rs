@@ -393,29 +393,17 @@ async fn a_role_that_may_not_read_the_launch_template_fails_the_plan_naming_the_
         .expect("the simulator answers");
     assert!(answer.status().is_success(), "{rule} refused: {answer:?}");
     let controller = h.controller().await;
-    let node = h.node_with_statefulset_pods().await;
-    let old = instance_of(&h.node(&node).await.expect("the node"));
-    h.create_plan(
+    fails_before_the_cordon(
+        &h,
         "template-unauthorized",
-        json!({"nodes": [node], "replacement": {
-            "when": "after-drain", "launchTemplate": {"name": "workers"}, "bottlerocket": {}
-        }}),
+        "workers",
+        &[
+            "spec.replacement.launchTemplate workers cannot be read",
+            "not authorized to perform: ec2:DescribeLaunchTemplateVersions",
+            "snapdrain's IAM role needs ec2:DescribeLaunchTemplateVersions, see deploy/iam/snapdrain-policy.json",
+        ],
     )
     .await;
-    let plan = h
-        .wait_plan("template-unauthorized", TIMEOUT, |p| p.is_terminal())
-        .await;
-    let status = plan.status.expect("a terminal plan has a status");
-    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
-    assert_untouched(&h, "template-unauthorized", &node, &old).await;
-    let message = status.message.unwrap_or_default();
-    for want in [
-        "spec.replacement.launchTemplate workers cannot be read",
-        "not authorized to perform: ec2:DescribeLaunchTemplateVersions",
-        "snapdrain's IAM role needs ec2:DescribeLaunchTemplateVersions, see deploy/iam/snapdrain-policy.json",
-    ] {
-        assert!(message.contains(want), "{want:?} is not in {message:?}");
-    }
     controller.shutdown().await;
 }
 
@@ -453,29 +441,42 @@ async fn a_template_choosing_types_by_attributes_fails_a_plan_naming_no_types_be
     h.set_policy(json!({"replacement": {"launchTemplates": ["workers", "flexible"]}}))
         .await;
     let controller = h.controller().await;
+    fails_before_the_cordon(
+        &h,
+        "template-attributes",
+        "flexible",
+        &[
+            "cannot launch from launch template flexible version 1 ($Default)",
+            "chooses its instance types by attributes (InstanceRequirements)",
+            "list the instance types to launch there",
+            "no node was cordoned",
+        ],
+    )
+    .await;
+    controller.shutdown().await;
+}
+
+/// Runs plan `plan`, launching from launch template `template` after the drain, on a node with
+/// StatefulSet pods: it must fail in Pending, its node untouched, with each of `wants` in its message.
+async fn fails_before_the_cordon(h: &Harness, plan: &str, template: &str, wants: &[&str]) {
     let node = h.node_with_statefulset_pods().await;
     let old = instance_of(&h.node(&node).await.expect("the node"));
     h.create_plan(
-        "template-attributes",
+        plan,
         json!({"nodes": [node], "replacement": {
-            "when": "after-drain", "launchTemplate": {"name": "flexible"}, "bottlerocket": {}
+            "when": "after-drain", "launchTemplate": {"name": template}, "bottlerocket": {}
         }}),
     )
     .await;
-    let plan = h
-        .wait_plan("template-attributes", TIMEOUT, |p| p.is_terminal())
-        .await;
-    let status = plan.status.expect("a terminal plan has a status");
+    let status = h
+        .wait_plan(plan, TIMEOUT, |p| p.is_terminal())
+        .await
+        .status
+        .expect("a terminal plan has a status");
     assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
-    assert_untouched(&h, "template-attributes", &node, &old).await;
+    assert_untouched(h, plan, &node, &old).await;
     let message = status.message.unwrap_or_default();
-    for want in [
-        "cannot launch from launch template flexible version 1 ($Default)",
-        "chooses its instance types by attributes (InstanceRequirements)",
-        "list the instance types to launch there",
-        "no node was cordoned",
-    ] {
+    for want in wants {
         assert!(message.contains(want), "{want:?} is not in {message:?}");
     }
-    controller.shutdown().await;
 }

@@ -202,6 +202,20 @@ impl Env {
         }
     }
 
+    /// Waits until the deleting NodeClaim `name` reports a drain under way (`Drained=Unknown`).
+    async fn wait_drain_reported(&self, name: &str) {
+        self.wait_for("drain reported", |e| {
+            e.claim(name).is_some_and(|c| {
+                c["status"]["conditions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|c| c["type"] == "Drained" && c["status"] == "Unknown")
+            })
+        })
+        .await;
+    }
+
     fn claim(&self, name: &str) -> Option<Value> {
         self.ctx
             .store
@@ -539,16 +553,7 @@ async fn do_not_disrupt_pod_holds_a_forceful_drain() {
     })
     .await;
     // Without a terminationGracePeriod the held pod is never evicted and the node stays.
-    env.wait_for("drain reported", |e| {
-        e.claim("default-a").is_some_and(|c| {
-            c["status"]["conditions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|c| c["type"] == "Drained" && c["status"] == "Unknown")
-        })
-    })
-    .await;
+    env.wait_drain_reported("default-a").await;
     assert!(
         env.ctx
             .store
@@ -602,16 +607,7 @@ async fn a_held_drain_ends_when_the_instance_is_gone_and_the_node_not_ready() {
             &DeleteOptions::default(),
         )
         .unwrap();
-    env.wait_for("drain reported", |e| {
-        e.claim("default-a").is_some_and(|c| {
-            c["status"]["conditions"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|c| c["type"] == "Drained" && c["status"] == "Unknown")
-        })
-    })
-    .await;
+    env.wait_drain_reported("default-a").await;
     assert!(
         env.ctx
             .store
