@@ -151,22 +151,7 @@ async fn workers_template(h: &Harness) -> Ec2Cloud {
                 aws_sdk_ec2::error::DisplayErrorContext(e)
             )
         });
-    sdk.create_launch_template_version()
-        .launch_template_name("workers")
-        .source_version("1")
-        .launch_template_data(
-            RequestLaunchTemplateData::builder()
-                .image_id(BOTTLEROCKET_ARM64)
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "the simulated EC2 makes version 2: {}",
-                aws_sdk_ec2::error::DisplayErrorContext(e)
-            )
-        });
+    new_workers_version(&cloud, BOTTLEROCKET_ARM64).await;
     cloud
 }
 

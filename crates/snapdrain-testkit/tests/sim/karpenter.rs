@@ -202,6 +202,19 @@ impl Env {
         }
     }
 
+    /// Deletes NodeClaim `name`, as a person or a controller would: Karpenter's finalizer runs.
+    fn delete_claim(&self, name: &str) {
+        self.ctx
+            .store
+            .delete(
+                &ResKey::new("karpenter.sh", "nodeclaims"),
+                None,
+                name,
+                &DeleteOptions::default(),
+            )
+            .unwrap();
+    }
+
     /// Waits until the deleting NodeClaim `name` reports a drain under way (`Drained=Unknown`).
     async fn wait_drain_reported(&self, name: &str) {
         self.wait_for("drain reported", |e| {
@@ -457,15 +470,7 @@ async fn deletion_drains_waits_for_volume_detach_then_terminates() {
         "spec": {"attacher": "ebs.csi.aws.com", "nodeName": node, "source": {"persistentVolumeName": "pv-1"}}}), INTERNAL).unwrap();
     env.pod("pg-0", &node, json!({}), Some("data-pg-0"));
     env.pod("web-0", &node, json!({}), None);
-    env.ctx
-        .store
-        .delete(
-            &ResKey::new("karpenter.sh", "nodeclaims"),
-            None,
-            "default-a",
-            &DeleteOptions::default(),
-        )
-        .unwrap();
+    env.delete_claim("default-a");
     env.wait_for("awaiting volume detachment", |e| {
         e.claim("default-a").is_some_and(|c| {
             c["status"]["conditions"]
@@ -536,15 +541,7 @@ async fn do_not_disrupt_pod_holds_a_forceful_drain() {
         None,
     );
     env.pod("web-0", &node, json!({}), None);
-    env.ctx
-        .store
-        .delete(
-            &ResKey::new("karpenter.sh", "nodeclaims"),
-            None,
-            "default-a",
-            &DeleteOptions::default(),
-        )
-        .unwrap();
+    env.delete_claim("default-a");
     env.wait_for("web-0 evicted", |e| {
         e.ctx
             .store
@@ -598,15 +595,7 @@ async fn a_held_drain_ends_when_the_instance_is_gone_and_the_node_not_ready() {
         json!({"karpenter.sh/do-not-disrupt": "true"}),
         None,
     );
-    env.ctx
-        .store
-        .delete(
-            &ResKey::new("karpenter.sh", "nodeclaims"),
-            None,
-            "default-a",
-            &DeleteOptions::default(),
-        )
-        .unwrap();
+    env.delete_claim("default-a");
     env.wait_drain_reported("default-a").await;
     assert!(
         env.ctx
@@ -645,15 +634,7 @@ async fn deletion_drain_respects_pdbs_through_eviction() {
     env.pod("pg-0", &node, json!({}), None);
     env.ctx.store.create(&ResKey::new("policy", "poddisruptionbudgets"), Some("db"), json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "pg", "namespace": "db"},
         "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "pg"}}}, "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1, "expectedPods": 1}}), INTERNAL).unwrap();
-    env.ctx
-        .store
-        .delete(
-            &ResKey::new("karpenter.sh", "nodeclaims"),
-            None,
-            "default-a",
-            &DeleteOptions::default(),
-        )
-        .unwrap();
+    env.delete_claim("default-a");
     env.wait_for("a 429", |e| {
         e.audit("eviction-attempt")
             .iter()
