@@ -28,7 +28,8 @@ use crate::telemetry::Metrics;
 
 /// How often every node is looked at again without an event (a freed concurrency slot, a deadline).
 const TICK: Duration = Duration::from_secs(2);
-/// How long a signalled node without protected pods is trusted to stay so before its pods are listed again.
+/// How long a node under a graceful signal, found without protected pods, is trusted to stay so before
+/// its pods are listed again ([`trusts_unprotected`]).
 const RECHECK_UNPROTECTED: Duration = Duration::from_secs(30);
 /// Longest a Node or NodeClaim change waits before it is looked at.
 const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -42,8 +43,8 @@ struct Watcher {
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
     recorder: Recorder,
-    /// Signalled nodes found without protected pods, and when: not listed again before
-    /// [`RECHECK_UNPROTECTED`] (a pod arriving there is held meanwhile, so nothing is lost by waiting).
+    /// Signalled nodes found without protected pods, and when: under a graceful signal not listed again
+    /// before [`RECHECK_UNPROTECTED`] ([`trusts_unprotected`]).
     unprotected: BTreeMap<String, tokio::time::Instant>,
     /// Nodes whose signal waits for a slot (logged once, not every tick).
     waiting: BTreeSet<String>,
@@ -200,11 +201,12 @@ impl Watcher {
                 | Choice::Settled { .. } => continue,
                 Choice::Join { .. } => {}
                 Choice::Create { .. } => {
-                    if self
-                        .unprotected
-                        .get(&signal.node)
-                        .is_some_and(|at| at.elapsed() < RECHECK_UNPROTECTED)
-                    {
+                    let found_unprotected =
+                        self.unprotected.get(&signal.node).map(|at| at.elapsed());
+                    if trusts_unprotected(
+                        found_unprotected,
+                        crate::signals::detect::is_forceful(&signal),
+                    ) {
                         continue;
                     }
                     match self.protected_pods(&signal.node).await {
@@ -477,6 +479,16 @@ fn look_due(dirty: bool, urgent: bool, last: Option<Look>, now: tokio::time::Ins
         || since >= TICK
 }
 
+/// Whether a node found without protected pods `found_unprotected` ago is taken to have none still,
+/// without looking at its pods again. Under a graceful signal, for [`RECHECK_UNPROTECTED`]: a protected
+/// pod that arrives meanwhile is held by the hold keeper, so the autoscaler waits for the next look.
+/// Never under a forceful one (a spot interruption, a NodeClaim deleted): its clock runs whatever holds
+/// the pods, and a protected pod scheduled there since the last look (the soak saw them, rescheduled
+/// from another disrupted node) would be lost with the instance, unbacked, before the recheck.
+fn trusts_unprotected(found_unprotected: Option<Duration>, forceful: bool) -> bool {
+    !forceful && found_unprotected.is_some_and(|ago| ago < RECHECK_UNPROTECTED)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,6 +499,21 @@ mod tests {
             since: at,
             took: Duration::from_millis(took_ms),
         })
+    }
+
+    #[test]
+    fn a_forceful_signal_always_looks_at_the_pods_again() {
+        let just = Some(Duration::from_secs(1));
+        assert!(
+            trusts_unprotected(just, false),
+            "graceful: trusted for a while"
+        );
+        assert!(
+            !trusts_unprotected(Some(RECHECK_UNPROTECTED), false),
+            "graceful: looked at again once the recheck is due"
+        );
+        assert!(!trusts_unprotected(None, false), "never found unprotected");
+        assert!(!trusts_unprotected(just, true), "forceful: every look");
     }
 
     #[test]
