@@ -16,6 +16,7 @@ use aws_sdk_ec2::types::{
 use serde_json::json;
 use snapdrain::api::status::PlanPhase;
 use snapdrain::cloud::ec2::Ec2Cloud;
+use snapdrain_sim::apiserver::faults::{FaultKind, FaultRule};
 use snapdrain_sim::ec2::images::{BOTTLEROCKET_ARM64, BOTTLEROCKET_X86_64};
 use snapdrain_sim::ec2::{CLUSTER_SECURITY_GROUP, NODE_INSTANCE_PROFILE};
 use snapdrain_testkit::harness::{Harness, TIMEOUT};
@@ -368,15 +369,13 @@ async fn a_role_that_may_not_read_the_launch_template_fails_the_plan_naming_the_
     workers_template(&h).await;
     h.set_policy(json!({"replacement": {"launchTemplates": ["workers"]}}))
         .await;
-    let rule = json!({"kind": "ec2", "operation": "DescribeLaunchTemplateVersions",
-        "code": "UnauthorizedOperation", "errorRate": 1.0});
-    let answer = snapdrain_testkit::raw_client(h.cluster.ca_pem())
-        .post(format!("{}/sim/faults", h.cluster.url()))
-        .json(&rule)
-        .send()
-        .await
-        .expect("the simulator answers");
-    assert!(answer.status().is_success(), "{rule} refused: {answer:?}");
+    h.cluster.faults.add(FaultRule {
+        kind: FaultKind::Ec2,
+        operation: Some("DescribeLaunchTemplateVersions".into()),
+        code: Some("UnauthorizedOperation".into()),
+        error_rate: 1.0,
+        ..FaultRule::default()
+    });
     let controller = h.controller().await;
     fails_before_the_cordon(
         &h,

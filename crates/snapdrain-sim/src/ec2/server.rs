@@ -82,7 +82,9 @@ async fn handle(State(shared): State<Arc<Shared>>, uri: Uri, body: Bytes) -> Res
 /// The message EC2 sends with an injected error `code` for `action`.
 fn injected_message(code: &str, action: &str) -> String {
     match code {
-        // IAM's refusal as EC2 words it for a role whose policies do not allow the action.
+        // IAM's refusal for a role whose policies do not allow the action, in the form the IAM User
+        // Guide documents ("Troubleshoot access denied error messages": "... is not authorized to
+        // perform: <action> because no identity-based policy allows the <action> action").
         "UnauthorizedOperation" => format!(
             "You are not authorized to perform this operation. User: arn:aws:sts::123456789012:assumed-role/snapdrain/controller is not authorized to perform: ec2:{action} because no identity-based policy allows the ec2:{action} action"
         ),

@@ -201,12 +201,10 @@ impl Watcher {
                 | Choice::Settled { .. } => continue,
                 Choice::Join { .. } => {}
                 Choice::Create { .. } => {
+                    let forceful = crate::signals::detect::is_forceful(&signal);
                     let found_unprotected =
                         self.unprotected.get(&signal.node).map(|at| at.elapsed());
-                    if trusts_unprotected(
-                        found_unprotected,
-                        crate::signals::detect::is_forceful(&signal),
-                    ) {
+                    if trusts_unprotected(found_unprotected, forceful) {
                         continue;
                     }
                     match self.protected_pods(&signal.node).await {
@@ -225,7 +223,6 @@ impl Watcher {
                         }
                     }
                     let running = self.running(node_pool_of(&node));
-                    let forceful = crate::signals::detect::is_forceful(&signal);
                     let admitted = if !forceful && !window::open(&windows, now) {
                         Err("outside the policy's maintenance windows".to_owned())
                     } else {

@@ -77,15 +77,18 @@ async fn instance_gone(config: &KarpenterConfig, node: &Value, claim: &Value) ->
     if node_ready(node) {
         return false;
     }
-    let Some(id) = claim
-        .pointer("/status/providerID")
-        .and_then(Value::as_str)
-        .and_then(|p| p.rsplit('/').next())
-        .filter(|id| !id.is_empty())
-    else {
+    let Some(id) = instance_id(claim).filter(|id| !id.is_empty()) else {
         return false;
     };
     matches!(config.cloud.exists(id).await, Ok(false))
+}
+
+/// The instance id of the claim's `status.providerID` (`aws:///<zone>/<id>`).
+fn instance_id(claim: &Value) -> Option<&str> {
+    claim
+        .pointer("/status/providerID")
+        .and_then(Value::as_str)
+        .and_then(|p| p.rsplit('/').next())
 }
 
 /// Drives one deleting NodeClaim to the end of its finalizer.
@@ -216,8 +219,7 @@ async fn run(
             })?;
         }
         // awaitInstanceTermination
-        if let Some(pid) = claim.pointer("/status/providerID").and_then(Value::as_str) {
-            let id = pid.rsplit('/').next().unwrap_or("").to_string();
+        if let Some(id) = instance_id(&claim).map(str::to_string) {
             config
                 .cloud
                 .terminate(&id)
