@@ -519,6 +519,21 @@ pub struct LaunchTemplateRef {
     pub version: Option<String>,
 }
 
+impl LaunchTemplateRef {
+    /// The id, else the name (the CRD's validation keeps exactly one of them).
+    pub fn id_or_name(&self) -> &str {
+        self.id
+            .as_deref()
+            .or(self.name.as_deref())
+            .unwrap_or_default()
+    }
+
+    /// The version as a launch names it: the one given, else `$Default` (EC2's own when none is sent).
+    pub fn version_or_default(&self) -> &str {
+        self.version.as_deref().unwrap_or("$Default")
+    }
+}
+
 /// Bottlerocket settings rendered into the replacement's user data (TOML).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]

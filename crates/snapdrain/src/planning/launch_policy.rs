@@ -131,7 +131,8 @@ pub fn check(spec: &ReplacementSpec, policy: &ReplacementPolicy) -> Vec<SpecProb
             values: spec
                 .launch_template
                 .iter()
-                .filter_map(|t| t.id.as_deref().or(t.name.as_deref()))
+                .map(|t| t.id_or_name())
+                .filter(|t| !t.is_empty())
                 .collect(),
             allowed: &policy.launch_templates,
             policy_field: "launchTemplates",

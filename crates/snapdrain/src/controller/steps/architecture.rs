@@ -28,8 +28,8 @@ pub async fn read_template(
     let Some(t) = &spec.launch_template else {
         return Ok(None);
     };
-    let id_or_name = t.id.clone().or_else(|| t.name.clone()).unwrap_or_default();
-    let version = t.version.clone().unwrap_or_else(|| "$Default".into());
+    let id_or_name = t.id_or_name().to_owned();
+    let version = t.version_or_default().to_owned();
     let ec2 = io.cloud.ec2().await?;
     let asked = LaunchTemplateRef {
         id_or_name: id_or_name.clone(),

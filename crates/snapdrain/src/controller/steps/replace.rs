@@ -151,15 +151,10 @@ fn launch_request(
         _ => CapacityType::OnDemand,
     };
     let template = spec.launch_template.as_ref().map(|lt| LaunchTemplateRef {
-        id_or_name: lt
-            .id
-            .clone()
-            .or_else(|| lt.name.clone())
-            .unwrap_or_default(),
+        id_or_name: lt.id_or_name().to_owned(),
         version: template_version
             .clone()
-            .or_else(|| lt.version.clone())
-            .unwrap_or_else(|| "$Default".into()),
+            .unwrap_or_else(|| lt.version_or_default().to_owned()),
     });
     let strategy = match (&template, instance_types.len()) {
         // A template with at most one type: RunInstances, request parameters overriding the template.
