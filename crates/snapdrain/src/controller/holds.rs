@@ -283,7 +283,7 @@ impl Keeper {
                 .pods
                 .indexed(node)
                 .iter()
-                .filter(|p| p.uid() != uid)
+                .filter(|p| p.uid().as_deref() != uid)
                 .any(|p| holds_its_node(&p.to_pod()));
         self.node_action(ensure_node(&self.client, &self.nodes, node, needed).await);
     }

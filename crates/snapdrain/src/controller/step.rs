@@ -158,7 +158,7 @@ impl Wake {
                 .pods
                 .indexed(node)
                 .iter()
-                .any(|p| p.uid().is_some_and(|u| uids.contains(u))),
+                .any(|p| p.uid().is_some_and(|u| uids.contains(u.as_ref()))),
             Self::AttachmentsGone { node, keep_pvs } => {
                 attachments_left(&caches.volume_attachments.indexed(node), node, keep_pvs) == 0
             }

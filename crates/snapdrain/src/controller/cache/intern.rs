@@ -1,42 +1,71 @@
-//! One shared copy of the strings that 150,000 cached pods repeat: namespaces, node names, label keys,
-//! owners' kinds, apiVersions and names, priority classes, phases. Each is a heap allocation per pod
-//! otherwise (tens of MiB at scale); interned, a pod holds a pointer.
+//! One shared copy of what 150,000 cached pods repeat: strings (namespaces, node names, label keys,
+//! owners' kinds, apiVersions and names, priority classes, phases), whole label sets (the pods of one
+//! ReplicaSet or DaemonSet carry the same labels) and owner lists (the same owner). Each is a heap
+//! allocation per pod otherwise (tens of MiB at scale); interned, a pod holds a pointer.
 //!
-//! Strings nobody holds any more (a replaced node's name, a rolled-out ReplicaSet's) are dropped when
-//! the pool has doubled since it was last pruned, so the pool stays within twice what is in use.
+//! Values nobody holds any more (a replaced node's name, a rolled-out ReplicaSet's labels) are dropped
+//! when a pool has doubled since it was last pruned, so each pool stays within twice what is in use.
 
 use std::collections::HashSet;
+use std::hash::Hash;
 use std::sync::{Arc, LazyLock, Mutex};
 
-struct Pool {
-    strings: HashSet<Arc<str>>,
+/// Shared copies of values of one type, found by content.
+pub struct Pool<T: ?Sized> {
+    values: Mutex<Shared<T>>,
+}
+
+struct Shared<T: ?Sized> {
+    set: HashSet<Arc<T>>,
     prune_at: usize,
 }
 
 const MIN_PRUNE_AT: usize = 4096;
 
-static POOL: LazyLock<Mutex<Pool>> = LazyLock::new(|| {
-    Mutex::new(Pool {
-        strings: HashSet::new(),
-        prune_at: MIN_PRUNE_AT,
-    })
-});
+impl<T: ?Sized + Hash + Eq> Pool<T> {
+    pub fn new() -> Self {
+        Self {
+            values: Mutex::new(Shared {
+                set: HashSet::new(),
+                prune_at: MIN_PRUNE_AT,
+            }),
+        }
+    }
+
+    /// The shared copy of `value`, made by `make` when the pool has none.
+    pub fn get(&self, value: &T, make: impl FnOnce(&T) -> Arc<T>) -> Arc<T> {
+        // A panic while the lock is held leaves the set whole (one insert or one retain): go on with it.
+        let mut pool = self.values.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(shared) = pool.set.get(value) {
+            return shared.clone();
+        }
+        if pool.set.len() >= pool.prune_at {
+            // Only the pool holds these.
+            pool.set.retain(|v| Arc::strong_count(v) > 1);
+            pool.prune_at = (pool.set.len() * 2).max(MIN_PRUNE_AT);
+        }
+        let shared = make(value);
+        pool.set.insert(shared.clone());
+        shared
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.values.lock().unwrap_or_else(|e| e.into_inner()).set.len()
+    }
+}
+
+impl<T: ?Sized + Hash + Eq> Default for Pool<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+static STRINGS: LazyLock<Pool<str>> = LazyLock::new(Pool::new);
 
 /// The shared copy of `s`.
 pub fn intern(s: &str) -> Arc<str> {
-    // A panic while the lock is held leaves the set whole (one insert or one retain): go on with it.
-    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(shared) = pool.strings.get(s) {
-        return shared.clone();
-    }
-    if pool.strings.len() >= pool.prune_at {
-        // Only the pool holds these.
-        pool.strings.retain(|s| Arc::strong_count(s) > 1);
-        pool.prune_at = (pool.strings.len() * 2).max(MIN_PRUNE_AT);
-    }
-    let shared: Arc<str> = Arc::from(s);
-    pool.strings.insert(shared.clone());
-    shared
+    STRINGS.get(s, |s| Arc::from(s))
 }
 
 #[cfg(test)]
@@ -52,20 +81,32 @@ mod tests {
     }
 
     #[test]
-    fn strings_nobody_holds_are_pruned_and_held_ones_stay() {
-        let held = intern("held-across-prunes");
-        // Enough unheld strings to force at least one prune.
+    fn values_nobody_holds_are_pruned_and_held_ones_stay() {
+        let pool: Pool<str> = Pool::new();
+        let held = pool.get("held-across-prunes", |s| Arc::from(s));
+        // Enough unheld values to force at least one prune.
         for i in 0..MIN_PRUNE_AT * 3 {
-            intern(&format!("transient-{i}"));
+            pool.get(&format!("transient-{i}"), |s| Arc::from(s));
         }
-        let pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        assert!(pool.strings.contains("held-across-prunes"));
         assert!(
-            pool.strings.len() < MIN_PRUNE_AT * 3,
-            "unheld strings were dropped: {} left",
-            pool.strings.len()
+            pool.len() < MIN_PRUNE_AT * 3,
+            "unheld values were dropped: {} left",
+            pool.len()
         );
-        drop(pool);
-        assert!(Arc::ptr_eq(&held, &intern("held-across-prunes")));
+        assert!(Arc::ptr_eq(
+            &held,
+            &pool.get("held-across-prunes", |s| Arc::from(s))
+        ));
+    }
+
+    #[test]
+    fn slices_are_shared_by_content() {
+        let pool: Pool<[(Arc<str>, Box<str>)]> = Pool::new();
+        let set = |v: &str| -> Vec<(Arc<str>, Box<str>)> { vec![(intern("app"), v.into())] };
+        let a = pool.get(&set("web"), |s| Arc::from(s));
+        let b = pool.get(&set("web"), |s| Arc::from(s));
+        let c = pool.get(&set("db"), |s| Arc::from(s));
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(!Arc::ptr_eq(&a, &c));
     }
 }

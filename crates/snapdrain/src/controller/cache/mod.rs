@@ -7,7 +7,8 @@
 //!
 //! - [`store`]: one kind's objects and index, swapped whole on a relist.
 //! - [`pod`]: pods in a compact form, decoded straight from the API's JSON.
-//! - [`intern`]: one copy of the strings pods repeat (namespaces, nodes, label keys, owners).
+//! - [`intern`]: one copy of what pods repeat (namespaces, nodes, label keys, label sets, owners).
+//! - [`token`]: uids and resourceVersions inline.
 //! - [`trim`]: the fields dropped from the other kinds before an object is cached.
 //!
 //! Fail closed: a cache whose first list is not in is never read as "nothing there"; readers wait for
@@ -17,6 +18,7 @@
 pub mod intern;
 pub mod pod;
 pub mod store;
+pub mod token;
 pub mod trim;
 
 use std::fmt::Debug;

@@ -5,14 +5,15 @@
 //! - [`WirePod`] is what the watch decodes: only the fields snapdrain's decisions read (the list in
 //!   [`super::trim`]), straight from the API server's JSON, so the rest of each pod is skipped by the
 //!   parser and never allocated. It has an ObjectMeta because kube-runtime's watcher needs one.
-//! - [`CachedPod`] is what the cache holds: the same fields in boxed slices, with the strings pods
-//!   repeat interned ([`super::intern`]).
+//! - [`CachedPod`] is what the cache holds: the same fields in boxed slices, with what pods repeat
+//!   interned ([`super::intern`]: strings, whole label sets, owner lists) and uids and resourceVersions
+//!   inline ([`super::token`]).
 //!
 //! Readers get a `Pod` back with [`CachedPod::to_pod`], for the few pods they look at (one node's).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::{
     EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, Pod, PodSpec, PodStatus, Toleration,
@@ -21,7 +22,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
 
-use super::intern::intern;
+use super::intern::{Pool, intern};
+use super::token::Token;
 use crate::planning::inventory::MIRROR_ANNOTATION;
 
 /// A pod as the watch decodes it (a list item or a watch event), reduced to what snapdrain reads.
@@ -45,30 +47,38 @@ pub struct CachedPod {
 }
 
 /// Key/value pairs in key order, as the map they came from.
-type Pairs<K> = Box<[(K, Box<str>)]>;
+type Pairs<K> = [(K, Box<str>)];
 
 /// The metadata decisions read. `None` and empty stay apart where the API keeps them apart.
 #[derive(Clone, Debug, Default)]
 struct Meta {
+    /// Not interned: a pod's name is its own (the cache's key shares this copy).
     name: Option<Arc<str>>,
     namespace: Option<Arc<str>>,
-    uid: Option<Box<str>>,
-    resource_version: Option<Box<str>>,
-    labels: Option<Pairs<Arc<str>>>,
-    annotations: Option<Pairs<Box<str>>>,
-    owner_references: Option<Box<[Owner]>>,
+    uid: Option<Token>,
+    resource_version: Option<Token>,
+    /// Shared by every pod with the same labels ([`LABEL_SETS`]).
+    labels: Option<Arc<Pairs<Arc<str>>>>,
+    annotations: Option<Box<Pairs<Box<str>>>>,
+    /// Shared by every pod of the same owner ([`OWNER_LISTS`]).
+    owner_references: Option<Arc<[Owner]>>,
     deletion_timestamp: Option<Time>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Owner {
     api_version: Arc<str>,
     kind: Arc<str>,
     name: Arc<str>,
-    uid: Box<str>,
+    uid: Token,
     controller: Option<bool>,
     block_owner_deletion: Option<bool>,
 }
+
+/// The pods of one ReplicaSet or DaemonSet carry the same labels, and a StatefulSet's differ in a few.
+static LABEL_SETS: LazyLock<Pool<Pairs<Arc<str>>>> = LazyLock::new(Pool::new);
+/// The pods of one owner carry the same owner list.
+static OWNER_LISTS: LazyLock<Pool<[Owner]>> = LazyLock::new(Pool::new);
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -193,29 +203,33 @@ impl From<WirePod> for CachedPod {
     fn from(w: WirePod) -> Self {
         let m = w.metadata;
         let meta = Meta {
-            name: m.name.as_deref().map(intern),
+            name: m.name.as_deref().map(Arc::from),
             namespace: m.namespace.as_deref().map(intern),
-            uid: m.uid.map(boxed),
-            resource_version: m.resource_version.map(boxed),
+            uid: m.uid.as_deref().map(Token::new),
+            resource_version: m.resource_version.as_deref().map(Token::new),
             labels: m.labels.map(|ls| {
-                ls.into_iter()
+                let set: Vec<_> = ls
+                    .into_iter()
                     .map(|(k, v)| (intern(&k), boxed(v)))
-                    .collect()
+                    .collect();
+                LABEL_SETS.get(&set, |s| Arc::from(s))
             }),
             annotations: m
                 .annotations
                 .map(|a| a.into_iter().map(|(k, v)| (boxed(k), boxed(v))).collect()),
             owner_references: m.owner_references.map(|os| {
-                os.into_iter()
+                let owners: Vec<_> = os
+                    .into_iter()
                     .map(|o| Owner {
                         api_version: intern(&o.api_version),
                         kind: intern(&o.kind),
                         name: intern(&o.name),
-                        uid: boxed(o.uid),
+                        uid: Token::new(&o.uid),
                         controller: o.controller,
                         block_owner_deletion: o.block_owner_deletion,
                     })
-                    .collect()
+                    .collect();
+                OWNER_LISTS.get(&owners, |o| Arc::from(o))
             }),
             deletion_timestamp: m.deletion_timestamp,
         };
@@ -238,8 +252,8 @@ impl CachedPod {
         let metadata = ObjectMeta {
             name: m.name.as_deref().map(string),
             namespace: m.namespace.as_deref().map(string),
-            uid: m.uid.as_deref().map(string),
-            resource_version: m.resource_version.as_deref().map(string),
+            uid: m.uid.as_ref().map(|u| u.as_str().into_owned()),
+            resource_version: m.resource_version.as_ref().map(|v| v.as_str().into_owned()),
             labels: m
                 .labels
                 .as_ref()
@@ -254,7 +268,7 @@ impl CachedPod {
                         api_version: string(&o.api_version),
                         kind: string(&o.kind),
                         name: string(&o.name),
-                        uid: string(&o.uid),
+                        uid: o.uid.as_str().into_owned(),
                         controller: o.controller,
                         block_owner_deletion: o.block_owner_deletion,
                     })
@@ -299,8 +313,13 @@ impl CachedPod {
             .filter(|n| !n.is_empty())
     }
 
-    pub fn uid(&self) -> Option<&str> {
-        self.meta.uid.as_deref()
+    pub fn uid(&self) -> Option<Cow<'_, str>> {
+        self.meta.uid.as_ref().map(Token::as_str)
+    }
+
+    /// Whether the pod's uid is `uid` (without rendering it).
+    pub fn has_uid(&self, uid: &str) -> bool {
+        self.meta.uid.as_ref().is_some_and(|u| u.is(uid))
     }
 
     /// Whether the hold keeper may have anything to do with this pod: it mounts a PVC (only such pods
@@ -320,7 +339,7 @@ impl CachedPod {
             .flatten()
             .any(|(k, _)| k.starts_with("snapdrain.io/"));
         let data_path = crate::planning::velero_pods::has_data_path_label(
-            self.meta.labels.iter().flatten().map(|(k, _)| &**k),
+            self.meta.labels.iter().flat_map(|l| l.iter()).map(|(k, _)| &**k),
         );
         claims || marked || data_path
     }
@@ -336,10 +355,10 @@ impl super::store::Stored for CachedPod {
     }
 
     fn key(&self) -> (Arc<str>, Arc<str>) {
-        // The interned copies: no allocation per pod for the cache's key.
+        // The pod's own copies, shared: no allocation per pod for the cache's key.
         (
             self.meta.namespace.clone().unwrap_or_else(|| intern("")),
-            self.meta.name.clone().unwrap_or_else(|| intern("")),
+            self.meta.name.clone().unwrap_or_else(|| Arc::from("")),
         )
     }
 }
@@ -519,7 +538,18 @@ mod tests {
         let owners = back.metadata.owner_references.unwrap_or_default();
         assert_eq!(owners[0].kind, "ReplicaSet");
         assert_eq!(owners[0].controller, Some(true));
-        assert_eq!(a.uid(), Some("uid-web-1"));
+        assert_eq!(a.uid().as_deref(), Some("uid-web-1"));
+        assert!(a.has_uid("uid-web-1") && !a.has_uid("uid-web-2"));
+        let owners = |p: &CachedPod| p.meta.owner_references.clone();
+        assert!(
+            matches!((owners(&a), owners(&b)), (Some(x), Some(y)) if Arc::ptr_eq(&x, &y)),
+            "the pods of one owner share its owner list"
+        );
+        let labels = |p: &CachedPod| p.meta.labels.clone();
+        assert!(
+            matches!((labels(&a), labels(&b)), (Some(x), Some(y)) if Arc::ptr_eq(&x, &y)),
+            "pods with the same labels share one set"
+        );
         assert_eq!(
             super::super::Stored::namespace_name(&b),
             ("tenant-07", "web-2")
