@@ -17,12 +17,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tokio::sync::{broadcast, watch};
 
-use super::cache::{Cache, CachedPod, Caches};
+use super::cache::{Cache, CachedNodeClaim, CachedPod, Caches};
 
 use crate::api::DisruptionPlan;
 use crate::api::policy::{DisruptionPolicySpec, SignalsSpec};
@@ -119,7 +119,7 @@ pub async fn ensure_node(
 /// nodes are not being taken, and only then is the NodeClaim converted and every plan looked through.
 pub fn node_let_go(
     nodes: &Cache<Node>,
-    claims: &Cache<DynamicObject>,
+    claims: &Cache<CachedNodeClaim>,
     name: &str,
     signals: &SignalsSpec,
     plans: &Store<DisruptionPlan>,
@@ -128,13 +128,11 @@ pub fn node_let_go(
         return false;
     };
     let claim = nodeclaim_of(&node).and_then(|c| claims.get("", c));
-    let deleting = claim
-        .as_ref()
-        .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+    let deleting = claim.as_ref().is_some_and(|c| c.deleting());
     if !may_let_go(&node, deleting) {
         return false;
     }
-    let claim = claim.and_then(|c| serde_json::to_value(&*c).ok());
+    let claim = claim.map(|c| c.to_value());
     let_go(
         &node,
         claim.as_ref(),
@@ -174,7 +172,7 @@ struct Keeper {
     plans: Store<DisruptionPlan>,
     namespaces: Cache<Namespace>,
     nodes: Cache<Node>,
-    claims: Cache<DynamicObject>,
+    claims: Cache<CachedNodeClaim>,
     pods: Cache<CachedPod>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,

@@ -7,13 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::watch;
 
-use super::cache::{Cache, CachedPod, Caches};
+use super::cache::{Cache, CachedNodeClaim, CachedPod, Caches};
 
 use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
@@ -38,7 +38,7 @@ struct Watcher {
     client: Client,
     plans: Store<DisruptionPlan>,
     nodes: Cache<Node>,
-    claims: Cache<DynamicObject>,
+    claims: Cache<CachedNodeClaim>,
     pods: Cache<CachedPod>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
@@ -166,7 +166,7 @@ impl Watcher {
         for node in nodes {
             let claim = nodeclaim_of(&node)
                 .and_then(|c| self.claims.get("", c))
-                .and_then(|c| serde_json::to_value(&*c).ok());
+                .map(|c| c.to_value());
             let name = node.name_any();
             if let Some(why) = let_go(&node, claim.as_ref(), &policy.signals, &plans, now) {
                 if !self.let_go.contains(&name) {
@@ -360,7 +360,7 @@ impl Watcher {
     fn shows_new_signal(&self, node: &Node) -> bool {
         let claim = nodeclaim_of(node)
             .and_then(|c| self.claims.get("", c))
-            .and_then(|c| serde_json::to_value(&*c).ok());
+            .map(|c| c.to_value());
         let policy = self.policy.borrow();
         detect(
             node,
@@ -373,9 +373,9 @@ impl Watcher {
     }
 
     /// [`Self::shows_new_signal`] for the node of a NodeClaim that just changed.
-    fn claim_shows_new_signal(&self, claim: &DynamicObject) -> bool {
-        claim.data["status"]["nodeName"]
-            .as_str()
+    fn claim_shows_new_signal(&self, claim: &CachedNodeClaim) -> bool {
+        claim
+            .node_name()
             .and_then(|n| self.nodes.get("", n))
             .is_some_and(|node| self.shows_new_signal(&node))
     }

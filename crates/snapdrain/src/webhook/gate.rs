@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::DynamicObject;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
@@ -26,7 +25,7 @@ use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::api::status::BackupRecord;
 use crate::api::velero::Backup;
-use crate::controller::cache::{Cache, CachedPod};
+use crate::controller::cache::{Cache, CachedNodeClaim, CachedPod};
 use crate::controller::holds::node_let_go;
 use crate::planning::velero_pods;
 use crate::signals::plan::{Choice, choose};
@@ -55,7 +54,7 @@ pub struct Sources {
     /// The process's node cache: the node's uid names the plan the gate starts.
     pub nodes: Cache<Node>,
     /// The process's Karpenter NodeClaim cache: whether a node is being taken ([`let_go`]).
-    pub claims: Cache<DynamicObject>,
+    pub claims: Cache<CachedNodeClaim>,
     /// The process's cache of snapdrain's Velero Backups: a plan's verified backup counts only when its
     /// Backup confirms it (`confirm`).
     pub backups: Cache<Backup>,

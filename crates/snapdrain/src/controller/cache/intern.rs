@@ -51,7 +51,11 @@ impl<T: ?Sized + Hash + Eq> Pool<T> {
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.values.lock().unwrap_or_else(|e| e.into_inner()).set.len()
+        self.values
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set
+            .len()
     }
 }
 

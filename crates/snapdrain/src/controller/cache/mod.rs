@@ -7,6 +7,7 @@
 //!
 //! - [`store`]: one kind's objects and index, swapped whole on a relist.
 //! - [`pod`]: pods in a compact form, decoded straight from the API's JSON.
+//! - [`node_claim`]: NodeClaims reduced to what the signal decisions read.
 //! - [`intern`]: one copy of what pods repeat (namespaces, nodes, label keys, label sets, owners).
 //! - [`token`]: uids and resourceVersions inline.
 //! - [`trim`]: the fields dropped from the other kinds before an object is cached.
@@ -16,6 +17,7 @@
 //! patches guarded by its resourceVersion, so a stale cache costs a 409 and a retry, never an overwrite.
 
 pub mod intern;
+pub mod node_claim;
 pub mod pod;
 pub mod store;
 pub mod token;
@@ -29,11 +31,12 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+pub use node_claim::CachedNodeClaim;
 pub use pod::CachedPod;
 pub use store::{Cache, Stored};
 
@@ -53,7 +56,7 @@ pub struct Caches {
     pub nodes: Cache<Node>,
     /// Karpenter NodeClaims: never synced in a cluster without Karpenter (the watch fails and backs
     /// off), which only means no NodeClaim signal is seen.
-    pub node_claims: Cache<DynamicObject>,
+    pub node_claims: Cache<CachedNodeClaim>,
     pub namespaces: Cache<Namespace>,
     /// Velero Backups snapdrain made (labelled `snapdrain.io/plan`), in every namespace: the eviction
     /// gate confirms a plan's verified backup against them (`webhook::confirm`).
@@ -168,10 +171,7 @@ impl Caches {
             follow(
                 c.node_claims.clone(),
                 crate::signals::detect::nodeclaims(client),
-                |mut o| {
-                    trim::node_claim(&mut o);
-                    o
-                },
+                CachedNodeClaim::from,
                 metrics,
                 started,
             ),

@@ -339,7 +339,11 @@ impl CachedPod {
             .flatten()
             .any(|(k, _)| k.starts_with("snapdrain.io/"));
         let data_path = crate::planning::velero_pods::has_data_path_label(
-            self.meta.labels.iter().flat_map(|l| l.iter()).map(|(k, _)| &**k),
+            self.meta
+                .labels
+                .iter()
+                .flat_map(|l| l.iter())
+                .map(|(k, _)| &**k),
         );
         claims || marked || data_path
     }

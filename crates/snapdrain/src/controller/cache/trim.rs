@@ -15,7 +15,6 @@ use k8s_openapi::api::core::v1::{Namespace, Node, NodeStatus, PersistentVolumeCl
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::DynamicObject;
 
 /// Written by `kubectl apply`: a copy of the whole object, read by nothing in snapdrain.
 pub(super) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -67,20 +66,6 @@ pub fn volume_attachment(v: &mut VolumeAttachment) {
 
 pub fn namespace(n: &mut Namespace) {
     meta(&mut n.metadata);
-}
-
-/// NodeClaims: the signal watcher (`signals::detect`) reads their metadata (deletion, annotations) and
-/// the `type` and `status` of each of `status.conditions`; the rest of the object goes (a NodeClaim's
-/// JSON held as a `serde_json::Value` is kilobytes, 5,000 of them tens of MiB).
-pub fn node_claim(o: &mut DynamicObject) {
-    meta(&mut o.metadata);
-    let conditions: Vec<serde_json::Value> = o.data["status"]["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| serde_json::json!({"type": c["type"], "status": c["status"]}))
-        .collect();
-    o.data = serde_json::json!({"status": {"conditions": conditions}});
 }
 
 /// Velero Backups snapdrain made: the eviction gate (`webhook::confirm`) reads their names, labels,
@@ -386,7 +371,7 @@ mod tests {
                     "karpenter.sh/nodeclaim-termination-timestamp": "2026-12-01T12:30:00Z"}},
                 "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
                          "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]},
-                "status": {"providerID": "aws:///us-east-1a/i-0123", "conditions": conditions,
+                "status": {"providerID": "aws:///us-east-1a/i-0123", "nodeName": "n1", "conditions": conditions,
                            "capacity": {"cpu": "16"}}
             });
             if deleting {
@@ -409,15 +394,14 @@ mod tests {
             (json!(null), false),
         ] {
             let full = claim(conditions.clone(), deleting);
-            let mut trimmed = full.clone();
-            super::node_claim(&mut trimmed);
+            let trimmed = super::super::node_claim::CachedNodeClaim::from(full.clone()).to_value();
             let as_json = |o: &DynamicObject| serde_json::to_value(o).expect("serializes");
             for signals in [
                 SignalsSpec::default(),
                 serde_json::from_value(json!({"consolidation": "Release"})).expect("valid"),
             ] {
                 assert_eq!(
-                    detect(&node, Some(&as_json(&trimmed)), &signals, now, || {
+                    detect(&node, Some(&trimmed), &signals, now, || {
                         std::time::Duration::from_secs(30)
                     }),
                     detect(&node, Some(&as_json(&full)), &signals, now, || {
@@ -426,7 +410,12 @@ mod tests {
                     "{conditions} deleting={deleting}"
                 );
             }
-            assert!(trimmed.data.get("spec").is_none());
+            assert!(trimmed.get("spec").is_none());
+            assert_eq!(trimmed["status"].get("providerID"), None);
+            assert_eq!(
+                trimmed["status"]["nodeName"], "n1",
+                "the claim-change look finds its node"
+            );
         }
     }
 

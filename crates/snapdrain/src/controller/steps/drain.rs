@@ -384,7 +384,7 @@ fn taking(io: &Io<'_>, names: &[String]) -> Option<String> {
         let node = io.caches.nodes.get("", name)?;
         let claim = nodeclaim_of(&node)
             .and_then(|c| io.caches.node_claims.get("", c))
-            .and_then(|c| serde_json::to_value(&*c).ok());
+            .map(|c| c.to_value());
         detect::taking(&node, claim.as_ref()).map(|why| format!("node {name}: {why}"))
     })
 }

@@ -222,7 +222,10 @@ pub async fn released_pods_gone(
     let still = |found: Option<String>, uid: &str| found.as_deref() == Some(uid);
     for p in released {
         let cached = io.caches.pods.get(&p.namespace, &p.name);
-        if still(cached.and_then(|c| c.uid().map(std::borrow::Cow::into_owned)), &p.uid) {
+        if still(
+            cached.and_then(|c| c.uid().map(std::borrow::Cow::into_owned)),
+            &p.uid,
+        ) {
             return Ok(false);
         }
     }
