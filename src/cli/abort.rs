@@ -72,15 +72,50 @@ pub async fn run(args: AbortArgs) -> anyhow::Result<()> {
         let done = kube::runtime::wait::await_condition(api, &args.plan, cond)
             .await
             .context("watch of the plan failed")?;
-        match done.and_then(|p| p.status) {
-            Some(s) => println!(
-                "plan {} {}: {}",
-                args.plan,
-                s.phase,
-                s.message.unwrap_or_default()
-            ),
-            None => println!("plan {} is gone (deleted after its rollback)", args.plan),
-        }
+        println!("{}", outcome(&args.plan, done.as_ref()));
     }
     Ok(())
+}
+
+/// The line `--wait` ends with. `status.message` quotes what others wrote (pod names, API and AWS
+/// errors): its control characters are escaped so that it cannot move the cursor or recolour the
+/// terminal (security review L-7), as `snapdrain status` does.
+fn outcome(plan: &str, done: Option<&DisruptionPlan>) -> String {
+    match done.and_then(|p| p.status.as_ref()) {
+        Some(s) => super::terminal::escape_controls(&format!(
+            "plan {plan} {}: {}",
+            s.phase,
+            s.message.as_deref().unwrap_or_default()
+        ))
+        .into_owned(),
+        None => format!("plan {plan} is gone (deleted after its rollback)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_final_message_is_printed_with_its_control_characters_escaped() {
+        let plan: DisruptionPlan = serde_json::from_value(json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": "p"}, "spec": {"nodes": ["n1"]},
+            "status": {"phase": "Aborted", "message": "rolled back: pod \u{1b}[2J\u{1b}]0;pwned\u{7}x\r\u{9b}2J"}
+        }))
+        .expect("a plan");
+        let line = outcome("p", Some(&plan));
+        assert!(
+            !line.chars().any(|c| c.is_control()),
+            "no raw control character: {line:?}"
+        );
+        assert!(
+            line.starts_with("plan p Aborted: rolled back: pod "),
+            "{line}"
+        );
+        assert_eq!(
+            outcome("p", None),
+            "plan p is gone (deleted after its rollback)"
+        );
+    }
 }

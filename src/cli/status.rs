@@ -6,13 +6,15 @@ use std::fmt::Write as _;
 
 use anyhow::Context as _;
 use clap::{Args, ValueEnum};
-use kube::ResourceExt;
 use kube::api::Api;
+use kube::{Resource as _, ResourceExt};
 
 use super::cluster::ClusterArgs;
 use super::follow::events::human_bytes;
 use super::terminal::json_safe;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use snapdrain::api::DisruptionPlan;
+use snapdrain::api::lenient::{Lenient, each_page};
 use snapdrain::api::status::PlanPhase;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -32,8 +34,8 @@ pub struct StatusArgs {
     pub cluster: ClusterArgs,
 }
 
-fn age(plan: &DisruptionPlan, now: jiff::Timestamp) -> String {
-    let Some(created) = plan.creation_timestamp() else {
+fn age(meta: &ObjectMeta, now: jiff::Timestamp) -> String {
+    let Some(created) = meta.creation_timestamp.as_ref() else {
         return "-".into();
     };
     let secs = now.duration_since(created.0).as_secs().max(0);
@@ -45,11 +47,30 @@ fn age(plan: &DisruptionPlan, now: jiff::Timestamp) -> String {
     }
 }
 
-/// The table of plans (kubectl-like columns, newest last).
-pub fn table(plans: &[DisruptionPlan], now: jiff::Timestamp) -> String {
+/// The table of plans (kubectl-like columns, newest last). A plan snapdrain cannot decode (security
+/// review H-1: e.g. nested deeper than the decoder's limit) is a row that says so instead of failing
+/// the whole list.
+pub fn table(plans: &[Lenient<DisruptionPlan>], now: jiff::Timestamp) -> String {
     let rows: Vec<[String; 6]> = plans
         .iter()
         .map(|p| {
+            let p = match p {
+                Lenient::Decoded(p) => p,
+                Lenient::Undecodable(u) => {
+                    let name = u.metadata.name.clone().unwrap_or_else(|| "?".into());
+                    return [
+                        name.clone(),
+                        "Unreadable".into(),
+                        "-".into(),
+                        "-".into(),
+                        age(&u.metadata, now),
+                        format!(
+                            "snapdrain cannot decode this plan ({}); read it with `kubectl get disruptionplan {name} -o yaml` and delete or fix it",
+                            u.error
+                        ),
+                    ];
+                }
+            };
             let s = p.status.clone().unwrap_or_default();
             let summary = s.summary.clone().unwrap_or_default();
             let nodes = if p.spec.nodes.is_empty() {
@@ -66,7 +87,7 @@ pub fn table(plans: &[DisruptionPlan], now: jiff::Timestamp) -> String {
                 } else {
                     summary.backups
                 },
-                age(p, now),
+                age(&p.metadata, now),
                 s.message.unwrap_or_default(),
             ]
         })
@@ -230,13 +251,24 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             }
         }
         None => {
-            let mut plans = api
-                .list(&Default::default())
+            // Each plan decoded on its own: one that cannot be read is shown as such, not a failed list.
+            let lenient: Api<Lenient<DisruptionPlan>> = Api::all(api.into_client());
+            let mut plans = each_page(&lenient, Some)
                 .await
-                .context("cannot list DisruptionPlans (is the CRD installed?)")?
-                .items;
-            plans.sort_by_key(|p| p.creation_timestamp().map(|t| t.0));
-            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": plans});
+                .context("cannot list DisruptionPlans (is the CRD installed?)")?;
+            plans.sort_by_key(|p| p.meta().creation_timestamp.clone().map(|t| t.0));
+            let items: Vec<serde_json::Value> = plans
+                .iter()
+                .map(|p| match p {
+                    Lenient::Decoded(p) => serde_json::to_value(p).unwrap_or_default(),
+                    Lenient::Undecodable(u) => serde_json::json!({
+                        "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+                        "metadata": {"name": u.metadata.name, "creationTimestamp": u.metadata.creation_timestamp},
+                        "undecodable": u.error,
+                    }),
+                })
+                .collect();
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
             match args.output {
                 StatusFormat::Text if plans.is_empty() => println!("No DisruptionPlans."),
                 StatusFormat::Text => print!(
@@ -294,7 +326,7 @@ mod tests {
     #[test]
     fn the_table_aligns_columns_and_shows_the_summary() {
         let now: jiff::Timestamp = "2030-01-01T00:05:00Z".parse().expect("time");
-        let t = table(&[plan()], now);
+        let t = table(&[Lenient::Decoded(plan())], now);
         let lines: Vec<&str> = t.lines().collect();
         assert!(lines[0].starts_with("NAME"), "{t}");
         assert!(lines[1].starts_with("drain-n1-abcde"), "{t}");
@@ -317,5 +349,41 @@ mod tests {
         assert!(d.contains("3/4 pods evicted"), "{d}");
         assert!(d.contains("blocked (1): shop/pg-0: PDB"), "{d}");
         assert!(d.contains("b1  namespace shop  attempt 1"), "{d}");
+    }
+
+    /// A plan nested past serde_json's depth limit (security review H-1) is a row saying it cannot be
+    /// read, and every other plan is still listed. Decoded strictly (as before) the whole list fails.
+    #[test]
+    fn an_undecodable_plan_is_a_row_that_says_so() {
+        let mut deep = serde_json::json!("leaf");
+        for _ in 0..200 {
+            deep = serde_json::json!({"a": deep});
+        }
+        let deep_plan = serde_json::json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": "deep", "creationTimestamp": "2030-01-01T00:01:00Z"},
+            "spec": {"nodes": ["n2"], "replacement": {"when": "after-drain", "instanceTypes": ["m6i.large"],
+                "bottlerocket": {"settings": {"motd": deep}}}}
+        });
+        let list = serde_json::json!({"apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlanList",
+            "metadata": {}, "items": [serde_json::to_value(plan()).expect("JSON"), deep_plan]});
+        let text = serde_json::to_string(&list).expect("JSON");
+        assert!(
+            serde_json::from_str::<kube::core::ObjectList<DisruptionPlan>>(&text).is_err(),
+            "strict decoding fails the whole list"
+        );
+        let lenient: kube::core::ObjectList<Lenient<DisruptionPlan>> =
+            serde_json::from_str(&text).expect("the lenient list decodes");
+        let now: jiff::Timestamp = "2030-01-01T00:05:00Z".parse().expect("time");
+        let t = table(&lenient.items, now);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        assert!(lines[1].starts_with("drain-n1-abcde"), "{t}");
+        assert!(lines[2].starts_with("deep"), "{t}");
+        assert!(lines[2].contains("Unreadable"), "{t}");
+        assert!(
+            lines[2].contains("snapdrain cannot decode this plan (recursion limit exceeded"),
+            "{t}"
+        );
     }
 }

@@ -213,6 +213,9 @@ async fn drain_follows_the_plan_to_completed_in_plain_lines_and_exits_0() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn drain_json_lines_tell_each_step_and_the_ending() {
     let h = Harness::start().await;
+    // `--grace-period 0` needs the policy's allowance (refused by default, security review C-1).
+    h.set_policy(serde_json::json!({"planSettings": {"allowZeroGracePeriod": true}}))
+        .await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     let cli = Cli::new(&h);

@@ -1077,6 +1077,9 @@ async fn slow_clients_never_keep_reviews_from_being_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_gate_lets_snapdrains_own_drain_without_a_required_backup_through() {
     let h = Harness::start().await;
+    // The platform team allows plans without a backup (refused by default, security review C-1).
+    h.set_policy(json!({"planSettings": {"allowBackupSkip": true}}))
+        .await;
     let _controller =
         controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
     let node = h.node_with_statefulset_pods().await;

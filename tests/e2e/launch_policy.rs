@@ -420,3 +420,94 @@ async fn the_plan_preview_shows_the_policys_refusal() {
     assert!(!text.contains("Refused:"), "{text}");
     assert!(text.contains("namespace shop: StatefulSets"), "{text}");
 }
+
+/// The review's second exploit: a plan editor drains without a backup (`backup.policy: skip`), evicts
+/// what no controller owns and overrides tenants' do-not-disrupt (`drain.force`) and kills pods without
+/// their shutdown (`gracePeriodSeconds: 0`). Under the default policy such a plan is refused while
+/// Pending, naming each field and the policy switch that would allow it; nothing is touched. Without
+/// the check the plan drains and terminates the node with no Backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn skip_force_and_a_zero_grace_period_are_refused_before_any_node_is_touched() {
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    let old = instance_of(&h.node(&node).await.expect("the node"));
+    h.create_plan(
+        "no-backup",
+        json!({"nodes": [node], "backup": {"policy": "skip"},
+               "drain": {"force": true, "gracePeriodSeconds": 0}}),
+    )
+    .await;
+    let plan = h.wait_plan("no-backup", TIMEOUT, |p| p.is_terminal()).await;
+    let (status, reason, message) = valid_condition(&plan);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RefusedByPolicy")
+    );
+    for want in [
+        "spec.backup.policy: skip lets protected pods go with no backup",
+        "spec.planSettings.allowBackupSkip",
+        "spec.drain.force: true evicts pods no controller owns",
+        "spec.planSettings.allowForce",
+        "spec.drain.gracePeriodSeconds: 0 kills pods without their shutdown",
+        "spec.planSettings.allowZeroGracePeriod",
+        "no node was cordoned",
+    ] {
+        assert!(message.contains(want), "{want:?} is not in {message:?}");
+    }
+    assert_untouched(&h, "no-backup", &node, &old).await;
+    controller.shutdown().await;
+}
+
+/// An Execute plan selecting the node that runs snapdrain's own controller pod is refused while
+/// Pending, naming the pod and how to move it; the node is untouched. Without the check the plan would
+/// drain the leader driving it and the eviction gate with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_execute_plan_on_the_controllers_own_node_is_refused_naming_its_pod() {
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use kube::api::PostParams;
+    let h = Harness::start().await;
+    let node = h.node_with_statefulset_pods().await;
+    let old = instance_of(&h.node(&node).await.expect("the node"));
+    let namespaces: Api<Namespace> = Api::all(h.client.clone());
+    let ns = serde_json::from_value(json!({"metadata": {"name": "snapdrain"}})).expect("namespace");
+    match namespaces.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => panic!("create namespace snapdrain: {e}"),
+    }
+    // The harness's controller runs as identity snapdrain-0 in namespace snapdrain, as the chart's pod
+    // does with POD_NAME and POD_NAMESPACE; a standby replica shares its labels.
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "snapdrain");
+    for name in ["snapdrain-0", "snapdrain-1"] {
+        let pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "snapdrain",
+                         "labels": {"app.kubernetes.io/name": "snapdrain", "app.kubernetes.io/instance": "snapdrain"}},
+            "spec": {"nodeName": node, "containers": [{"name": "controller", "image": "snapdrain:test"}]}
+        }))
+        .expect("pod JSON");
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .expect("the controller's pod");
+    }
+    // Started after the pods exist: the plan is judged on caches whose first list holds them.
+    let controller = h.controller().await;
+    h.create_plan("own-node", json!({"nodes": [node]})).await;
+    let plan = h.wait_plan("own-node", TIMEOUT, |p| p.is_terminal()).await;
+    let (status, reason, message) = valid_condition(&plan);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "RefusedByPolicy")
+    );
+    for want in [
+        format!(
+            "spec.nodes: selects the node of snapdrain's own controller pod snapdrain/snapdrain-0 on {node}, snapdrain/snapdrain-1 on {node}"
+        ),
+        "cordon the node and delete that pod".to_string(),
+        "no node was cordoned".to_string(),
+    ] {
+        assert!(message.contains(&want), "{want:?} is not in {message:?}");
+    }
+    assert_untouched(&h, "own-node", &node, &old).await;
+    controller.shutdown().await;
+}

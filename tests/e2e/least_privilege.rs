@@ -600,3 +600,94 @@ async fn the_kustomize_base_is_enough_and_every_rule_is_used() {
         "RARE_PATHS lists verbs no role grants: {stale:?}"
     );
 }
+
+/// Security review L-2: the hold keeper decides whether the plan that released a pod still runs from
+/// the plans it lists and watches, with the base's roles (which grant no `get` on plans). A Release
+/// plan releases the protected pods; the plan is then deleted with its finalizer taken off, so it
+/// leaves the keeper's store without ever being seen over; the pods get their holds back and the
+/// ServiceAccount got no 403. Before, the keeper asked the API server for the missing plan, got a 403,
+/// read it as "running" and left the pods released for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_plans_released_pods_get_their_holds_back_without_a_get() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    use snapdrain::planning::holds::{HoldState, state};
+    use snapdrain_testkit::eventually_within;
+
+    let h = Harness::start().await;
+    let installed = install(&h).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected: Vec<(String, String)> = h
+        .protected_pods_on(&node)
+        .await
+        .keys()
+        .filter_map(|k| {
+            let (ns, name) = k.split_once('/')?;
+            Some((ns.to_string(), name.to_string()))
+        })
+        .collect();
+    assert!(!protected.is_empty(), "the node runs protected pods");
+    let states = || async {
+        let mut out = Vec::new();
+        for (ns, name) in &protected {
+            let pod = Api::<Pod>::namespaced(h.client.clone(), ns)
+                .get(name)
+                .await
+                .expect("the protected pod");
+            out.push(state(&pod));
+        }
+        out
+    };
+    h.create_plan(
+        "lp-released",
+        serde_json::json!({"nodes": [node], "mode": "Release", "releaseWindow": "1h"}),
+    )
+    .await;
+    eventually_within(
+        "the plan released its pods",
+        Duration::from_secs(120),
+        || async {
+            states()
+                .await
+                .iter()
+                .all(|s| *s == HoldState::Released("lp-released".into()))
+                .then_some(())
+        },
+    )
+    .await;
+    let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
+    plans
+        .patch(
+            "lp-released",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("take the finalizer off");
+    plans
+        .delete("lp-released", &DeleteParams::default())
+        .await
+        .expect("delete the plan");
+    eventually_within(
+        "the released pods are held again",
+        Duration::from_secs(60),
+        || async {
+            states()
+                .await
+                .iter()
+                .all(|s| matches!(s, HoldState::Held(_)))
+                .then_some(())
+        },
+    )
+    .await;
+    installed.controller.shutdown().await;
+    let forbidden: Vec<_> = decisions(&h)
+        .into_iter()
+        .filter(|d| !d.allowed)
+        .map(|d| d.attributes)
+        .collect();
+    assert!(
+        forbidden.is_empty(),
+        "the ServiceAccount got 403s: {forbidden:#?}"
+    );
+}

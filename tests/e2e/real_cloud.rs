@@ -185,6 +185,9 @@ async fn node_group_member_is_terminated_through_its_group_without_doubling_capa
     let instances = h.cluster.scenario.as_ref().unwrap().instances.clone();
     let ids: Vec<String> = instances.iter().map(|i| i.instance_id.clone()).collect();
     ec2.create_auto_scaling_group("eks-ng-1", &ids).unwrap();
+    // These nodes run nothing to back up; skip needs the policy's allowance (security review C-1).
+    h.set_policy(json!({"planSettings": {"allowBackupSkip": true}}))
+        .await;
     let controller = h.controller().await;
     let node = instances[0].node_name.clone();
     h.create_plan(

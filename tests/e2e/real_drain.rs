@@ -293,6 +293,9 @@ async fn bare_pods_refuse_the_drain_unless_forced() {
         .await
         .expect("bare pod");
     wait_running(&h, "debug", &node).await;
+    // The platform team allows force (refused by default, security review C-1).
+    h.set_policy(json!({"planSettings": {"allowForce": true}}))
+        .await;
     let controller = h.controller().await;
     h.create_plan(
         "bare",
@@ -385,6 +388,60 @@ async fn do_not_disrupt_holds_the_drain_until_removed() {
         plan.status
     );
     assert_eq!(carried_out(&h, &pod.name_any()), 1);
+    controller.shutdown().await;
+}
+
+/// `drain.force` stays editable (it unblocks a drain waiting on a bare pod), so the DisruptionPolicy
+/// judges it on every pass, not only while Pending (security review C-1): set on a plan already
+/// Draining behind a tenant's do-not-disrupt, under the default policy, it stops the plan with
+/// RefusedByPolicy and the tenant's pod is never evicted. Without the check the plan evicts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn force_set_while_draining_is_refused_by_the_default_policy() {
+    let h = Harness::start().await;
+    let node = h.node_with_statefulset_pods().await;
+    deployment(
+        &h,
+        "trainer",
+        &node,
+        json!({}),
+        json!({"annotations": {"karpenter.sh/do-not-disrupt": "true"}}),
+    )
+    .await;
+    let pod = wait_running(&h, "trainer", &node).await;
+    let controller = h.controller().await;
+    h.create_plan(
+        "late-force",
+        json!({"nodes": [node], "termination": {"terminateInstance": false, "deleteNode": false}}),
+    )
+    .await;
+    let plan = wait_message(&h, "late-force", "karpenter.sh/do-not-disrupt").await;
+    assert_eq!(
+        plan.status.as_ref().map(|s| s.phase),
+        Some(PlanPhase::Draining)
+    );
+    let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
+    plans
+        .patch(
+            "late-force",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"drain": {"force": true}}})),
+        )
+        .await
+        .expect("force set");
+    let plan = h
+        .wait_plan("late-force", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    let message = status.message.unwrap_or_default();
+    for want in [
+        "spec.drain.force",
+        "spec.planSettings.allowForce",
+        "set while the plan was Draining",
+    ] {
+        assert!(message.contains(want), "{want:?} is not in {message:?}");
+    }
+    assert_eq!(eviction_requests(&h, &pod.name_any()), 0);
     controller.shutdown().await;
 }
 

@@ -94,6 +94,31 @@ pub struct DisruptionPolicySpec {
     /// the replaced instance, nothing free-form.
     #[serde(default)]
     pub replacement: ReplacementPolicy,
+
+    /// Which plan settings that let a drain go without a backup, or take pods down without their
+    /// owners' consent, plans may use. All refused by default: a plan author may then only drain
+    /// behind a verified backup, as kubectl drain without `--force` would.
+    #[serde(default)]
+    pub plan_settings: PlanSettingsPolicy,
+}
+
+/// Plan settings the policy must allow (security review C-1). A plan using one that is not allowed is
+/// refused (`RefusedByPolicy`) before any node is touched; one set while the plan runs stops it.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanSettingsPolicy {
+    /// Allow `spec.backup.policy: skip`: the protected pods are drained (Execute) or released to the
+    /// disruptor (Release) with no backup at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_backup_skip: bool,
+    /// Allow `spec.drain.force: true`: pods no controller owns are evicted (lost for good) and an active
+    /// `karpenter.sh/do-not-disrupt` of a tenant is overridden.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_force: bool,
+    /// Allow `spec.drain.gracePeriodSeconds: 0`: pods are killed without their shutdown (databases do
+    /// not flush).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_zero_grace_period: bool,
 }
 
 fn default_max_nodes_per_plan() -> u32 {
@@ -435,6 +460,13 @@ impl DisruptionPolicySpec {
         }
         let mut sample = self.plan_defaults();
         sample.nodes = vec!["node".into()];
+        // Signal plans are judged by the same switches: a policy that sets skip or force for them
+        // must allow it, or every signal plan would be refused.
+        problems.extend(
+            crate::planning::launch_policy::check_settings(&sample, &self.plan_settings)
+                .iter()
+                .map(|p| format!("{p} (this policy's signal plans use it)")),
+        );
         if let Err(ps) = super::validate::validate(&sample) {
             // The policy's fields sit at the same paths as a plan's (spec.backup, spec.drain, ...).
             problems.extend(ps.iter().map(ToString::to_string));

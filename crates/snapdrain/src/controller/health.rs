@@ -178,4 +178,42 @@ mod tests {
         assert!(joined.is_err());
         assert_eq!(h.check(), Err(Unhealthy::LeadLoopStopped));
     }
+
+    /// Set in the child process [`a_panic_in_a_spawned_task_ends_the_process`] runs.
+    const PANIC_CHILD: &str = "SNAPDRAIN_TEST_EXIT_ON_PANIC_CHILD";
+
+    /// The hook ends the whole process when a spawned task panics, as the controller runs its loops
+    /// (tokio otherwise keeps the panic inside the task's JoinHandle and the process lives on). Run
+    /// in a child process of this test binary: the hook is process-wide and exits. Without the hook
+    /// the child outlives the panic and exits 0 after its bound.
+    #[test]
+    fn a_panic_in_a_spawned_task_ends_the_process() {
+        if std::env::var_os(PANIC_CHILD).is_some() {
+            exit_on_panic();
+            let rt = tokio::runtime::Runtime::new()
+                .unwrap_or_else(|e| unreachable!("a test runtime starts: {e}"));
+            rt.block_on(async {
+                let _task = tokio::spawn(async { panic!("a bug in a step") });
+                // What the controller's other loops do meanwhile: keep running. Bounded, so that a
+                // hook that does not exit fails the parent instead of hanging it.
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            });
+            std::process::exit(0);
+        }
+        let exe = std::env::current_exe()
+            .unwrap_or_else(|e| unreachable!("a running test knows its binary: {e}"));
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "controller::health::tests::a_panic_in_a_spawned_task_ends_the_process",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(PANIC_CHILD, "1")
+            .output()
+            .expect("the child test process runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(70), "{stderr}");
+        assert!(stderr.contains("a bug in a step"), "{stderr}");
+    }
 }

@@ -143,10 +143,17 @@ pub fn node_let_go(
     .is_some()
 }
 
-/// Whether the plan named `name` still runs: in the cache and not over, or (not cached yet: a plan just
-/// made) found through the API.
-async fn plan_running(client: &Client, plans: &Store<DisruptionPlan>, name: &str) -> bool {
-    let running = |p: &DisruptionPlan| {
+/// Whether the plan named `name` still runs, from the plans this leader lists and watches: in the
+/// store and not over. A plan missing from a listed store is gone (deleted): the store is this
+/// leader's own reflector, which held every plan this leader reconciled before that plan could
+/// release a hold, and a previous leader's plans were in its first list. No GET: the ClusterRole
+/// grants none on plans (a 403 read as "running" kept a deleted plan's pods released for good).
+/// `None` until the first list is in: unknown, the pod is left as it is and looked at again on the
+/// next event or sweep.
+fn plan_running(plans: &Store<DisruptionPlan>, name: &str) -> Option<bool> {
+    use futures::FutureExt as _;
+    plans.wait_until_ready().now_or_never()?.ok()?;
+    Some(plans.get(&ObjectRef::new(name)).is_some_and(|p| {
         p.metadata.deletion_timestamp.is_none()
             && !p
                 .status
@@ -154,17 +161,7 @@ async fn plan_running(client: &Client, plans: &Store<DisruptionPlan>, name: &str
                 .map(|s| s.phase)
                 .unwrap_or_default()
                 .is_terminal()
-    };
-    if let Some(p) = plans.get(&ObjectRef::new(name)) {
-        return running(&p);
-    }
-    let api: Api<DisruptionPlan> = Api::all(client.clone());
-    match api.get_opt(name).await {
-        Ok(Some(p)) => running(&p),
-        Ok(None) => false,
-        // Unknown: keep the release rather than hold a pod its plan may be draining.
-        Err(_) => true,
-    }
+    }))
 }
 
 struct Keeper {
@@ -206,13 +203,11 @@ impl Keeper {
             // A node going whatever snapdrain does, which snapdrain will not back up: holding on would
             // only keep its termination waiting (the signal watcher says so on the Node).
             (true, _) if self.let_go(pod) => (holds::remove(pod).map(|p| ("let-go", p)), false),
-            (true, HoldState::Released(plan)) => {
-                if plan_running(&self.client, &self.plans, &plan).await {
-                    (None, false)
-                } else {
-                    (holds::restore(pod, ca).map(|p| ("restored", p)), true)
-                }
-            }
+            (true, HoldState::Released(plan)) => match plan_running(&self.plans, &plan) {
+                Some(true) => (None, false),
+                Some(false) => (holds::restore(pod, ca).map(|p| ("restored", p)), true),
+                None => return None,
+            },
             (true, _) => (holds::place(pod, ca).map(|p| ("placed", p)), true),
         };
         if let Some((action, patch)) = change {

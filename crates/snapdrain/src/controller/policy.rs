@@ -97,17 +97,36 @@ pub async fn follow(
     let mut stream = std::pin::pin!(stream);
     let mut until = std::pin::pin!(until);
     let mut first = true;
+    let mut last_warned: Option<std::time::Instant> = None;
     loop {
         tokio::select! {
             _ = &mut until => return,
             event = stream.next() => match event {
                 Some(Ok(policy)) => accept(&recorder, &tx, &policy, &mut first).await,
-                Some(Err(e)) => tracing::debug!(error = %e, "DisruptionPolicy watch"),
+                // A policy that cannot be decoded (or cannot be read at all) leaves the last valid
+                // rules in force without a word at the default log level: warn, at most once per
+                // WATCH_WARN_EVERY, as the watch retries with backoff.
+                Some(Err(e)) => {
+                    let now = std::time::Instant::now();
+                    if last_warned.is_none_or(|at| now.duration_since(at) >= WATCH_WARN_EVERY) {
+                        last_warned = Some(now);
+                        tracing::warn!(
+                            error = %e,
+                            "cannot read DisruptionPolicy {DEFAULT_POLICY}; the previous rules stay in force (fix the object, e.g. `kubectl get disruptionpolicy {DEFAULT_POLICY} -o yaml`, or check snapdrain may list and watch disruptionpolicies)"
+                        );
+                    } else {
+                        tracing::debug!(error = %e, "DisruptionPolicy watch");
+                    }
+                }
                 None => return,
             },
         }
     }
 }
+
+/// The least time between two warnings of a failing policy watch (it retries with backoff, so each
+/// failure would otherwise log once per retry).
+const WATCH_WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 async fn accept(
     recorder: &Option<Recorder>,

@@ -410,24 +410,44 @@ pub async fn reconcile(
         }
     };
     // Judged by the policy while nothing is touched yet; once decided, spec.replacement is immutable
-    // and the launch is judged again right before it.
-    if status.phase == PlanPhase::Pending {
+    // and the launch is judged again right before it. The backup and drain settings stay editable, so
+    // they are judged on every pass (a terminal plan returned above).
+    {
         let Some(policy) = ctx.policy.get() else {
             // The policy follower has not read the cluster's policy yet (at most FIRST_POLICY_WAIT).
             return Ok(Action::requeue(Duration::from_millis(200)));
         };
-        let selected = match &plan.spec.node_selector {
-            Some(sel) if plan.spec.nodes.is_empty() => {
-                steps::inventory::select_nodes(ctx.synced_caches().await?, sel)?.len()
-            }
-            _ => plan.spec.nodes.len(),
+        let (problems, untouched) = if status.phase == PlanPhase::Pending {
+            let caches = ctx.synced_caches().await?;
+            let selected = match &plan.spec.node_selector {
+                Some(sel) if plan.spec.nodes.is_empty() => {
+                    steps::inventory::select_nodes(caches, sel)?
+                }
+                _ => plan.spec.nodes.clone(),
+            };
+            let mut problems = launch_policy::check_plan(&plan.spec, &policy, selected.len());
+            let own = steps::inventory::controller_pods_on(caches, &ctx.settings, &selected);
+            problems.extend(launch_policy::check_controller_pods(&plan.spec, &own));
+            (problems, true)
+        } else {
+            (
+                launch_policy::check_settings(&plan.spec, &policy.plan_settings),
+                false,
+            )
         };
-        let problems = launch_policy::check_plan(&plan.spec, &policy, selected);
         if !problems.is_empty() {
-            let message = format!(
-                "{} (no node was cordoned, backed up, drained or terminated)",
-                launch_policy::refusal_message(&problems)
-            );
+            let message = if untouched {
+                format!(
+                    "{} (no node was cordoned, backed up, drained or terminated)",
+                    launch_policy::refusal_message(&problems)
+                )
+            } else {
+                format!(
+                    "{} (set while the plan was {}; it stopped there)",
+                    launch_policy::refusal_message(&problems),
+                    status.phase
+                )
+            };
             return mark_invalid(
                 Pass::after(plan, valid, finalized, &ctx),
                 &ctx,

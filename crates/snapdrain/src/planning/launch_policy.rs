@@ -7,7 +7,10 @@
 //! touched, and again right before a launch.
 
 use crate::api::launch::ReplacementPolicy;
-use crate::api::plan::{BottlerocketSpec, DisruptionPlanSpec, ReplacementSpec, ReplacementWhen};
+use crate::api::plan::{
+    BackupPolicy, BottlerocketSpec, DisruptionPlanSpec, PlanMode, ReplacementSpec, ReplacementWhen,
+};
+use crate::api::policy::PlanSettingsPolicy;
 use crate::api::validate::SpecProblem;
 use crate::api::{DEFAULT_POLICY, DisruptionPolicySpec};
 
@@ -45,8 +48,9 @@ pub fn check_setting_entry(entry: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Everything the policy refuses in a plan that selects `selected` nodes: the node cap, and its
-/// replacement's launch settings (only when it launches one).
+/// Everything the policy refuses in a plan that selects `selected` nodes: the node cap, the plan
+/// settings that drain without a backup or without the pods' consent, and its replacement's launch
+/// settings (only when it launches one).
 pub fn check_plan(
     spec: &DisruptionPlanSpec,
     policy: &DisruptionPolicySpec,
@@ -59,6 +63,7 @@ pub fn check_plan(
     )
     .into_iter()
     .collect();
+    out.extend(check_settings(spec, &policy.plan_settings));
     if let Some(r) = spec
         .replacement
         .as_ref()
@@ -67,6 +72,66 @@ pub fn check_plan(
         out.extend(check(r, &policy.replacement));
     }
     out
+}
+
+/// The plan settings `policy` does not allow: `backup.policy: skip`, `drain.force` and
+/// `drain.gracePeriodSeconds: 0`. Judged regardless of what runs on the nodes: the pods can change
+/// between the check and the drain, and the preview judges a plan without looking at them. These
+/// fields stay editable (a drain waiting on a bare pod is unblocked by setting `force`), so the
+/// controller judges them on every pass of a running plan, not only while it is Pending.
+pub fn check_settings(spec: &DisruptionPlanSpec, policy: &PlanSettingsPolicy) -> Vec<SpecProblem> {
+    let mut out = Vec::new();
+    if spec.backup.policy == BackupPolicy::Skip && !policy.allow_backup_skip {
+        out.push(problem(
+            "spec.backup.policy",
+            format!(
+                "skip lets protected pods go with no backup; the {} does not allow it: use required (or best-effort), or set the policy's spec.planSettings.allowBackupSkip",
+                policy_name()
+            ),
+        ));
+    }
+    if spec.drain.force && !policy.allow_force {
+        out.push(problem(
+            "spec.drain.force",
+            format!(
+                "true evicts pods no controller owns (lost for good) and overrides an active karpenter.sh/do-not-disrupt; the {} does not allow it: remove it and move or delete such pods yourself, or set the policy's spec.planSettings.allowForce",
+                policy_name()
+            ),
+        ));
+    }
+    if spec.drain.grace_period_seconds == Some(0) && !policy.allow_zero_grace_period {
+        out.push(problem(
+            "spec.drain.gracePeriodSeconds",
+            format!(
+                "0 kills pods without their shutdown; the {} does not allow it: leave it out to use each pod's own grace period, or set the policy's spec.planSettings.allowZeroGracePeriod",
+                policy_name()
+            ),
+        ));
+    }
+    out
+}
+
+/// The refusal of an Execute plan whose nodes run snapdrain's own controller pods (`pods`, as
+/// `namespace/name on node`): draining them takes down the leader driving the plan and the eviction
+/// gate with it, so the plan would run on a standby (or none) while the gate is away. A Release plan
+/// and a dry run drain nothing themselves and are not refused. Moving the pod first is always
+/// possible where a plan could move it, so no switch allows this.
+pub fn check_controller_pods(spec: &DisruptionPlanSpec, pods: &[String]) -> Option<SpecProblem> {
+    if pods.is_empty() || spec.mode != PlanMode::Execute || spec.dry_run {
+        return None;
+    }
+    let field = if spec.nodes.is_empty() {
+        "spec.nodeSelector"
+    } else {
+        "spec.nodes"
+    };
+    Some(problem(
+        field,
+        format!(
+            "selects the node of snapdrain's own controller pod {}; snapdrain does not drain the nodes it runs on: cordon the node and delete that pod so it is scheduled elsewhere, then create the plan again (or use mode Release and let the autoscaler drain it)",
+            pods.join(", ")
+        ),
+    ))
 }
 
 /// The one-line message of a refused plan, for `status.message` and the `Valid` condition.
@@ -589,5 +654,62 @@ mod tests {
             check_node_count(3, false, 2).map(|p| p.field),
             Some("spec.nodes".to_string())
         );
+    }
+
+    #[test]
+    fn skip_force_and_a_zero_grace_period_need_the_policys_switch() {
+        let plan: DisruptionPlanSpec = serde_json::from_value(serde_json::json!({
+            "nodes": ["n1"], "backup": {"policy": "skip"},
+            "drain": {"force": true, "gracePeriodSeconds": 0}
+        }))
+        .expect("a plan");
+        let problems = check_settings(&plan, &PlanSettingsPolicy::default());
+        assert_eq!(
+            fields(&problems),
+            [
+                "spec.backup.policy",
+                "spec.drain.force",
+                "spec.drain.gracePeriodSeconds"
+            ]
+        );
+        for (p, switch) in problems.iter().zip([
+            "spec.planSettings.allowBackupSkip",
+            "spec.planSettings.allowForce",
+            "spec.planSettings.allowZeroGracePeriod",
+        ]) {
+            assert!(p.message.contains(switch), "{p}");
+        }
+        // check_plan judges them too, whatever the mode.
+        assert_eq!(
+            check_plan(&plan, &DisruptionPolicySpec::defaults(), 1).len(),
+            3
+        );
+        let allowed = PlanSettingsPolicy {
+            allow_backup_skip: true,
+            allow_force: true,
+            allow_zero_grace_period: true,
+        };
+        assert_eq!(check_settings(&plan, &allowed), []);
+        let safe: DisruptionPlanSpec = serde_json::from_value(serde_json::json!({
+            "nodes": ["n1"], "backup": {"policy": "best-effort"}, "drain": {"gracePeriodSeconds": 1}
+        }))
+        .expect("a plan");
+        assert_eq!(check_settings(&safe, &PlanSettingsPolicy::default()), []);
+    }
+
+    #[test]
+    fn an_execute_plan_on_the_controllers_node_is_refused_naming_the_pod() {
+        let mut plan: DisruptionPlanSpec =
+            serde_json::from_value(serde_json::json!({"nodes": ["n1"]})).expect("a plan");
+        let pods = vec!["snapdrain/snapdrain-0 on n1".to_string()];
+        assert_eq!(check_controller_pods(&plan, &[]), None);
+        let p = check_controller_pods(&plan, &pods).expect("refused");
+        assert_eq!(p.field, "spec.nodes");
+        assert!(p.message.contains("snapdrain/snapdrain-0 on n1"), "{p}");
+        plan.dry_run = true;
+        assert_eq!(check_controller_pods(&plan, &pods), None);
+        plan.dry_run = false;
+        plan.mode = PlanMode::Release;
+        assert_eq!(check_controller_pods(&plan, &pods), None);
     }
 }

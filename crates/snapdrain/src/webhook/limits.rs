@@ -38,6 +38,10 @@ pub const IDLE: Duration = Duration::from_secs(120);
 pub const CONNECTIONS: usize = 512;
 /// Open connections from one address, so that one pod cannot take the rest.
 pub const PER_PEER: usize = 64;
+/// The largest request body read. An eviction's AdmissionReview is a few KiB (the Eviction and the
+/// caller's user info); a larger body is answered 413 before any of it is parsed. axum's default, made
+/// explicit so that an axum upgrade cannot change it unseen.
+pub const BODY: usize = 2 * 1024 * 1024;
 /// Reviews being answered at once. A review is answered from memory in microseconds; beyond this the
 /// gate answers 503 at once rather than queue.
 pub const IN_FLIGHT: usize = 64;

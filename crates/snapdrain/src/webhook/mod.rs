@@ -64,6 +64,9 @@ pub struct WebhookConfig {
     pub lifetimes: Lifetimes,
     /// How often the Secret is read again for another replica's renewal.
     pub resync: Duration,
+    /// Reviews answered at once before the gate answers 503 ([`limits::IN_FLIGHT`]; tests lower it to
+    /// see the refusal, which a review answered in microseconds cannot reach otherwise).
+    pub in_flight: usize,
 }
 
 impl Default for WebhookConfig {
@@ -76,6 +79,7 @@ impl Default for WebhookConfig {
             configuration: "snapdrain".into(),
             lifetimes: Lifetimes::default(),
             resync: Duration::from_secs(60),
+            in_flight: limits::IN_FLIGHT,
         }
     }
 }
@@ -179,7 +183,7 @@ pub async fn start(
         metrics,
         recorder,
     ));
-    let (addr, server) = server::serve(config.addr, slot.clone(), gate)?;
+    let (addr, server) = server::serve(config.addr, slot.clone(), gate, config.in_flight)?;
     tracing::info!(%addr, "eviction gate serving");
     Ok(WebhookHandle {
         addr,

@@ -7,7 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use http::StatusCode;
@@ -71,6 +71,8 @@ impl ResolvesServerCert for CertSlot {
 struct Served {
     gate: Arc<Gate>,
     in_flight: Arc<Semaphore>,
+    /// The number of places `in_flight` started with, for the 503's message.
+    cap: usize,
 }
 
 async fn validate(State(served): State<Served>, body: Bytes) -> axum::response::Response {
@@ -82,7 +84,7 @@ async fn validate(State(served): State<Served>, body: Bytes) -> axum::response::
             StatusCode::SERVICE_UNAVAILABLE,
             axum::Json(serde_json::json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
                 "reason": "ServiceUnavailable", "code": 503,
-                "message": format!("snapdrain's eviction gate is answering {} reviews already; retry", limits::IN_FLIGHT)})),
+                "message": format!("snapdrain's eviction gate is answering {} reviews already; retry", served.cap)})),
         )
             .into_response();
     };
@@ -96,14 +98,17 @@ async fn validate(State(served): State<Served>, body: Bytes) -> axum::response::
     (answer.status, axum::Json(answer.body)).into_response()
 }
 
-/// The gate's routes: `POST /validate` (the AdmissionReview) and `GET /healthz`.
-pub fn router(gate: Arc<Gate>) -> axum::Router {
+/// The gate's routes: `POST /validate` (the AdmissionReview, at most [`limits::BODY`] bytes, at most
+/// `in_flight` at once) and `GET /healthz`.
+pub fn router(gate: Arc<Gate>, in_flight: usize) -> axum::Router {
     axum::Router::new()
         .route("/validate", post(validate))
         .route("/healthz", get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(limits::BODY))
         .with_state(Served {
             gate,
-            in_flight: Arc::new(Semaphore::new(limits::IN_FLIGHT)),
+            in_flight: Arc::new(Semaphore::new(in_flight)),
+            cap: in_flight,
         })
 }
 
@@ -112,6 +117,7 @@ pub fn serve(
     addr: SocketAddr,
     slot: Arc<CertSlot>,
     gate: Arc<Gate>,
+    in_flight: usize,
 ) -> Result<(SocketAddr, axum_server::Handle<SocketAddr>), CertError> {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
@@ -137,7 +143,7 @@ pub fn serve(
     http.http2()
         .max_concurrent_streams(u32::try_from(limits::IN_FLIGHT).unwrap_or(u32::MAX));
     let handle = axum_server::Handle::new();
-    let app = router(gate);
+    let app = router(gate, in_flight);
     let server = server.handle(handle.clone());
     tokio::spawn(async move {
         if let Err(e) = server.serve(app.into_make_service()).await {

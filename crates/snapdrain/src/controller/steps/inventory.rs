@@ -267,6 +267,46 @@ pub async fn listed_inventory(
 
 /// Names of the nodes a plan is about: `spec.nodes`, or the nodes matching `spec.nodeSelector` when the
 /// plan was decided (kept in status from then on), from the synced Node cache, in name order.
+/// snapdrain's own controller pods on `nodes`, as `namespace/name on node`: this replica's pod (named
+/// by [`crate::controller::Settings::identity`] in its namespace) and the pods of its namespace that
+/// share its `app.kubernetes.io/name` and `app.kubernetes.io/instance` labels (the other replicas).
+/// None when this replica's pod is not in the cache (it runs outside the cluster).
+pub fn controller_pods_on(
+    caches: &Caches,
+    settings: &crate::controller::Settings,
+    nodes: &[String],
+) -> Vec<String> {
+    const KEYS: [&str; 2] = ["app.kubernetes.io/name", "app.kubernetes.io/instance"];
+    let Some(own) = caches.pods.get(&settings.namespace, &settings.identity) else {
+        return Vec::new();
+    };
+    let own = own.to_pod();
+    let wanted: Vec<(&str, String)> = KEYS
+        .iter()
+        .filter_map(|k| Some((*k, own.labels().get(*k)?.clone())))
+        .collect();
+    let mut out = Vec::new();
+    for node in nodes {
+        for pod in caches.pods.indexed(node) {
+            let pod = pod.to_pod();
+            if pod.namespace().as_deref() != Some(settings.namespace.as_str()) {
+                continue;
+            }
+            let sibling =
+                !wanted.is_empty() && wanted.iter().all(|(k, v)| pod.labels().get(*k) == Some(v));
+            if pod.name_any() == settings.identity || sibling {
+                out.push(format!(
+                    "{}/{} on {node}",
+                    settings.namespace,
+                    pod.name_any()
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 pub fn select_nodes(
     caches: &Caches,
     selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
