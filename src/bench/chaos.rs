@@ -68,6 +68,14 @@ pub fn figures(run: &RunReport, report: &mut Report) {
     report
         .add(
             SECTION,
+            format!("seed {seed}: of which protected pods lost with their node"),
+            v.lost_with_node as f64,
+            "count",
+        )
+        .target = Some("0".into());
+    report
+        .add(
+            SECTION,
             format!("seed {seed}: protected pods let go (a forceful signal's plan failed)"),
             v.let_go.len() as f64,
             "count",

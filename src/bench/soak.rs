@@ -739,7 +739,7 @@ async fn soak(
     };
     let f = report.add(
         SECTION,
-        "safety violations (protected pod evicted before its verified backup)",
+        "safety violations (protected pod evicted, or lost with its node, before its verified backup)",
         verdict.violations.len() as f64,
         "count",
     );
@@ -747,6 +747,14 @@ async fn soak(
     f.note = listed(&verdict.violations).or(Some(
         "snapdrain_testkit::chaos::judge over the whole audit log".into(),
     ));
+    report
+        .add(
+            SECTION,
+            "of which protected pods lost with their node (no eviction, no backup taken while it ran there)",
+            verdict.lost_with_node as f64,
+            "count",
+        )
+        .target = Some("0".into());
     report
         .add(
             SECTION,

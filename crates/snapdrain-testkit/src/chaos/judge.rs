@@ -3,6 +3,9 @@
 //!
 //! - safety: the oracle ([`crate::safety`]) over every pod that left through the API, against the
 //!   verified backups of every plan (a plan may reuse another's fresh verified backup);
+//! - no protected pod lost with its node: one that left with no eviction or DELETE (the pod garbage
+//!   collector's removal once its Node was gone) needs a Velero Backup of all its claims taken after it
+//!   last started there and completed before the node went ([`lost_with_node`]);
 //! - every plan terminal (Completed, Failed or Aborted);
 //! - no duplicate backup: at most one Velero Backup per plan, namespace and attempt (the labels the
 //!   Backup carries);
@@ -80,6 +83,8 @@ pub struct Verdict {
     /// after the signal's plan had failed or been aborted: the one exception the promise makes
     /// (README, "let go"), judged by [`let_go_excuse`].
     pub let_go: Vec<String>,
+    /// Of the violations, the protected pods lost with their node ([`lost_with_node`]).
+    pub lost_with_node: usize,
 }
 
 impl Verdict {
@@ -145,6 +150,15 @@ pub fn judge(e: &Evidence<'_>) -> Verdict {
             None => v.violations.push(violation.to_string()),
         }
     }
+    for lost in lost_with_node(e.audit, e.protected) {
+        match let_go_on(&lost.node, lost.node_went, e.plans) {
+            Some(excuse) => v.let_go.push(format!("{lost} ({excuse})")),
+            None => {
+                v.lost_with_node += 1;
+                v.violations.push(lost.to_string());
+            }
+        }
+    }
     // Terminal plans.
     for p in e.plans {
         let ph = phase(p);
@@ -206,6 +220,12 @@ fn let_go_excuse(
         })?
         .detail["node"]
         .as_str()?;
+    let_go_on(node, at, plans)
+}
+
+/// The let-go rule for a pod that left `node` at `at`: a plan for `node` made for a forceful signal
+/// had ended Failed or Aborted (its `Done` condition) by then.
+fn let_go_on(node: &str, at: jiff::Timestamp, plans: &[Value]) -> Option<String> {
     plans.iter().find_map(|p| {
         let on_node = p["spec"]["nodes"]
             .as_array()?
@@ -232,6 +252,203 @@ fn let_go_excuse(
             )
         })
     })
+}
+
+/// A protected pod that went with its node: removed with no eviction or DELETE through the API (the
+/// pod garbage collector's, once its Node was gone) and no Velero Backup of all its claims taken while
+/// it ran there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LostWithNode {
+    /// `ns/name`.
+    pub pod: String,
+    pub node: String,
+    /// When it last started on `node` (the kubelet's record).
+    pub started: jiff::Timestamp,
+    /// The first record of the node going after that: its instance reclaimed or terminated, its Node
+    /// removed.
+    pub node_went: jiff::Timestamp,
+    pub removed: jiff::Timestamp,
+    /// The claims no such backup covers.
+    pub uncovered: Vec<String>,
+}
+
+impl std::fmt::Display for LostWithNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "protected pod {} lost with its node {}: started there at {}, the node went at {}, the pod removed at {} with no eviction, and no Velero Backup taken since it started and completed before the node went covers its PVC(s) {}",
+            self.pod,
+            self.node,
+            self.started,
+            self.node_went,
+            self.removed,
+            self.uncovered.join(", ")
+        )
+    }
+}
+
+/// A Velero Backup as the simulated Velero recorded it in the audit log: when it went InProgress and
+/// Completed, and the claims (`ns/name`) it covered. The audit's millisecond times, not the Backup's
+/// `completionTimestamp` (whole seconds), so that its order against a pod's start is not rounded away.
+struct VeleroBackup {
+    started: Option<jiff::Timestamp>,
+    completed: Option<jiff::Timestamp>,
+    pvcs: BTreeSet<String>,
+}
+
+fn velero_backups(audit: &[AuditEntry]) -> BTreeMap<(String, String), VeleroBackup> {
+    let mut out: BTreeMap<(String, String), VeleroBackup> = BTreeMap::new();
+    for a in audit
+        .iter()
+        .filter(|a| a.source == "world" && a.verb == "phase" && a.resource == "backups.velero.io")
+    {
+        let key = (
+            a.namespace.clone().unwrap_or_default(),
+            a.name.clone().unwrap_or_default(),
+        );
+        let b = out.entry(key).or_insert(VeleroBackup {
+            started: None,
+            completed: None,
+            pvcs: BTreeSet::new(),
+        });
+        let at = a.time.parse().ok();
+        match a.detail["phase"].as_str() {
+            Some("InProgress") if b.started.is_none() => b.started = at,
+            Some("Completed") => b.completed = at,
+            _ => {}
+        }
+        // A finalizer after a Velero restart records the final phase without the claims.
+        b.pvcs.extend(
+            a.detail["pvcs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string),
+        );
+    }
+    out
+}
+
+/// Verbs of the world's records that a node went, with where the node's name is.
+const NODE_GONE: &[(&str, bool)] = &[
+    // EC2's spot reclaim (detail.node; not when the terminate call failed, see below).
+    ("spot-instance-reclaimed", true),
+    // Karpenter terminated the NodeClaim's instance (detail.node).
+    ("nodeclaim-terminated", true),
+    // Cluster Autoscaler terminated the node's instance (name).
+    ("scale-down-deleted", false),
+    // EC2 terminated the instance (name).
+    ("node-removed", false),
+    // The Node left the store (name).
+    ("removed", false),
+];
+
+/// Protected pods (by the judge's rule: `protected`, as for evictions) that the simulator removed with
+/// their node and no backup: the kubelet's record of the pod's removal names its node and says it was
+/// Failed (the pod garbage collector's mark); the node went (a [`NODE_GONE`] record since the pod last
+/// started there); no eviction or DELETE of the pod was accepted since it started (that removal is the
+/// eviction rule's to judge); and some claim has no Velero Backup that went InProgress after the pod
+/// started and Completed before the node went (one begun before the pod started copied an older
+/// state). A pod that never started there is not judged: nothing of it ran on that node.
+pub fn lost_with_node(
+    audit: &[AuditEntry],
+    protected: &BTreeMap<String, BTreeSet<String>>,
+) -> Vec<LostWithNode> {
+    let time = |a: &AuditEntry| a.time.parse::<jiff::Timestamp>().ok();
+    let removed_through_api = safety::pods_removed(audit);
+    let backups = velero_backups(audit);
+    let mut out = Vec::new();
+    for (i, del) in audit.iter().enumerate() {
+        if !(del.source == "world" && del.verb == "deleted" && del.resource == "pods") {
+            continue;
+        }
+        let (ns, name) = (
+            del.namespace.as_deref().unwrap_or_default(),
+            del.name.as_deref().unwrap_or_default(),
+        );
+        let pod = format!("{ns}/{name}");
+        let Some(claims) = protected.get(&pod) else {
+            continue;
+        };
+        let (Some(uid), Some(node), Some(removed)) = (
+            del.detail["uid"].as_str(),
+            del.detail["node"].as_str(),
+            time(del),
+        ) else {
+            continue;
+        };
+        let Some(started) = audit[..i]
+            .iter()
+            .rev()
+            .find(|a| {
+                a.source == "world"
+                    && a.verb == "started"
+                    && a.resource == "pods"
+                    && a.detail["uid"].as_str() == Some(uid)
+            })
+            .and_then(time)
+        else {
+            continue;
+        };
+        let through_api = removed_through_api.iter().any(|r| {
+            r.pod == pod
+                && r.time
+                    .parse::<jiff::Timestamp>()
+                    .is_ok_and(|t| started <= t && t <= removed)
+        });
+        if through_api {
+            continue;
+        }
+        // The pod garbage collector marks a gone Node's pods Failed before it removes them.
+        if del.detail["phase"].as_str() != Some("Failed") {
+            continue;
+        }
+        // The whole log: the kubelet may remove the pod a moment before the record of its Node's
+        // removal is written.
+        let Some(node_went) = audit
+            .iter()
+            .filter(|a| a.source == "world")
+            .filter(|a| {
+                NODE_GONE.iter().any(|(verb, in_detail)| {
+                    a.verb == *verb
+                        && a.detail.get("error").is_none()
+                        && if *in_detail {
+                            a.detail["node"].as_str() == Some(node)
+                        } else {
+                            a.resource == "nodes" && a.name.as_deref() == Some(node)
+                        }
+                })
+            })
+            .filter_map(time)
+            .find(|t| *t >= started)
+        else {
+            continue;
+        };
+        let uncovered: Vec<String> = claims
+            .iter()
+            .filter(|claim| {
+                let key = format!("{ns}/{claim}");
+                !backups.values().any(|b| {
+                    b.pvcs.contains(&key)
+                        && b.started.is_some_and(|t| t >= started)
+                        && b.completed.is_some_and(|t| t <= node_went)
+                })
+            })
+            .cloned()
+            .collect();
+        if !uncovered.is_empty() {
+            out.push(LostWithNode {
+                pod,
+                node: node.to_string(),
+                started,
+                node_went,
+                removed,
+                uncovered,
+            });
+        }
+    }
+    out
 }
 
 /// Two Backups for one plan attempt in one namespace.
@@ -584,6 +801,159 @@ mod tests {
         ] {
             let v = judged(&plans);
             assert_eq!(v.violations.len(), 1, "{plans:?}: {v:?}");
+            assert!(v.let_go.is_empty());
+        }
+    }
+
+    /// A world record at `time` (seconds after midnight, with milliseconds).
+    fn world(verb: &str, resource: &str, name: &str, time: &str, detail: Value) -> AuditEntry {
+        AuditEntry {
+            seq: 1,
+            time: format!("2025-01-01T00:00:{time}Z"),
+            source: "world".into(),
+            verb: verb.into(),
+            resource: resource.into(),
+            namespace: (resource != "nodes").then(|| "db".into()),
+            name: Some(name.into()),
+            user_agent: None,
+            code: None,
+            detail,
+        }
+    }
+
+    /// pg-0 starts on n1 at 01, a Velero Backup of its claim (or none) runs, the instance is
+    /// reclaimed at 10, the Node removed and the pod garbage-collected (Failed) at 11.
+    fn lost_at_reclaim(backup: Option<(&str, &str)>) -> Vec<AuditEntry> {
+        let mut audit = vec![world(
+            "started",
+            "pods",
+            "pg-0",
+            "01.000",
+            json!({"uid": "u1", "node": "n1", "claims": ["data-pg-0"]}),
+        )];
+        if let Some((from, to)) = backup {
+            for (phase, at) in [("InProgress", from), ("Completed", to)] {
+                audit.push(world(
+                    "phase",
+                    "backups.velero.io",
+                    "b1",
+                    at,
+                    json!({"phase": phase, "pvcs": ["db/data-pg-0"], "pods": ["db/pg-0"]}),
+                ));
+            }
+        }
+        audit.extend([
+            world(
+                "spot-instance-reclaimed",
+                "instances",
+                "i-1",
+                "10.000",
+                json!({"node": "n1"}),
+            ),
+            world("removed", "nodes", "n1", "11.000", json!({})),
+            world(
+                "deleted",
+                "pods",
+                "pg-0",
+                "11.001",
+                json!({"uid": "u1", "node": "n1", "claims": ["data-pg-0"], "phase": "Failed"}),
+            ),
+        ]);
+        audit
+    }
+
+    fn pg0() -> BTreeMap<String, BTreeSet<String>> {
+        BTreeMap::from([(
+            "db/pg-0".to_string(),
+            BTreeSet::from(["data-pg-0".to_string()]),
+        )])
+    }
+
+    #[test]
+    fn a_protected_pod_lost_with_its_node_and_no_plan_is_a_violation() {
+        let protected = pg0();
+        let audit = lost_at_reclaim(None);
+        let v = judge(&evidence(&[], &[], &[], &[], &[], &audit, &protected));
+        assert_eq!((v.violations.len(), v.lost_with_node), (1, 1), "{v:?}");
+        assert!(v.violations[0].contains("lost with its node n1"), "{v:?}");
+        assert!(v.let_go.is_empty() && !v.clean());
+        // Not protected by the judge's rule: not judged.
+        let v = judge(&evidence(&[], &[], &[], &[], &[], &audit, &BTreeMap::new()));
+        assert!(v.violations.is_empty(), "{v:?}");
+        // A backup that does not cover the claim, one begun before the pod started there, one
+        // completed after the node went: none covers the loss.
+        for (from, to) in [("00.500", "05.000"), ("02.000", "10.500")] {
+            let audit = lost_at_reclaim(Some((from, to)));
+            let v = judge(&evidence(&[], &[], &[], &[], &[], &audit, &protected));
+            assert_eq!(v.lost_with_node, 1, "backup {from}..{to}: {v:?}");
+        }
+        let mut other = lost_at_reclaim(Some(("02.000", "05.000")));
+        for a in &mut other {
+            if a.verb == "phase" {
+                a.detail["pvcs"] = json!(["db/data-pg-1"]);
+            }
+        }
+        let v = judge(&evidence(&[], &[], &[], &[], &[], &other, &protected));
+        assert_eq!(v.lost_with_node, 1, "{v:?}");
+    }
+
+    #[test]
+    fn a_verified_backup_taken_while_the_pod_ran_there_covers_its_loss() {
+        let protected = pg0();
+        let audit = lost_at_reclaim(Some(("02.000", "05.000")));
+        let v = judge(&evidence(&[], &[], &[], &[], &[], &audit, &protected));
+        assert!(v.violations.is_empty() && v.let_go.is_empty(), "{v:?}");
+        assert_eq!(v.lost_with_node, 0);
+    }
+
+    #[test]
+    fn a_pod_that_left_through_an_eviction_is_judged_by_the_eviction_rule_only() {
+        let protected = pg0();
+        let mut audit = lost_at_reclaim(None);
+        audit.insert(
+            1,
+            world("evicted", "pods", "pg-0", "03.000", json!({"node": "n1"})),
+        );
+        audit.insert(
+            2,
+            AuditEntry {
+                source: "api".into(),
+                verb: "create".into(),
+                resource: "pods/eviction".into(),
+                code: Some(201),
+                ..world("", "", "pg-0", "03.002", Value::Null)
+            },
+        );
+        let v = judge(&evidence(&[], &[], &[], &[], &[], &audit, &protected));
+        assert_eq!((v.violations.len(), v.lost_with_node), (1, 0), "{v:?}");
+        assert!(v.violations[0].contains("was evicted"), "{v:?}");
+    }
+
+    #[test]
+    fn a_pod_lost_with_its_node_after_a_forceful_signals_plan_failed_is_let_go() {
+        let protected = pg0();
+        let audit = lost_at_reclaim(None);
+        let plan = |reason: &str, done: &str| {
+            json!({"metadata": {"name": "p"},
+                "spec": {"nodes": ["n1"], "source": "node-termination-handler", "reason": reason},
+                "status": {"phase": "Failed", "conditions": [
+                    {"type": "Done", "status": "False", "reason": "Failed",
+                     "lastTransitionTime": format!("2025-01-01T00:00:{done}Z")}]}})
+        };
+        let plans = [plan("SpotInterruption", "08")];
+        let v = judge(&evidence(&plans, &[], &[], &[], &[], &audit, &protected));
+        assert!(v.violations.is_empty() && v.lost_with_node == 0, "{v:?}");
+        assert_eq!(v.let_go.len(), 1, "{v:?}");
+        assert!(
+            v.let_go[0].contains("lost with its node") && v.let_go[0].contains("let go: plan p")
+        );
+        // Ended after the node went, or a graceful signal's plan: a violation.
+        for plans in [
+            [plan("SpotInterruption", "10.5")],
+            [plan("RebalanceRecommendation", "08")],
+        ] {
+            let v = judge(&evidence(&plans, &[], &[], &[], &[], &audit, &protected));
+            assert_eq!(v.lost_with_node, 1, "{plans:?}: {v:?}");
             assert!(v.let_go.is_empty());
         }
     }

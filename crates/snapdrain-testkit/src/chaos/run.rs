@@ -110,13 +110,14 @@ impl std::fmt::Display for RunReport {
         };
         writeln!(
             f,
-            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} let-go={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} (process SIGKILLs {}) gate (failurePolicy Fail): {} evictions-admitted={} faults injected: {} (scheduled: {}) ({:.1}s)",
+            "chaos seed={} plans={}/{} terminal={:.0}% completed={} violations={} (lost with node {}) let-go={} duplicates={} (backups {}, instances {}) holds lost={} orphaned={} kills={} (process SIGKILLs {}) gate (failurePolicy Fail): {} evictions-admitted={} faults injected: {} (scheduled: {}) ({:.1}s)",
             self.seed,
             v.plans,
             self.scheduled,
             v.terminal_percent(),
             v.completed,
             v.violations.len(),
+            v.lost_with_node,
             v.let_go.len(),
             v.duplicate_backups.len() + v.duplicate_instances.len(),
             v.duplicate_backups.len(),
@@ -678,8 +679,9 @@ fn pick_node(h: &Harness, mode: Mode, rng: &mut Rng) -> Option<String> {
 /// faults of a plan's window, short enough that the instance of a plan that failed (its holds kept,
 /// Karpenter's termination waiting on them and its disruption budget spent on that NodeClaim) is
 /// reclaimed within the run, as EC2 does whatever was drained, and later Release plans can proceed.
-/// The pods EC2 takes leave through the pod garbage collector, not through an eviction or DELETE the
-/// oracle judges: the promise covers what snapdrain performs or gates.
+/// The pods EC2 takes leave through the pod garbage collector, not through an eviction or DELETE: the
+/// judge counts a protected one a loss with its node unless a backup taken while it ran there covers it
+/// or the plan's failure let it go.
 const SPOT_NOTICE_MS: u64 = 30_000;
 
 /// Starts the disruption of `node` the way `mode` says.
