@@ -739,6 +739,161 @@ async fn a_spot_interruption_karpenter_acts_on_is_backed_up_before_its_pods_go()
     );
 }
 
+/// Review of e283d7a (`signals.rs` `trusts_unprotected`): a node the signal watcher found without protected
+/// pods under a graceful signal is not listed again for 30 s, but under a forceful one it is listed on
+/// every look. Here a protected pod arrives on such a node and EC2's spot notice (15 s, inside the 30 s)
+/// follows: the plan must back it up before it goes, not leave it to die with the instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_protected_pod_arriving_on_a_node_found_unprotected_is_backed_up_before_a_spot_reclaim() {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::{Patch, PatchParams};
+    use snapdrain_sim::apiserver::resources::ResKey;
+    use snapdrain_testkit::chaos::judge::{self, Evidence, Launched};
+    const NOTICE_MS: u64 = 15_000;
+    let h = Harness::start_scenario("quickstart", |s| {
+        s.karpenter = Some(snapdrain_sim::world::karpenter::KarpenterSettings {
+            interruption_queue: Some("karpenter-interruptions".into()),
+        });
+    })
+    .await;
+    let _controller =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    // A: a node with protected pods; B: a Karpenter node without any.
+    let a = h.node_with_statefulset_pods().await;
+    wait_node_held(&h, &a, &h.protected_pods_on(&a).await).await;
+    let nodes: Api<Node> = Api::all(h.client.clone());
+    let mut empty = Vec::new();
+    for n in nodes
+        .list(&Default::default())
+        .await
+        .expect("list nodes")
+        .items
+    {
+        let karpenters = n.owner_references().iter().any(|o| o.kind == "NodeClaim");
+        if karpenters && h.protected_pods_on(&n.name_any()).await.is_empty() {
+            empty.push(n.name_any());
+        }
+    }
+    empty.sort();
+    let b = empty
+        .first()
+        .cloned()
+        .expect("six nodes, five protected pods: a node runs none");
+    // Cluster Autoscaler's soft taint (a graceful signal) on B, then on A. The watcher's look that
+    // makes A's plan has seen B's taint too (one watch of Nodes, in order): B is then on record as
+    // found without protected pods.
+    let candidate = json!({"spec": {"taints": [{"key": "DeletionCandidateOfClusterAutoscaler",
+        "value": "1764590000", "effect": "PreferNoSchedule"}]}});
+    for n in [&b, &a] {
+        nodes
+            .patch(n, &PatchParams::default(), &Patch::Merge(&candidate))
+            .await
+            .expect("taint the node as Cluster Autoscaler does");
+    }
+    eventually_within("a plan for A's signal", TIMEOUT, || async {
+        (!h.plans_for(&a).await.is_empty()).then_some(())
+    })
+    .await;
+    assert!(h.plans_for(&b).await.is_empty(), "B has nothing to back up");
+    // A protected pod on B: a StatefulSet pod with a PVC, placed there by its nodeSelector.
+    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+        Api::namespaced(h.client.clone(), "shop");
+    let set = serde_json::from_value(json!({
+        "metadata": {"name": "ledger", "namespace": "shop"},
+        "spec": {"replicas": 1, "serviceName": "ledger",
+            "selector": {"matchLabels": {"app": "ledger"}},
+            "template": {
+                "metadata": {"labels": {"app": "ledger"},
+                    "annotations": {"backup.velero.io/backup-volumes": "data"}},
+                "spec": {"nodeSelector": {"kubernetes.io/hostname": b},
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{"name": "main", "image": "postgres:17",
+                        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                        "volumeMounts": [{"name": "data", "mountPath": "/var/lib/data"}]}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}}}}]}
+    }))
+    .expect("a StatefulSet");
+    sets.create(&PostParams::default(), &set)
+        .await
+        .expect("create the StatefulSet");
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "shop");
+    let uid = eventually_within("ledger-0 running on B", TIMEOUT, || async {
+        let p = pods.get_opt("ledger-0").await.ok()??;
+        let running = p.status.as_ref()?.phase.as_deref() == Some("Running");
+        let on_b = p.spec.as_ref()?.node_name.as_deref() == Some(b.as_str());
+        (running && on_b).then(|| p.uid())?
+    })
+    .await;
+    let protected = h.protected_pods_on(&b).await;
+    assert!(protected.contains_key("shop/ledger-0"), "{protected:?}");
+    wait_node_held(&h, &b, &protected).await;
+    // EC2's notice; Karpenter reads it from its queue and deletes the NodeClaim (a forceful signal).
+    let answer = h
+        .cluster
+        .act(
+            &snapdrain_sim::scenario::timeline::Action::SpotInterruption {
+                node: b.clone(),
+                notice: NOTICE_MS,
+            },
+        )
+        .expect("the spot interruption");
+    assert_eq!(answer["karpenter"], true, "{answer}");
+    eventually_within(
+        "B gone and ledger-0 off it",
+        Duration::from_secs(90),
+        || async {
+            let gone = h.node(&b).await.is_none();
+            let left = pods
+                .get_opt("ledger-0")
+                .await
+                .ok()?
+                .is_none_or(|p| p.uid().as_ref() != Some(&uid));
+            (gone && left).then_some(())
+        },
+    )
+    .await;
+    // The independent judge over what the simulator recorded: no eviction before a verified backup, and
+    // no protected pod lost with its node.
+    let audit = h.audit();
+    let store = |key: ResKey| -> Vec<serde_json::Value> {
+        h.cluster
+            .store
+            .list(&key, None, &|_| true, None, None)
+            .items
+            .iter()
+            .map(|v| (**v).clone())
+            .collect()
+    };
+    let verdict = judge::judge(&Evidence {
+        audit: &audit,
+        protected: &protected,
+        plans: &store(ResKey::new("snapdrain.io", "disruptionplans")),
+        backups: &store(ResKey::new("velero.io", "backups")),
+        instances: &Launched::all_of(&h.cluster),
+        pods: &[],
+        nodes: &[],
+    });
+    assert!(
+        verdict.violations.is_empty() && verdict.let_go.is_empty(),
+        "{:#?}",
+        verdict
+    );
+    let plans = h.plans_for(&b).await;
+    assert_eq!(plans.len(), 1, "one plan for B: {plans:#?}");
+    assert_eq!(
+        plans[0].spec.source,
+        PlanSource::Karpenter,
+        "{:?}",
+        plans[0].spec
+    );
+    let plan = h
+        .wait_plan(&plans[0].name_any(), TIMEOUT, |p| p.is_terminal())
+        .await;
+    assert_no_eviction_before_verified_backup(&audit, &protected, &plan);
+}
+
 /// Karpenter's forceful termination (a deleted NodeClaim) evicts through the Eviction API and skips
 /// do-not-disrupt pods until terminationGracePeriod (kubernetes-sigs/karpenter
 /// `pkg/controllers/node/termination/terminator`). A pod whose user set `do-not-disrupt: "false"` gets no
