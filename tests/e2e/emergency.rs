@@ -9,7 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::json;
@@ -121,7 +122,7 @@ async fn warning_events(h: &Harness, plan: &str, reason: &str) -> Vec<Event> {
         .items
         .into_iter()
         .filter(|e| {
-            e.involved_object.name.as_deref() == Some(plan)
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(plan)
                 && e.reason.as_deref() == Some(reason)
                 && e.type_.as_deref() == Some("Warning")
         })
