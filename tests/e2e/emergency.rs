@@ -28,8 +28,13 @@ const PLAN_UID_TAG: &str = "snapdrain.io/plan-uid";
 /// Velero at 1 MiB/s (the quickstart's 20 GiB postgres volume would take hours), EC2 snapshots at
 /// 4 GiB/s (seconds pending, so `pending` is seen before `completed`).
 async fn slow_velero() -> Harness {
+    velero_at(1.0).await
+}
+
+/// The quickstart with Velero copying at `mib_per_second` and the Karpenter interruption queue.
+async fn velero_at(mib_per_second: f64) -> Harness {
     let mut timings = fast_timings();
-    timings.backup_mib_per_second = 1.0;
+    timings.backup_mib_per_second = mib_per_second;
     timings.ebs_snapshot_mib_per_second = 4096.0;
     Harness::start_scenario_with("quickstart", timings, |s| {
         s.karpenter = Some(snapdrain_sim::world::karpenter::KarpenterSettings {
@@ -285,5 +290,107 @@ async fn policy_never_takes_no_snapshot_and_fails_at_the_deadline() {
     assert!(status.emergency_snapshots.is_empty());
     assert!(snapshots_of(&h, &plan.uid().expect("a uid")).is_empty());
     // Nothing protected was evicted unbacked (the instance may take the pods with it: not an eviction).
+    h.assert_no_eviction_before_saved(&protected, &plan).await;
+}
+
+/// (c) A node with an EBS claim and a node-local one (the `shop/ledger-0` pod mounts both) under a spot
+/// interruption: the EC2 snapshots hold every EBS claim, and the one Velero Backup of the mixed namespace
+/// skips the EBS claim (a `skip` volume policy on the EBS CSI driver) and copies only the local one, which
+/// fits before the deadline (1 GiB at 64 MiB/s) where copying both would not (11 GiB). Verification asks
+/// Velero only for the local claim; the pod goes once both are saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mixed_node_leaves_its_ebs_claims_to_ec2_and_copies_only_the_local_one() {
+    let h = velero_at(64.0).await;
+    let _controller =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let node = h.node_with_statefulset_pods().await;
+    crate::volumes::ledger_with_local_size(&h, &node, "1Gi").await;
+    let protected = h.protected_pods_on(&node).await;
+    assert!(protected.contains_key("shop/ledger-0"), "{protected:?}");
+    let volumes = ebs_volumes(&h, &protected).await;
+    held(&h, &node, &protected).await;
+    let plan = interrupt(&h, &node).await;
+    let status = plan.status.clone().expect("a status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{:?}", status.message);
+
+    // EC2 holds every EBS claim of the node, the ledger's among them; the local claim is named unsaved.
+    let cut = snapshots_of(&h, &plan.uid().expect("a uid"));
+    let cut_volumes: BTreeSet<String> = cut.iter().map(|s| s.volume_id.clone()).collect();
+    assert_eq!(cut_volumes, volumes, "{cut:#?}");
+    let [set] = &status.emergency_snapshots[..] else {
+        panic!("one set: {:#?}", status.emergency_snapshots);
+    };
+    assert!(
+        set.volumes.iter().any(|v| v.claim == "shop/data-ledger-0"),
+        "{set:#?}"
+    );
+    let unsaved: Vec<&str> = set.unsaved.iter().map(|u| u.claim.as_str()).collect();
+    assert_eq!(unsaved, ["shop/scratch-ledger-0"]);
+
+    // One Backup, of the mixed namespace only, asked to skip the EBS driver and verified for the local
+    // claim alone.
+    let backups = h.backups_of(&plan.name_any()).await;
+    let [backup] = &backups[..] else {
+        panic!("one Velero Backup: {backups:?}");
+    };
+    let shop = status
+        .backups
+        .iter()
+        .find(|b| &b.name == backup)
+        .expect("the Backup's record");
+    assert_eq!(shop.namespace, "shop");
+    assert!(shop.verified, "{shop:#?}");
+    assert_eq!(shop.pvcs, ["scratch-ledger-0"], "{shop:#?}");
+    let policy =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(h.client.clone(), "velero")
+            .get(backup)
+            .await
+            .expect("the Backup's resource policy");
+    let yaml = policy
+        .data
+        .as_ref()
+        .and_then(|d| d.values().next())
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        yaml.contains(r#"{"csi":{"driver":"ebs.csi.aws.com"}}"#) && yaml.contains("type: skip"),
+        "{yaml}"
+    );
+
+    // Velero copied the local volume only (its PodVolumeBackups, as the node-agent records them).
+    let pvbs: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        h.client.clone(),
+        "velero",
+        &kube::api::ApiResource {
+            group: "velero.io".into(),
+            version: "v1".into(),
+            api_version: "velero.io/v1".into(),
+            kind: "PodVolumeBackup".into(),
+            plural: "podvolumebackups".into(),
+        },
+    );
+    let copied: BTreeSet<String> = pvbs
+        .list(&ListParams::default().labels(&format!("velero.io/backup-name={backup}")))
+        .await
+        .expect("list PodVolumeBackups")
+        .items
+        .iter()
+        .filter_map(|p| {
+            let pod = p.data.pointer("/spec/pod/name")?.as_str()?;
+            let volume = p.data.pointer("/spec/volume")?.as_str()?;
+            Some(format!("{pod}/{volume}"))
+        })
+        .collect();
+    assert_eq!(
+        copied,
+        BTreeSet::from(["ledger-0/scratch".to_string()]),
+        "Velero copied only the local volume"
+    );
+
+    // Every protected pod went before EC2 took the instance, each claim saved first.
+    let evicted: Vec<String> = h.accepted_evictions().into_iter().map(|(p, _)| p).collect();
+    for p in protected.keys() {
+        assert!(evicted.contains(p), "{p} evicted: {evicted:?}");
+    }
     h.assert_no_eviction_before_saved(&protected, &plan).await;
 }

@@ -172,7 +172,12 @@ async fn current(
         ));
         return Ok(None);
     }
-    let need = need_for(v, io, &record);
+    let mut need = need_for(v, io, &record);
+    need.skip_drivers = crate::planning::ebs_snapshots::skip_drivers(
+        &record,
+        &super::emergency::saved_claims(&out.status.emergency_snapshots),
+        v.plan.spec.backup.scope,
+    );
     let plan_ref = PlanRef {
         name: &v.name(),
         uid: &v.uid(),
@@ -371,6 +376,7 @@ fn need_for(v: &PlanView<'_>, io: &Io<'_>, record: &BackupRecord) -> BackupNeed 
             .collect(),
         or_label_selectors: scope_selectors(scope, &record.pods, &sts_selectors),
         reuse: None,
+        skip_drivers: Vec::new(),
     }
 }
 

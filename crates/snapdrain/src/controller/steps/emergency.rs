@@ -35,7 +35,7 @@ use crate::controller::report::What;
 use crate::controller::step::{Io, Outcome, PlanView};
 use crate::planning::ebs_snapshots::{
     EmergencyDecision, EmergencyInputs, EmergencyPolicy, FoundSnapshot, PLAN_UID_TAG,
-    SnapshotProgress, SnapshotState, decide, progress, snapshot_tags,
+    SnapshotProgress, SnapshotState, decide, leave_to_snapshots, progress, snapshot_tags,
 };
 use crate::planning::ebs_volumes::{BadCapacity, attached_ebs_volumes, protected_volumes};
 use crate::planning::inventory::pvc_claims;
@@ -148,6 +148,7 @@ pub async fn advance(
             }
         }
         if out.status.emergency_snapshots.len() != v.status.emergency_snapshots.len() {
+            leave_to_snapshots_in_backups(v, out);
             return Ok(After::Checkpoint);
         }
     }
@@ -161,6 +162,35 @@ pub async fn advance(
     }
     release_at_snapshot(v, io, out).await?;
     Ok(wait.map_or(After::Nothing, After::Wait))
+}
+
+/// Takes the claims the sets hold out of each namespace's Backup still to be created, so Velero copies
+/// only what no snapshot holds (written with the sets' intent, before any such Backup exists).
+fn leave_to_snapshots_in_backups(v: &PlanView<'_>, out: &mut Outcome) {
+    let saved = saved_claims(&out.status.emergency_snapshots);
+    for ns in crate::planning::facts::backup_namespaces(&out.status.backups) {
+        let Some(i) = super::backups::latest_index(&out.status.backups, &ns) else {
+            continue;
+        };
+        let record = &mut out.status.backups[i];
+        let left = leave_to_snapshots(record, &saved, v.plan.spec.backup.scope);
+        if !left.is_empty() {
+            let text = format!(
+                "Velero Backup {} of namespace {ns} skips {} (held by the EC2 snapshots) and copies only {}",
+                record.name,
+                left.join(", "),
+                record.pvcs.join(", ")
+            );
+            out.note(What::EmergencySnapshots, text);
+        }
+    }
+}
+
+/// Every claim (`namespace/claim`) the plan's emergency sets hold.
+pub fn saved_claims(sets: &[EmergencySnapshotSet]) -> BTreeSet<String> {
+    sets.iter()
+        .flat_map(|s| s.volumes.iter().map(|v| v.claim.clone()))
+        .collect()
 }
 
 fn unsaved_note(set: &EmergencySnapshotSet) -> String {
