@@ -523,24 +523,10 @@ impl Harness {
             .iter()
             .map(|pv| serde_json::to_value(pv).expect("a PV serializes"))
             .collect();
-        let snapshots = self
-            .cluster
-            .ec2
-            .as_ref()
-            .expect("the world runs EC2")
-            .snapshots()
-            .into_iter()
-            .map(|s| crate::safety::Ec2Snapshot {
-                snapshot_id: s.id,
-                volume_id: s.volume_id,
-                start_time: s.start_time,
-                tags: s.tags,
-            })
-            .collect();
         crate::safety::EbsEvidence {
             claim_volumes: crate::safety::ebs_claim_volumes(&pvs),
-            snapshots,
-            plan_uid: plan.metadata.uid.clone(),
+            snapshots: crate::safety::Ec2Snapshot::all_of(&self.cluster),
+            plan_uids: plan.metadata.uid.iter().cloned().collect(),
         }
     }
 

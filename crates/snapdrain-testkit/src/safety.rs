@@ -229,6 +229,28 @@ pub struct Ec2Snapshot {
     /// the point-in-time snapshot is created at once, then copied while `pending`).
     pub start_time: Timestamp,
     pub tags: BTreeMap<String, String>,
+    /// EC2's state name (`pending`, `completed`, `error`): one that ended in `error` holds nothing.
+    pub state: String,
+}
+
+impl Ec2Snapshot {
+    /// Every snapshot the simulated EC2 of `cluster` holds (none when it runs no EC2): its own state.
+    pub fn all_of(cluster: &snapdrain_sim::SimCluster) -> Vec<Ec2Snapshot> {
+        cluster
+            .ec2
+            .as_ref()
+            .map(|e| e.snapshots())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| Ec2Snapshot {
+                snapshot_id: s.id,
+                volume_id: s.volume_id,
+                start_time: s.start_time,
+                tags: s.tags,
+                state: s.state.name().to_string(),
+            })
+            .collect()
+    }
 }
 
 /// What lets a protected pod go at an EBS snapshot instead of a verified backup (DESIGN.md, "The
@@ -239,8 +261,8 @@ pub struct EbsEvidence {
     /// `ebs.csi.aws.com`), read from the cluster before the disruption. Claims not here are not EBS.
     pub claim_volumes: BTreeMap<String, String>,
     pub snapshots: Vec<Ec2Snapshot>,
-    /// The uid of the plan whose snapshots count (their `snapdrain.io/plan-uid` tag).
-    pub plan_uid: Option<String>,
+    /// The uids of the plans whose snapshots count (their `snapdrain.io/plan-uid` tag).
+    pub plan_uids: BTreeSet<String>,
 }
 
 /// The tag the product puts on its emergency snapshots, restated here: the oracle does not import the
@@ -248,14 +270,19 @@ pub struct EbsEvidence {
 pub const PLAN_UID_TAG: &str = "snapdrain.io/plan-uid";
 
 impl EbsEvidence {
-    /// True when EC2 holds a snapshot of `claim`'s EBS volume, tagged with the plan's uid, started
-    /// strictly before `at`.
+    /// True when EC2 holds a snapshot of `claim`'s EBS volume, tagged with one of the plans' uids,
+    /// started strictly before `at`, and not ended in `error`.
     fn saves(&self, claim: &str, at: Timestamp) -> bool {
-        let (Some(uid), Some(volume)) = (&self.plan_uid, self.claim_volumes.get(claim)) else {
+        let Some(volume) = self.claim_volumes.get(claim) else {
             return false;
         };
         self.snapshots.iter().any(|s| {
-            &s.volume_id == volume && s.tags.get(PLAN_UID_TAG) == Some(uid) && s.start_time < at
+            &s.volume_id == volume
+                && s.tags
+                    .get(PLAN_UID_TAG)
+                    .is_some_and(|uid| self.plan_uids.contains(uid))
+                && s.start_time < at
+                && s.state != "error"
         })
     }
 }
@@ -415,6 +442,7 @@ mod tests {
             volume_id: volume.into(),
             start_time: start.parse().expect("test time"),
             tags: BTreeMap::from([(PLAN_UID_TAG.to_string(), uid.to_string())]),
+            state: "pending".into(),
         }
     }
 
@@ -432,7 +460,7 @@ mod tests {
                 ("db/data-pg-1".to_string(), "vol-b".to_string()),
             ]),
             snapshots,
-            plan_uid: Some("uid-1".into()),
+            plan_uids: BTreeSet::from(["uid-1".to_string()]),
         };
         let evictions = [eviction("db/pg-0", "2025-01-01T00:00:02.000Z")];
         let ok = evidence(vec![snap("vol-a", "2025-01-01T00:00:01Z", "uid-1")]);
@@ -441,6 +469,11 @@ mod tests {
             evidence(vec![snap("vol-a", "2025-01-01T00:00:03Z", "uid-1")]),
             evidence(vec![snap("vol-a", "2025-01-01T00:00:01Z", "uid-other")]),
             evidence(vec![snap("vol-b", "2025-01-01T00:00:01Z", "uid-1")]),
+            // A snapshot that ended in error holds nothing.
+            evidence(vec![Ec2Snapshot {
+                state: "error".into(),
+                ..snap("vol-a", "2025-01-01T00:00:01Z", "uid-1")
+            }]),
             EbsEvidence::default(),
         ] {
             assert_eq!(
