@@ -17,7 +17,7 @@ use serde_json::json;
 use snapdrain::api::DisruptionPlan;
 use snapdrain::api::status::PlanPhase;
 use snapdrain::webhook::Lifetimes;
-use snapdrain_sim::apiserver::faults::FaultRule;
+use snapdrain_sim::apiserver::faults::{FaultKind, FaultRule};
 use snapdrain_sim::scenario::timeline::Action;
 use snapdrain_testkit::eventually_within;
 use snapdrain_testkit::gate::controller_with_gate;
@@ -392,5 +392,39 @@ async fn a_mixed_node_leaves_its_ebs_claims_to_ec2_and_copies_only_the_local_one
     for p in protected.keys() {
         assert!(evicted.contains(p), "{p} evicted: {evicted:?}");
     }
+    h.assert_no_eviction_before_saved(&protected, &plan).await;
+}
+
+/// A role without `ec2:CreateSnapshots` (EC2 answers `UnauthorizedOperation`; the simulator has no IAM,
+/// so a fault rule answers that action as EC2 answers such a role): the plan fails loudly, naming the
+/// permission and the policy file that grants it; no snapshot is cut and nothing protected is evicted
+/// unsaved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_role_that_may_not_create_snapshots_fails_the_plan_naming_the_permission() {
+    let h = slow_velero().await;
+    h.cluster.faults.add(FaultRule {
+        kind: FaultKind::Ec2,
+        operation: Some("CreateSnapshots".into()),
+        code: Some("UnauthorizedOperation".into()),
+        error_rate: 1.0,
+        ..FaultRule::default()
+    });
+    let _controller =
+        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    held(&h, &node, &protected).await;
+    let plan = interrupt(&h, &node).await;
+    let status = plan.status.clone().expect("a status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{:?}", status.message);
+    let message = status.message.clone().unwrap_or_default();
+    for wanted in [
+        "UnauthorizedOperation",
+        "snapdrain may not ec2:CreateSnapshots",
+        "deploy/iam/snapdrain-policy.json",
+    ] {
+        assert!(message.contains(wanted), "{wanted:?} in {message}");
+    }
+    assert!(snapshots_of(&h, &plan.uid().expect("a uid")).is_empty());
     h.assert_no_eviction_before_saved(&protected, &plan).await;
 }

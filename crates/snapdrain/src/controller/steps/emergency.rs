@@ -68,10 +68,7 @@ pub enum EmergencyError {
     #[error(
         "{source}: snapdrain may not {action}; grant its role {action} as deploy/iam/snapdrain-policy.json does (CreateSnapshots on the cluster's instances and EBS CSI volumes, with the kubernetes.io/cluster/<name> tag in the request; CreateTags on snapshots at creation; DescribeSnapshots), and set --cluster-name so the request carries that tag"
     )]
-    Denied {
-        source: CloudError,
-        action: &'static str,
-    },
+    Denied { source: CloudError, action: String },
     #[error(
         "{source}: EC2 refused the emergency snapshots and a retry cannot fix it; check the request named above"
     )]
@@ -88,8 +85,14 @@ fn is_denied(e: &CloudError) -> bool {
 }
 
 /// An EC2 error as the step's answer: permanent ones fail the plan with the fix; the rest are retried.
+/// A refusal names the operation EC2 refused (a CreateSnapshots pass asks DescribeSnapshots first), else
+/// `action`.
 fn ec2_failure(e: CloudError, action: &'static str) -> Result<After, ControllerError> {
     if is_denied(&e) {
+        let action = match &e {
+            CloudError::Api { operation, .. } => format!("ec2:{operation}"),
+            _ => action.to_string(),
+        };
         return Ok(After::Fail(
             EmergencyError::Denied { source: e, action }.to_string(),
         ));
