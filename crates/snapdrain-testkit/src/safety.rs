@@ -226,7 +226,8 @@ pub struct Ec2Snapshot {
     pub snapshot_id: String,
     pub volume_id: String,
     /// When EC2 started it: the data's point in time (EBS user guide, "Create Amazon EBS snapshots":
-    /// the point-in-time snapshot is created at once, then copied while `pending`).
+    /// "The snapshot is created immediately, but it remains in the `pending` state until all of data has
+    /// been transferred to Amazon S3", https://docs.aws.amazon.com/ebs/latest/userguide/ebs-creating-snapshot.html).
     pub start_time: Timestamp,
     pub tags: BTreeMap<String, String>,
     /// EC2's state name (`pending`, `completed`, `error`): one that ended in `error` holds nothing.

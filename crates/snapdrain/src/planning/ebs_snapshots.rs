@@ -289,7 +289,9 @@ pub enum SnapshotState {
     Pending,
     Completed,
     Error(String),
-    /// `recoverable`, `recovering` and states this build does not know: not done.
+    /// `recoverable`, `recovering` (in aws-sdk-ec2's `SnapshotState`, not described by the EC2 API
+    /// reference's "Snapshot" page, which lists `pending | completed | error`) and states this build does
+    /// not know: neither saved nor failed, so the plan waits.
     Other(String),
 }
 

@@ -307,9 +307,11 @@ pub fn decide<P: Borrow<DisruptionPlan>>(
 }
 
 /// The running plan with a deadline for `node` whose emergency EBS snapshot set holds `claim` in a
-/// snapshot EC2 accepted: the claim's point in time is fixed at the cut (EC2 API reference,
-/// "CreateSnapshots"; EBS user guide, "Create Amazon EBS snapshots": "the point-in-time snapshot is created
-/// immediately"), so the pod may go before the snapshot is `completed`. Only plans with a deadline take
+/// snapshot EC2 accepted: the claim's data is fixed at the request (EBS user guide, "Create Amazon EBS
+/// snapshots", https://docs.aws.amazon.com/ebs/latest/userguide/ebs-creating-snapshot.html: "The snapshot
+/// is created immediately, but it remains in the `pending` state until all of data has been transferred
+/// to Amazon S3"; it "includes only the data that was written to the volume at the time the snapshot was
+/// requested"), so the pod may go before the snapshot is `completed`. Only plans with a deadline take
 /// such sets (`controller::steps::emergency`).
 fn snapshot_of<'a>(
     plans: &[&'a DisruptionPlan],

@@ -9,13 +9,23 @@
 //! finds a set EC2 already holds by the plan's uid tag ([`crate::cloud::ebs::ensure_instance_snapshots`]),
 //! so a pass resumed after a crash between the call and the status write never cuts a second set.
 //!
-//! Upstream behaviour relied on (EC2 API reference, "CreateSnapshots" and "DescribeSnapshots"; EBS user
-//! guide, "Create Amazon EBS snapshots"): the snapshots of one CreateSnapshots call are crash-consistent
-//! across the instance's volumes; "The snapshot is taken at the point in time at which the request is
-//! made" and "snapshots occur asynchronously; the point-in-time snapshot is created immediately, but the
-//! status of the snapshot is pending until the snapshot is complete", so writes after the answer are not
-//! in it and the volume may be used (or detached) meanwhile; a snapshot's state is `pending`,
-//! `completed` or `error` (also `recoverable`, `recovering`, which are not done).
+//! Upstream behaviour relied on, checked against the pages named:
+//! - EC2 API reference, "CreateSnapshots"
+//!   (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateSnapshots.html): it "creates
+//!   crash-consistent snapshots of multiple EBS volumes attached to an Amazon EC2 instance"; each attached
+//!   volume produces "one snapshot that is crash-consistent across the instance", and the root volume or
+//!   given data volumes can be left out.
+//! - EBS user guide, "Create Amazon EBS snapshots"
+//!   (https://docs.aws.amazon.com/ebs/latest/userguide/ebs-creating-snapshot.html): "Snapshot creation is
+//!   asynchronous. The snapshot is created immediately, but it remains in the `pending` state until all of
+//!   data has been transferred to Amazon S3"; the volume may be used meanwhile "without impacting the
+//!   snapshot"; the snapshot "includes only the data that was written to the volume at the time the
+//!   snapshot was requested", not data cached by applications or the operating system (crash-consistent,
+//!   not application-consistent). So writes after the answer are not in it, and the pods may go.
+//! - Snapshot states: the EC2 API reference's "Snapshot" data type lists `pending | completed | error`;
+//!   the service model behind aws-sdk-ec2 (`types::SnapshotState`) also has `recoverable` and
+//!   `recovering`, which no page found describes: they are neither `completed` nor `error` here, so the
+//!   plan keeps waiting on them (bounded by its deadline and timeouts) and never counts them as saved.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
