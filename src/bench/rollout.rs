@@ -36,6 +36,7 @@ fn timings() -> Timings {
         instance_boot: Duration::from_secs(2),
         backup_mib_per_second: 20480.0,
         ebs_snapshot_mib_per_second: 0.0,
+        ebs_snapshot_per_volume_interval: snapdrain_sim::ec2::PER_VOLUME_INTERVAL,
         backup_overhead: Duration::from_millis(300),
     }
 }

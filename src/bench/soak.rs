@@ -604,6 +604,7 @@ async fn soak(
     // The judge, over every plan the run saw and everything the simulator recorded.
     let audit = b.cluster.audit.since(0);
     let instances = Launched::all_of(&b.cluster);
+    let snapshots = snapdrain_testkit::safety::Ec2Snapshot::all_of(&b.cluster);
     let verdict = judge::judge(&Evidence {
         audit: &audit,
         protected,
@@ -612,6 +613,8 @@ async fn soak(
         instances: &instances,
         pods: &items(b, &ResKey::core("pods")),
         nodes: &items(b, &ResKey::core("nodes")),
+        pvs: &items(b, &ResKey::core("persistentvolumes")),
+        snapshots: &snapshots,
     });
 
     // Figures.

@@ -34,9 +34,15 @@ pub struct ControllerArgs {
     /// EC2 endpoint override (AWS_ENDPOINT_URL_EC2 also works).
     #[arg(long)]
     pub ec2_endpoint: Option<String>,
-    /// Cluster name for Bottlerocket replacements when a plan does not set it.
+    /// Cluster name for Bottlerocket replacements when a plan does not set it, and for the
+    /// `kubernetes.io/cluster/<name>` tag on emergency EBS snapshots (the IAM policy asks for it).
     #[arg(long)]
     pub cluster_name: Option<String>,
+    /// Velero's copy rate (MiB/s) that a plan with a deadline is estimated at: when the node's
+    /// protected data does not fit before the deadline at this rate, EC2 snapshots its EBS volumes
+    /// (`spec.backup.emergencySnapshots`). Measure your own (a Backup's bytes over its duration).
+    #[arg(long, default_value_t = 100.0)]
+    pub velero_mib_per_second: f64,
     /// API server URL for Bottlerocket replacements when a plan does not set it.
     #[arg(long)]
     pub api_server: Option<String>,
@@ -189,6 +195,7 @@ pub async fn run(args: ControllerArgs) -> anyhow::Result<()> {
         cluster_certificate: args.cluster_certificate,
         namespace: args.webhook.webhook_namespace.clone(),
         status_budget: usize::try_from(args.plan_status_budget_bytes).unwrap_or(usize::MAX),
+        velero_mib_per_second: args.velero_mib_per_second,
         ..Settings::default()
     });
     let handle = start(config, settings, opts).await?;

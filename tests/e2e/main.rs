@@ -11,6 +11,7 @@ mod datapath;
 mod demo;
 mod deploy;
 mod drain_cli;
+mod emergency;
 mod gate;
 mod gate_fuzz;
 mod helm;

@@ -16,12 +16,17 @@ const NS: &str = "shop";
 /// A local PV on `node` (the shape sig-storage-local-static-provisioner gives its PVs), a claim bound to it,
 /// and a one-replica StatefulSet `ledger` mounting it as `scratch` beside an EBS claim `data`.
 async fn ledger_on(h: &Harness, node: &str) {
+    ledger_with_local_size(h, node, "10Gi").await;
+}
+
+/// [`ledger_on`] with a local volume of `size` (a Kubernetes quantity) in namespace `shop`.
+pub(crate) async fn ledger_with_local_size(h: &Harness, node: &str, size: &str) {
     let pv_name = format!("local-pv-{}", &node[node.len().saturating_sub(8)..]);
     let pv: PersistentVolume = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": pv_name},
         "spec": {
-            "capacity": {"storage": "10Gi"},
+            "capacity": {"storage": size},
             "accessModes": ["ReadWriteOnce"],
             "persistentVolumeReclaimPolicy": "Delete",
             "storageClassName": "local-nvme",
@@ -41,7 +46,7 @@ async fn ledger_on(h: &Harness, node: &str) {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": "scratch-ledger-0", "namespace": NS, "labels": {"app": "ledger"}},
         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-nvme", "volumeName": pv_name,
-                 "resources": {"requests": {"storage": "10Gi"}}},
+                 "resources": {"requests": {"storage": size}}},
     }))
     .expect("a claim");
     Api::<PersistentVolumeClaim>::namespaced(h.client.clone(), NS)

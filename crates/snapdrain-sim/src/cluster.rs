@@ -236,6 +236,7 @@ impl SimCluster {
                 .unwrap_or_default();
             let mut ec2_config = ec2_config_for(loaded.as_ref(), timings.instance_boot);
             ec2_config.snapshot_mib_per_second = timings.ebs_snapshot_mib_per_second;
+            ec2_config.snapshot_per_volume_interval = timings.ebs_snapshot_per_volume_interval;
             // The instance profiles Karpenter created for the EC2NodeClasses' roles exist in IAM.
             ec2_config
                 .instance_profiles

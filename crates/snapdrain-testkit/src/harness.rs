@@ -34,6 +34,7 @@ pub fn fast_timings() -> Timings {
         volume_detach: Duration::from_millis(50),
         backup_mib_per_second: 0.0,
         ebs_snapshot_mib_per_second: 0.0,
+        ebs_snapshot_per_volume_interval: snapdrain_sim::ec2::PER_VOLUME_INTERVAL,
         backup_overhead: Duration::from_millis(100),
     }
 }
@@ -508,6 +509,54 @@ pub fn assert_no_eviction_before_verified_backup(
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+impl Harness {
+    /// What EC2 itself holds for the emergency path of `plan`: the simulated EC2's snapshots (its own
+    /// state, not the plan's status) and each claim's EBS volume from the cluster's PVs.
+    pub async fn ebs_evidence(&self, plan: &DisruptionPlan) -> crate::safety::EbsEvidence {
+        let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(self.client.clone());
+        let pvs: Vec<Value> = pvs
+            .list(&Default::default())
+            .await
+            .expect("list PVs")
+            .items
+            .iter()
+            .map(|pv| serde_json::to_value(pv).expect("a PV serializes"))
+            .collect();
+        crate::safety::EbsEvidence {
+            claim_volumes: crate::safety::ebs_claim_volumes(&pvs),
+            snapshots: crate::safety::Ec2Snapshot::all_of(&self.cluster),
+            plan_uids: plan.metadata.uid.iter().cloned().collect(),
+        }
+    }
+
+    /// The promise with the emergency path: every protected pod removed came after a verified backup of
+    /// each claim, or (EBS claims) after EC2 started a snapshot of its volume tagged with the plan's uid.
+    pub async fn assert_no_eviction_before_saved(
+        &self,
+        protected: &BTreeMap<String, BTreeSet<String>>,
+        plan: &DisruptionPlan,
+    ) {
+        let evidence = self.ebs_evidence(plan).await;
+        let json = serde_json::to_value(plan).expect("a plan serializes");
+        let backups = crate::safety::recorded_backups(&json);
+        let violations = crate::safety::eviction_violations_with_snapshots(
+            &crate::safety::pods_removed(&self.audit()),
+            protected,
+            &backups,
+            &evidence,
+        );
+        assert!(
+            violations.is_empty(),
+            "the promise was broken:\n{}\nbackup records: {backups:#?}\nEC2: {evidence:#?}",
+            violations
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
 }
 
 /// Installs snapdrain's CRDs (DisruptionPlan, DisruptionPolicy) through the API, as `kubectl apply -f crds/` would. An existing CRD

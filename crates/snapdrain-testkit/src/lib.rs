@@ -79,6 +79,13 @@ pub fn controller_settings(
 ) -> Option<snapdrain::controller::Settings> {
     let ec2 = cluster.ec2.as_ref()?;
     let join = snapdrain_sim::cluster::cluster_join(&cluster.url(), cluster.ca_pem());
+    // The estimate against a deadline uses the simulated Velero's own rate, as a deployment sets its
+    // measured one.
+    let timings = cluster
+        .context
+        .as_ref()
+        .map(|c| c.timings.clone())
+        .unwrap_or_default();
     Some(snapdrain::controller::Settings {
         identity: identity.into(),
         ec2_endpoint: Some(ec2.endpoint()),
@@ -96,6 +103,8 @@ pub fn controller_settings(
         aws: Some(own_aws_config(cluster)),
         velero_credentials_secret: None,
         status_budget: snapdrain::planning::status_size::DEFAULT_BUDGET,
+        velero_mib_per_second: timings.backup_mib_per_second,
+        velero_overhead: timings.backup_overhead,
     })
 }
 

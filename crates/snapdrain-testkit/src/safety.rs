@@ -216,6 +216,102 @@ pub fn eviction_violations(
     protected: &BTreeMap<String, BTreeSet<String>>,
     backups: &[RecordedBackup],
 ) -> Vec<Violation> {
+    eviction_violations_with_snapshots(evictions, protected, backups, &EbsEvidence::default())
+}
+
+/// An EBS snapshot as EC2 itself holds it: read from the simulated EC2's own state (or DescribeSnapshots),
+/// never from a plan's status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ec2Snapshot {
+    pub snapshot_id: String,
+    pub volume_id: String,
+    /// When EC2 started it: the data's point in time (EBS user guide, "Create Amazon EBS snapshots":
+    /// "The snapshot is created immediately, but it remains in the `pending` state until all of data has
+    /// been transferred to Amazon S3", https://docs.aws.amazon.com/ebs/latest/userguide/ebs-creating-snapshot.html).
+    pub start_time: Timestamp,
+    pub tags: BTreeMap<String, String>,
+    /// EC2's state name (`pending`, `completed`, `error`): one that ended in `error` holds nothing.
+    pub state: String,
+}
+
+impl Ec2Snapshot {
+    /// Every snapshot the simulated EC2 of `cluster` holds (none when it runs no EC2): its own state.
+    pub fn all_of(cluster: &snapdrain_sim::SimCluster) -> Vec<Ec2Snapshot> {
+        cluster
+            .ec2
+            .as_ref()
+            .map(|e| e.snapshots())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| Ec2Snapshot {
+                snapshot_id: s.id,
+                volume_id: s.volume_id,
+                start_time: s.start_time,
+                tags: s.tags,
+                state: s.state.name().to_string(),
+            })
+            .collect()
+    }
+}
+
+/// What lets a protected pod go at an EBS snapshot instead of a verified backup (DESIGN.md, "The
+/// promise": a forceful plan that cannot reach the verified point in time releases at the snapshot).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EbsEvidence {
+    /// `namespace/claim` → the EC2 volume id of its EBS PV (`spec.csi.volumeHandle` of driver
+    /// `ebs.csi.aws.com`), read from the cluster before the disruption. Claims not here are not EBS.
+    pub claim_volumes: BTreeMap<String, String>,
+    pub snapshots: Vec<Ec2Snapshot>,
+    /// The uids of the plans whose snapshots count (their `snapdrain.io/plan-uid` tag).
+    pub plan_uids: BTreeSet<String>,
+}
+
+/// The tag the product puts on its emergency snapshots, restated here: the oracle does not import the
+/// product's constants.
+pub const PLAN_UID_TAG: &str = "snapdrain.io/plan-uid";
+
+impl EbsEvidence {
+    /// True when EC2 holds a snapshot of `claim`'s EBS volume, tagged with one of the plans' uids,
+    /// started strictly before `at`, and not ended in `error`.
+    fn saves(&self, claim: &str, at: Timestamp) -> bool {
+        let Some(volume) = self.claim_volumes.get(claim) else {
+            return false;
+        };
+        self.snapshots.iter().any(|s| {
+            &s.volume_id == volume
+                && s.tags
+                    .get(PLAN_UID_TAG)
+                    .is_some_and(|uid| self.plan_uids.contains(uid))
+                && s.start_time < at
+                && s.state != "error"
+        })
+    }
+}
+
+/// `namespace/claim` → EC2 volume id of each EBS CSI PV bound to a claim, from PV JSON.
+pub fn ebs_claim_volumes(pvs: &[Value]) -> BTreeMap<String, String> {
+    pvs.iter()
+        .filter(|pv| {
+            pv.pointer("/spec/csi/driver").and_then(Value::as_str) == Some("ebs.csi.aws.com")
+        })
+        .filter_map(|pv| {
+            let ns = pv.pointer("/spec/claimRef/namespace")?.as_str()?;
+            let claim = pv.pointer("/spec/claimRef/name")?.as_str()?;
+            let vol = pv.pointer("/spec/csi/volumeHandle")?.as_str()?;
+            Some((format!("{ns}/{claim}"), vol.to_string()))
+        })
+        .collect()
+}
+
+/// [`eviction_violations`], where a claim also counts as saved when `ebs` shows EC2 holding a snapshot of
+/// its EBS volume, tagged with the plan's uid, started before the eviction. Node-local claims and every
+/// other unbacked eviction stay violations.
+pub fn eviction_violations_with_snapshots(
+    evictions: &[AcceptedEviction],
+    protected: &BTreeMap<String, BTreeSet<String>>,
+    backups: &[RecordedBackup],
+    ebs: &EbsEvidence,
+) -> Vec<Violation> {
     let mut violations = Vec::new();
     for ev in evictions {
         let Some(claims) = protected.get(&ev.pod) else {
@@ -231,6 +327,9 @@ pub fn eviction_violations(
         let namespace = ev.pod.split_once('/').map_or("", |(ns, _)| ns);
         let mut uncovered = Vec::new();
         for claim in claims {
+            if ebs.saves(&format!("{namespace}/{claim}"), evicted_at) {
+                continue;
+            }
             // The earliest verification of a backup holding this claim decides.
             let earliest = backups
                 .iter()
@@ -336,6 +435,64 @@ mod tests {
         ];
         let p = protected(&[("db/pg-0", &["data-pg-0"])]);
         assert!(eviction_violations(&evictions, &p, &backups).is_empty());
+    }
+
+    fn snap(volume: &str, start: &str, uid: &str) -> Ec2Snapshot {
+        Ec2Snapshot {
+            snapshot_id: format!("snap-{volume}"),
+            volume_id: volume.into(),
+            start_time: start.parse().expect("test time"),
+            tags: BTreeMap::from([(PLAN_UID_TAG.to_string(), uid.to_string())]),
+            state: "pending".into(),
+        }
+    }
+
+    /// A pod let go at an EBS snapshot is fine only when EC2 holds a snapshot of each of its EBS claims,
+    /// of this plan, started before the eviction; a node-local claim still needs a verified backup.
+    #[test]
+    fn an_eviction_at_an_ec2_snapshot_of_the_plan_counts_only_for_ebs_claims() {
+        let p = protected(&[
+            ("db/pg-0", &["data-pg-0"]),
+            ("db/pg-1", &["data-pg-1", "scratch-1"]),
+        ]);
+        let evidence = |snapshots: Vec<Ec2Snapshot>| EbsEvidence {
+            claim_volumes: BTreeMap::from([
+                ("db/data-pg-0".to_string(), "vol-a".to_string()),
+                ("db/data-pg-1".to_string(), "vol-b".to_string()),
+            ]),
+            snapshots,
+            plan_uids: BTreeSet::from(["uid-1".to_string()]),
+        };
+        let evictions = [eviction("db/pg-0", "2025-01-01T00:00:02.000Z")];
+        let ok = evidence(vec![snap("vol-a", "2025-01-01T00:00:01Z", "uid-1")]);
+        assert!(eviction_violations_with_snapshots(&evictions, &p, &[], &ok).is_empty());
+        for bad in [
+            evidence(vec![snap("vol-a", "2025-01-01T00:00:03Z", "uid-1")]),
+            evidence(vec![snap("vol-a", "2025-01-01T00:00:01Z", "uid-other")]),
+            evidence(vec![snap("vol-b", "2025-01-01T00:00:01Z", "uid-1")]),
+            // A snapshot that ended in error holds nothing.
+            evidence(vec![Ec2Snapshot {
+                state: "error".into(),
+                ..snap("vol-a", "2025-01-01T00:00:01Z", "uid-1")
+            }]),
+            EbsEvidence::default(),
+        ] {
+            assert_eq!(
+                eviction_violations_with_snapshots(&evictions, &p, &[], &bad).len(),
+                1,
+                "{bad:?}"
+            );
+        }
+        // The node-local claim of pg-1 has no snapshot to stand for it.
+        let mixed = [eviction("db/pg-1", "2025-01-01T00:00:02.000Z")];
+        let both = evidence(vec![snap("vol-b", "2025-01-01T00:00:01Z", "uid-1")]);
+        let v = eviction_violations_with_snapshots(&mixed, &p, &[], &both);
+        assert!(
+            matches!(&v[..], [Violation::NotCovered { pvcs, .. }] if pvcs == &["scratch-1".to_string()]),
+            "{v:?}"
+        );
+        let verified = [record("db", &["scratch-1"], Some("2025-01-01T00:00:01Z"))];
+        assert!(eviction_violations_with_snapshots(&mixed, &p, &verified, &both).is_empty());
     }
 
     #[test]

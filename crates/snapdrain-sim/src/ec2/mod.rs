@@ -26,6 +26,7 @@ use tokio::task::JoinHandle;
 
 use bottlerocket::{BootError, HostSettings};
 pub use images::ImageConfig;
+pub use snapshots::PER_VOLUME_INTERVAL;
 use state::{Instance, World};
 
 /// Errors of the simulator handle itself (API errors go to clients as EC2 error documents).

@@ -22,7 +22,7 @@ use super::{AttachedVolume, InstanceState, SnapshotRecord, SnapshotState};
 /// EC2 API reference, "Error codes": `SnapshotCreationPerVolumeRateExceeded`, "Wait at least 15 seconds
 /// between concurrent volume snapshots" (the EBS CSI driver keeps the same 15 s apart, kubernetes-sigs/
 /// aws-ebs-csi-driver PR #1659).
-pub(super) const PER_VOLUME_INTERVAL: Duration = Duration::from_secs(15);
+pub const PER_VOLUME_INTERVAL: Duration = Duration::from_secs(15);
 
 /// State and whole percent of a snapshot `elapsed` into a copy that takes `total`.
 pub(super) fn progress(elapsed: Duration, total: Duration, fails: bool) -> (SnapshotState, u8) {

@@ -50,6 +50,10 @@ pub struct Timings {
     /// How fast EC2 copies an EBS volume into a snapshot, MiB/s: a snapshot stays `pending` for size /
     /// rate (0 means completed at once). A stand-in: real snapshot time depends on the blocks written.
     pub ebs_snapshot_mib_per_second: f64,
+    /// How long after a snapshot of a volume starts EC2 refuses another with
+    /// `SnapshotCreationPerVolumeRateExceeded` (EC2: 15 s). Zero lets a test see every second cut.
+    #[serde(with = "millis")]
+    pub ebs_snapshot_per_volume_interval: Duration,
 }
 
 impl Default for Timings {
@@ -62,6 +66,7 @@ impl Default for Timings {
             backup_mib_per_second: 2048.0,
             backup_overhead: Duration::from_millis(300),
             ebs_snapshot_mib_per_second: 10_240.0,
+            ebs_snapshot_per_volume_interval: crate::ec2::PER_VOLUME_INTERVAL,
         }
     }
 }
@@ -77,6 +82,7 @@ impl Timings {
             backup_mib_per_second: 0.0,
             backup_overhead: Duration::ZERO,
             ebs_snapshot_mib_per_second: 0.0,
+            ebs_snapshot_per_volume_interval: crate::ec2::PER_VOLUME_INTERVAL,
         }
     }
 }

@@ -2,7 +2,9 @@
 //! snapdrain's own decisions. It states each rule itself:
 //!
 //! - safety: the oracle ([`crate::safety`]) over every pod that left through the API, against the
-//!   verified backups of every plan (a plan may reuse another's fresh verified backup);
+//!   verified backups of every plan (a plan may reuse another's fresh verified backup) and, for EBS
+//!   claims, the snapshots the simulated EC2 itself holds tagged with a plan's uid (a forceful plan
+//!   releases at its emergency snapshot);
 //! - no protected pod lost with its node: one that left with no eviction or DELETE (the pod garbage
 //!   collector's removal once its Node was gone) needs a Velero Backup of all its claims taken after it
 //!   last started there and completed before the node went ([`lost_with_node`]);
@@ -65,6 +67,10 @@ pub struct Evidence<'a> {
     /// The pods and nodes at the end.
     pub pods: &'a [Value],
     pub nodes: &'a [Value],
+    /// The PersistentVolumes at the end: each EBS claim's volume id.
+    pub pvs: &'a [Value],
+    /// Every snapshot the simulated EC2 holds (its own state, [`safety::Ec2Snapshot::all_of`]).
+    pub snapshots: &'a [safety::Ec2Snapshot],
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -139,12 +145,25 @@ pub fn judge(e: &Evidence<'_>) -> Verdict {
         plans: e.plans.len(),
         ..Verdict::default()
     };
-    // Safety, against every plan's verified backups.
+    // Safety, against every plan's verified backups and the EC2 snapshots tagged with a plan's uid.
     let backups: Vec<safety::RecordedBackup> =
         e.plans.iter().flat_map(safety::recorded_backups).collect();
-    for violation in
-        safety::eviction_violations(&safety::pods_removed(e.audit), e.protected, &backups)
-    {
+    let ebs = safety::EbsEvidence {
+        claim_volumes: safety::ebs_claim_volumes(e.pvs),
+        snapshots: e.snapshots.to_vec(),
+        plan_uids: e
+            .plans
+            .iter()
+            .filter_map(|p| str_at(p, "/metadata/uid"))
+            .map(str::to_owned)
+            .collect(),
+    };
+    for violation in safety::eviction_violations_with_snapshots(
+        &safety::pods_removed(e.audit),
+        e.protected,
+        &backups,
+        &ebs,
+    ) {
         match let_go_excuse(&violation, e.audit, e.plans) {
             Some(excuse) => v.let_go.push(format!("{violation} ({excuse})")),
             None => v.violations.push(violation.to_string()),
@@ -609,6 +628,8 @@ mod tests {
             instances,
             pods,
             nodes,
+            pvs: &[],
+            snapshots: &[],
         }
     }
 
@@ -955,6 +976,66 @@ mod tests {
             let v = judge(&evidence(&plans, &[], &[], &[], &[], &audit, &protected));
             assert_eq!(v.lost_with_node, 1, "{plans:?}: {v:?}");
             assert!(v.let_go.is_empty());
+        }
+    }
+
+    /// A forceful plan released the pod at its emergency EBS snapshot: the judge reads EC2's own
+    /// snapshots (tagged with a plan's uid, started before the eviction, not ended in error) and the
+    /// claim's volume from the PVs, so the eviction is neither a violation nor a let-go; without such a
+    /// snapshot it is a violation.
+    #[test]
+    fn an_eviction_at_an_ec2_snapshot_of_a_plan_is_no_violation() {
+        let entry = |source: &str, verb: &str, resource: &str, code: Option<u16>| AuditEntry {
+            seq: 1,
+            time: "2025-01-01T00:00:05.000Z".into(),
+            source: source.into(),
+            verb: verb.into(),
+            resource: resource.into(),
+            namespace: Some("db".into()),
+            name: Some("pg-0".into()),
+            user_agent: None,
+            code,
+            detail: json!({"node": "n1"}),
+        };
+        let audit = [
+            entry("world", "evicted", "pods", None),
+            entry("api", "create", "pods/eviction", Some(201)),
+        ];
+        let protected = BTreeMap::from([(
+            "db/pg-0".to_string(),
+            BTreeSet::from(["data-pg-0".to_string()]),
+        )]);
+        // A spot interruption's plan that completed once its snapshot did (no verified backup).
+        let plans = [json!({"metadata": {"name": "p", "uid": "uid-p"},
+            "spec": {"nodes": ["n1"], "source": "node-termination-handler", "reason": "SpotInterruption"},
+            "status": {"phase": "Completed"}})];
+        let pvs = [json!({"metadata": {"name": "pv-1"}, "spec": {
+            "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"},
+            "claimRef": {"namespace": "db", "name": "data-pg-0"}}})];
+        let snap = |uid: &str, start: &str, state: &str| safety::Ec2Snapshot {
+            snapshot_id: "snap-1".into(),
+            volume_id: "vol-1".into(),
+            start_time: start.parse().expect("test time"),
+            tags: BTreeMap::from([(safety::PLAN_UID_TAG.to_string(), uid.to_string())]),
+            state: state.into(),
+        };
+        let judged = |snapshots: &[safety::Ec2Snapshot]| {
+            judge(&Evidence {
+                pvs: &pvs,
+                snapshots,
+                ..evidence(&plans, &[], &[], &[], &[], &audit, &protected)
+            })
+        };
+        let v = judged(&[snap("uid-p", "2025-01-01T00:00:04Z", "completed")]);
+        assert!(v.violations.is_empty() && v.let_go.is_empty(), "{v:?}");
+        for bad in [
+            vec![],
+            vec![snap("uid-other", "2025-01-01T00:00:04Z", "completed")],
+            vec![snap("uid-p", "2025-01-01T00:00:06Z", "completed")],
+            vec![snap("uid-p", "2025-01-01T00:00:04Z", "error")],
+        ] {
+            let v = judged(&bad);
+            assert_eq!(v.violations.len(), 1, "{bad:?}: {v:?}");
         }
     }
 }

@@ -574,6 +574,8 @@ fn judge_now(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Ver
     let pods = items(h, &ResKey::core("pods"), None);
     let nodes = items(h, &ResKey::core("nodes"), None);
     let instances = Launched::all_of(&h.cluster);
+    let pvs = items(h, &ResKey::core("persistentvolumes"), None);
+    let snapshots = crate::safety::Ec2Snapshot::all_of(&h.cluster);
     judge::judge(&Evidence {
         audit: &audit,
         protected,
@@ -582,6 +584,8 @@ fn judge_now(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Ver
         instances: &instances,
         pods: &pods,
         nodes: &nodes,
+        pvs: &pvs,
+        snapshots: &snapshots,
     })
 }
 

@@ -363,7 +363,8 @@ async fn the_client_cuts_a_plans_set_once_and_finds_it_again_by_tag() {
     let volumes = instance_with_volumes(&sim, "i-0abababababababa7", &[2, 3, 1]);
     let mut req = emergency_request("i-0abababababababa7", "uid-7");
     req.exclude = vec![volumes[2].clone()];
-    let first = ensure_instance_snapshots(&cloud, &req, PLAN_TAG, "uid-7")
+    let wanted = vec![volumes[0].clone(), volumes[1].clone()];
+    let first = ensure_instance_snapshots(&cloud, &req, &wanted, PLAN_TAG, "uid-7")
         .await
         .unwrap();
     assert!(first.created);
@@ -374,7 +375,7 @@ async fn the_client_cuts_a_plans_set_once_and_finds_it_again_by_tag() {
         .collect();
     cut.sort();
     assert_eq!(cut, [volumes[0].as_str(), volumes[1].as_str()]);
-    let again = ensure_instance_snapshots(&cloud, &req, PLAN_TAG, "uid-7")
+    let again = ensure_instance_snapshots(&cloud, &req, &wanted, PLAN_TAG, "uid-7")
         .await
         .unwrap();
     assert!(!again.created);
@@ -411,6 +412,7 @@ async fn the_client_reports_a_refused_cut() {
     let err = ensure_instance_snapshots(
         &cloud,
         &emergency_request("i-0cdcdcdcdcdcdcd8", "uid-8"),
+        &volumes,
         PLAN_TAG,
         "uid-8",
     )

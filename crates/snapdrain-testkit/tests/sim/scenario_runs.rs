@@ -27,6 +27,7 @@ fn fast() -> Timings {
         backup_overhead: Duration::from_millis(50),
         backup_mib_per_second: 0.0,
         ebs_snapshot_mib_per_second: 0.0,
+        ebs_snapshot_per_volume_interval: snapdrain_sim::ec2::PER_VOLUME_INTERVAL,
     }
 }
 

@@ -41,6 +41,7 @@ fn timings(backup: Duration) -> Timings {
         backup_overhead: backup,
         backup_mib_per_second: 0.0,
         ebs_snapshot_mib_per_second: 0.0,
+        ebs_snapshot_per_volume_interval: snapdrain_sim::ec2::PER_VOLUME_INTERVAL,
     }
 }
 

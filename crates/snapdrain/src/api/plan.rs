@@ -216,6 +216,33 @@ pub struct BackupSpec {
     #[serde(default = "default_max_attempts")]
     #[schemars(range(min = 1, max = 10))]
     pub max_attempts: u32,
+
+    /// Under a deadline (a forceful signal: spot interruption, a deleted NodeClaim), whether EC2
+    /// `CreateSnapshots` cuts the node's protected EBS volumes at one instant and their pods are released
+    /// at that cut instead of at a verified Velero backup. `WhenVeleroCannotFinish` (the default): only
+    /// when Velero's estimate does not fit before the deadline. `Always`: for every plan with a deadline.
+    /// `Never`: Velero or nothing. Plans without a deadline are never affected.
+    #[serde(default)]
+    pub emergency_snapshots: EmergencySnapshots,
+}
+
+/// When a plan with a deadline takes EC2 snapshots of its EBS volumes instead of waiting for Velero.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum EmergencySnapshots {
+    #[default]
+    WhenVeleroCannotFinish,
+    Always,
+    Never,
+}
+
+impl From<EmergencySnapshots> for crate::planning::ebs_snapshots::EmergencyPolicy {
+    fn from(e: EmergencySnapshots) -> Self {
+        match e {
+            EmergencySnapshots::WhenVeleroCannotFinish => Self::WhenVeleroCannotFinish,
+            EmergencySnapshots::Always => Self::Always,
+            EmergencySnapshots::Never => Self::Never,
+        }
+    }
 }
 
 impl Default for BackupSpec {
@@ -231,6 +258,7 @@ impl Default for BackupSpec {
             reuse_if_newer_than: None,
             timeout: None,
             max_attempts: default_max_attempts(),
+            emergency_snapshots: EmergencySnapshots::default(),
         }
     }
 }

@@ -19,6 +19,9 @@ pub mod condition {
     pub const REPLACED: &str = "Replaced";
     /// True once the plan reached a terminal phase.
     pub const DONE: &str = "Done";
+    /// True (reason `ReleasedAtSnapshot`) when pods were released at an EC2 snapshot their plan cut
+    /// under its deadline, not at a verified copy in the bucket.
+    pub const RELEASED_AT_SNAPSHOT: &str = "ReleasedAtSnapshot";
     /// False while the last pass failed with an error that is retried (reason `Retrying`, the error as
     /// message); True again once a pass succeeds.
     pub const PROGRESSING: &str = "Progressing";
@@ -114,6 +117,11 @@ pub struct DisruptionPlanStatus {
     /// One record per Velero Backup attempt (or reused backup).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub backups: Vec<BackupRecord>,
+
+    /// The EC2 snapshots a plan with a deadline cut of its nodes' EBS volumes because Velero could not
+    /// finish in time (`spec.backup.emergencySnapshots`), one set per node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub emergency_snapshots: Vec<EmergencySnapshotSet>,
 
     /// Release mode: the pods whose holds this plan released (their backups verified), and when.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -526,6 +534,77 @@ pub struct BackupRecord {
     pub verified_at: Option<MicroTime>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// One node's emergency EBS snapshot set: the intent (written before CreateSnapshots is called), then
+/// what EC2 answered.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EmergencySnapshotSet {
+    pub node: String,
+    pub instance_id: String,
+    /// Why: Velero's estimate against the time left.
+    pub reason: String,
+    pub velero_estimate_seconds: u64,
+    pub time_left_seconds: u64,
+    /// Attached EBS volumes no protected pod uses (`ExcludeDataVolumeId`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    pub volumes: Vec<EmergencySnapshot>,
+    /// Protected claims an EC2 snapshot cannot save (node-local volumes): Velero's to save, or lost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsaved: Vec<UnsavedVolume>,
+    /// When EC2 accepted the set (every volume has a snapshot id): the data's point in time, and
+    /// the release point of the pods whose every volume is in the set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted_at: Option<Time>,
+    /// When every snapshot was `completed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<Time>,
+    /// A snapshot ended in `error`, or a volume has no snapshot: the plan fails with this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One protected EBS volume of an emergency set.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EmergencySnapshot {
+    /// `namespace/claim`.
+    pub claim: String,
+    pub volume_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_id: Option<String>,
+    /// EC2's state: `pending`, `completed`, `error` (or another it reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    /// EC2's `NN%`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+}
+
+/// A protected claim the emergency set cannot save, and why.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct UnsavedVolume {
+    /// `namespace/claim`.
+    pub claim: String,
+    pub why: String,
+}
+
+impl EmergencySnapshotSet {
+    /// True once EC2 gave every volume a snapshot id (the point in time is fixed).
+    pub fn accepted(&self) -> bool {
+        !self.volumes.is_empty() && self.volumes.iter().all(|v| v.snapshot_id.is_some())
+    }
+
+    /// Claims (`namespace/claim`) whose snapshot EC2 accepted.
+    pub fn saved_claims(&self) -> impl Iterator<Item = &str> {
+        self.volumes
+            .iter()
+            .filter(|v| v.snapshot_id.is_some())
+            .map(|v| v.claim.as_str())
+    }
 }
 
 /// Where the deletion of an abandoned attempt stands.

@@ -149,16 +149,23 @@ impl Ec2Cloud {
     }
 }
 
-/// The plan's snapshots: those EC2 already has under the tag `key=value`, else a new CreateSnapshots set.
-/// A `SnapshotCreationPerVolumeRateExceeded` answer (a set cut less than 15 s ago, EC2 API reference
-/// "Error codes") means an earlier call got through: the tag lookup is asked again instead of cutting.
+/// The plan's snapshots of `wanted` volumes: those EC2 already has under the tag `key=value`, else a new
+/// CreateSnapshots set. Only snapshots of `wanted` count, so one plan's sets for two nodes (same tag) do
+/// not stand for each other. A `SnapshotCreationPerVolumeRateExceeded` answer (a set cut less than 15 s
+/// ago, EC2 API reference "Error codes") means an earlier call got through: the tag lookup is asked again
+/// instead of cutting.
 pub async fn ensure_instance_snapshots(
     cloud: &Ec2Cloud,
     req: &InstanceSnapshotRequest,
+    wanted: &[String],
     key: &str,
     value: &str,
 ) -> Result<EnsuredSnapshots, CloudError> {
-    let existing = cloud.snapshots_tagged(key, value).await?;
+    let of_wanted = |mut found: Vec<FoundSnapshot>| {
+        found.retain(|s| wanted.contains(&s.volume_id));
+        found
+    };
+    let existing = of_wanted(cloud.snapshots_tagged(key, value).await?);
     if !existing.is_empty() {
         return Ok(EnsuredSnapshots {
             snapshots: existing,
@@ -171,7 +178,7 @@ pub async fn ensure_instance_snapshots(
             created: true,
         }),
         Err(e) if e.code() == Some("SnapshotCreationPerVolumeRateExceeded") => {
-            let again = cloud.snapshots_tagged(key, value).await?;
+            let again = of_wanted(cloud.snapshots_tagged(key, value).await?);
             if again.is_empty() {
                 return Err(e);
             }

@@ -54,6 +54,11 @@ pub struct Settings {
     /// The most bytes of JSON a plan's status may grow to; a plan that could pass it fails while
     /// planning (`planning::status_size`).
     pub status_budget: usize,
+    /// Velero's copy rate (MiB/s) the estimate against a plan's deadline uses
+    /// (`planning::ebs_snapshots::velero_estimate`). 0: Velero is taken as instant.
+    pub velero_mib_per_second: f64,
+    /// Velero's fixed cost per backup (queue, tarball, upload) in that estimate.
+    pub velero_overhead: Duration,
 }
 
 impl Default for Settings {
@@ -75,6 +80,10 @@ impl Default for Settings {
             aws: None,
             velero_credentials_secret: None,
             status_budget: crate::planning::status_size::DEFAULT_BUDGET,
+            // kopia file-system backups commonly move about 100 MiB/s per node (the figure issue 24's
+            // estimate is made with); a deployment measures its own and sets the flag.
+            velero_mib_per_second: 100.0,
+            velero_overhead: Duration::from_secs(5),
         }
     }
 }

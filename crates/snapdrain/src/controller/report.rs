@@ -38,6 +38,13 @@ pub enum What {
     ReusedBackupUnusable,
     BackupDeleted,
     BackupDeleteRequested,
+    /// A plan with a deadline takes EC2 snapshots of its EBS volumes instead of waiting for Velero.
+    EmergencySnapshots,
+    /// Pods released at an accepted EC2 snapshot, not at a verified bucket copy.
+    ReleasedAtSnapshot {
+        pods: u64,
+    },
+    EmergencySnapshotsCompleted,
     // Verifying
     BackupVerified,
     BackupVerificationFailed {
@@ -104,6 +111,9 @@ impl What {
             Self::BackupCompleted { .. } | Self::NewcomersReleased { .. } => return None,
             Self::HoldsRestored { event: false, .. } => return None,
             Self::ReusedBackupUnusable => (Warning, "ReusedBackupUnusable", "Backup"),
+            Self::EmergencySnapshots => (Warning, "EmergencySnapshots", "Backup"),
+            Self::ReleasedAtSnapshot { .. } => (Warning, "ReleasedAtSnapshot", "Release"),
+            Self::EmergencySnapshotsCompleted => (Normal, "EmergencySnapshotsCompleted", "Backup"),
             Self::BackupDeleted => (Normal, "BackupDeleted", "Backup"),
             Self::BackupDeleteRequested => (Normal, "BackupDeleteRequested", "Backup"),
             Self::BackupVerified => (Normal, "BackupVerified", "Verify"),
@@ -178,7 +188,9 @@ impl What {
                     .get_or_create(&reason("unreachable".into()))
                     .inc();
             }
-            Self::HoldsReleased { pods } | Self::NewcomersReleased { pods } => {
+            Self::HoldsReleased { pods }
+            | Self::NewcomersReleased { pods }
+            | Self::ReleasedAtSnapshot { pods } => {
                 for _ in 0..*pods {
                     metrics.hold_change("released");
                 }
@@ -290,6 +302,9 @@ mod tests {
             What::ReusedBackupUnusable,
             What::BackupDeleted,
             What::BackupDeleteRequested,
+            What::EmergencySnapshots,
+            What::ReleasedAtSnapshot { pods: 1 },
+            What::EmergencySnapshotsCompleted,
             What::BackupVerified,
             What::BackupVerificationFailed { reason: "missing" },
             What::BucketUnreadable,

@@ -71,6 +71,9 @@ pub struct BackupNeed {
     pub or_label_selectors: Vec<LabelSelector>,
     /// An earlier Completed and verified backup that already covers these PVCs.
     pub reuse: Option<String>,
+    /// CSI drivers whose volumes the Backup skips (a `skip` volume policy): the plan's EC2 snapshots hold
+    /// every such volume of the selected pods ([`crate::planning::ebs_snapshots::leave_to_snapshots`]).
+    pub skip_drivers: Vec<String>,
 }
 
 /// One PVC of a backup: its class and method under the plan, and the method `Auto` would choose.
@@ -197,6 +200,9 @@ pub fn build_velero_backup(
     let b = &spec.backup;
     let records: Vec<VolumeRecord> = need.volumes.iter().map(|v| v.record.clone()).collect();
     let policy = needs_volume_policy(b.method, &records);
+    // A skip policy leaves the other volumes to the Backup's defaults (velero `internal/volumehelper`: no
+    // match falls back to defaultVolumesToFsBackup or snapshotVolumes), so the flags below stay as they are.
+    let with_policy = policy || !need.skip_drivers.is_empty();
     let (fs, snapshot, move_data) = match b.method {
         // Per volume, through the VolumePolicy of [`build_volume_policy`]; without a CSI volume, as FileSystem.
         BackupMethod::Auto if policy => (false, true, b.snapshot_move_data),
@@ -236,7 +242,7 @@ pub fn build_velero_backup(
             default_volumes_to_fs_backup: Some(fs),
             snapshot_volumes: Some(snapshot),
             snapshot_move_data: Some(move_data),
-            resource_policy: policy.then(|| velero::TypedLocalObjectReference {
+            resource_policy: with_policy.then(|| velero::TypedLocalObjectReference {
                 kind: "configmap".to_owned(),
                 name: backup_name(plan, &need.namespace, attempt),
             }),
@@ -252,8 +258,9 @@ pub fn build_velero_backup(
 /// namespace), or None when the Backup needs none. Velero reads it when the Backup starts, requires exactly
 /// one data key, and fails validation when it is missing (velero `internal/resourcepolicies`
 /// `getResourcePoliciesFromConfig`, `pkg/controller/backup_controller.go` prepareBackupRequest), so it is
-/// created first. Each volume policy selects by CSI driver or volume type: `snapshot` for the volumes that take
-/// a CSI snapshot, `fs-backup` for those copied through the node-agent.
+/// created first. Each volume policy selects by CSI driver or volume type: `skip` for the drivers of
+/// `need.skip_drivers` (first: the first match decides), `snapshot` for the volumes that take a CSI snapshot,
+/// `fs-backup` for those copied through the node-agent.
 pub fn build_volume_policy(
     need: &BackupNeed,
     spec: &DisruptionPlanSpec,
@@ -261,7 +268,7 @@ pub fn build_volume_policy(
     attempt: u32,
 ) -> Option<serde_json::Value> {
     let records: Vec<VolumeRecord> = need.volumes.iter().map(|v| v.record.clone()).collect();
-    if !needs_volume_policy(spec.backup.method, &records) {
+    if !needs_volume_policy(spec.backup.method, &records) && need.skip_drivers.is_empty() {
         return None;
     }
     Some(serde_json::json!({
@@ -278,7 +285,7 @@ pub fn build_volume_policy(
             },
             "annotations": {PLAN_ANNOTATION: plan.name},
         },
-        "data": {"volume-policy.yaml": volume_policy_yaml(&records)},
+        "data": {"volume-policy.yaml": volume_policy_yaml(&records, &need.skip_drivers)},
     }))
 }
 
@@ -619,6 +626,7 @@ mod tests {
                 serde_json::from_value(json!({"matchLabels": {"app": "pg"}})).expect("sel"),
             ],
             reuse: None,
+            skip_drivers: Vec::new(),
         }
     }
 
@@ -750,6 +758,42 @@ mod tests {
                 .expect("spec");
         let v = build_velero_backup(&both, &keep, &PLAN, 1);
         assert_eq!(v["spec"]["snapshotMoveData"], false);
+    }
+
+    /// The EBS claims an emergency EC2 snapshot holds are skipped by driver, ahead of any other policy
+    /// (Velero's first match decides); the rest keep the Backup's defaults.
+    #[test]
+    fn claims_left_to_ec2_snapshots_are_skipped_first() {
+        let auto: DisruptionPlanSpec =
+            serde_json::from_value(json!({"nodes": ["n1"]})).expect("spec");
+        let mut local = need();
+        local.volumes = vec![PlannedVolume {
+            record: crate::api::volume::VolumeRecord {
+                pvc: "scratch-pg-0".into(),
+                pv: None,
+                class: crate::api::volume::VolumeClass::NodeLocal,
+                source: Some("local".into()),
+                reason: String::new(),
+                method: VolumeMethod::FileSystem,
+                snapshot_class: None,
+            },
+            auto_method: VolumeMethod::FileSystem,
+        }];
+        local.skip_drivers = vec!["ebs.csi.aws.com".into()];
+        let v = build_velero_backup(&local, &auto, &PLAN, 1);
+        assert_eq!(v["spec"]["defaultVolumesToFsBackup"], true);
+        assert_eq!(v["spec"]["snapshotVolumes"], false);
+        assert_eq!(
+            v["spec"]["resourcePolicy"]["name"],
+            v["metadata"]["name"].clone()
+        );
+        let cm = build_volume_policy(&local, &auto, &PLAN, 1).expect("a skip policy");
+        assert_eq!(
+            cm["data"]["volume-policy.yaml"],
+            "version: v1\nvolumePolicies:\n\
+             - conditions: {\"csi\":{\"driver\":\"ebs.csi.aws.com\"}}\n  action:\n    type: skip\n\
+             - conditions: {\"volumeTypes\":[\"local\"]}\n  action:\n    type: fs-backup\n"
+        );
     }
 
     #[test]

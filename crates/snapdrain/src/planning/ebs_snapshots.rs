@@ -6,9 +6,11 @@
 //! cannot ([`EmergencyPlan`]), and how far the snapshots EC2 reports are ([`progress`]). The EC2 calls are
 //! in [`crate::cloud::ebs`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use crate::api::plan::BackupScope;
+use crate::api::status::BackupRecord;
 use crate::api::volume::VolumeClass;
 
 /// The EBS CSI driver's name (kubernetes-sigs/aws-ebs-csi-driver `pkg/driver/driver.go` `DriverName`).
@@ -209,13 +211,87 @@ pub fn decide(inputs: &EmergencyInputs) -> EmergencyDecision {
     }
 }
 
+/// Whether `record`'s Backup can leave the EBS claims out by driver: under `backup.scope: Pods` the
+/// Backup selects exactly the recorded pods, and Velero sees exactly their claims (the pod action adds
+/// them), so a `skip` policy on the EBS CSI driver skips only those; every claim must have a known
+/// source, or one could be an EBS volume no snapshot holds.
+fn skip_is_exact(record: &BackupRecord, scope: BackupScope) -> bool {
+    scope == BackupScope::Pods
+        && record.pvcs.iter().all(|c| {
+            record
+                .volumes
+                .iter()
+                .any(|v| &v.pvc == c && v.source.is_some())
+        })
+}
+
+fn is_ebs(record: &BackupRecord, claim: &str) -> bool {
+    record
+        .volumes
+        .iter()
+        .any(|v| v.pvc == claim && v.source.as_deref() == Some(EBS_CSI_DRIVER))
+}
+
+/// Takes the claims the plan's EC2 snapshots hold (`saved`: `namespace/claim`) out of `record`, a
+/// namespace's Backup not created yet, when its Backup can skip them exactly (only EBS CSI volumes are
+/// in a set, and every EBS claim of the record is saved): Velero then copies only what no snapshot holds,
+/// which is what may still fit before the deadline, and verification does not ask Velero for them.
+/// Returns the claims taken out; none when the Backup exists or a skip by driver would not be exact
+/// (Velero then copies them too, as before). A namespace whose every claim is saved gets no Backup at all
+/// ([`crate::planning::phase::velero_namespaces`]), so it is left as it is.
+pub fn leave_to_snapshots(
+    record: &mut BackupRecord,
+    saved: &BTreeSet<String>,
+    scope: BackupScope,
+) -> Vec<String> {
+    let created = record.uid.is_some() || record.phase.is_some();
+    if created || record.reused || record.verified || !skip_is_exact(record, scope) {
+        return Vec::new();
+    }
+    let ns = record.namespace.clone();
+    let held = |c: &String| saved.contains(&format!("{ns}/{c}"));
+    let left: Vec<String> = record.pvcs.iter().filter(|c| held(c)).cloned().collect();
+    let every_ebs_held = record.pvcs.iter().filter(|c| is_ebs(record, c)).all(held);
+    if left.is_empty() || left.len() == record.pvcs.len() || !every_ebs_held {
+        return Vec::new();
+    }
+    if left.iter().any(|c| !is_ebs(record, c)) {
+        return Vec::new();
+    }
+    record.pvcs.retain(|c| !left.contains(c));
+    record.volumes.retain(|v| !left.contains(&v.pvc));
+    left
+}
+
+/// The CSI drivers `record`'s Backup skips: the EBS driver when [`leave_to_snapshots`] took claims of
+/// the namespace out of it (a claim the sets hold is not in the record) and the skip is still exact.
+pub fn skip_drivers(
+    record: &BackupRecord,
+    saved: &BTreeSet<String>,
+    scope: BackupScope,
+) -> Vec<String> {
+    let prefix = format!("{}/", record.namespace);
+    let taken_out = saved
+        .iter()
+        .filter_map(|c| c.strip_prefix(&prefix))
+        .any(|c| !record.pvcs.iter().any(|p| p == c));
+    let ebs_left = record.pvcs.iter().any(|c| is_ebs(record, c));
+    if taken_out && !ebs_left && skip_is_exact(record, scope) {
+        vec![EBS_CSI_DRIVER.to_string()]
+    } else {
+        Vec::new()
+    }
+}
+
 /// A snapshot's state as EC2 reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SnapshotState {
     Pending,
     Completed,
     Error(String),
-    /// `recoverable`, `recovering` and states this build does not know: not done.
+    /// `recoverable`, `recovering` (in aws-sdk-ec2's `SnapshotState`, not described by the EC2 API
+    /// reference's "Snapshot" page, which lists `pending | completed | error`) and states this build does
+    /// not know: neither saved nor failed, so the plan waits.
     Other(String),
 }
 
@@ -423,6 +499,90 @@ mod tests {
             matches!(decide(&always), EmergencyDecision::Velero { .. }),
             "only plans with a deadline"
         );
+    }
+
+    fn volume(pvc: &str, source: Option<&str>) -> crate::api::volume::VolumeRecord {
+        crate::api::volume::VolumeRecord {
+            pvc: pvc.into(),
+            pv: None,
+            class: VolumeClass::Network,
+            source: source.map(str::to_owned),
+            reason: String::new(),
+            method: crate::api::volume::VolumeMethod::FileSystem,
+            snapshot_class: None,
+        }
+    }
+
+    fn shop() -> BackupRecord {
+        BackupRecord {
+            name: "b-shop-1".into(),
+            namespace: "shop".into(),
+            pvcs: vec!["data-ledger-0".into(), "scratch-ledger-0".into()],
+            volumes: vec![
+                volume("data-ledger-0", Some(EBS_CSI_DRIVER)),
+                volume("scratch-ledger-0", Some("local")),
+            ],
+            attempt: 1,
+            ..BackupRecord::default()
+        }
+    }
+
+    #[test]
+    fn a_mixed_namespace_leaves_its_snapshotted_ebs_claims_to_ec2() {
+        let saved = BTreeSet::from(["shop/data-ledger-0".to_string(), "db/data-0".to_string()]);
+        let mut r = shop();
+        assert_eq!(
+            leave_to_snapshots(&mut r, &saved, BackupScope::Pods),
+            ["data-ledger-0"]
+        );
+        assert_eq!(r.pvcs, ["scratch-ledger-0"]);
+        assert_eq!(r.volumes.len(), 1);
+        assert_eq!(
+            skip_drivers(&r, &saved, BackupScope::Pods),
+            [EBS_CSI_DRIVER]
+        );
+        // A retry (the record copied) keeps the skip; untouched records skip nothing.
+        assert!(skip_drivers(&shop(), &saved, BackupScope::Pods).is_empty());
+        assert!(skip_drivers(&r, &BTreeSet::new(), BackupScope::Pods).is_empty());
+    }
+
+    #[test]
+    fn velero_keeps_ebs_claims_a_skip_by_driver_would_not_fit() {
+        let saved = BTreeSet::from(["shop/data-ledger-0".to_string()]);
+        // The Backup exists already: it was built without the skip.
+        let mut created = shop();
+        created.uid = Some("u".into());
+        // StatefulSet scope: other replicas' EBS volumes would be skipped too.
+        let mut sts = shop();
+        // An EBS claim the sets do not hold.
+        let mut other_ebs = shop();
+        other_ebs.pvcs.push("data-ledger-1".into());
+        other_ebs
+            .volumes
+            .push(volume("data-ledger-1", Some(EBS_CSI_DRIVER)));
+        // A claim of unknown kind might be EBS.
+        let mut unknown = shop();
+        unknown.pvcs.push("odd".into());
+        unknown.volumes.push(volume("odd", None));
+        for (r, scope) in [
+            (&mut created, BackupScope::Pods),
+            (&mut sts, BackupScope::StatefulSet),
+            (&mut other_ebs, BackupScope::Pods),
+            (&mut unknown, BackupScope::Pods),
+        ] {
+            let before = r.clone();
+            assert!(leave_to_snapshots(r, &saved, scope).is_empty(), "{r:?}");
+            assert_eq!(*r, before);
+            assert!(skip_drivers(r, &saved, scope).is_empty(), "{r:?}");
+        }
+        // Every claim saved: no Backup at all, the record stays whole.
+        let all = BTreeSet::from([
+            "shop/data-ledger-0".to_string(),
+            "shop/scratch-ledger-0".to_string(),
+        ]);
+        let mut r = shop();
+        assert!(leave_to_snapshots(&mut r, &all, BackupScope::Pods).is_empty());
+        assert_eq!(r, shop());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use crate::api::status::{BackupRecord, DisruptionPlanStatus, NodePhase};
 use crate::api::{ABORT_ANNOTATION, DisruptionPlan, ValidSpec};
 
 use super::drain::drain_verdict;
-use super::phase::{PhaseFacts, abort_requested, deadline_passed, summarize_backups};
+use super::phase::{PhaseFacts, abort_requested, deadline_passed, summarize_with_snapshots};
 
 /// Namespaces a plan backs up (one record per attempt each), in name order.
 pub fn backup_namespaces(records: &[BackupRecord]) -> Vec<String> {
@@ -46,17 +46,21 @@ impl PhaseFacts {
         } else {
             Default::default()
         };
+        let deadline_passed = deadline_passed(plan.spec.deadline.as_ref().map(|d| d.0), now);
+        let sets = &status.emergency_snapshots;
         Self {
             abort_requested: abort_requested(
                 plan.annotations().get(ABORT_ANNOTATION).map(String::as_str),
                 plan.metadata.deletion_timestamp.is_some(),
             ),
             planning_blocked: nodes.is_empty(),
-            deadline_passed: deadline_passed(plan.spec.deadline.as_ref().map(|d| d.0), now),
-            backups: summarize_backups(
+            deadline_passed,
+            backups: summarize_with_snapshots(
                 &backup_namespaces(&status.backups),
                 &status.backups,
                 plan.spec.backup.max_attempts,
+                sets,
+                deadline_passed,
             ),
             nodes_cordoned: all(|p| {
                 !matches!(
@@ -75,6 +79,7 @@ impl PhaseFacts {
                         .iter()
                         .all(|n| n.replacement.as_ref().is_some_and(|r| r.ready))),
             release_expired: release.is_some_and(|r| !r.taken()),
+            snapshots_accepted: !sets.is_empty() && sets.iter().all(|s| s.accepted()),
         }
     }
 }

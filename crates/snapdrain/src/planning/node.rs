@@ -536,6 +536,8 @@ impl NeedBuilder {
             volumes: Vec::new(),
             or_label_selectors,
             reuse,
+            // Only a Backup's creation knows the plan's EC2 snapshots.
+            skip_drivers: Vec::new(),
         }
     }
 }

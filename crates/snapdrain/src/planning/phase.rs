@@ -20,7 +20,7 @@
 //! Replacing that was never cordoned reaches Draining, whose step cordons and taints before evicting.
 
 use crate::api::plan::{BackupPolicy, DisruptionPlanSpec, PlanMode, ReplacementWhen};
-use crate::api::status::{BackupRecord, PlanPhase};
+use crate::api::status::{BackupRecord, EmergencySnapshotSet, PlanPhase};
 
 use super::backups::{BackupProgress, classify_backup_phase};
 
@@ -72,6 +72,9 @@ pub struct PhaseFacts {
     /// Release mode: the nodes were not taken (the release window passed, or held pods arrived that no
     /// backup covers); the holds are back and the next run takes over.
     pub release_expired: bool,
+    /// Every emergency EBS snapshot set of the plan was accepted by EC2 (snapshot ids known): the data's
+    /// point in time is fixed, so the deadline no longer fails the plan while EC2 completes them.
+    pub snapshots_accepted: bool,
 }
 
 impl Default for PhaseFacts {
@@ -86,6 +89,7 @@ impl Default for PhaseFacts {
             nodes_gone: false,
             replacement_ready: false,
             release_expired: false,
+            snapshots_accepted: false,
         }
     }
 }
@@ -259,6 +263,8 @@ fn backup_step(
             PlanPhase::Failed,
             format!("backup failed, node left in service (policy required): {message}"),
         ),
+        // Past the deadline with the snapshots cut: the pods went at the cut; EC2 finishes the copy.
+        BackupsState::InProgress if facts.snapshots_accepted => PhaseDecision::to(current),
         _ if facts.deadline_passed && best_effort => PhaseDecision::with(
             next,
             "deadline passed before the backup was verified; continuing (policy best-effort)",
@@ -270,6 +276,97 @@ fn backup_step(
         BackupsState::AllCompleted => PhaseDecision::to(PlanPhase::Verifying),
         BackupsState::InProgress => PhaseDecision::to(current),
     }
+}
+
+/// [`summarize_backups`] when emergency EBS snapshot sets stand for some claims: a namespace whose every
+/// claim is in a set needs no Velero backup (none is created for it); the others still do. The backups
+/// are verified when Velero's are and every snapshot is `completed`; a snapshot in `error` fails them,
+/// and so does the deadline passing before Velero saved the claims EC2 cannot (node-local volumes),
+/// which are named.
+pub fn summarize_with_snapshots(
+    namespaces: &[String],
+    records: &[BackupRecord],
+    max_attempts: u32,
+    sets: &[EmergencySnapshotSet],
+    deadline_passed: bool,
+) -> BackupsState {
+    if sets.is_empty() {
+        return summarize_backups(namespaces, records, max_attempts);
+    }
+    if let Some(set) = sets.iter().find(|s| s.error.is_some()) {
+        return BackupsState::Failed {
+            message: format!(
+                "EC2 snapshots of node {} ({}): {}",
+                set.node,
+                set.instance_id,
+                set.error.as_deref().unwrap_or_default()
+            ),
+        };
+    }
+    let velero = velero_namespaces(namespaces, records, sets);
+    let state = summarize_backups(&velero, records, max_attempts);
+    let accepted = sets.iter().all(EmergencySnapshotSet::accepted);
+    let completed = accepted && sets.iter().all(|s| s.completed_at.is_some());
+    if let BackupsState::Failed { .. } = state {
+        return state;
+    }
+    let velero_done = matches!(state, BackupsState::NotNeeded | BackupsState::AllVerified);
+    if deadline_passed && accepted && !velero_done {
+        let unsaved: Vec<&str> = sets
+            .iter()
+            .flat_map(|s| s.unsaved.iter().map(|u| u.claim.as_str()))
+            .collect();
+        let snapshots: Vec<String> = sets
+            .iter()
+            .flat_map(|s| &s.volumes)
+            .map(|v| {
+                format!(
+                    "{} by {}",
+                    v.claim,
+                    v.snapshot_id.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        return BackupsState::Failed {
+            message: format!(
+                "the deadline passed before Velero saved the claims no EC2 snapshot can save ({}); the EBS claims were saved by EC2 snapshots ({})",
+                unsaved.join(", "),
+                snapshots.join(", ")
+            ),
+        };
+    }
+    match state {
+        _ if !completed => BackupsState::InProgress,
+        BackupsState::NotNeeded | BackupsState::AllVerified => BackupsState::AllVerified,
+        other => other,
+    }
+}
+
+/// The namespaces that still need a Velero backup: those with a claim no emergency set holds.
+pub fn velero_namespaces(
+    namespaces: &[String],
+    records: &[BackupRecord],
+    sets: &[EmergencySnapshotSet],
+) -> Vec<String> {
+    let saved: std::collections::BTreeSet<&str> = sets
+        .iter()
+        .flat_map(|s| s.volumes.iter().map(|v| v.claim.as_str()))
+        .collect();
+    namespaces
+        .iter()
+        .filter(|ns| {
+            records
+                .iter()
+                .filter(|r| &r.namespace == *ns)
+                .max_by_key(|r| r.attempt)
+                .is_none_or(|r| {
+                    r.pvcs
+                        .iter()
+                        .any(|c| !saved.contains(format!("{ns}/{c}").as_str()))
+                })
+        })
+        .cloned()
+        .collect()
 }
 
 /// Combines the records of each needed namespace (the latest attempt decides) into one [`BackupsState`].
@@ -723,7 +820,7 @@ mod tests {
             },
         ];
         let mut all_facts = Vec::new();
-        for bits in 0..128u32 {
+        for bits in 0..256u32 {
             for b in &backups {
                 for d in &drains {
                     all_facts.push(PhaseFacts {
@@ -736,6 +833,7 @@ mod tests {
                         nodes_gone: bits & 8 != 0,
                         replacement_ready: bits & 16 != 0,
                         release_expired: bits & 64 != 0,
+                        snapshots_accepted: bits & 128 != 0,
                     });
                 }
             }
@@ -790,6 +888,127 @@ mod tests {
             }
         }
         assert_eq!(specs, 72);
+    }
+
+    fn set(claims: &[(&str, Option<&str>)], completed: bool) -> EmergencySnapshotSet {
+        use crate::api::status::EmergencySnapshot;
+        EmergencySnapshotSet {
+            node: "n1".into(),
+            instance_id: "i-1".into(),
+            volumes: claims
+                .iter()
+                .enumerate()
+                .map(|(i, (c, snap))| EmergencySnapshot {
+                    claim: (*c).into(),
+                    volume_id: format!("vol-{i}"),
+                    snapshot_id: snap.map(str::to_string),
+                    ..Default::default()
+                })
+                .collect(),
+            completed_at: completed.then(|| {
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    "2026-12-03T10:00:00Z".parse().expect("a time"),
+                )
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn queued(ns: &str, pvcs: &[&str]) -> BackupRecord {
+        BackupRecord {
+            name: format!("b-{ns}"),
+            namespace: ns.into(),
+            pvcs: pvcs.iter().map(|p| p.to_string()).collect(),
+            attempt: 1,
+            phase: Some("InProgress".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_namespace_the_snapshots_save_needs_no_velero_and_completes_with_them() {
+        let ns = vec!["db".to_string()];
+        let records = vec![queued("db", &["data-0"])];
+        assert!(velero_namespaces(&ns, &records, &[set(&[("db/data-0", None)], false)]).is_empty());
+        // Intent only, then accepted and pending: in progress, even past the deadline.
+        for s in [
+            set(&[("db/data-0", None)], false),
+            set(&[("db/data-0", Some("snap-1"))], false),
+        ] {
+            assert_eq!(
+                summarize_with_snapshots(&ns, &records, 3, &[s], true),
+                BackupsState::InProgress
+            );
+        }
+        assert_eq!(
+            summarize_with_snapshots(
+                &ns,
+                &records,
+                3,
+                &[set(&[("db/data-0", Some("snap-1"))], true)],
+                false
+            ),
+            BackupsState::AllVerified,
+            "Velero's own backup of the namespace is not waited for"
+        );
+        let mut failed = set(&[("db/data-0", Some("snap-1"))], false);
+        failed.error = Some("snapshot snap-1 ended in error".into());
+        assert!(matches!(
+            summarize_with_snapshots(&ns, &records, 3, &[failed], false),
+            BackupsState::Failed { message } if message.contains("snap-1") && message.contains("n1")
+        ));
+        // No set: today's rule.
+        assert_eq!(
+            summarize_with_snapshots(&ns, &records, 3, &[], false),
+            summarize_backups(&ns, &records, 3)
+        );
+    }
+
+    #[test]
+    fn a_node_local_claim_still_waits_for_velero_and_is_named_when_the_deadline_passes() {
+        let ns = vec!["db".to_string()];
+        let records = vec![queued("db", &["data-0", "scratch-0"])];
+        let mut s = set(&[("db/data-0", Some("snap-1"))], true);
+        s.unsaved = vec![crate::api::status::UnsavedVolume {
+            claim: "db/scratch-0".into(),
+            why: "node-local".into(),
+        }];
+        assert_eq!(
+            velero_namespaces(&ns, &records, std::slice::from_ref(&s)),
+            ns
+        );
+        assert_eq!(
+            summarize_with_snapshots(&ns, &records, 3, std::slice::from_ref(&s), false),
+            BackupsState::InProgress
+        );
+        let BackupsState::Failed { message } =
+            summarize_with_snapshots(&ns, &records, 3, std::slice::from_ref(&s), true)
+        else {
+            panic!("the deadline passed with a node-local claim unsaved");
+        };
+        assert!(
+            message.contains("db/scratch-0") && message.contains("db/data-0 by snap-1"),
+            "{message}"
+        );
+        let mut verified = records.clone();
+        verified[0].phase = Some("Completed".into());
+        verified[0].verified = true;
+        assert_eq!(
+            summarize_with_snapshots(&ns, &verified, 3, &[s], true),
+            BackupsState::AllVerified
+        );
+    }
+
+    #[test]
+    fn accepted_snapshots_keep_a_plan_past_its_deadline_until_they_complete() {
+        let s = spec(json!({"mode": "Release"}));
+        let mut f = facts(BackupsState::InProgress);
+        f.deadline_passed = true;
+        assert_eq!(next_phase(BackingUp, &s, &f).phase, Failed);
+        f.snapshots_accepted = true;
+        assert_eq!(next_phase(BackingUp, &s, &f).phase, BackingUp);
+        f.backups = BackupsState::AllVerified;
+        assert_eq!(next_phase(BackingUp, &s, &f).phase, Draining);
     }
 
     #[test]

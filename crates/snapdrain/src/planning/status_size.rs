@@ -29,6 +29,10 @@ pub const MAX_FROM: usize = 512;
 /// replacement, instance and join records (with the architecture check's lines) (checked by the unit test below against a node with every
 /// one of them at its largest).
 const NODE_GROWTH: usize = 12 * 1024;
+/// What a node's emergency EBS snapshot set can take: reason and error at [`MAX_NOTE`], and one entry
+/// per protected volume (about 200 bytes; a Nitro instance attaches at most 28 EBS volumes, EC2 user
+/// guide "Amazon EBS volume limits for Amazon EC2 instances") plus unsaved claims with their reason.
+const EMERGENCY_GROWTH: usize = 16 * 1024;
 /// What a backup attempt's record can gain after planning: phase, times, verified objects, messages.
 const BACKUP_GROWTH: usize = 4 * 1024;
 /// What the status as a whole can gain: conditions, message, timings, summary, release records.
@@ -84,6 +88,13 @@ pub fn bound_texts(status: &mut DisruptionPlanStatus) {
             bound(&mut t.last_error, MAX_REFUSAL);
         }
     }
+    for e in &mut status.emergency_snapshots {
+        e.reason = bounded(&e.reason, MAX_NOTE);
+        bound(&mut e.error, MAX_NOTE);
+        for u in &mut e.unsaved {
+            u.why = bounded(&u.why, MAX_REFUSAL * 4);
+        }
+    }
     for b in &mut status.backups {
         bound(&mut b.message, MAX_NOTE);
         bound(&mut b.verification_error, MAX_NOTE);
@@ -123,7 +134,7 @@ pub fn worst_case_bytes(decided: &DisruptionPlanStatus, max_attempts: u32) -> us
         .iter()
         .map(|n| {
             let pods = n.pods_total as usize;
-            (pods + pods / 10 + 5) * per_target + NODE_GROWTH
+            (pods + pods / 10 + 5) * per_target + NODE_GROWTH + EMERGENCY_GROWTH
         })
         .sum();
     let attempts = max_attempts.max(1) as usize;

@@ -279,10 +279,19 @@ pub fn needs_volume_policy(method: BackupMethod, volumes: &[VolumeRecord]) -> bo
 /// The Velero resource-policies document for `volumes` (already [`settle_methods`]-ed): one volume policy
 /// per driver or volume type, action `snapshot` for the CSI methods and `fs-backup` for the rest, as
 /// velero `internal/resourcepolicies/resource_policies.go` reads it (version v1; the first policy whose
-/// conditions all match decides).
-pub fn volume_policy_yaml(volumes: &[VolumeRecord]) -> String {
+/// conditions all match decides). `skip_drivers` come first with action `skip`: the volumes of those CSI
+/// drivers that EC2 snapshots of the plan already hold (velero `internal/volumehelper`
+/// `ShouldPerformSnapshot` and `ShouldPerformFSBackup` both honour `skip`).
+pub fn volume_policy_yaml(volumes: &[VolumeRecord], skip_drivers: &[String]) -> String {
     let mut seen = Vec::new();
     let mut out = String::from("version: v1\nvolumePolicies:\n");
+    for driver in skip_drivers {
+        let condition = serde_json::json!({"csi": {"driver": driver}});
+        out.push_str(&format!(
+            "- conditions: {condition}\n  action:\n    type: skip\n"
+        ));
+        seen.push(condition);
+    }
     for v in volumes {
         let Some(condition) = policy_condition(v) else {
             continue;
@@ -533,7 +542,7 @@ mod tests {
         settle_methods(&mut both);
         assert_eq!(both, before);
         assert_eq!(
-            volume_policy_yaml(&both),
+            volume_policy_yaml(&both, &[]),
             "version: v1\nvolumePolicies:\n\
              - conditions: {\"csi\":{\"driver\":\"ebs.csi.aws.com\"}}\n  action:\n    type: snapshot\n\
              - conditions: {\"volumeTypes\":[\"local\"]}\n  action:\n    type: fs-backup\n"

@@ -32,7 +32,8 @@ pub enum Allowed {
     NotProtected,
     /// The pod runs on no node (Pending): there is no node to drain it from.
     NotScheduled,
-    /// Verified backups cover all its PVCs; the plans that hold them.
+    /// Verified backups (or, under a deadline, EC2 snapshots accepted by EC2) cover all its PVCs; the
+    /// plans that hold them.
     Covered { plans: Vec<String> },
     /// A running plan for its node lets it go without a verified backup, as snapdrain's own drain does
     /// under that plan's `backup.policy` (the plan named).
@@ -279,7 +280,7 @@ pub fn decide<P: Borrow<DisruptionPlan>>(
                     }
                 })
             });
-        match by {
+        match by.or_else(|| snapshot_of(&all, &node, &namespace, claim)) {
             Some(p) => {
                 covering.insert(p.name_any());
             }
@@ -302,6 +303,33 @@ pub fn decide<P: Borrow<DisruptionPlan>>(
         uncovered,
         plan,
         refuted,
+    })
+}
+
+/// The running plan with a deadline for `node` whose emergency EBS snapshot set holds `claim` in a
+/// snapshot EC2 accepted: the claim's data is fixed at the request (EBS user guide, "Create Amazon EBS
+/// snapshots", https://docs.aws.amazon.com/ebs/latest/userguide/ebs-creating-snapshot.html: "The snapshot
+/// is created immediately, but it remains in the `pending` state until all of data has been transferred
+/// to Amazon S3"; it "includes only the data that was written to the volume at the time the snapshot was
+/// requested"), so the pod may go before the snapshot is `completed`. Only plans with a deadline take
+/// such sets (`controller::steps::emergency`).
+fn snapshot_of<'a>(
+    plans: &[&'a DisruptionPlan],
+    node: &str,
+    namespace: &str,
+    claim: &str,
+) -> Option<&'a DisruptionPlan> {
+    let wanted = format!("{namespace}/{claim}");
+    plans.iter().copied().find(|p| {
+        running(p)
+            && p.spec.deadline.is_some()
+            && p.status.as_ref().is_some_and(|s| {
+                s.emergency_snapshots.iter().any(|set| {
+                    set.node == node
+                        && set.error.is_none()
+                        && set.saved_claims().any(|c| c == wanted)
+                })
+            })
     })
 }
 

@@ -43,11 +43,32 @@ pub(super) fn latest_index(records: &[BackupRecord], ns: &str) -> Option<usize> 
         .map(|(i, _)| i)
 }
 
-/// Advances every namespace's latest attempt, then deletes abandoned attempts once that intent is written.
+/// The latest attempt of each namespace.
+pub fn latest_records(records: &[BackupRecord]) -> Vec<&BackupRecord> {
+    backup_namespaces(records)
+        .iter()
+        .filter_map(|ns| latest_index(records, ns).map(|i| &records[i]))
+        .collect()
+}
+
+/// Takes and follows the emergency EBS snapshots a deadline may call for, advances every namespace's
+/// latest attempt that still needs Velero, then deletes abandoned attempts once that intent is written.
 pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
     let mut out = v.outcome();
     let mut wait = None;
-    for ns in backup_namespaces(&v.status.backups) {
+    // Decided before any Velero Backup is created, so a namespace the snapshots save gets none.
+    match super::emergency::advance(v, io, &mut out).await? {
+        super::emergency::After::Nothing => {}
+        super::emergency::After::Checkpoint => return Ok(out.then(Next::Checkpoint)),
+        super::emergency::After::Wait(d) => min_wait(&mut wait, d),
+        super::emergency::After::Fail(why) => return Ok(out.then(Next::Fail(why))),
+    }
+    let namespaces = crate::planning::phase::velero_namespaces(
+        &backup_namespaces(&v.status.backups),
+        &v.status.backups,
+        &out.status.emergency_snapshots,
+    );
+    for ns in namespaces {
         if let Some(w) = advance(v, io, &ns, &mut out).await? {
             min_wait(&mut wait, w);
         }
@@ -151,7 +172,12 @@ async fn current(
         ));
         return Ok(None);
     }
-    let need = need_for(v, io, &record);
+    let mut need = need_for(v, io, &record);
+    need.skip_drivers = crate::planning::ebs_snapshots::skip_drivers(
+        &record,
+        &super::emergency::saved_claims(&out.status.emergency_snapshots),
+        v.plan.spec.backup.scope,
+    );
     let plan_ref = PlanRef {
         name: &v.name(),
         uid: &v.uid(),
@@ -350,6 +376,7 @@ fn need_for(v: &PlanView<'_>, io: &Io<'_>, record: &BackupRecord) -> BackupNeed 
             .collect(),
         or_label_selectors: scope_selectors(scope, &record.pods, &sts_selectors),
         reuse: None,
+        skip_drivers: Vec::new(),
     }
 }
 

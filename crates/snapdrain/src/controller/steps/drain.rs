@@ -402,7 +402,13 @@ async fn release_once(
         released.len(),
         nodes.join(", ")
     ));
-    out.status.released_pods = released;
+    // Pods an emergency EBS snapshot released earlier stay recorded (their holds must come back with
+    // the others when the release expires).
+    for p in released {
+        if !out.status.released_pods.contains(&p) {
+            out.status.released_pods.push(p);
+        }
+    }
     out.status.released_at = Some(Time(v.now));
     Ok(())
 }

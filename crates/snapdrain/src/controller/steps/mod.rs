@@ -7,6 +7,7 @@ pub mod architecture;
 pub mod backups;
 pub mod cordon;
 pub mod drain;
+pub mod emergency;
 pub mod instance;
 pub mod inventory;
 pub mod join;

@@ -184,6 +184,7 @@ pub fn merge_need(needs: &mut BTreeMap<String, BackupNeed>, need: BackupNeed) {
             or_label_selectors: Vec::new(),
             // Decided on the merged PVC set of every node.
             reuse: None,
+            skip_drivers: Vec::new(),
         });
     fn add<T: PartialEq>(into: &mut Vec<T>, from: Vec<T>) {
         for x in from {
@@ -324,6 +325,7 @@ mod tests {
             volumes: Vec::new(),
             or_label_selectors: Vec::new(),
             reuse: None,
+            skip_drivers: Vec::new(),
         }
     }
 

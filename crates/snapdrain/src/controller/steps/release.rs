@@ -46,11 +46,21 @@ pub async fn release_holds(
     v: &PlanView<'_>,
     io: &Io<'_>,
 ) -> Result<(Vec<ReleasedPod>, u64), ControllerError> {
+    release_pods(v, io, covered(v.status, v.plan.spec.backup.policy)).await
+}
+
+/// Releases the holds of `pods` (namespace, name) still on the plan's nodes, then the hold of each node
+/// none of whose pods is held any more. Returns the pods released and how many holds changed.
+pub async fn release_pods(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    pods: BTreeSet<(String, String)>,
+) -> Result<(Vec<ReleasedPod>, u64), ControllerError> {
     let nodes: BTreeSet<&str> = v.status.nodes.iter().map(|n| n.name.as_str()).collect();
     let plan = v.name();
     let mut released = Vec::new();
     let mut changed = 0;
-    for (ns, name) in covered(v.status, v.plan.spec.backup.policy) {
+    for (ns, name) in pods {
         let Some(pod) = get(io, &ns, &name).await? else {
             continue;
         };
