@@ -438,10 +438,18 @@ async fn force_set_while_draining_is_refused_by_the_default_policy() {
         "spec.drain.force",
         "spec.planSettings.allowForce",
         "set while the plan was Draining",
+        "rolled back",
     ] {
         assert!(message.contains(want), "{want:?} is not in {message:?}");
     }
     assert_eq!(eviction_requests(&h, &pod.name_any()), 0);
+    // Failed through the rollback: the node the plan cordoned is schedulable again.
+    let n = h.node(&node).await.expect("the node stays");
+    assert_ne!(
+        n.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "the refused plan left {node} cordoned"
+    );
     controller.shutdown().await;
 }
 

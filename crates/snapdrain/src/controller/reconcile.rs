@@ -435,19 +435,11 @@ pub async fn reconcile(
                 false,
             )
         };
-        if !problems.is_empty() {
-            let message = if untouched {
-                format!(
-                    "{} (no node was cordoned, backed up, drained or terminated)",
-                    launch_policy::refusal_message(&problems)
-                )
-            } else {
-                format!(
-                    "{} (set while the plan was {}; it stopped there)",
-                    launch_policy::refusal_message(&problems),
-                    status.phase
-                )
-            };
+        if !problems.is_empty() && untouched {
+            let message = format!(
+                "{} (no node was cordoned, backed up, drained or terminated)",
+                launch_policy::refusal_message(&problems)
+            );
             return mark_invalid(
                 Pass::after(plan, valid, finalized, &ctx),
                 &ctx,
@@ -455,6 +447,32 @@ pub async fn reconcile(
                 message,
             )
             .await;
+        }
+        if !problems.is_empty() {
+            // Refused mid-plan: fail through the phase machine's rollback (the cordon undone, holds
+            // restored), not where it stands, which could leave its nodes cordoned for good.
+            let message = format!(
+                "{} (set while the plan was {}; the plan failed and rolled back)",
+                launch_policy::refusal_message(&problems),
+                status.phase
+            );
+            let mut pass = Pass::after(plan, valid, finalized, &ctx);
+            let now = ctx.clock.now();
+            pass.set_condition(
+                condition::VALID,
+                false,
+                "RefusedByPolicy",
+                message.clone(),
+                now,
+            );
+            let note = Note {
+                what: What::InvalidSpec,
+                text: message.clone(),
+            };
+            return match move_on(&mut pass, &ctx, failed(message), vec![note], false, now).await? {
+                Then::Done(action) => Ok(action),
+                Then::Again => Ok(Action::await_change()),
+            };
         }
     }
     let name = plan.name_any();
