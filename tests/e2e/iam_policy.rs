@@ -202,6 +202,43 @@ fn pass_role_tags_and_bucket_access_are_narrowed() {
     );
     assert_eq!(with("s3:GetObject")["Resource"], "arn:aws:s3:::${BUCKET}/*");
     assert_eq!(with("s3:ListBucket")["Resource"], "arn:aws:s3:::${BUCKET}");
+    // Review H-4: bucket reads over TLS only.
+    for action in ["s3:GetObject", "s3:ListBucket"] {
+        assert_eq!(
+            with(action)["Condition"]["Bool"]["aws:SecureTransport"],
+            "true",
+            "{action}"
+        );
+    }
+    // Snapshot tags: only the keys an emergency snapshot carries (EC2 API reference, CreateSnapshots
+    // TagSpecifications; the plan's uid and name and the cluster tag).
+    let snapshot_tags = statements(&p)
+        .into_iter()
+        .find(|s| {
+            s["Resource"] == "arn:aws:ec2:${REGION}::snapshot/*"
+                && actions_of(s) == ["ec2:CreateTags"]
+        })
+        .expect("a CreateTags statement for snapshots");
+    assert_eq!(
+        snapshot_tags["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"],
+        serde_json::json!([
+            "snapdrain.io/plan-uid",
+            "snapdrain.io/plan",
+            "kubernetes.io/cluster/${CLUSTER_NAME}"
+        ])
+    );
+    // And every tag the product puts on a snapshot is one of them (a new tag would be refused by IAM).
+    let allowed = &snapshot_tags["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"];
+    for key in
+        snapdrain::planning::ebs_snapshots::snapshot_tags("p", "u", Some("${CLUSTER_NAME}")).keys()
+    {
+        assert!(
+            allowed
+                .as_array()
+                .is_some_and(|a| a.iter().any(|k| k == key.as_str())),
+            "snapshot tag {key} is not allowed by aws:TagKeys"
+        );
+    }
     let terminate = with("ec2:TerminateInstances");
     assert!(
         terminate["Condition"]["StringEquals"]
