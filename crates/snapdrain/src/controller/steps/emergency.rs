@@ -519,7 +519,7 @@ async fn release_at_snapshot(
         .filter_map(|s| s.snapshot_id.clone())
         .collect();
     let message = format!(
-        "released {} at EC2 snapshot(s) {} cut under the deadline, NOT at a verified copy in the bucket: the data is the volumes' state at the cut; the plan completes once EC2 reports every snapshot completed",
+        "released {} at EC2 snapshot(s) {} cut under the deadline, NOT at a verified copy in the bucket: the data is the volumes' state at the cut, crash-consistent (what applications still held in memory is not in it: EBS user guide, \"Create Amazon EBS snapshots\"); the plan completes once EC2 reports every snapshot completed",
         names.join(", "),
         snapshots.join(", ")
     );
