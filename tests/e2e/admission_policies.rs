@@ -321,3 +321,247 @@ async fn plan_authors_get_what_their_role_grants_and_no_more() {
         ""
     );
 }
+
+/// What snapdrain's ServiceAccount may ask of Velero (review H-3), whose server acts as cluster-admin:
+/// the Backup, volume policy and DeleteBackupRequest snapdrain's own builders make are admitted; a
+/// Backup of every namespace, of named resources or cluster-scoped ones, with hooks of its own or
+/// without the plan's labels, the deletion of a Backup it did not make, a DeleteBackupRequest for a
+/// Velero Schedule's Backup and a ConfigMap that is not a volume policy are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_service_account_asks_velero_only_for_its_own_backups() {
+    use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
+    use snapdrain::api::DisruptionPlanSpec;
+    use snapdrain::api::volume::{VolumeClass, VolumeMethod, VolumeRecord};
+    use snapdrain::planning::backups::{
+        BackupNeed, PlannedVolume, build_delete_request, build_velero_backup, build_volume_policy,
+    };
+    use snapdrain::planning::naming::PlanRef;
+
+    let h = Harness::start().await;
+    let sa = as_the_service_account(&h).await;
+    let velero = |client: &Client, kind: &str| -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk("velero.io", "v1", kind);
+        Api::namespaced_with(client.clone(), "velero", &ApiResource::from_gvk(&gvk))
+    };
+    let object =
+        |v: serde_json::Value| -> DynamicObject { serde_json::from_value(v).expect("an object") };
+    let pp = PostParams::default();
+
+    // What snapdrain makes: a Backup of one namespace with a volume policy (here a skip policy for EBS
+    // volumes an emergency snapshot holds), then the DeleteBackupRequest of an abandoned attempt.
+    let spec: DisruptionPlanSpec =
+        serde_json::from_value(json!({"nodes": ["n1"]})).expect("a plan spec");
+    let plan = PlanRef {
+        name: "drain-n1",
+        uid: "0b5c1a6e-0000-4000-8000-000000000001",
+    };
+    let need = BackupNeed {
+        namespace: "db".into(),
+        stateful_sets: vec!["pg".into()],
+        pvcs: vec!["data-pg-0".into()],
+        pods: vec!["pg-0".into()],
+        volumes: vec![PlannedVolume {
+            record: VolumeRecord {
+                pvc: "data-pg-0".into(),
+                pv: None,
+                class: VolumeClass::NodeLocal,
+                source: Some("local".into()),
+                reason: "a local PV".into(),
+                method: VolumeMethod::FileSystem,
+                snapshot_class: None,
+            },
+            auto_method: VolumeMethod::FileSystem,
+        }],
+        or_label_selectors: Vec::new(),
+        reuse: None,
+        skip_drivers: vec!["ebs.csi.aws.com".into()],
+    };
+    let policy = build_volume_policy(&need, &spec, &plan, 1).expect("a skip policy");
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(sa.clone(), "velero");
+    let made = serde_json::from_value(policy.clone()).expect("a ConfigMap");
+    assert_eq!(refusal(configmaps.create(&pp, &made).await), "");
+    let backup = build_velero_backup(&need, &spec, &plan, 1);
+    let backups = velero(&sa, "Backup");
+    let created = backups
+        .create(&pp, &object(backup.clone()))
+        .await
+        .expect("snapdrain's own Backup is admitted");
+    // Its own Backup, labelled by it, it may delete, directly or through Velero (the request is
+    // admitted before Velero looks for the Backup).
+    assert_eq!(
+        refusal(
+            backups
+                .delete(&created.name_any(), &DeleteParams::default())
+                .await
+        ),
+        ""
+    );
+    let request = build_delete_request(
+        &created.name_any(),
+        created.metadata.uid.as_deref(),
+        "velero",
+    );
+    assert_eq!(
+        refusal(
+            velero(&sa, "DeleteBackupRequest")
+                .create(&pp, &object(request))
+                .await
+        ),
+        ""
+    );
+
+    // Backups that read more than one workload's namespace, or run commands, are refused.
+    let refused_backups = [
+        (
+            json!({"includedNamespaces": ["*"]}),
+            "exactly one namespace",
+        ),
+        (
+            json!({"includedNamespaces": ["db", "kube-system"]}),
+            "exactly one namespace",
+        ),
+        (
+            json!({"includedNamespaces": ["kube-system"]}),
+            "snapdrain.io/namespace label names",
+        ),
+        (
+            json!({"includedResources": ["secrets"]}),
+            "does not name resources",
+        ),
+        (
+            json!({"includeClusterResources": true}),
+            "cluster-scoped resources",
+        ),
+        (
+            json!({"hooks": {"resources": [{"name": "x", "pre": [{"exec": {"command": ["sh", "-c", "id"]}}]}]}}),
+            "runs no hooks of its own",
+        ),
+    ];
+    for (i, (change, why)) in refused_backups.into_iter().enumerate() {
+        let mut b = backup.clone();
+        b["metadata"]["name"] = json!(format!("hostile-{i}"));
+        for (k, v) in change.as_object().expect("an object") {
+            b["spec"][k] = v.clone();
+        }
+        let text = refusal(backups.create(&pp, &object(b)).await);
+        assert!(
+            text.contains("ValidatingAdmissionPolicy 'snapdrain-velero-backups'")
+                && text.contains(why),
+            "{change}: {text:?}"
+        );
+    }
+    let mut unlabelled = backup.clone();
+    unlabelled["metadata"]["name"] = json!("unlabelled");
+    unlabelled["metadata"]["labels"] = json!({});
+    let text = refusal(backups.create(&pp, &object(unlabelled)).await);
+    assert!(text.contains("carry its snapdrain.io/plan"), "{text:?}");
+
+    // A Backup someone else made (here the DR schedule's) is not snapdrain's to delete, directly or
+    // through Velero.
+    let admin_backups = velero(&h.client, "Backup");
+    let theirs = admin_backups
+        .create(
+            &pp,
+            &object(json!({
+                "apiVersion": "velero.io/v1", "kind": "Backup",
+                "metadata": {"name": "daily-20261204010000", "namespace": "velero",
+                             "labels": {"velero.io/schedule-name": "daily"}},
+                "spec": {"includedNamespaces": ["db"]}})),
+        )
+        .await
+        .expect("the admin's Backup");
+    let text = refusal(
+        backups
+            .delete(&theirs.name_any(), &DeleteParams::default())
+            .await,
+    );
+    assert!(
+        text.contains("ValidatingAdmissionPolicy 'snapdrain-velero-backups'")
+            && text.contains("deletes only the Backups it made"),
+        "{text:?}"
+    );
+    let request =
+        build_delete_request(&theirs.name_any(), theirs.metadata.uid.as_deref(), "velero");
+    let text = refusal(
+        velero(&sa, "DeleteBackupRequest")
+            .create(&pp, &object(request))
+            .await,
+    );
+    assert!(
+        text.contains("ValidatingAdmissionPolicy 'snapdrain-velero-deletions'")
+            && text.contains("only its own Backups"),
+        "{text:?}"
+    );
+
+    // A ConfigMap in Velero's namespace that is not a volume policy (Velero reads plugin configuration
+    // from ConfigMaps labelled velero.io/plugin-config) is refused.
+    let mut plugin = policy.clone();
+    plugin["metadata"]["name"] = json!("restore-config");
+    plugin["metadata"]["labels"]["velero.io/plugin-config"] = json!("");
+    let plugin = serde_json::from_value(plugin).expect("a ConfigMap");
+    let text = refusal(configmaps.create(&pp, &plugin).await);
+    assert!(
+        text.contains("ValidatingAdmissionPolicy 'snapdrain-velero-volume-policies'")
+            && text.contains("no other tool's labels"),
+        "{text:?}"
+    );
+    let mut other = policy;
+    other["metadata"]["name"] = json!("other-data");
+    other["data"] = json!({"anything": "x"});
+    let other = serde_json::from_value(other).expect("a ConfigMap");
+    let text = refusal(configmaps.create(&pp, &other).await);
+    assert!(
+        text.contains("one data key, volume-policy.yaml"),
+        "{text:?}"
+    );
+}
+
+/// The ServiceAccount may create Secrets in its namespace (RBAC cannot name one not yet made), but
+/// only its eviction gate's TLS Secret (review L-4): a service-account token Secret, which would give
+/// it another ServiceAccount's token, or any other Secret is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_service_account_creates_only_the_gates_tls_secret() {
+    use k8s_openapi::api::core::v1::Secret;
+    let h = Harness::start().await;
+    let sa = as_the_service_account(&h).await;
+    let secrets: Api<Secret> = Api::namespaced(sa, "snapdrain");
+    let secret = |name: &str, kind: &str, annotations: serde_json::Value| -> Secret {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "snapdrain", "annotations": annotations},
+            "type": kind,
+            "data": if kind == "kubernetes.io/tls" {
+                json!({"tls.crt": "", "tls.key": ""})
+            } else {
+                json!({})
+            }
+        }))
+        .expect("a Secret")
+    };
+    let pp = PostParams::default();
+    for s in [
+        secret(
+            "snapdrain-token",
+            "kubernetes.io/service-account-token",
+            json!({"kubernetes.io/service-account.name": "default"}),
+        ),
+        secret("other", "kubernetes.io/tls", json!({})),
+        secret("snapdrain-webhook-tls", "Opaque", json!({})),
+    ] {
+        let text = refusal(secrets.create(&pp, &s).await);
+        assert!(
+            text.contains("ValidatingAdmissionPolicy 'snapdrain-webhook-secret'")
+                && text.contains("only its eviction gate's TLS Secret"),
+            "{:?}: {text:?}",
+            s.metadata.name
+        );
+    }
+    // What the gate's keeper creates (least_privilege.rs runs the keeper itself under the same policy).
+    let own = serde_json::from_value(json!({
+        "metadata": {"name": "snapdrain-webhook-tls", "namespace": "snapdrain"},
+        "type": "kubernetes.io/tls",
+        "data": {"tls.crt": "", "tls.key": ""}
+    }))
+    .expect("a Secret");
+    assert_eq!(refusal(secrets.create(&pp, &own).await), "");
+}
