@@ -154,6 +154,42 @@ pub fn instance_to_terminate(
     }
 }
 
+/// Whether the NodeClaim the node's ownerReference names is really that node's (review L-6): Karpenter
+/// writes the claim's `status.providerID` at launch and, finding the Node by that providerID, its
+/// `status.nodeName` at registration (kubernetes-sigs/karpenter `pkg/controllers/nodeclaim/lifecycle/`
+/// `launch.go`, `registration.go`), so a claim whose status names another node or instance is not the
+/// drained node's, and deleting it would make Karpenter terminate someone else's instance. A field not
+/// yet set proves nothing either way.
+pub fn claim_is_the_nodes(claim: &serde_json::Value, node: &Node) -> Result<(), String> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let claim_name = claim
+        .pointer("/metadata/name")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("?");
+    let status = |field: &str| {
+        claim
+            .pointer(&format!("/status/{field}"))
+            .and_then(serde_json::Value::as_str)
+            .filter(|v| !v.is_empty())
+    };
+    if let Some(other) = status("nodeName").filter(|n| *n != name) {
+        return Err(format!(
+            "node {name}'s owner NodeClaim {claim_name} belongs to node {other} (its status.nodeName): \
+             it was not deleted; check the node's ownerReferences, then abort this plan"
+        ));
+    }
+    let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    if let (Some(theirs), Some(ours)) = (status("providerID"), provider_id)
+        && theirs != ours
+    {
+        return Err(format!(
+            "node {name}'s owner NodeClaim {claim_name} launched {theirs} (its status.providerID), but the \
+             node runs on {ours}: it was not deleted; check the node's ownerReferences, then abort this plan"
+        ));
+    }
+    Ok(())
+}
+
 /// Terminates node `i` once, as decided from what owns it.
 async fn node(
     v: &PlanView<'_>,
@@ -190,6 +226,20 @@ async fn node(
         instance_id.as_deref(),
     );
     if n.phase != NodePhase::Terminating {
+        if let Termination::DeleteNodeClaim(claim) = &what
+            && let Some(found) = nodeclaims(io.client)
+                .get_opt(claim)
+                .await
+                .map_err(|source| ControllerError::Read {
+                    what: format!("NodeClaim {claim}"),
+                    source,
+                })?
+        {
+            let found = serde_json::to_value(&found).unwrap_or_default();
+            if let Err(why) = claim_is_the_nodes(&found, &node) {
+                return Ok(Step::Refuse(why));
+            }
+        }
         let mut record = None;
         if what.needs_record(spec.replacement.is_some()) {
             match observe(v.status, i, io).await? {
@@ -374,6 +424,41 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_nodeclaim_naming_another_node_or_instance_is_not_deleted() {
+        let node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1"}, "spec": {"providerID": "aws:///us-west-2a/i-0abc"}
+        }))
+        .expect("a node");
+        let claim = |status: serde_json::Value| serde_json::json!({"metadata": {"name": "default-x"}, "status": status});
+        assert_eq!(
+            claim_is_the_nodes(
+                &claim(
+                    serde_json::json!({"nodeName": "n1", "providerID": "aws:///us-west-2a/i-0abc"})
+                ),
+                &node
+            ),
+            Ok(())
+        );
+        // Not registered yet: nothing to contradict.
+        assert_eq!(
+            claim_is_the_nodes(&claim(serde_json::json!({})), &node),
+            Ok(())
+        );
+        let other_node =
+            claim_is_the_nodes(&claim(serde_json::json!({"nodeName": "n2"})), &node).unwrap_err();
+        assert!(other_node.contains("belongs to node n2"), "{other_node}");
+        let other_instance = claim_is_the_nodes(
+            &claim(serde_json::json!({"nodeName": "n1", "providerID": "aws:///us-west-2a/i-0fff"})),
+            &node,
+        )
+        .unwrap_err();
+        assert!(
+            other_instance.contains("i-0fff") && other_instance.contains("i-0abc"),
+            "{other_instance}"
+        );
+    }
 
     fn spec(terminate_instance: bool, delete_node: bool) -> TerminationSpec {
         TerminationSpec {
