@@ -34,7 +34,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::Client;
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector;
+use kube::runtime::{WatchStreamExt, reflector};
 
 pub use certs::Lifetimes;
 pub use error::{CertError, ReviewError};
@@ -126,13 +126,16 @@ pub async fn start(
             crate::controller::undecodable::stub,
             |u| tracing::debug!(plan = ?u.metadata.name, error = %u.error, "eviction gate: undecodable plan left out"),
         );
-        reflector(writer, plans)
-            .for_each(|ev| async move {
-                if let Err(e) = ev {
-                    tracing::debug!(error = %e, "eviction gate: plan watch");
-                }
-            })
-            .await;
+        reflector(
+            writer,
+            plans.modify(crate::controller::cache::trim::plan_for_gate),
+        )
+        .for_each(|ev| async move {
+            if let Err(e) = ev {
+                tracing::debug!(error = %e, "eviction gate: plan watch");
+            }
+        })
+        .await;
     });
     let slot = Arc::new(server::CertSlot::default());
     let keeper = keeper::Keeper::new(

@@ -77,6 +77,32 @@ pub fn backup(b: &mut crate::api::velero::Backup) {
     b.spec.label_selector = None;
 }
 
+/// The eviction gate's copy of a plan (every replica holds every plan, finished ones included, for the
+/// policy's history): what `webhook::decision` and `webhook::confirm` read stays (the spec's nodes, mode,
+/// deadline and backup settings; the status's phase and its start, nodes, backups' names, namespaces,
+/// claims, verification and abandonment, released pods, emergency snapshots, the release). What goes is
+/// what only a person or the leader reads, and most of a finished plan's size: each backup's verified
+/// objects and volume notes, conditions, messages, step timings, the summary, the join and launch
+/// records. Only the gate's read-only copy is trimmed: the leader reconciles from whole plans.
+pub fn plan_for_gate(p: &mut crate::api::DisruptionPlan) {
+    meta(&mut p.metadata);
+    p.spec.replacement = None;
+    if let Some(s) = p.status.as_mut() {
+        s.conditions.clear();
+        s.join = None;
+        s.node_class = None;
+        s.message = None;
+        s.step_timings.clear();
+        s.summary = None;
+        for b in &mut s.backups {
+            b.verified_objects.clear();
+            b.volumes.clear();
+            b.message = None;
+            b.verification_error = None;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::LAST_APPLIED;
@@ -428,5 +454,66 @@ mod tests {
         assert_eq!(Some(spec.selector.clone()), selector);
         assert!(spec.template.spec.is_none());
         assert!(spec.template.metadata.is_some());
+    }
+
+    /// The gate decides the same from its trimmed copy of a plan as from the whole plan.
+    #[test]
+    fn a_plan_trimmed_for_the_gate_gives_the_same_decisions() {
+        use crate::api::DisruptionPlan;
+        use crate::planning::inventory::ProtectionRule;
+        use crate::webhook::decision::decide;
+        let plan: DisruptionPlan = serde_json::from_value(json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": "p1", "managedFields": [{"manager": "snapdrain"}]},
+            "spec": {"nodes": ["n1"], "mode": "Release", "deadline": "2026-05-20T10:02:00Z",
+                     "replacement": {"when": "before-drain", "instanceTypes": ["m6i.large"]}},
+            "status": {"phase": "Draining", "phaseStartedAt": "2026-05-20T09:59:30.000000Z",
+                "message": "draining", "stepTimings": {"BackingUp": 4.0},
+                "conditions": [{"type": "Valid", "status": "True", "reason": "Valid", "message": "",
+                                "lastTransitionTime": "2026-05-20T09:59:00Z"}],
+                "nodes": [{"name": "n1", "phase": "Draining"}],
+                "backups": [
+                    {"name": "b1", "namespace": "shop", "pvcs": ["data-pg-0"], "attempt": 1, "verified": true,
+                     "verifiedObjects": [{"key": "backups/b1/b1.tar.gz", "size": 10}],
+                     "volumes": [{"pvc": "data-pg-0", "class": "Network", "reason": "EBS", "method": "FileSystem"}],
+                     "message": "verified"},
+                    {"name": "b2", "namespace": "db", "pvcs": ["data-db-0"], "attempt": 1, "verified": false}],
+                "releasedPods": [{"namespace": "web", "name": "cache-0", "uid": "c0"}]}
+        }))
+        .expect("a plan");
+        let mut trimmed = plan.clone();
+        super::plan_for_gate(&mut trimmed);
+        assert!(
+            trimmed.status.as_ref().expect("status").backups[0]
+                .verified_objects
+                .is_empty()
+        );
+        let now: jiff::Timestamp = "2026-05-20T10:00:00Z".parse().expect("a timestamp");
+        let pod = |ns: &str, name: &str, claim: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": ns, "ownerReferences": [{"apiVersion": "apps/v1",
+                    "kind": "StatefulSet", "name": "s", "uid": "u", "controller": true}]},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c"}],
+                         "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": claim}}]},
+                "status": {"phase": "Running"}
+            }))
+            .expect("a pod")
+        };
+        let rule = ProtectionRule::default();
+        for p in [
+            pod("shop", "pg-0", "data-pg-0"),
+            pod("db", "db-0", "data-db-0"),
+            pod("web", "cache-0", "data-cache-0"),
+            pod("other", "x-0", "data-x-0"),
+        ] {
+            let ok =
+                |_: &DisruptionPlan, _: &crate::api::BackupRecord| -> Result<(), String> { Ok(()) };
+            assert_eq!(
+                decide(&p, |q| rule.protects(q), &[&plan], ok, now),
+                decide(&p, |q| rule.protects(q), &[&trimmed], ok, now),
+                "{:?}",
+                p.metadata.name
+            );
+        }
     }
 }
