@@ -843,4 +843,45 @@ mod tests {
         );
         assert!(message(&held, &PlanNote::WouldStart).contains("dry run"));
     }
+
+    /// The 429 goes to whoever asked for the eviction, who may see only their own namespace (review
+    /// H-2 c): it names their pod, its claims, its node and the plan, and of the plan's backups only
+    /// those of the pod's namespace, never another tenant's Backups or claims.
+    #[test]
+    fn the_message_names_nothing_of_other_namespaces() {
+        let p = plan(
+            "gate-n1",
+            "BackingUp",
+            json!([
+                {"name": "gate-n1-db-1", "namespace": "db", "pvcs": ["data"], "verified": false},
+                {"name": "gate-n1-payroll-1", "namespace": "payroll", "pvcs": ["ledger-0"], "verified": false}
+            ]),
+        );
+        let Decision::Deny(held) = decide(
+            &pod(Some("n1"), &["data"]),
+            protects,
+            &[p],
+            confirmed,
+            now(),
+        ) else {
+            panic!("an unverified backup holds the pod");
+        };
+        let progress = held.plan.clone().expect("the node's running plan is known");
+        for note in [
+            PlanNote::Known(progress),
+            PlanNote::Starting("gate-n1".into()),
+            PlanNote::Settled {
+                plan: "gate-n1".into(),
+                phase: PlanPhase::Failed,
+            },
+            PlanNote::WouldStart,
+            PlanNote::NotStarted,
+        ] {
+            let text = message(&held, &note);
+            assert!(
+                !text.contains("payroll") && !text.contains("ledger"),
+                "{note:?}: {text}"
+            );
+        }
+    }
 }

@@ -55,6 +55,7 @@ pub struct Capped {
     total: Arc<Semaphore>,
     peers: Peers,
     per_peer: usize,
+    idle: Duration,
 }
 
 impl Capped {
@@ -63,7 +64,14 @@ impl Capped {
             total: Arc::new(Semaphore::new(total)),
             peers: Arc::default(),
             per_peer,
+            idle: IDLE,
         }
+    }
+
+    /// Another idle limit than [`IDLE`] (tests use a short one).
+    pub fn with_idle(mut self, idle: Duration) -> Self {
+        self.idle = idle;
+        self
     }
 
     fn admit(&self, stream: TcpStream) -> io::Result<Counted> {
@@ -84,7 +92,8 @@ impl Capped {
         }
         Ok(Counted {
             inner: stream,
-            idle: Box::pin(tokio::time::sleep(IDLE)),
+            idle: Box::pin(tokio::time::sleep(self.idle)),
+            idle_limit: self.idle,
             _permit: permit,
             peer: Some((peer, self.peers.clone())),
         })
@@ -101,17 +110,20 @@ impl<S: Send + 'static> Accept<TcpStream, S> for Capped {
     }
 }
 
-/// An admitted connection: it gives its place back when dropped, and fails once idle for [`IDLE`].
+/// An admitted connection: it gives its place back when dropped, and fails once idle for [`IDLE`] (or
+/// the limit of [`Capped::with_idle`]).
 pub struct Counted {
     inner: TcpStream,
     idle: Pin<Box<Sleep>>,
+    idle_limit: Duration,
     _permit: OwnedSemaphorePermit,
     peer: Option<(IpAddr, Peers)>,
 }
 
 impl Counted {
     fn active(&mut self) {
-        self.idle.as_mut().reset(Instant::now() + IDLE);
+        let limit = self.idle_limit;
+        self.idle.as_mut().reset(Instant::now() + limit);
     }
 
     fn idle_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
@@ -212,5 +224,51 @@ mod tests {
         let (_c4, s) = pair(&listener).await;
         let refused = total.admit(s).err().expect("over the total cap");
         assert!(refused.to_string().contains("cap is reached"), "{refused}");
+    }
+
+    /// A connection with no byte either way for its idle limit fails its read (hyper then closes it),
+    /// and any byte read or written starts the wait again (review H-2: idle keep-alive connections
+    /// cannot pile up). A 2 s limit stands in for [`IDLE`]; the traffic comes every 0.5 s, well inside it.
+    #[tokio::test]
+    async fn an_idle_connection_fails_after_the_idle_limit_and_traffic_resets_it() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let limit = Duration::from_secs(2);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let (mut client, server) = pair(&listener).await;
+        let mut conn = Capped::new(4, 4)
+            .with_idle(limit)
+            .admit(server)
+            .expect("admitted");
+        let mut buf = [0u8; 16];
+
+        // Traffic both ways for twice the limit: the connection stays up.
+        let started = Instant::now();
+        for i in 0..8 {
+            // The test's own pacing of the traffic, not a wait for state.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if i % 2 == 0 {
+                client.write_all(b"x").await.expect("write");
+                assert_eq!(conn.read(&mut buf).await.expect("a byte"), 1);
+            } else {
+                conn.write_all(b"y").await.expect("write back");
+                assert_eq!(client.read(&mut buf).await.expect("the byte back"), 1);
+            }
+        }
+        assert!(started.elapsed() > limit);
+
+        // Then silence: the read fails with TimedOut, not before the limit.
+        let quiet = Instant::now();
+        let read = tokio::time::timeout(limit * 10, conn.read(&mut buf))
+            .await
+            .expect("the idle limit ended the read");
+        let e = read.expect_err("an idle connection fails");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert!(
+            quiet.elapsed() >= limit - Duration::from_millis(50),
+            "{:?}",
+            quiet.elapsed()
+        );
     }
 }
