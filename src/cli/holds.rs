@@ -8,6 +8,9 @@
 //! node-level hold, [`snapdrain::planning::holds`]), again only where `snapdrain.io/held` says it is
 //! snapdrain's.
 //!
+//! Then, as the rollbacks of plans that did not complete would have, it undoes their cordons and
+//! taints and takes snapdrain's finalizer off every plan ([`super::cordons`]).
+//!
 //! A running controller's hold keeper places the holds again within seconds: scale the Deployment to 0
 //! first, or pass `--stop-deployment` (the chart's pre-delete hook does, after
 //! `--delete-webhook-configuration`; see [`super::uninstall`]).
@@ -32,8 +35,9 @@ use snapdrain::planning::holds::{self, AnnotationPatch, HoldState};
 pub enum HoldsCommand {
     /// The pods carrying snapdrain's holds: namespace, pod, node, and which annotations are snapdrain's.
     List(ListArgs),
-    /// Remove every hold snapdrain placed, and nothing else (a user's own annotations stay). Stop the
-    /// controller first (scale it to 0 or uninstall it), or its hold keeper places them again.
+    /// Remove every hold snapdrain placed, and nothing else (a user's own annotations stay); undo the
+    /// cordons and taints of plans that did not complete and take snapdrain's finalizer off every plan.
+    /// Stop the controller first (scale it to 0 or uninstall it), or its hold keeper places them again.
     Release(ReleaseArgs),
 }
 
@@ -328,7 +332,8 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
         super::uninstall::stop_deployment(&client, ns, name, args.stop_timeout).await?;
         println!("Deployment {ns}/{name} is scaled to 0 and its pods are gone");
     }
-    // Both listed before anything changes, so a missing `list` right changes nothing.
+    // All listed (and the plans' finalizer patches tried as a dry run) before anything changes, so a
+    // missing right changes nothing.
     let candidates: Vec<(String, String)> = each_pod(&client, |p| {
         holds::remove(p)
             .is_some()
@@ -336,15 +341,35 @@ async fn release(args: ReleaseArgs) -> anyhow::Result<()> {
     })
     .await?;
     let nodes = held_nodes(&client).await?;
+    let (plans, finalized) = super::cordons::plans(&client).await?;
+    super::cordons::check_finalizers(&client, &finalized).await?;
     // Nodes first: while a pod is still held its node stays so on Karpenter's side only for drift
     // under a terminationGracePeriod; a pod hold left behind by a failure here would keep more.
     for line in release_nodes(&client, nodes).await? {
         println!("{line}");
     }
+    // Then what the plans that did not complete would have rolled back: their cordons and taints.
+    for line in super::cordons::undo_nodes(&client, &super::cordons::to_undo(&plans)).await? {
+        println!("{line}");
+    }
     if candidates.is_empty() {
         println!("no pod carries snapdrain's holds; nothing to release");
-        return Ok(());
+    } else {
+        release_pods(&client, candidates).await?;
     }
+    // Last, once nothing of the plans is left on the cluster: the finalizer only a running controller
+    // removes.
+    for line in super::cordons::remove_finalizers(&client, finalized).await? {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// Takes snapdrain's holds off each of `candidates` (namespace, name), a few at a time.
+async fn release_pods(
+    client: &kube::Client,
+    candidates: Vec<(String, String)>,
+) -> anyhow::Result<()> {
     let results: Vec<(String, Result<Option<AnnotationPatch>, HoldsError>)> =
         futures::stream::iter(candidates)
             .map(|(ns, name)| {

@@ -7,6 +7,7 @@ mod bench;
 pub mod cluster;
 pub mod completion;
 pub mod controller;
+mod cordons;
 #[cfg(feature = "sim")]
 mod demo;
 pub mod drain;

@@ -521,6 +521,8 @@ fn hook_grants() -> (Grants, Grants) {
             ("", "pods", &["list", "get", "patch"]),
             // The node-level holds.
             ("", "nodes", &["list", "get", "patch"]),
+            // Unfinished plans' cordons (from their status) and every plan's finalizer.
+            ("snapdrain.io", "disruptionplans", &["list", "patch"]),
         ]),
         expect(&[
             ("apps", "deployments", &["get"]),
@@ -741,6 +743,23 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
     })
     .await;
     controller.shutdown().await;
+    // A plan the stopped controller left with its finalizer.
+    h.create_plan(
+        "left-behind",
+        serde_json::json!({"nodes": ["nowhere"], "dryRun": true}),
+    )
+    .await;
+    let plans: Api<snapdrain::api::DisruptionPlan> = Api::all(client.clone());
+    plans
+        .patch(
+            "left-behind",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"metadata": {"finalizers": ["snapdrain.io/rollback"]}}),
+            ),
+        )
+        .await
+        .expect("the plan's finalizer");
     let held_nodes = nodes
         .list(&Default::default())
         .await
@@ -817,7 +836,7 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
         Value::Array(out)
     };
     let user = "system:serviceaccount:snapdrain:snapdrain-uninstall";
-    let cases: [(&str, &str, &str, &str); 10] = [
+    let cases: [(&str, &str, &str, &str); 12] = [
         (
             "ClusterRole",
             "validatingwebhookconfigurations",
@@ -834,6 +853,18 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
         ("Role", "pods", "watch", "cannot watch the pods"),
         ("ClusterRole", "pods", "list", "cannot"),
         ("ClusterRole", "nodes", "list", "cannot list nodes"),
+        (
+            "ClusterRole",
+            "disruptionplans",
+            "list",
+            "cannot list DisruptionPlans",
+        ),
+        (
+            "ClusterRole",
+            "disruptionplans",
+            "patch",
+            "cannot remove snapdrain's finalizer from DisruptionPlan left-behind",
+        ),
         (
             "ClusterRole",
             "nodes",
@@ -895,7 +926,10 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
             stderr.contains(message) && stderr.contains(user),
             "without {verb} {resource}: {stderr}"
         );
-        if resource == "nodes" || (resource == "pods" && verb == "list") {
+        if resource == "nodes"
+            || resource == "disruptionplans"
+            || (resource == "pods" && verb == "list")
+        {
             // Listed before anything changes, nodes released before pods: nothing went yet.
             let still = nodes
                 .list(&Default::default())
@@ -937,6 +971,8 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
         vwcs.get_opt("snapdrain").await.expect("get").is_none(),
         "{stdout}"
     );
+    let left = plans.get("left-behind").await.expect("the plan");
+    assert!(left.finalizers().is_empty(), "{stdout}");
     let d = deployments.get("snapdrain").await.expect("the Deployment");
     assert_eq!(d.spec.and_then(|s| s.replicas), Some(0));
     assert!(
@@ -1129,5 +1165,44 @@ fn the_notification_url_secrets_are_readable_by_name_only() {
     assert_eq!(
         binding["subjects"],
         serde_json::json!([{"kind": "ServiceAccount", "name": "snapdrain", "namespace": "snapdrain"}])
+    );
+}
+
+/// The kustomize component `components/networkpolicy` (in the irsa overlay) is the chart's NetworkPolicy
+/// with the same sources, and selects the overlay's own pods.
+#[test]
+fn the_kustomize_network_policy_is_the_charts() {
+    let overlay = super::kustomize::kustomize("deploy/kustomize/overlays/irsa");
+    let policy = overlay
+        .iter()
+        .find(|d| d["kind"] == "NetworkPolicy")
+        .expect("the irsa overlay adds the NetworkPolicy component");
+    let ingress = policy["spec"]["ingress"].as_array().expect("ingress rules");
+    let chart = super::helm::rendered_chart(&serde_json::json!({"networkPolicy": {
+        "enabled": true,
+        "webhookFrom": ingress[0]["from"],
+        "metricsFrom": ingress[1]["from"]}}));
+    let charted = chart
+        .iter()
+        .find(|d| d["kind"] == "NetworkPolicy")
+        .expect("rendered when enabled");
+    assert_eq!(policy["spec"], charted["spec"]);
+    let deployment = overlay
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the Deployment");
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in policy["spec"]["podSelector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels")
+    {
+        assert_eq!(
+            &pod_labels[k], v,
+            "the policy selects the controller's pods"
+        );
+    }
+    assert_eq!(
+        policy["metadata"]["namespace"],
+        deployment["metadata"]["namespace"]
     );
 }

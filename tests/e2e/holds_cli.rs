@@ -355,3 +355,117 @@ async fn holds_list_and_release_page_through_more_pods_than_one_list_page() {
         .collect();
     assert!(still_held.is_empty(), "{still_held:?}");
 }
+
+/// With the controller gone, `holds release --all` also does what the rollbacks of plans that did not
+/// complete would have done (review M-4): it uncordons and untaints the nodes their status records
+/// snapdrain cordoned and tainted, never a cordon someone else set, leaves a Completed plan's drained
+/// node as it is, and takes snapdrain's finalizer off every plan, so the plans (and the CRD) can be
+/// deleted. A second run changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn release_all_undoes_what_unfinished_plans_cordoned_and_frees_their_finalizers() {
+    use k8s_openapi::api::core::v1::Node;
+    use snapdrain::api::DisruptionPlan;
+    const TAINT: &str = "snapdrain.io/draining";
+    const FINALIZER: &str = "snapdrain.io/rollback";
+
+    let h = Harness::start().await;
+    let (_dir, kc) = kubeconfig(&h);
+    let nodes: Api<Node> = Api::all(h.client.clone());
+    let names: Vec<String> = nodes
+        .list(&Default::default())
+        .await
+        .expect("list nodes")
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    let [running, failed, done] = [&names[0], &names[1], &names[2]];
+    // As snapdrain (or a person, for `failed`) left them: cordoned, and tainted with snapdrain's taint.
+    for n in [running, failed, done] {
+        nodes
+            .patch(
+                n,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"unschedulable": true,
+                    "taints": [{"key": TAINT, "effect": "NoSchedule"}]}})),
+            )
+            .await
+            .expect("cordon");
+    }
+    let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
+    for (plan, node, phase, cordoned) in [
+        ("running", running, "Draining", true),
+        // Someone had cordoned this node before the plan: snapdrain only tainted it.
+        ("failed", failed, "Failed", false),
+        ("done", done, "Completed", true),
+    ] {
+        h.create_plan(plan, json!({"nodes": [node], "dryRun": true}))
+            .await;
+        plans
+            .patch(
+                plan,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": [FINALIZER, "example.com/keep"]}})),
+            )
+            .await
+            .expect("finalizers");
+        plans
+            .patch_status(
+                plan,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": phase, "nodes": [
+                    {"name": node, "cordonedBySnapdrain": cordoned, "taintedBySnapdrain": true}]}})),
+            )
+            .await
+            .expect("status");
+    }
+
+    let out = snapdrain(&kc, &["holds", "release", "--all"]).await;
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+    let node_state = |n: Node| {
+        let spec = n.spec.unwrap_or_default();
+        let tainted = spec.taints.iter().flatten().any(|t| t.key == TAINT);
+        (spec.unschedulable.unwrap_or(false), tainted)
+    };
+    assert_eq!(
+        node_state(nodes.get(running).await.expect("node")),
+        (false, false),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        node_state(nodes.get(failed).await.expect("node")),
+        (true, false),
+        "someone else's cordon stays: {}",
+        out.stdout
+    );
+    assert_eq!(
+        node_state(nodes.get(done).await.expect("node")),
+        (true, true),
+        "a completed plan's node stays drained: {}",
+        out.stdout
+    );
+    for plan in ["running", "failed", "done"] {
+        let p = plans.get(plan).await.expect("the plan");
+        assert_eq!(
+            p.finalizers(),
+            ["example.com/keep"],
+            "{plan}: {}",
+            out.stdout
+        );
+    }
+    assert!(
+        out.stdout.contains(&format!("node/{running}: uncordoned")),
+        "{}",
+        out.stdout
+    );
+
+    // Nothing left: the second run changes no node and no plan.
+    let again = snapdrain(&kc, &["holds", "release", "--all"]).await;
+    assert_eq!(again.code, Some(0), "{}{}", again.stdout, again.stderr);
+    assert!(
+        !again.stdout.contains("disruptionplan/"),
+        "{}",
+        again.stdout
+    );
+}

@@ -40,4 +40,5 @@ pub mod undecodable;
 
 pub use context::{Context, Settings};
 pub use error::ControllerError;
+pub use reconcile::FINALIZER;
 pub use run::{ControllerHandle, start};

@@ -136,13 +136,13 @@ pub async fn cordon_and_taint(client: &Client, node: &str) -> Result<Marked, Dra
 }
 
 /// Removes snapdrain's taint (when `untaint`) and makes the node schedulable (when `uncordon`), keeping
-/// every other taint. A node that is gone needs nothing.
+/// every other taint. A node that is gone needs nothing. True when it changed the node.
 pub async fn release(
     client: &Client,
     node: &str,
     uncordon: bool,
     untaint: bool,
-) -> Result<(), DrainError> {
+) -> Result<bool, DrainError> {
     let nodes: Api<Node> = Api::all(client.clone());
     let failed = |source| {
         if untaint {
@@ -159,23 +159,23 @@ pub async fn release(
     };
     for _ in 0..ATTEMPTS {
         let Some(current) = nodes.get_opt(node).await.map_err(failed)? else {
-            return Ok(());
+            return Ok(false);
         };
         let taints = untaint
             .then(|| without_drain_taint(taints_of(&current)))
             .flatten();
         let uncordon = uncordon && is_cordoned(&current);
         if !uncordon && taints.is_none() {
-            return Ok(());
+            return Ok(false);
         }
         let body = node_patch(&current, uncordon.then_some(json!(null)), taints.as_deref());
         match nodes
             .patch(node, &PatchParams::default(), &Patch::Merge(body))
             .await
         {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(true),
             Err(kube::Error::Api(e)) if e.code == 409 => continue,
-            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(false),
             Err(source) => return Err(failed(source)),
         }
     }

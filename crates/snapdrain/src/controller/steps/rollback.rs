@@ -25,7 +25,7 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Outcome {
             continue;
         }
         match release(io.client, &n.name, uncordon, untaint).await {
-            Ok(()) => {
+            Ok(_) => {
                 let node = &mut out.status.nodes[i];
                 node.cordoned_by_snapdrain = false;
                 node.tainted_by_snapdrain = false;
