@@ -33,6 +33,41 @@ fn step_mark(line: &str) -> Option<String> {
     }
 }
 
+/// The environment variable naming a program (and its arguments) to run the controller under.
+const WRAPPER_ENV: &str = "SNAPDRAIN_BENCH_WRAPPER";
+
+/// The controller's own process when a wrapper started it: the last of the first-child chain under
+/// `pid` (Linux `/proc/PID/task/PID/children`), read until it stops changing for a moment, since a
+/// wrapper script starts it a little later; `pid` itself without a wrapper.
+fn innermost(pid: u32) -> u32 {
+    if std::env::var_os(WRAPPER_ENV).is_none() {
+        return pid;
+    }
+    let child_of = |p: u32| {
+        std::fs::read_to_string(format!("/proc/{p}/task/{p}/children"))
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse::<u32>()
+            .ok()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = pid;
+    while Instant::now() < deadline {
+        let mut p = pid;
+        while let Some(c) = child_of(p) {
+            p = c;
+        }
+        if p != pid && p == last {
+            return p;
+        }
+        last = p;
+        // Polling the process table: a wrapper gives no signal when it has started its child.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    last
+}
+
 /// Resident and peak memory of process `pid`, MiB (Linux `/proc/PID/status`).
 pub(super) fn rss_of(pid: u32) -> Option<(f64, f64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -81,7 +116,19 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let kubeconfig = b.cluster.write_kubeconfig(&dir.path().join("kubeconfig"))?;
     let started = Instant::now();
-    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+    // A profiler in front of the controller (e.g. `heaptrack`, which writes its file to the working directory), from
+    // the environment: the figures are then the wrapped controller's, profiler included.
+    let wrapper = std::env::var(WRAPPER_ENV).unwrap_or_default();
+    let mut wrapper = wrapper.split_whitespace();
+    let mut command = match wrapper.next() {
+        Some(program) => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(wrapper).arg(std::env::current_exe()?);
+            c
+        }
+        None => tokio::process::Command::new(std::env::current_exe()?),
+    };
+    let mut child = command
         .arg("controller")
         .arg("--kubeconfig")
         .arg(&kubeconfig)
@@ -102,6 +149,7 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
     let pid = child
         .id()
         .ok_or_else(|| anyhow!("the controller exited at once"))?;
+    let pid = innermost(pid);
     let logs = child.stderr.take().context("the controller's stderr")?;
     let mut lines = BufReader::new(logs).lines();
     let mut synced = std::collections::BTreeSet::new();
@@ -235,6 +283,14 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
         // Issue 23: under 256 MiB after plan churn.
         f.target = Some("< 256 MiB".into());
         f.note = Some(format!("peak {peak:.0} MiB"));
+    }
+    if std::env::var_os(WRAPPER_ENV).is_some() {
+        // A SIGTERM to the controller itself, so the profiler around it writes out what it recorded
+        // (killing the wrapper would leave the controller running on its own).
+        let _ = std::process::Command::new("kill")
+            .arg(pid.to_string())
+            .status();
+        let _ = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
     }
     child.kill().await.ok();
     Ok(())

@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controller::cache::CachedVolumeAttachment;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Client, ResourceExt};
 
@@ -214,18 +214,15 @@ fn caches_changes(caches: &Caches) -> Vec<tokio::sync::watch::Receiver<u64>> {
 
 /// VolumeAttachments on `node` other than those of `keep_pvs`.
 pub fn attachments_left(
-    attachments: &[Arc<VolumeAttachment>],
+    attachments: &[Arc<CachedVolumeAttachment>],
     node: &str,
     keep_pvs: &BTreeSet<String>,
 ) -> usize {
     attachments
         .iter()
-        .filter(|va| va.spec.node_name == node)
+        .filter(|va| va.node_name() == node)
         .filter(|va| {
-            va.spec
-                .source
-                .persistent_volume_name
-                .as_ref()
+            va.persistent_volume()
                 .is_none_or(|pv| !keep_pvs.contains(pv))
         })
         .count()

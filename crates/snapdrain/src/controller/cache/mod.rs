@@ -22,6 +22,7 @@ pub mod pod;
 pub mod store;
 pub mod token;
 pub mod trim;
+pub mod volume_attachment;
 
 use std::fmt::Debug;
 use std::time::{Duration, Instant};
@@ -39,6 +40,7 @@ use serde::de::DeserializeOwned;
 pub use node_claim::CachedNodeClaim;
 pub use pod::CachedPod;
 pub use store::{Cache, Stored};
+pub use volume_attachment::CachedVolumeAttachment;
 
 use crate::api::velero::Backup;
 use crate::planning::backups::PLAN_LABEL;
@@ -52,7 +54,8 @@ pub struct Caches {
     pub pvcs: Cache<PersistentVolumeClaim>,
     pub stateful_sets: Cache<StatefulSet>,
     pub pdbs: Cache<PodDisruptionBudget>,
-    pub volume_attachments: Cache<VolumeAttachment>,
+    /// VolumeAttachments in their compact form ([`CachedVolumeAttachment::to_volume_attachment`]).
+    pub volume_attachments: Cache<CachedVolumeAttachment>,
     pub nodes: Cache<Node>,
     /// Karpenter NodeClaims: never synced in a cluster without Karpenter (the watch fails and backs
     /// off), which only means no NodeClaim signal is seen.
@@ -67,8 +70,8 @@ fn pod_node(p: &CachedPod) -> Option<String> {
     p.node_name().map(str::to_owned)
 }
 
-fn attachment_node(v: &VolumeAttachment) -> Option<String> {
-    Some(v.spec.node_name.clone())
+fn attachment_node(v: &CachedVolumeAttachment) -> Option<String> {
+    Some(v.node_name().to_owned())
 }
 
 fn namespace_of<K: Resource>(o: &K) -> Option<String> {
@@ -150,11 +153,8 @@ impl Caches {
             ),
             follow(
                 c.volume_attachments.clone(),
-                Api::all(client.clone()),
-                |mut o| {
-                    trim::volume_attachment(&mut o);
-                    o
-                },
+                Api::<VolumeAttachment>::all(client.clone()),
+                CachedVolumeAttachment::from,
                 metrics,
                 started,
             ),

@@ -13,7 +13,6 @@
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, NodeStatus, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Written by `kubectl apply`: a copy of the whole object, read by nothing in snapdrain.
@@ -58,10 +57,6 @@ pub fn pvc(c: &mut PersistentVolumeClaim) {
 
 pub fn pdb(p: &mut PodDisruptionBudget) {
     meta(&mut p.metadata);
-}
-
-pub fn volume_attachment(v: &mut VolumeAttachment) {
-    meta(&mut v.metadata);
 }
 
 pub fn namespace(n: &mut Namespace) {

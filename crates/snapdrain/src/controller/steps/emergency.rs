@@ -259,7 +259,7 @@ async fn decide_node(
         .volume_attachments
         .indexed(&node.name)
         .iter()
-        .map(|va| (**va).clone())
+        .map(|va| va.to_volume_attachment())
         .collect();
     pv_names.extend(
         attachments
