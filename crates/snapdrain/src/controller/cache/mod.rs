@@ -1,6 +1,6 @@
 //! Shared caches of what snapdrain reads about the cluster, each kept by one watch per process
 //! (kube-runtime `watcher`, the informer pattern of client-go tools/cache): Pods (indexed by node),
-//! PVCs, StatefulSets and PDBs (by namespace), VolumeAttachments (by node), Nodes, NodeClaims,
+//! PVCs, StatefulSets and PDBs (the last two by namespace), VolumeAttachments (by node), Nodes, NodeClaims,
 //! Namespaces and the Velero Backups snapdrain made. Planning, drain waits, release, the hold keeper, the signal watcher and the eviction
 //! gate read them instead of listing through the API on every pass (at 150,000 pods each list is a
 //! scan on the server).
@@ -19,6 +19,7 @@
 pub mod intern;
 pub mod node_claim;
 pub mod pod;
+pub mod pvc;
 pub mod store;
 pub mod token;
 pub mod trim;
@@ -39,6 +40,7 @@ use serde::de::DeserializeOwned;
 
 pub use node_claim::CachedNodeClaim;
 pub use pod::CachedPod;
+pub use pvc::CachedPvc;
 pub use store::{Cache, Stored};
 pub use volume_attachment::CachedVolumeAttachment;
 
@@ -51,7 +53,8 @@ use crate::telemetry::Metrics;
 pub struct Caches {
     /// Pods in their compact form ([`CachedPod::to_pod`] gives a `Pod`).
     pub pods: Cache<CachedPod>,
-    pub pvcs: Cache<PersistentVolumeClaim>,
+    /// PVCs in their compact form ([`CachedPvc::to_pvc`]).
+    pub pvcs: Cache<CachedPvc>,
     pub stateful_sets: Cache<StatefulSet>,
     pub pdbs: Cache<PodDisruptionBudget>,
     /// VolumeAttachments in their compact form ([`CachedVolumeAttachment::to_volume_attachment`]).
@@ -97,7 +100,7 @@ impl Caches {
     pub fn new() -> Self {
         Self {
             pods: Cache::new("Pod", pod_node),
-            pvcs: Cache::new("PersistentVolumeClaim", namespace_of),
+            pvcs: Cache::new("PersistentVolumeClaim", none),
             stateful_sets: Cache::new("StatefulSet", namespace_of),
             pdbs: Cache::new("PodDisruptionBudget", namespace_of),
             volume_attachments: Cache::new("VolumeAttachment", attachment_node),
@@ -123,11 +126,8 @@ impl Caches {
             ),
             follow(
                 c.pvcs.clone(),
-                Api::all(client.clone()),
-                |mut o| {
-                    trim::pvc(&mut o);
-                    o
-                },
+                Api::<PersistentVolumeClaim>::all(client.clone()),
+                CachedPvc::from,
                 metrics,
                 started,
             ),

@@ -11,7 +11,7 @@
 //! resourceVersion (the hold annotations), so a trimmed field can never be lost on the server.
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, NodeStatus, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, Node, NodeStatus};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -49,10 +49,6 @@ pub fn node(n: &mut Node) {
             ..NodeStatus::default()
         };
     }
-}
-
-pub fn pvc(c: &mut PersistentVolumeClaim) {
-    meta(&mut c.metadata);
 }
 
 pub fn pdb(p: &mut PodDisruptionBudget) {
@@ -330,6 +326,11 @@ mod tests {
             pvc("db", "data-redis-1", "pv-redis-1"),
             pvc("db", "aof-redis-1", "pv-aof-1"),
         ];
+        // As the cache keeps them (controller::cache::pvc) and inventory hands them to planning.
+        let compact_pvcs: Vec<_> = pvcs
+            .iter()
+            .map(|c| super::super::CachedPvc::from(c.clone()).to_pvc())
+            .collect();
         let pdbs = vec![pdb("db", "pg", json!({"matchLabels": {"app": "pg"}}))];
         let mut n = node("n1");
         let mut trimmed_node = n.clone();
@@ -352,13 +353,13 @@ mod tests {
             let spec: crate::api::DisruptionPlanSpec =
                 serde_json::from_value(spec).expect("a valid plan spec");
             let valid = crate::api::validate(&spec).expect("a valid plan spec");
-            let plan = |node: &Node, pods: &[Pod], sts: &[StatefulSet]| {
+            let plan = |node: &Node, pods: &[Pod], sts: &[StatefulSet], pvcs: &[_]| {
                 plan_node(
                     &NodeInputs {
                         node,
                         pods,
                         stateful_sets: sts,
-                        pvcs: &pvcs,
+                        pvcs,
                         pdbs: &pdbs,
                         pvs: &[],
                         snapshot_classes: &[],
@@ -371,8 +372,8 @@ mod tests {
                 )
             };
             assert_eq!(
-                plan(&trimmed_node, &trimmed_pods, &trimmed_sts),
-                plan(&n, &pods, &sts),
+                plan(&trimmed_node, &trimmed_pods, &trimmed_sts, &compact_pvcs),
+                plan(&n, &pods, &sts, &pvcs),
                 "plan spec {extra}"
             );
         }

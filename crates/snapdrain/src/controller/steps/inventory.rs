@@ -10,7 +10,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use crate::controller::cache::{Cache, Caches, Stored};
+use crate::controller::cache::{Cache, CachedPvc, Caches, Stored};
 use crate::controller::error::ControllerError;
 use crate::planning::inventory::{pvc_claims, statefulset_owner};
 use crate::planning::volumes::{
@@ -196,7 +196,10 @@ pub async fn node_inventory(
         .flat_map(|(ns, p)| pvc_claims(p).map(move |c| (ns, c)))
         .collect();
     let stateful_sets = named(&caches.stateful_sets, owners);
-    let pvcs = named(&caches.pvcs, claims);
+    let pvcs = named(&caches.pvcs, claims)
+        .iter()
+        .map(CachedPvc::to_pvc)
+        .collect();
     let pdbs = namespaces
         .iter()
         .flat_map(|ns| caches.pdbs.indexed(ns))
