@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pins the image the chart and the kustomize base deploy to a pushed image's digest, the same way in
 # both (repository:tag@digest): deploy/helm/snapdrain/values.yaml (image.repository, image.digest) and
-# deploy/kustomize/base/kustomization.yaml (images: newName, digest).
+# deploy/kustomize/base/kustomization.yaml and deploy/kustomize/uninstall/kustomization.yaml (images:
+# newName, digest).
 #
 #   deploy/image/pin.sh REPOSITORY DIGEST
 #
@@ -35,16 +36,19 @@ awk -v repo="$REPO" -v digest="$DIGEST" '
 ' "$VALUES" > "$VALUES.new" || { rm -f "$VALUES.new"; die "$VALUES has no image.repository and image.digest to set"; }
 mv "$VALUES.new" "$VALUES"
 
-# kustomization.yaml: the `images:` entry named snapdrain; its digest line is replaced or added.
-awk -v repo="$REPO" -v digest="$DIGEST" '
-  /^[^ #]/ { in_images = ($0 ~ /^images:/); entry = 0 }
-  in_images && /^  - name: / { entry = ($0 ~ /^  - name: snapdrain$/) }
-  entry && /^    digest:/ { next }
-  entry && /^    newName:/ { print "    newName: " repo; n++; next }
-  entry && /^    newTag:/ { print; print "    digest: " digest; t++; next }
-  { print }
-  END { if (n != 1 || t != 1) exit 3 }
-' "$KUSTOMIZATION" > "$KUSTOMIZATION.new" || { rm -f "$KUSTOMIZATION.new"; die "$KUSTOMIZATION has no images entry snapdrain with newName and newTag"; }
-mv "$KUSTOMIZATION.new" "$KUSTOMIZATION"
+# Each kustomization.yaml (the base, and the uninstall Job's): the `images:` entry named snapdrain; its
+# digest line is replaced or added.
+for KUSTOMIZATION in deploy/kustomize/base/kustomization.yaml deploy/kustomize/uninstall/kustomization.yaml; do
+  awk -v repo="$REPO" -v digest="$DIGEST" '
+    /^[^ #]/ { in_images = ($0 ~ /^images:/); entry = 0 }
+    in_images && /^  - name: / { entry = ($0 ~ /^  - name: snapdrain$/) }
+    entry && /^    digest:/ { next }
+    entry && /^    newName:/ { print "    newName: " repo; n++; next }
+    entry && /^    newTag:/ { print; print "    digest: " digest; t++; next }
+    { print }
+    END { if (n != 1 || t != 1) exit 3 }
+  ' "$KUSTOMIZATION" > "$KUSTOMIZATION.new" || { rm -f "$KUSTOMIZATION.new"; die "$KUSTOMIZATION has no images entry snapdrain with newName and newTag"; }
+  mv "$KUSTOMIZATION.new" "$KUSTOMIZATION"
+done
 
-echo "pin.sh: $REPO@$DIGEST in $VALUES and $KUSTOMIZATION" >&2
+echo "pin.sh: $REPO@$DIGEST in $VALUES and the kustomize base and uninstall" >&2

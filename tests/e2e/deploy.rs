@@ -1206,3 +1206,41 @@ fn the_kustomize_network_policy_is_the_charts() {
         deployment["metadata"]["namespace"]
     );
 }
+
+/// The kustomize uninstall (`deploy/kustomize/uninstall`) is the chart's pre-delete hook object by
+/// object (review M-4: a kustomize install had no uninstall path): the same ServiceAccount, rules,
+/// bindings and Job, Helm's hook annotations and each tool's labels aside.
+#[test]
+fn the_kustomize_uninstall_is_the_charts_hook() {
+    let strip = |d: &Value| {
+        let mut d = d.clone();
+        if let Some(m) = d["metadata"].as_object_mut() {
+            m.remove("labels");
+            m.remove("annotations");
+        }
+        d
+    };
+    let key = |d: &Value| {
+        (
+            d["kind"].as_str().unwrap_or_default().to_owned(),
+            d["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    };
+    let chart: std::collections::BTreeMap<_, _> =
+        rendered_hook().iter().map(|d| (key(d), strip(d))).collect();
+    let kustomized: std::collections::BTreeMap<_, _> =
+        super::kustomize::kustomize("deploy/kustomize/uninstall")
+            .iter()
+            .map(|d| (key(d), strip(d)))
+            .collect();
+    assert_eq!(
+        chart.keys().collect::<Vec<_>>(),
+        kustomized.keys().collect::<Vec<_>>()
+    );
+    for (k, c) in &chart {
+        assert_eq!(c, &kustomized[k], "{k:?}");
+    }
+}

@@ -387,6 +387,16 @@ async fn helm_installs_and_upgrades_what_the_kustomize_tree_installs() {
     let d = deployments.get(RELEASE).await.expect("the Deployment");
     let spec = d.spec.expect("a spec").template.spec.expect("a pod spec");
     assert_eq!(spec.containers[0].image.as_deref(), Some(pinned.as_str()));
+    // The kustomize uninstall Job runs the same pinned image.
+    let uninstall = kustomize_of(c.dir.path(), &["repo/deploy/kustomize/uninstall"], &[]);
+    let job = uninstall
+        .iter()
+        .find(|o| o["kind"] == "Job")
+        .expect("the uninstall Job");
+    assert_eq!(
+        job["spec"]["template"]["spec"]["containers"][0]["image"],
+        json!(pinned)
+    );
     assert_eq!(
         d.status.and_then(|s| s.available_replicas),
         Some(2),

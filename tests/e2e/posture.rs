@@ -58,6 +58,10 @@ fn checkov_passes_on_the_chart_and_the_kustomize_manifests() {
             kustomize("deploy/kustomize/overlays/irsa"),
         ),
         ("kustomize-policy", kustomize("deploy/kustomize/policy")),
+        (
+            "kustomize-uninstall",
+            kustomize("deploy/kustomize/uninstall"),
+        ),
     ];
     let failures: Vec<String> = sets
         .iter()
