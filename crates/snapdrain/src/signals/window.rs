@@ -101,7 +101,9 @@ impl Schedule {
         })
     }
 
-    fn matches(&self, t: &Zoned) -> bool {
+    /// The day-of-month, month and day-of-week fields (cron: either day field matches when both are
+    /// restricted).
+    fn date_matches(&self, t: &Zoned) -> bool {
         let weekday = t.weekday().to_sunday_zero_offset();
         let day_ok = match (self.day.any, self.weekday.any) {
             (true, true) => true,
@@ -109,10 +111,12 @@ impl Schedule {
             (false, true) => self.day.has(t.day()),
             (false, false) => self.day.has(t.day()) || self.weekday.has(weekday),
         };
-        day_ok
-            && self.minute.has(t.minute())
-            && self.hour.has(t.hour())
-            && self.month.has(t.month())
+        day_ok && self.month.has(t.month())
+    }
+
+    #[cfg(test)]
+    fn matches(&self, t: &Zoned) -> bool {
+        self.date_matches(t) && self.minute.has(t.minute()) && self.hour.has(t.hour())
     }
 }
 
@@ -151,7 +155,10 @@ impl Window {
         })
     }
 
-    /// True when a start of this window lies in `(now - duration, now]`.
+    /// True when a start of this window lies in `(now - duration, now]`. Walks back from `now` a
+    /// minute at a time, but jumps over a whole day whose date the schedule does not match and a whole
+    /// hour it does not match (review I-3: a week-long window that never matches cost 10,080 steps per
+    /// window on every signal evaluation; now a few hundred at most).
     pub fn open_at(&self, now: jiff::Timestamp) -> bool {
         let local = now.to_zoned(self.zone.clone());
         let Ok(mut t) = local.round(
@@ -161,15 +168,27 @@ impl Window {
         ) else {
             return false;
         };
-        let minutes = self.duration.as_secs().div_ceil(60);
-        for _ in 0..minutes {
-            let since = now.duration_since(t.timestamp()).as_secs_f64();
-            if self.schedule.matches(&t) && since < self.duration.as_secs_f64() {
+        let window = self.duration.as_secs_f64();
+        let minute = jiff::Span::new().minutes(1);
+        while now.duration_since(t.timestamp()).as_secs_f64() < window {
+            let before = if !self.schedule.date_matches(&t) {
+                // The last minute of the day before.
+                t.start_of_day().and_then(|d| d.checked_sub(minute))
+            } else if !self.schedule.hour.has(t.hour()) {
+                // The last minute of the hour before.
+                t.with()
+                    .minute(0)
+                    .build()
+                    .and_then(|h| h.checked_sub(minute))
+            } else if self.schedule.minute.has(t.minute()) {
                 return true;
-            }
-            match t.checked_sub(jiff::Span::new().minutes(1)) {
-                Ok(prev) => t = prev,
-                Err(_) => return false,
+            } else {
+                t.checked_sub(minute)
+            };
+            match before {
+                // Always earlier (a zone transition could otherwise hold the walk in place).
+                Ok(prev) if prev.timestamp() < t.timestamp() => t = prev,
+                _ => return false,
             }
         }
         false
@@ -274,5 +293,73 @@ mod tests {
         assert!(bad("0 5-2 * * *", "1h", "UTC").contains("backwards"));
         assert!(bad("0 2 * * *", "200h", "UTC").contains("168h"));
         assert!(bad("0 2 * * *", "1h", "Mars/Olympus").contains("time zone"));
+    }
+
+    /// The minute-by-minute walk `open_at` replaced: the reference it must agree with.
+    fn open_by_minutes(w: &Window, now: jiff::Timestamp) -> bool {
+        let local = now.to_zoned(w.zone.clone());
+        let mut t = local
+            .round(
+                jiff::ZonedRound::new()
+                    .smallest(jiff::Unit::Minute)
+                    .mode(jiff::RoundMode::Trunc),
+            )
+            .expect("rounds");
+        for _ in 0..w.duration.as_secs().div_ceil(60) {
+            let since = now.duration_since(t.timestamp()).as_secs_f64();
+            if w.schedule.matches(&t) && since < w.duration.as_secs_f64() {
+                return true;
+            }
+            t = t
+                .checked_sub(jiff::Span::new().minutes(1))
+                .expect("in range");
+        }
+        false
+    }
+
+    /// The skipping walk answers as the minute walk did, over schedules with rare and frequent
+    /// matches, zones with daylight-saving changes, and instants a few hours apart across a year.
+    #[test]
+    fn skipping_days_and_hours_answers_as_the_minute_walk() {
+        let schedules = [
+            "0 2 * * *",
+            "30 9-17 * * 1-5",
+            "0 */6 * * 6,7",
+            "0 0 1 * 1",
+            "59 23 31 12 *",
+            "15,45 3 * 2-4 *",
+            "* * * * *",
+            "0 2 30 2 *",
+        ];
+        let zones = ["UTC", "Europe/Berlin", "Australia/Lord_Howe"];
+        let mut checked = 0;
+        // Instants through 2026, every 41 h 13 min for the shorter windows (every hour of the day and
+        // both DST changes come up), every 9 days for the week-long one (the reference walks 10,080
+        // minutes for each).
+        for (duration, step_minutes) in [
+            ("10m", 41 * 60 + 13),
+            ("1h", 41 * 60 + 13),
+            ("4h", 41 * 60 + 13),
+            ("26h", 41 * 60 + 13),
+            ("168h", 9 * 24 * 60 + 7),
+        ] {
+            for schedule in schedules {
+                for zone in zones {
+                    let w = window(schedule, duration, zone);
+                    let mut now = at("2026-01-01T00:00:00Z");
+                    let end = at("2027-01-01T00:00:00Z");
+                    while now < end {
+                        assert_eq!(
+                            w.open_at(now),
+                            open_by_minutes(&w, now),
+                            "{schedule} for {duration} in {zone} at {now}"
+                        );
+                        checked += 1;
+                        now = now + jiff::SignedDuration::from_mins(step_minutes);
+                    }
+                }
+            }
+        }
+        assert!(checked > 20_000, "{checked}");
     }
 }
