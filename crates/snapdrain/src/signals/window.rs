@@ -355,7 +355,7 @@ mod tests {
                             "{schedule} for {duration} in {zone} at {now}"
                         );
                         checked += 1;
-                        now = now + jiff::SignedDuration::from_mins(step_minutes);
+                        now += jiff::SignedDuration::from_mins(step_minutes);
                     }
                 }
             }
