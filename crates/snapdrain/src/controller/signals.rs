@@ -185,8 +185,14 @@ impl Watcher {
             self.signalled.insert(name.clone(), signal.reason.clone());
             // A NodeClaim deleted without a termination time may be Karpenter acting on a spot
             // interruption: its Event dates the notice, and EC2 takes the instance two minutes later.
+            // So may a node Karpenter has tainted `karpenter.sh/disrupted`: its termination controller
+            // taints the node after the claim is deleted, and the Node's watch can bring the taint
+            // before the NodeClaim's brings the deletion. Karpenter publishes the Event before it
+            // deletes the claim, so the deadline is usually known from the first look either way, and
+            // the plan does not start a Velero copy of volumes EC2 snapshots will hold (a Backup in
+            // progress cannot be cancelled, and it would hold Velero's queue past the deadline).
             if signal.deadline.is_none()
-                && signal.reason == "NodeClaimDeleted"
+                && matches!(signal.reason.as_str(), "NodeClaimDeleted" | "Disrupting")
                 && let Some(notice) = self.spot_notice(&name).await
             {
                 signal.deadline = Some(spot_deadline(notice, self.longest_grace(&name)));
