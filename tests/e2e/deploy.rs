@@ -1006,24 +1006,14 @@ async fn the_uninstall_hook_runs_with_its_own_rbac_and_needs_every_rule() {
     assert!(stdout.contains("nothing to release"), "{stdout}");
 }
 
-/// The optional NetworkPolicy (review H-2, L-9): off by default; on, it admits the gate's port only from
-/// the listed sources and the metrics port only from the listed scrapers, on the Deployment's own pods
-/// and named ports. The simulator does not enforce NetworkPolicies, so this checks what the manifest
-/// says.
-#[test]
-fn the_network_policy_admits_only_the_api_server_and_the_scrapers() {
-    let off = super::helm::default_chart();
-    assert!(!off.iter().any(|d| d["kind"] == "NetworkPolicy"));
-    let api_server = serde_json::json!([{"ipBlock": {"cidr": "10.0.0.0/28"}}]);
-    let scrapers = serde_json::json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]);
-    let on = super::helm::rendered_chart(
-        &serde_json::json!({"networkPolicy": {"enabled": true, "webhookFrom": api_server, "metricsFrom": scrapers}}),
-    );
-    let policy = on
+/// The NetworkPolicy and the Deployment among `docs`, once it is checked that the policy selects the
+/// Deployment's pods.
+fn policy_selecting_the_pods(docs: &[Value]) -> (&Value, &Value) {
+    let policy = docs
         .iter()
         .find(|d| d["kind"] == "NetworkPolicy")
-        .expect("rendered when enabled");
-    let deployment = on
+        .expect("a NetworkPolicy");
+    let deployment = docs
         .iter()
         .find(|d| d["kind"] == "Deployment")
         .expect("the Deployment");
@@ -1037,6 +1027,23 @@ fn the_network_policy_admits_only_the_api_server_and_the_scrapers() {
             "the policy selects the controller's pods"
         );
     }
+    (policy, deployment)
+}
+
+/// The optional NetworkPolicy (review H-2, L-9): off by default; on, it admits the gate's port only from
+/// the listed sources and the metrics port only from the listed scrapers, on the Deployment's own pods
+/// and named ports. The simulator does not enforce NetworkPolicies, so this checks what the manifest
+/// says.
+#[test]
+fn the_network_policy_admits_only_the_api_server_and_the_scrapers() {
+    let off = super::helm::default_chart();
+    assert!(!off.iter().any(|d| d["kind"] == "NetworkPolicy"));
+    let api_server = serde_json::json!([{"ipBlock": {"cidr": "10.0.0.0/28"}}]);
+    let scrapers = serde_json::json!([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]);
+    let on = super::helm::rendered_chart(
+        &serde_json::json!({"networkPolicy": {"enabled": true, "webhookFrom": api_server, "metricsFrom": scrapers}}),
+    );
+    let (policy, deployment) = policy_selecting_the_pods(&on);
     assert_eq!(
         policy["spec"]["policyTypes"],
         serde_json::json!(["Ingress"])
@@ -1187,20 +1194,7 @@ fn the_kustomize_network_policy_is_the_charts() {
         .find(|d| d["kind"] == "NetworkPolicy")
         .expect("rendered when enabled");
     assert_eq!(policy["spec"], charted["spec"]);
-    let deployment = overlay
-        .iter()
-        .find(|d| d["kind"] == "Deployment")
-        .expect("the Deployment");
-    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
-    for (k, v) in policy["spec"]["podSelector"]["matchLabels"]
-        .as_object()
-        .expect("matchLabels")
-    {
-        assert_eq!(
-            &pod_labels[k], v,
-            "the policy selects the controller's pods"
-        );
-    }
+    let (_, deployment) = policy_selecting_the_pods(&overlay);
     assert_eq!(
         policy["metadata"]["namespace"],
         deployment["metadata"]["namespace"]
