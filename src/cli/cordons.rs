@@ -128,9 +128,11 @@ pub async fn plans(
             }
             Lenient::Undecodable(u) => {
                 let name = u.metadata.name.clone().unwrap_or_default();
+                // Escaped: the text comes from what the cluster stored (review L-7).
                 eprintln!(
-                    "DisruptionPlan {name} cannot be read ({}): its nodes' cordons are not undone; check them with `kubectl get nodes`",
-                    u.error
+                    "DisruptionPlan {} cannot be read ({}): its nodes' cordons are not undone; check them with `kubectl get nodes`",
+                    super::terminal::escape_controls(&name),
+                    super::terminal::escape_controls(&u.error)
                 );
                 finalized.extend(Finalized::of(&u.metadata));
             }

@@ -235,6 +235,7 @@ async fn node(
                     source,
                 })?
         {
+            // A DynamicObject decoded from JSON serializes back without error.
             let found = serde_json::to_value(&found).unwrap_or_default();
             if let Err(why) = claim_is_the_nodes(&found, &node) {
                 return Ok(Step::Refuse(why));
