@@ -71,6 +71,23 @@ async fn held(h: &Harness, node: &str, protected: &BTreeMap<String, BTreeSet<Str
     .await;
 }
 
+/// A controller with the gate (`failurePolicy: Fail`), and a node running StatefulSet pods once its
+/// protected pods are held: the controller (keep it alive), the node and its protected pods.
+async fn gate_and_held_node(
+    h: &Harness,
+) -> (
+    snapdrain::controller::ControllerHandle,
+    String,
+    BTreeMap<String, BTreeSet<String>>,
+) {
+    let controller =
+        controller_with_gate(h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
+    let node = h.node_with_statefulset_pods().await;
+    let protected = h.protected_pods_on(&node).await;
+    held(h, &node, &protected).await;
+    (controller, node, protected)
+}
+
 /// Interrupts `node` (two minutes' notice) and returns its one plan once the node is gone and the plan
 /// has ended.
 async fn interrupt(h: &Harness, node: &str) -> DisruptionPlan {
@@ -280,11 +297,7 @@ async fn policy_never_takes_no_snapshot_and_fails_at_the_deadline() {
     let h = slow_velero().await;
     h.set_policy(json!({"backup": {"emergencySnapshots": "Never", "reuseIfNewerThan": "1h"}}))
         .await;
-    let _controller =
-        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
-    let node = h.node_with_statefulset_pods().await;
-    let protected = h.protected_pods_on(&node).await;
-    held(&h, &node, &protected).await;
+    let (_controller, node, protected) = gate_and_held_node(&h).await;
     let plan = interrupt(&h, &node).await;
     let status = plan.status.clone().expect("a status");
     assert_eq!(status.phase, PlanPhase::Failed, "{:?}", status.message);
@@ -418,11 +431,7 @@ async fn a_role_that_may_not_create_snapshots_fails_the_plan_naming_the_permissi
         error_rate: 1.0,
         ..FaultRule::default()
     });
-    let _controller =
-        controller_with_gate(&h, "Fail", Lifetimes::default(), Duration::from_secs(30)).await;
-    let node = h.node_with_statefulset_pods().await;
-    let protected = h.protected_pods_on(&node).await;
-    held(&h, &node, &protected).await;
+    let (_controller, node, protected) = gate_and_held_node(&h).await;
     let plan = interrupt(&h, &node).await;
     let status = plan.status.clone().expect("a status");
     assert_eq!(status.phase, PlanPhase::Failed, "{:?}", status.message);

@@ -754,21 +754,31 @@ mod tests {
         assert!(v.violations.is_empty(), "{v:?}");
     }
 
+    /// An audit entry of `db/pg-0` on node `n1`.
+    fn pg_entry(
+        source: &str,
+        verb: &str,
+        resource: &str,
+        code: Option<u16>,
+        time: &str,
+    ) -> AuditEntry {
+        AuditEntry {
+            seq: 1,
+            time: time.into(),
+            source: source.into(),
+            verb: verb.into(),
+            resource: resource.into(),
+            namespace: Some("db".into()),
+            name: Some("pg-0".into()),
+            user_agent: None,
+            code,
+            detail: json!({"node": "n1"}),
+        }
+    }
+
     #[test]
     fn only_an_eviction_after_a_forceful_signals_plan_failed_on_that_node_is_let_go() {
-        let entry =
-            |source: &str, verb: &str, resource: &str, code: Option<u16>, time: &str| AuditEntry {
-                seq: 1,
-                time: time.into(),
-                source: source.into(),
-                verb: verb.into(),
-                resource: resource.into(),
-                namespace: Some("db".into()),
-                name: Some("pg-0".into()),
-                user_agent: None,
-                code,
-                detail: json!({"node": "n1"}),
-            };
+        let entry = pg_entry;
         let audit = [
             entry("world", "evicted", "pods", None, "2025-01-01T00:00:05.000Z"),
             entry(
@@ -985,17 +995,8 @@ mod tests {
     /// snapshot it is a violation.
     #[test]
     fn an_eviction_at_an_ec2_snapshot_of_a_plan_is_no_violation() {
-        let entry = |source: &str, verb: &str, resource: &str, code: Option<u16>| AuditEntry {
-            seq: 1,
-            time: "2025-01-01T00:00:05.000Z".into(),
-            source: source.into(),
-            verb: verb.into(),
-            resource: resource.into(),
-            namespace: Some("db".into()),
-            name: Some("pg-0".into()),
-            user_agent: None,
-            code,
-            detail: json!({"node": "n1"}),
+        let entry = |source: &str, verb: &str, resource: &str, code: Option<u16>| {
+            pg_entry(source, verb, resource, code, "2025-01-01T00:00:05.000Z")
         };
         let audit = [
             entry("world", "evicted", "pods", None),

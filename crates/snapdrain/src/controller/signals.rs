@@ -186,7 +186,9 @@ impl Watcher {
             // A NodeClaim deleted without a termination time may be Karpenter acting on a spot
             // interruption: its Event dates the notice, and EC2 takes the instance two minutes later.
             // So may a node Karpenter has tainted `karpenter.sh/disrupted`: its termination controller
-            // taints the node after the claim is deleted, and the Node's watch can bring the taint
+            // taints the node after the claim is deleted (kubernetes-sigs/karpenter
+            // `pkg/controllers/node/termination/controller.go`, `terminator.Taint` with
+            // `DisruptedNoScheduleTaint`), and the Node's watch can bring the taint
             // before the NodeClaim's brings the deletion. Karpenter publishes the Event before it
             // deletes the claim, so the deadline is usually known from the first look either way, and
             // the plan does not start a Velero copy of volumes EC2 snapshots will hold (a Backup in
