@@ -615,6 +615,7 @@ async fn soak(
         nodes: &items(b, &ResKey::core("nodes")),
         pvs: &items(b, &ResKey::core("persistentvolumes")),
         snapshots: &snapshots,
+        csi_cuts: &snapdrain_testkit::safety::csi_cuts_of(&b.cluster),
     });
 
     // Figures.

@@ -369,6 +369,8 @@ async fn the_service_account_asks_velero_only_for_its_own_backups() {
                 reason: "a local PV".into(),
                 method: VolumeMethod::FileSystem,
                 snapshot_class: None,
+                release_at: Default::default(),
+                snapshot: None,
             },
             auto_method: VolumeMethod::FileSystem,
         }],

@@ -249,6 +249,12 @@ fn rbac_grants_exactly_what_the_controller_uses() {
             "volumesnapshotclasses",
             &["list"],
         ),
+        ("snapshot.storage.k8s.io", "volumesnapshots", &["list"]),
+        (
+            "snapshot.storage.k8s.io",
+            "volumesnapshotcontents",
+            &["get"],
+        ),
         ("apps", "statefulsets", &["list", "watch"]),
         ("policy", "poddisruptionbudgets", &["list", "watch"]),
         ("storage.k8s.io", "volumeattachments", &["list", "watch"]),

@@ -876,6 +876,7 @@ async fn a_protected_pod_arriving_on_a_node_found_unprotected_is_backed_up_befor
         nodes: &[],
         pvs: &store(ResKey::core("persistentvolumes")),
         snapshots: &snapdrain_testkit::safety::Ec2Snapshot::all_of(&h.cluster),
+        csi_cuts: &snapdrain_testkit::safety::csi_cuts_of(&h.cluster),
     });
     assert!(
         verdict.violations.is_empty() && verdict.let_go.is_empty(),

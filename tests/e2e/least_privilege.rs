@@ -56,6 +56,20 @@ const RARE_PATHS: &[(&str, &str, &str, &str)] = &[
     // An abandoned backup attempt Velero never started is deleted (controller::steps::backups);
     // real_velero.rs / resilience.rs abandon attempts.
     ("snapdrain", "backups", "delete", "abandoned backup attempt"),
+    // A plan releasing network volumes at their CSI snapshot reads Velero's VolumeSnapshots and their
+    // contents (controller::steps::csi_release); volumes.rs takes it.
+    (
+        "snapdrain",
+        "volumesnapshots",
+        "list",
+        "release at the CSI snapshot",
+    ),
+    (
+        "snapdrain",
+        "volumesnapshotcontents",
+        "get",
+        "release at the CSI snapshot",
+    ),
     (
         "snapdrain",
         "deletebackuprequests",

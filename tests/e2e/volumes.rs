@@ -351,3 +351,160 @@ async fn without_data_movement_the_ebs_snapshot_stays_ready_in_the_storage_and_c
     assert_no_eviction_before_verified_backup(&h.audit(), &protected, &plan);
     controller.shutdown().await;
 }
+
+/// The answer to a dry-run eviction of `ns/name` through the API server (and so the gate): its code.
+async fn dry_run_eviction(h: &Harness, ns: &str, name: &str) -> u16 {
+    match snapdrain_testkit::eviction::evict_with(&h.client, ns, name, json!({}), "?dryRun=All")
+        .await
+    {
+        Ok(_) => 201,
+        Err(kube::Error::Api(s)) => s.code,
+        Err(e) => panic!("eviction of {ns}/{name} got no answer: {e}"),
+    }
+}
+
+/// `releaseNetworkVolumesAt: Snapshot` (allowed by the policy), a Release plan on a node with EBS-only
+/// postgres pods and the ledger pod (EBS + a local NVMe PV), all in one namespace and so one Velero
+/// Backup, the gate failing closed, Velero moving data at 2 GiB/s. Once Velero's CSI snapshots of an EBS-only pod's claims are cut, the pod is released loudly
+/// and the gate lets it go while its backup is still moving to the bucket; the ledger pod stays held and
+/// refused until its backup (the local volume's file-system copy) is verified, then goes too. The oracle
+/// accepts the early eviction only because the simulated CSI driver
+/// itself cut the claim's volume, for this plan's Backup, before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn network_volumes_go_at_their_csi_snapshot_and_a_local_volume_waits_for_the_verified_copy() {
+    let mut timings = snapdrain_testkit::harness::fast_timings();
+    timings.backup_mib_per_second = 2048.0;
+    let h = Harness::start_with(timings).await;
+    ebs_snapshot_class(&h).await;
+    h.set_policy(json!({"planSettings": {"allowReleaseAtSnapshot": true}}))
+        .await;
+    let controller = snapdrain_testkit::gate::controller_with_gate(
+        &h,
+        "Fail",
+        snapdrain::webhook::Lifetimes::default(),
+        std::time::Duration::from_secs(30),
+    )
+    .await;
+    let node = h.node_with_statefulset_pods().await;
+    ledger_on(&h, &node).await;
+    let protected = h.protected_pods_on(&node).await;
+    let ebs_only: Vec<String> = protected
+        .iter()
+        .filter(|(_, claims)| !claims.iter().any(|c| c.starts_with("scratch-")))
+        .map(|(p, _)| p.clone())
+        .collect();
+    assert!(!ebs_only.is_empty(), "{protected:?}");
+    h.create_plan(
+        "at-the-cut",
+        json!({"nodes": [node], "mode": "Release",
+               "backup": {"releaseNetworkVolumesAt": "Snapshot"}}),
+    )
+    .await;
+    let released = h
+        .wait_plan_until("at-the-cut", TIMEOUT, |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.phase.is_terminal()
+                    || ebs_only.iter().all(|pod| {
+                        s.released_pods
+                            .iter()
+                            .any(|r| &format!("{}/{}", r.namespace, r.name) == pod)
+                    })
+            })
+        })
+        .await;
+    let status = released.status.clone().expect("status");
+    assert!(!status.phase.is_terminal(), "{status:#?}");
+    assert!(
+        !status
+            .released_pods
+            .iter()
+            .any(|r| r.namespace == NS && r.name == "ledger-0"),
+        "the ledger pod's local volume is not released at a snapshot: {status:#?}"
+    );
+    let condition = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ReleasedAtSnapshot")
+        .expect("the ReleasedAtSnapshot condition");
+    assert!(
+        condition.message.contains("NOT at a verified copy")
+            && condition.message.contains("CSI snapshot"),
+        "{}",
+        condition.message
+    );
+    // Evict the released pods now (as their disruptor would); ask the gate about the ledger pod.
+    for pod in &ebs_only {
+        let (ns, name) = pod.split_once('/').expect("ns/name");
+        snapdrain_testkit::eviction::evict_with(&h.client, ns, name, json!({}), "")
+            .await
+            .unwrap_or_else(|e| panic!("the gate lets {pod} go at its snapshot: {e}"));
+    }
+    let ledger = dry_run_eviction(&h, NS, "ledger-0").await;
+    let after: snapdrain::api::DisruptionPlan = Api::all(h.client.clone())
+        .get("at-the-cut")
+        .await
+        .expect("read the plan");
+    let shop_verified = after
+        .status
+        .as_ref()
+        .is_some_and(|s| s.backups.iter().any(|b| b.namespace == NS && b.verified));
+    if !shop_verified {
+        assert_eq!(ledger, 429, "the ledger pod waits for the verified copy");
+    }
+
+    // A Release plan ends when its disruptor takes the node: here, once the backup is verified, the test
+    // evicts the ledger pod as that disruptor would, and the gate lets it.
+    let plan = h
+        .wait_plan_until("at-the-cut", TIMEOUT, |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.phase.is_terminal()
+                    || (!s.backups.is_empty() && s.backups.iter().all(|b| b.verified))
+            })
+        })
+        .await;
+    let status = plan.status.clone().expect("status");
+    assert!(!status.phase.is_terminal(), "{status:#?}");
+    snapdrain_testkit::eviction::evict_with(&h.client, NS, "ledger-0", json!({}), "")
+        .await
+        .expect("the gate lets the ledger pod go once its backup is verified");
+    for b in &status.backups {
+        assert!(b.verified, "{b:#?}");
+        for v in &b.volumes {
+            let network = v.class == VolumeClass::Network;
+            assert_eq!(
+                v.release_at == snapdrain::api::plan::ReleasePoint::Snapshot,
+                network,
+                "{v:#?}"
+            );
+            assert_eq!(v.snapshot.is_some(), network, "{v:#?}");
+            if let Some(s) = &v.snapshot {
+                assert!(s.handle.starts_with("snap-") && s.cut_at.is_some(), "{s:?}");
+            }
+        }
+    }
+    // Each EBS-only pod went before its namespace's backup was verified (the release at the cut), and
+    // the judge, reading the simulated CSI driver's own cuts, finds every eviction covered.
+    let audit = h.audit();
+    for pod in &ebs_only {
+        let ns = pod.split_once('/').map(|(ns, _)| ns).unwrap_or_default();
+        let evicted = snapdrain_testkit::safety::pods_removed(&audit)
+            .into_iter()
+            .find(|e| &e.pod == pod)
+            .unwrap_or_else(|| panic!("{pod} evicted"));
+        let verified = status
+            .backups
+            .iter()
+            .filter(|b| b.namespace == ns)
+            .filter_map(|b| b.verified_at.as_ref())
+            .map(|t| t.0)
+            .min()
+            .expect("verified");
+        let at: jiff::Timestamp = evicted.time.parse().expect("an audit time");
+        assert!(
+            at < verified,
+            "{pod} evicted at {at}, verified at {verified}"
+        );
+    }
+    h.assert_no_eviction_before_saved(&protected, &plan).await;
+    controller.shutdown().await;
+}

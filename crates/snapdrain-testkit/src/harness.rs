@@ -512,8 +512,10 @@ pub fn assert_no_eviction_before_verified_backup(
 }
 
 impl Harness {
-    /// What EC2 itself holds for the emergency path of `plan`: the simulated EC2's snapshots (its own
-    /// state, not the plan's status) and each claim's EBS volume from the cluster's PVs.
+    /// What the storage itself holds for `plan`'s releases at a snapshot: the simulated EC2's snapshots
+    /// and the simulated CSI driver's cuts (the world's own state, not the plan's status), each claim's EBS
+    /// volume from the cluster's PVs, and whether the plan's spec asks for the release at the CSI
+    /// snapshot.
     pub async fn ebs_evidence(&self, plan: &DisruptionPlan) -> crate::safety::EbsEvidence {
         let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> = Api::all(self.client.clone());
         let pvs: Vec<Value> = pvs
@@ -524,10 +526,15 @@ impl Harness {
             .iter()
             .map(|pv| serde_json::to_value(pv).expect("a PV serializes"))
             .collect();
+        let json = serde_json::to_value(plan).expect("a plan serializes");
         crate::safety::EbsEvidence {
             claim_volumes: crate::safety::ebs_claim_volumes(&pvs),
             snapshots: crate::safety::Ec2Snapshot::all_of(&self.cluster),
             plan_uids: plan.metadata.uid.iter().cloned().collect(),
+            csi_cuts: crate::safety::csi_cuts_of(&self.cluster),
+            snapshot_release_uids: crate::safety::snapshot_release_uid(&json)
+                .into_iter()
+                .collect(),
         }
     }
 

@@ -264,6 +264,72 @@ pub struct EbsEvidence {
     pub snapshots: Vec<Ec2Snapshot>,
     /// The uids of the plans whose snapshots count (their `snapdrain.io/plan-uid` tag).
     pub plan_uids: BTreeSet<String>,
+    /// The CSI snapshots the storage cut for Velero Backups, from the simulated world's own record.
+    pub csi_cuts: Vec<CsiCutEvidence>,
+    /// The uids of the plans whose spec (the user's input, not a decision) asks to release network
+    /// volumes at their CSI snapshot (`spec.backup.releaseNetworkVolumesAt: Snapshot`).
+    pub snapshot_release_uids: BTreeSet<String>,
+}
+
+/// A CSI snapshot of a claim's volume, cut for a Velero Backup, and the plan that Backup belongs to
+/// (its `snapdrain.io/plan-uid` label, read from the Backup object).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CsiCutEvidence {
+    /// `namespace/claim`.
+    pub claim: String,
+    /// The PV's `spec.csi.volumeHandle` the driver snapshotted.
+    pub volume_handle: String,
+    pub plan_uid: Option<String>,
+    pub cut_at: Timestamp,
+}
+
+/// The label snapdrain puts on its Velero Backups, restated here (the oracle does not import it).
+pub const BACKUP_PLAN_UID_LABEL: &str = "snapdrain.io/plan-uid";
+
+/// Every CSI snapshot the simulated CSI driver of `cluster` cut (none when it runs no Velero), each with
+/// the plan uid label of the Velero Backup it was cut for (read from the Backup object; a Backup gone
+/// since leaves it None, which counts for no plan).
+pub fn csi_cuts_of(cluster: &snapdrain_sim::SimCluster) -> Vec<CsiCutEvidence> {
+    let Some(velero) = cluster.velero.as_ref() else {
+        return Vec::new();
+    };
+    let backups = cluster
+        .store
+        .snapshot(&snapdrain_sim::apiserver::resources::ResKey::new(
+            "velero.io",
+            "backups",
+        ))
+        .0;
+    velero
+        .csi_cuts()
+        .into_iter()
+        .map(|c| CsiCutEvidence {
+            claim: format!("{}/{}", c.namespace, c.pvc),
+            volume_handle: c.volume_handle,
+            plan_uid: backups
+                .iter()
+                .find(|b| {
+                    b.pointer("/metadata/name").and_then(Value::as_str) == Some(c.backup.as_str())
+                })
+                .and_then(|b| {
+                    b.pointer("/metadata/labels")?
+                        .get(BACKUP_PLAN_UID_LABEL)?
+                        .as_str()
+                })
+                .map(str::to_owned),
+            cut_at: c.cut_at,
+        })
+        .collect()
+}
+
+/// Reads a plan's uid when its spec asks for the release at the CSI snapshot.
+pub fn snapshot_release_uid(plan: &Value) -> Option<String> {
+    let asks = plan
+        .pointer("/spec/backup/releaseNetworkVolumesAt")
+        .and_then(Value::as_str)
+        == Some("Snapshot");
+    asks.then(|| plan.pointer("/metadata/uid")?.as_str().map(str::to_owned))
+        .flatten()
 }
 
 /// The tag the product puts on its emergency snapshots, restated here: the oracle does not import the
@@ -272,12 +338,23 @@ pub const PLAN_UID_TAG: &str = "snapdrain.io/plan-uid";
 
 impl EbsEvidence {
     /// True when EC2 holds a snapshot of `claim`'s EBS volume, tagged with one of the plans' uids,
-    /// started strictly before `at`, and not ended in `error`.
+    /// started strictly before `at`, and not ended in `error`; or when a CSI snapshot of it was cut
+    /// before `at` for a plan that asked to release network volumes at the snapshot.
     fn saves(&self, claim: &str, at: Timestamp) -> bool {
         let Some(volume) = self.claim_volumes.get(claim) else {
             return false;
         };
-        self.snapshots.iter().any(|s| {
+        // A release at the CSI snapshot: the claim's own EBS volume, cut for a Backup of a plan that asked
+        // for it, strictly before the eviction.
+        let cut = self.csi_cuts.iter().any(|c| {
+            c.claim == claim
+                && &c.volume_handle == volume
+                && c.plan_uid
+                    .as_ref()
+                    .is_some_and(|u| self.snapshot_release_uids.contains(u))
+                && c.cut_at < at
+        });
+        cut || self.snapshots.iter().any(|s| {
             &s.volume_id == volume
                 && s.tags
                     .get(PLAN_UID_TAG)
@@ -462,6 +539,7 @@ mod tests {
             ]),
             snapshots,
             plan_uids: BTreeSet::from(["uid-1".to_string()]),
+            ..EbsEvidence::default()
         };
         let evictions = [eviction("db/pg-0", "2025-01-01T00:00:02.000Z")];
         let ok = evidence(vec![snap("vol-a", "2025-01-01T00:00:01Z", "uid-1")]);
@@ -493,6 +571,107 @@ mod tests {
         );
         let verified = [record("db", &["scratch-1"], Some("2025-01-01T00:00:01Z"))];
         assert!(eviction_violations_with_snapshots(&mixed, &p, &verified, &both).is_empty());
+    }
+
+    /// A pod let go at a CSI snapshot is fine only when its plan asked for it, the cut is of the claim's
+    /// own volume and came before the eviction; a node-local claim still needs a verified backup.
+    #[test]
+    fn an_eviction_at_a_csi_snapshot_counts_only_when_the_plan_asked_and_the_cut_came_first() {
+        let p = protected(&[
+            ("db/pg-0", &["data-pg-0"]),
+            ("db/pg-1", &["data-pg-1", "scratch-1"]),
+        ]);
+        let cut = |claim: &str, volume: &str, uid: &str, at: &str| CsiCutEvidence {
+            claim: claim.into(),
+            volume_handle: volume.into(),
+            plan_uid: Some(uid.into()),
+            cut_at: at.parse().expect("test time"),
+        };
+        let evidence = |cuts: Vec<CsiCutEvidence>, asked: &[&str]| EbsEvidence {
+            claim_volumes: BTreeMap::from([
+                ("db/data-pg-0".to_string(), "vol-a".to_string()),
+                ("db/data-pg-1".to_string(), "vol-b".to_string()),
+            ]),
+            csi_cuts: cuts,
+            snapshot_release_uids: asked.iter().map(|u| u.to_string()).collect(),
+            ..EbsEvidence::default()
+        };
+        let evictions = [eviction("db/pg-0", "2025-01-01T00:00:02.000Z")];
+        let good = cut("db/data-pg-0", "vol-a", "uid-1", "2025-01-01T00:00:01Z");
+        let ok = evidence(vec![good.clone()], &["uid-1"]);
+        assert!(eviction_violations_with_snapshots(&evictions, &p, &[], &ok).is_empty());
+        for (why, bad) in [
+            ("the plan did not ask", evidence(vec![good.clone()], &[])),
+            (
+                "another plan's cut",
+                evidence(
+                    vec![cut(
+                        "db/data-pg-0",
+                        "vol-a",
+                        "uid-2",
+                        "2025-01-01T00:00:01Z",
+                    )],
+                    &["uid-1"],
+                ),
+            ),
+            (
+                "cut after the eviction",
+                evidence(
+                    vec![cut(
+                        "db/data-pg-0",
+                        "vol-a",
+                        "uid-1",
+                        "2025-01-01T00:00:03Z",
+                    )],
+                    &["uid-1"],
+                ),
+            ),
+            (
+                "another volume",
+                evidence(
+                    vec![cut(
+                        "db/data-pg-0",
+                        "vol-z",
+                        "uid-1",
+                        "2025-01-01T00:00:01Z",
+                    )],
+                    &["uid-1"],
+                ),
+            ),
+            (
+                "another claim",
+                evidence(
+                    vec![cut(
+                        "db/data-pg-1",
+                        "vol-b",
+                        "uid-1",
+                        "2025-01-01T00:00:01Z",
+                    )],
+                    &["uid-1"],
+                ),
+            ),
+        ] {
+            assert_eq!(
+                eviction_violations_with_snapshots(&evictions, &p, &[], &bad).len(),
+                1,
+                "{why}"
+            );
+        }
+        let mixed = [eviction("db/pg-1", "2025-01-01T00:00:02.000Z")];
+        let both = evidence(
+            vec![cut(
+                "db/data-pg-1",
+                "vol-b",
+                "uid-1",
+                "2025-01-01T00:00:01Z",
+            )],
+            &["uid-1"],
+        );
+        let v = eviction_violations_with_snapshots(&mixed, &p, &[], &both);
+        assert!(
+            matches!(&v[..], [Violation::NotCovered { pvcs, .. }] if pvcs == &["scratch-1".to_string()]),
+            "{v:?}"
+        );
     }
 
     #[test]

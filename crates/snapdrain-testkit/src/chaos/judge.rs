@@ -71,6 +71,8 @@ pub struct Evidence<'a> {
     pub pvs: &'a [Value],
     /// Every snapshot the simulated EC2 holds (its own state, [`safety::Ec2Snapshot::all_of`]).
     pub snapshots: &'a [safety::Ec2Snapshot],
+    /// Every CSI snapshot the simulated CSI driver cut ([`safety::csi_cuts_of`]).
+    pub csi_cuts: &'a [safety::CsiCutEvidence],
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -156,6 +158,12 @@ pub fn judge(e: &Evidence<'_>) -> Verdict {
             .iter()
             .filter_map(|p| str_at(p, "/metadata/uid"))
             .map(str::to_owned)
+            .collect(),
+        csi_cuts: e.csi_cuts.to_vec(),
+        snapshot_release_uids: e
+            .plans
+            .iter()
+            .filter_map(safety::snapshot_release_uid)
             .collect(),
     };
     for violation in safety::eviction_violations_with_snapshots(
@@ -630,6 +638,7 @@ mod tests {
             nodes,
             pvs: &[],
             snapshots: &[],
+            csi_cuts: &[],
         }
     }
 

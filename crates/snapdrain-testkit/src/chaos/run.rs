@@ -586,6 +586,7 @@ fn judge_now(h: &Harness, protected: &BTreeMap<String, BTreeSet<String>>) -> Ver
         nodes: &nodes,
         pvs: &pvs,
         snapshots: &snapshots,
+        csi_cuts: &crate::safety::csi_cuts_of(&h.cluster),
     })
 }
 

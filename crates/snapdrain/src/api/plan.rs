@@ -224,6 +224,25 @@ pub struct BackupSpec {
     /// `Never`: Velero or nothing. Plans without a deadline are never affected.
     #[serde(default)]
     pub emergency_snapshots: EmergencySnapshots,
+
+    /// When a pod whose every volume is a network volume backed up by a CSI snapshot may go.
+    /// `Verified` (the default): once its backup is verified in the bucket, as for every other pod.
+    /// `Snapshot`: once Velero's CSI snapshot of each of its volumes is cut (the VolumeSnapshotContent has
+    /// its snapshot handle), crash-consistent at that instant; the plan still completes only once the
+    /// backup is verified. Node-local volumes always wait for the verified copy. A plan may ask for
+    /// `Snapshot` only when the DisruptionPolicy's `planSettings.allowReleaseAtSnapshot` allows it.
+    #[serde(default)]
+    pub release_network_volumes_at: ReleasePoint,
+}
+
+/// The point at which a protected pod's volumes count as saved, so the pod may go.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ReleasePoint {
+    /// The backup is verified in the bucket.
+    #[default]
+    Verified,
+    /// The volume's CSI snapshot is cut (network volumes only; others wait for `Verified`).
+    Snapshot,
 }
 
 /// When a plan with a deadline takes EC2 snapshots of its EBS volumes instead of waiting for Velero.
@@ -259,6 +278,7 @@ impl Default for BackupSpec {
             timeout: None,
             max_attempts: default_max_attempts(),
             emergency_snapshots: EmergencySnapshots::default(),
+            release_network_volumes_at: ReleasePoint::default(),
         }
     }
 }

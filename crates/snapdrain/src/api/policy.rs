@@ -119,6 +119,10 @@ pub struct PlanSettingsPolicy {
     /// not flush).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_zero_grace_period: bool,
+    /// Allow `spec.backup.releaseNetworkVolumesAt: Snapshot`: pods on network volumes go at their CSI
+    /// snapshot, crash-consistent, before the copy in the bucket is verified.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_release_at_snapshot: bool,
 }
 
 fn default_max_nodes_per_plan() -> u32 {

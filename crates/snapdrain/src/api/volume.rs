@@ -46,4 +46,31 @@ pub struct VolumeRecord {
     /// The VolumeSnapshotClass Velero would use, for the CSI methods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_class: Option<String>,
+    /// When this volume's pod may go as far as this volume is concerned: `Snapshot` only for a network
+    /// volume backed up by a CSI method under `releaseNetworkVolumesAt: Snapshot`.
+    #[serde(default, skip_serializing_if = "is_verified")]
+    pub release_at: crate::api::plan::ReleasePoint,
+    /// Velero's CSI snapshot of the volume for this backup attempt, once seen cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<CsiSnapshot>,
+}
+
+fn is_verified(p: &crate::api::plan::ReleasePoint) -> bool {
+    *p == crate::api::plan::ReleasePoint::Verified
+}
+
+/// A CSI snapshot Velero cut of a volume: the VolumeSnapshot (in the claim's namespace) and its bound
+/// VolumeSnapshotContent with the storage system's snapshot handle (an EBS `snap-...` id).
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct CsiSnapshot {
+    pub volume_snapshot: String,
+    pub content: String,
+    pub handle: String,
+    /// The content's `status.creationTime`: the data's point in time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// The content's `status.readyToUse` as last seen (EBS: EC2 reports the snapshot `completed`).
+    #[serde(default)]
+    pub ready: bool,
 }

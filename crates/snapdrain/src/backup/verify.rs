@@ -604,6 +604,8 @@ mod tests {
             reason: String::new(),
             method,
             snapshot_class: None,
+            release_at: crate::api::plan::ReleasePoint::Verified,
+            snapshot: None,
         };
         let planned = [
             rec("a", VolumeMethod::CsiDataMover),

@@ -710,6 +710,8 @@ mod tests {
                 reason: String::new(),
                 method,
                 snapshot_class: None,
+                release_at: crate::api::plan::ReleasePoint::Verified,
+                snapshot: None,
             },
             auto_method: method,
         };
@@ -776,6 +778,8 @@ mod tests {
                 reason: String::new(),
                 method: VolumeMethod::FileSystem,
                 snapshot_class: None,
+                release_at: crate::api::plan::ReleasePoint::Verified,
+                snapshot: None,
             },
             auto_method: VolumeMethod::FileSystem,
         }];

@@ -510,6 +510,8 @@ mod tests {
             reason: String::new(),
             method: crate::api::volume::VolumeMethod::FileSystem,
             snapshot_class: None,
+            release_at: crate::api::plan::ReleasePoint::Verified,
+            snapshot: None,
         }
     }
 

@@ -149,6 +149,8 @@ mod tests {
             reason: String::new(),
             method: VolumeMethod::CsiDataMover,
             snapshot_class: None,
+            release_at: crate::api::plan::ReleasePoint::Verified,
+            snapshot: None,
         }
     }
 

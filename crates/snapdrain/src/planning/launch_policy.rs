@@ -74,8 +74,8 @@ pub fn check_plan(
     out
 }
 
-/// The plan settings `policy` does not allow: `backup.policy: skip`, `drain.force` and
-/// `drain.gracePeriodSeconds: 0`. Judged regardless of what runs on the nodes: the pods can change
+/// The plan settings `policy` does not allow: `backup.policy: skip`, `backup.releaseNetworkVolumesAt:
+/// Snapshot`, `drain.force` and `drain.gracePeriodSeconds: 0`. Judged regardless of what runs on the nodes: the pods can change
 /// between the check and the drain, and the preview judges a plan without looking at them. These
 /// fields stay editable (a drain waiting on a bare pod is unblocked by setting `force`), so the
 /// controller judges them on every pass of a running plan, not only while it is Pending.
@@ -86,6 +86,17 @@ pub fn check_settings(spec: &DisruptionPlanSpec, policy: &PlanSettingsPolicy) ->
             "spec.backup.policy",
             format!(
                 "skip lets protected pods go with no backup; the {} does not allow it: use required (or best-effort), or set the policy's spec.planSettings.allowBackupSkip",
+                policy_name()
+            ),
+        ));
+    }
+    if spec.backup.release_network_volumes_at == crate::api::plan::ReleasePoint::Snapshot
+        && !policy.allow_release_at_snapshot
+    {
+        out.push(problem(
+            "spec.backup.releaseNetworkVolumesAt",
+            format!(
+                "Snapshot lets pods on network volumes go at their CSI snapshot, crash-consistent, before the copy in the bucket is verified; the {} does not allow it: use Verified, or set the policy's spec.planSettings.allowReleaseAtSnapshot",
                 policy_name()
             ),
         ));
@@ -657,9 +668,9 @@ mod tests {
     }
 
     #[test]
-    fn skip_force_and_a_zero_grace_period_need_the_policys_switch() {
+    fn skip_snapshot_release_force_and_a_zero_grace_period_need_the_policys_switch() {
         let plan: DisruptionPlanSpec = serde_json::from_value(serde_json::json!({
-            "nodes": ["n1"], "backup": {"policy": "skip"},
+            "nodes": ["n1"], "backup": {"policy": "skip", "releaseNetworkVolumesAt": "Snapshot"},
             "drain": {"force": true, "gracePeriodSeconds": 0}
         }))
         .expect("a plan");
@@ -668,12 +679,14 @@ mod tests {
             fields(&problems),
             [
                 "spec.backup.policy",
+                "spec.backup.releaseNetworkVolumesAt",
                 "spec.drain.force",
                 "spec.drain.gracePeriodSeconds"
             ]
         );
         for (p, switch) in problems.iter().zip([
             "spec.planSettings.allowBackupSkip",
+            "spec.planSettings.allowReleaseAtSnapshot",
             "spec.planSettings.allowForce",
             "spec.planSettings.allowZeroGracePeriod",
         ]) {
@@ -682,12 +695,13 @@ mod tests {
         // check_plan judges them too, whatever the mode.
         assert_eq!(
             check_plan(&plan, &DisruptionPolicySpec::defaults(), 1).len(),
-            3
+            4
         );
         let allowed = PlanSettingsPolicy {
             allow_backup_skip: true,
             allow_force: true,
             allow_zero_grace_period: true,
+            allow_release_at_snapshot: true,
         };
         assert_eq!(check_settings(&plan, &allowed), []);
         let safe: DisruptionPlanSpec = serde_json::from_value(serde_json::json!({

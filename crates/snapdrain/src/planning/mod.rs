@@ -24,6 +24,7 @@
 
 pub mod architecture;
 pub mod backups;
+pub mod csi_release;
 pub mod drain;
 pub mod ebs_snapshots;
 pub mod ebs_volumes;

@@ -14,6 +14,7 @@ use kube::core::{Selector, SelectorExt};
 use super::backups::{
     BackupNeed, Clock, PlannedVolume, ReusableBackup, find_reusable, scope_selectors,
 };
+use super::csi_release::release_point;
 use super::evictions::{PlannedEviction, eviction_tier};
 use super::inventory::{
     DO_NOT_DISRUPT_ANNOTATION, PdbIndex, do_not_disrupt_active, has_empty_dir, is_daemonset_pod,
@@ -358,7 +359,7 @@ pub fn plan_node(
                 .iter()
                 .map(|claim| volumes.plan(ns, claim, &spec.backup))
                 .collect();
-            settle_planned(spec.backup.method, &mut need.volumes);
+            settle_planned(&spec.backup, &mut need.volumes);
             need
         })
         .collect();
@@ -420,15 +421,19 @@ fn fsb_refusals(
     out
 }
 
-/// Under `Auto`, makes a namespace's volume methods expressible in one Backup ([`settle_methods`]).
-pub fn settle_planned(method: crate::api::plan::BackupMethod, volumes: &mut [PlannedVolume]) {
-    if method != crate::api::plan::BackupMethod::Auto {
-        return;
+/// Under `Auto`, makes a namespace's volume methods expressible in one Backup ([`settle_methods`]); then
+/// sets each volume's release point ([`release_point`]).
+pub fn settle_planned(backup: &crate::api::plan::BackupSpec, volumes: &mut [PlannedVolume]) {
+    if backup.method == crate::api::plan::BackupMethod::Auto {
+        let mut records: Vec<_> = volumes.iter().map(|v| v.record.clone()).collect();
+        settle_methods(&mut records);
+        for (v, r) in volumes.iter_mut().zip(records) {
+            v.record = r;
+        }
     }
-    let mut records: Vec<_> = volumes.iter().map(|v| v.record.clone()).collect();
-    settle_methods(&mut records);
-    for (v, r) in volumes.iter_mut().zip(records) {
-        v.record = r;
+    // After settling: a volume turned to a file-system backup waits for the verified copy.
+    for v in volumes.iter_mut() {
+        v.record.release_at = release_point(backup.release_network_volumes_at, &v.record);
     }
 }
 
@@ -483,6 +488,8 @@ impl<'a> Volumes<'a> {
                 reason: classified.reason,
                 method,
                 snapshot_class,
+                release_at: crate::api::plan::ReleasePoint::Verified,
+                snapshot: None,
             },
             auto_method,
         }

@@ -35,6 +35,9 @@ const NODE_GROWTH: usize = 12 * 1024;
 const EMERGENCY_GROWTH: usize = 16 * 1024;
 /// What a backup attempt's record can gain after planning: phase, times, verified objects, messages.
 const BACKUP_GROWTH: usize = 4 * 1024;
+/// What one volume's record can gain once its CSI snapshot is cut (a release at the snapshot): the
+/// snapshot's and content's names (at most 253 bytes each), the handle, the time and the flags.
+const CSI_SNAPSHOT_GROWTH: usize = 768;
 /// What the status as a whole can gain: conditions, message, timings, summary, release records.
 const FIXED_GROWTH: usize = 40 * 1024;
 
@@ -141,7 +144,7 @@ pub fn worst_case_bytes(decided: &DisruptionPlanStatus, max_attempts: u32) -> us
     let backups: usize = decided
         .backups
         .iter()
-        .map(|b| attempts * (json_len(b) + BACKUP_GROWTH))
+        .map(|b| attempts * (json_len(b) + BACKUP_GROWTH + b.volumes.len() * CSI_SNAPSHOT_GROWTH))
         .sum();
     json_len(&base) + nodes + backups + FIXED_GROWTH
 }
@@ -171,10 +174,12 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::plan::ReleasePoint;
     use crate::api::status::{
         BackupRecord, InstanceRecord, NodeJoinRecord, NodeProgress, ReplacementProgress,
         VerifiedObject,
     };
+    use crate::api::volume::{CsiSnapshot, VolumeClass, VolumeMethod, VolumeRecord};
     use crate::api::{DisruptionPlan, DisruptionPlanSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime};
 
@@ -198,6 +203,19 @@ mod tests {
                     stateful_sets: vec!["postgres".into()],
                     pvcs: (0..3).map(|p| format!("data-postgres-{p}")).collect(),
                     pods: (0..3).map(|p| format!("postgres-{p}")).collect(),
+                    volumes: (0..3)
+                        .map(|p| VolumeRecord {
+                            pvc: format!("data-postgres-{p}"),
+                            pv: Some(format!("pvc-{UID}")),
+                            class: VolumeClass::Network,
+                            source: Some("ebs.csi.aws.com".into()),
+                            reason: "an EBS volume".into(),
+                            method: VolumeMethod::CsiDataMover,
+                            snapshot_class: Some("ebs-csi".into()),
+                            release_at: ReleasePoint::Snapshot,
+                            snapshot: None,
+                        })
+                        .collect(),
                     attempt: 1,
                     ..BackupRecord::default()
                 })
@@ -265,8 +283,20 @@ mod tests {
         let mut backups = Vec::new();
         for b in &s.backups {
             for attempt in 1..=attempts {
+                let mut volumes = b.volumes.clone();
+                for v in &mut volumes {
+                    // Object names are DNS subdomains: at most 253 characters.
+                    v.snapshot = Some(CsiSnapshot {
+                        volume_snapshot: "v".repeat(253),
+                        content: "c".repeat(253),
+                        handle: "snap-0123456789abcdef0".into(),
+                        cut_at: Some(far.clone()),
+                        ready: true,
+                    });
+                }
                 backups.push(BackupRecord {
                     attempt,
+                    volumes,
                     uid: Some(UID.into()),
                     storage_location: Some("default".into()),
                     phase: Some("PartiallyFailed".into()),

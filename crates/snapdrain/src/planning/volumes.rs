@@ -528,6 +528,8 @@ mod tests {
             reason: String::new(),
             method,
             snapshot_class: (method != VolumeMethod::FileSystem).then(|| "c".to_owned()),
+            release_at: crate::api::plan::ReleasePoint::Verified,
+            snapshot: None,
         }
     }
 

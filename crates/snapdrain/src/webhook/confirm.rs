@@ -16,12 +16,43 @@ use crate::planning::backups::{NAMESPACE_LABEL, PLAN_UID_LABEL, plan_of_backup};
 /// `BackupPhaseCompleted`).
 const COMPLETED: &str = "Completed";
 
+/// The phases of a Backup whose CSI snapshots are cut and which has not failed: Velero moves past a
+/// claim's PVC action only once its snapshot has a handle, and goes on to `WaitingForPluginOperations`
+/// while the data mover uploads (velero `pkg/apis/velero/v1/backup_types.go`). The `PartiallyFailed`
+/// variants are left out: an item of the backup failed, perhaps the claim's own snapshot.
+const CUT_PHASES: &[&str] = &[
+    "InProgress",
+    "WaitingForPluginOperations",
+    "Finalizing",
+    COMPLETED,
+];
+
 /// Ok when `backup` (None: not in the cache) confirms `record` of `plan`; otherwise why not, for the
 /// message of the 429.
 pub fn backup_confirms(
     plan: &DisruptionPlan,
     record: &BackupRecord,
     backup: Option<&Backup>,
+) -> Result<(), String> {
+    confirms_in(plan, record, backup, &[COMPLETED])
+}
+
+/// Ok when `backup` confirms the CSI snapshot cuts `record` of `plan` lists (a release at the snapshot:
+/// `planning::csi_release`): the plan's own Backup of the namespace, in a phase past the cuts that has not
+/// failed ([`CUT_PHASES`]).
+pub fn snapshot_confirms(
+    plan: &DisruptionPlan,
+    record: &BackupRecord,
+    backup: Option<&Backup>,
+) -> Result<(), String> {
+    confirms_in(plan, record, backup, CUT_PHASES)
+}
+
+fn confirms_in(
+    plan: &DisruptionPlan,
+    record: &BackupRecord,
+    backup: Option<&Backup>,
+    phases: &[&str],
 ) -> Result<(), String> {
     let velero = &plan.spec.backup.velero_namespace;
     let shown = format!("Backup {velero}/{}", record.name);
@@ -41,8 +72,8 @@ pub fn backup_confirms(
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .unwrap_or("New");
-    if phase != COMPLETED {
-        return Err(format!("{shown} is {phase}, not {COMPLETED}"));
+    if !phases.contains(&phase) {
+        return Err(format!("{shown} is {phase}, not {}", phases.join(" or ")));
     }
     let labels = backup.labels();
     match plan_of_backup(backup) {
@@ -122,6 +153,37 @@ mod tests {
     fn the_plans_own_completed_backup_of_the_namespace_confirms_it() {
         let b = backup("Completed", "drain-n1", "p-uid", &["shop"]);
         assert_eq!(backup_confirms(&plan(), &record(false), Some(&b)), Ok(()));
+    }
+
+    #[test]
+    fn a_snapshot_release_is_confirmed_by_the_plans_backup_past_the_cut_and_not_failed() {
+        let p = plan();
+        let r = record(false);
+        for phase in [
+            "InProgress",
+            "WaitingForPluginOperations",
+            "Finalizing",
+            "Completed",
+        ] {
+            let b = backup(phase, "drain-n1", "p-uid", &["shop"]);
+            assert_eq!(snapshot_confirms(&p, &r, Some(&b)), Ok(()), "{phase}");
+        }
+        for phase in [
+            "New",
+            "Queued",
+            "Failed",
+            "PartiallyFailed",
+            "WaitingForPluginOperationsPartiallyFailed",
+        ] {
+            let b = backup(phase, "drain-n1", "p-uid", &["shop"]);
+            let why = snapshot_confirms(&p, &r, Some(&b)).expect_err(phase);
+            assert!(
+                why.contains(&format!("is {phase}, not InProgress or")),
+                "{why}"
+            );
+        }
+        let foreign = backup("InProgress", "other", "o-uid", &["shop"]);
+        assert!(snapshot_confirms(&p, &r, Some(&foreign)).is_err());
     }
 
     #[test]

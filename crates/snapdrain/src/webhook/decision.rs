@@ -12,9 +12,10 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
-use crate::api::plan::BackupPolicy;
+use crate::api::plan::{BackupPolicy, ReleasePoint};
 use crate::api::status::{BackupRecord, PlanPhase};
 use crate::api::{DisruptionPlan, PlanMode};
+use crate::planning::csi_release::cut_claims;
 use crate::planning::inventory::pvc_claims;
 use crate::planning::velero_pods::DataPathOwner;
 
@@ -280,7 +281,10 @@ pub fn decide<P: Borrow<DisruptionPlan>>(
                     }
                 })
             });
-        match by.or_else(|| snapshot_of(&all, &node, &namespace, claim)) {
+        let by = by
+            .or_else(|| snapshot_of(&all, &node, &namespace, claim))
+            .or_else(|| csi_cut_of(&all, &node, &namespace, claim, &confirm, &mut refuted));
+        match by {
             Some(p) => {
                 covering.insert(p.name_any());
             }
@@ -330,6 +334,49 @@ fn snapshot_of<'a>(
                         && set.saved_claims().any(|c| c == wanted)
                 })
             })
+    })
+}
+
+/// The running plan for `node` with `releaseNetworkVolumesAt: Snapshot` whose live attempt for
+/// `namespace` (the latest, not abandoned) records `claim`'s CSI snapshot as cut
+/// (`planning::csi_release`), confirmed by Velero's Backup being past the cut and not failed
+/// (`webhook::confirm::snapshot_confirms`). Only network volumes are ever recorded so.
+fn csi_cut_of<'a>(
+    plans: &[&'a DisruptionPlan],
+    node: &str,
+    namespace: &str,
+    claim: &str,
+    confirm: &impl Fn(&DisruptionPlan, &BackupRecord) -> Result<(), String>,
+    refuted: &mut Vec<(String, String)>,
+) -> Option<&'a DisruptionPlan> {
+    plans.iter().copied().find(|p| {
+        if !(running(p)
+            && p.spec.backup.release_network_volumes_at == ReleasePoint::Snapshot
+            && plan_covers_node(p, node))
+        {
+            return false;
+        }
+        let all = backups(p);
+        let latest = all
+            .iter()
+            .filter(|b| b.namespace == namespace)
+            .max_by_key(|b| b.attempt);
+        let Some(record) = latest.filter(|b| b.abandoned.is_none() && !b.verified) else {
+            return false;
+        };
+        if !cut_claims(record).any(|c| c == claim) {
+            return false;
+        }
+        match confirm(p, record) {
+            Ok(()) => true,
+            Err(why) => {
+                let entry = (p.name_any(), why);
+                if !refuted.contains(&entry) {
+                    refuted.push(entry);
+                }
+                false
+            }
+        }
     })
 }
 
@@ -590,6 +637,76 @@ mod tests {
     /// Every record is backed by Velero's Backup.
     fn confirmed(_: &DisruptionPlan, _: &BackupRecord) -> Result<(), String> {
         Ok(())
+    }
+
+    /// A BackingUp plan with `releaseNetworkVolumesAt: Snapshot` whose attempt records `cut` as cut.
+    fn cut_plan(release: &str, cut: &[&str], volumes: &[(&str, &str)]) -> DisruptionPlan {
+        let volumes: Vec<_> = volumes
+            .iter()
+            .map(|(pvc, at)| {
+                let mut v = json!({"pvc": pvc, "class": "Network", "reason": "", "method": "CsiDataMover",
+                                   "releaseAt": at});
+                if cut.contains(pvc) {
+                    v["snapshot"] = json!({"volumeSnapshot": format!("velero-{pvc}-x"),
+                        "content": format!("snapcontent-{pvc}"), "handle": "snap-1", "ready": false});
+                }
+                v
+            })
+            .collect();
+        let mut p = plan(
+            "p1",
+            "BackingUp",
+            json!([{"name": "b1", "namespace": "db", "uid": "u1", "pvcs": ["data", "wal"], "pods": ["pg-0"],
+                    "attempt": 1, "volumes": volumes}]),
+        );
+        p.spec.backup.release_network_volumes_at =
+            serde_json::from_value(json!(release)).expect("a release point");
+        p
+    }
+
+    #[test]
+    fn a_pod_whose_every_claim_is_cut_goes_at_the_snapshot_only_when_the_plan_asks_for_it() {
+        let pod = pod(Some("n1"), &["data", "wal"]);
+        let both = [("data", "Snapshot"), ("wal", "Snapshot")];
+        let allowed = |p: &DisruptionPlan| {
+            matches!(
+                decide(&pod, protects, std::slice::from_ref(p), confirmed, now()),
+                Decision::Allow(Allowed::Covered { .. })
+            )
+        };
+        assert!(allowed(&cut_plan("Snapshot", &["data", "wal"], &both)));
+        assert!(
+            !allowed(&cut_plan("Snapshot", &["data"], &both)),
+            "wal is not cut yet"
+        );
+        assert!(
+            !allowed(&cut_plan("Verified", &["data", "wal"], &both)),
+            "the plan did not ask"
+        );
+        let mut other_node = cut_plan("Snapshot", &["data", "wal"], &both);
+        other_node.spec.nodes = vec!["n2".into()];
+        assert!(!allowed(&other_node), "another node's plan");
+        let mut retried = cut_plan("Snapshot", &["data", "wal"], &both);
+        let status = retried.status.as_mut().expect("a status");
+        let mut next = status.backups[0].clone();
+        next.attempt = 2;
+        next.name = "b2".into();
+        next.volumes.iter_mut().for_each(|v| v.snapshot = None);
+        status.backups.push(next);
+        assert!(!allowed(&retried), "only the live attempt's cuts count");
+        // Velero's Backup must confirm the cut.
+        let refuse = |_: &DisruptionPlan, b: &BackupRecord| -> Result<(), String> {
+            Err(format!(
+                "Backup velero/{} is Failed, not InProgress",
+                b.name
+            ))
+        };
+        let p = cut_plan("Snapshot", &["data", "wal"], &both);
+        let Decision::Deny(held) = decide(&pod, protects, std::slice::from_ref(&p), refuse, now())
+        else {
+            panic!("an unconfirmed cut must not allow");
+        };
+        assert_eq!(held.refuted.len(), 1, "{:?}", held.refuted);
     }
 
     #[test]

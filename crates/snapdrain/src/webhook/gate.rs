@@ -270,7 +270,12 @@ impl Gate {
             .sources
             .backups
             .get(&plan.spec.backup.velero_namespace, &record.name);
-        super::confirm::backup_confirms(plan, record, backup.as_deref())
+        // The decision asks about a record not yet verified only for a release at its CSI snapshots.
+        if record.verified {
+            super::confirm::backup_confirms(plan, record, backup.as_deref())
+        } else {
+            super::confirm::snapshot_confirms(plan, record, backup.as_deref())
+        }
     }
 
     /// Whether an unseen pod is still within [`UNSEEN_WINDOW`] of its first refusal (counting this one).

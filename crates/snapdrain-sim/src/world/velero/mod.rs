@@ -136,8 +136,24 @@ pub enum VeleroFault {
     SnapshotsNeverReady,
 }
 
+/// A CSI snapshot the simulated EBS CSI driver cut for a Velero Backup: the world's own record, for
+/// oracles that must not read a plan's status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CsiCut {
+    pub backup: String,
+    pub namespace: String,
+    pub pvc: String,
+    /// The PV's `spec.csi.volumeHandle` (the EBS volume id).
+    pub volume_handle: String,
+    /// The EBS snapshot id in the content's `status.snapshotHandle`.
+    pub snapshot_handle: String,
+    /// When the content got its handle: the data's point in time.
+    pub cut_at: jiff::Timestamp,
+}
+
 struct Shared {
     faults: Mutex<Vec<VeleroFault>>,
+    cuts: Mutex<Vec<CsiCut>>,
     restarts: Mutex<Option<tokio::sync::watch::Sender<u64>>>,
     /// Bumped on every fault change, so held backups notice a release.
     fault_changes: tokio::sync::watch::Sender<u64>,
@@ -147,6 +163,7 @@ impl Default for Shared {
     fn default() -> Self {
         Self {
             faults: Mutex::default(),
+            cuts: Mutex::default(),
             restarts: Mutex::default(),
             fault_changes: tokio::sync::watch::channel(0).0,
         }
@@ -195,6 +212,28 @@ impl VeleroHandle {
         if let Some(tx) = guard.as_ref() {
             tx.send_modify(|n| *n += 1);
         }
+    }
+
+    /// Every CSI snapshot cut so far, oldest first.
+    pub fn csi_cuts(&self) -> Vec<CsiCut> {
+        self.cuts().clone()
+    }
+
+    fn record_cuts(&self, backup: &str, work: &[csi::CsiWork], cut_at: jiff::Timestamp) {
+        let cut = work.iter().filter(|w| w.error.is_none()).map(|w| CsiCut {
+            backup: backup.to_owned(),
+            namespace: w.pod_ns.clone(),
+            pvc: w.pvc.clone(),
+            volume_handle: w.volume_handle.clone(),
+            snapshot_handle: w.snapshot_handle.clone(),
+            cut_at,
+        });
+        self.cuts().extend(cut);
+    }
+
+    fn cuts(&self) -> std::sync::MutexGuard<'_, Vec<CsiCut>> {
+        // Plain data; a panic elsewhere cannot leave it inconsistent.
+        self.shared.cuts.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn faults(&self) -> std::sync::MutexGuard<'_, Vec<VeleroFault>> {

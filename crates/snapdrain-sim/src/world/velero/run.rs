@@ -420,6 +420,9 @@ async fn execute_inner(
     let move_data = covered.move_data;
     if !snapshots.is_empty() {
         csi::take_snapshots(ctx, name, &uid, &mut snapshots);
+        // Timed once every content exists: never earlier than a content's creationTime, so an oracle
+        // comparing it with an eviction errs against the product, never for it.
+        handle.record_cuts(name, &snapshots, jiff::Timestamp::now());
         write_backup(ctx, ns, name, |v| {
             v["status"]["phase"] = json!("WaitingForPluginOperations");
             v["status"]["csiVolumeSnapshotsAttempted"] = json!(snapshots.len());

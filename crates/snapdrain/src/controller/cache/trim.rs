@@ -87,7 +87,13 @@ pub fn plan_for_gate(p: &mut crate::api::DisruptionPlan) {
         s.summary = None;
         for b in &mut s.backups {
             b.verified_objects.clear();
-            b.volumes.clear();
+            // The gate reads only the CSI snapshot cuts (a release at the snapshot), not the rest.
+            b.volumes.retain(|v| v.snapshot.is_some());
+            for v in &mut b.volumes {
+                v.reason.clear();
+                v.source = None;
+                v.snapshot_class = None;
+            }
             b.message = None;
             b.verification_error = None;
         }

@@ -52,7 +52,9 @@ pub fn latest_records(records: &[BackupRecord]) -> Vec<&BackupRecord> {
 }
 
 /// Takes and follows the emergency EBS snapshots a deadline may call for, advances every namespace's
-/// latest attempt that still needs Velero, then deletes abandoned attempts once that intent is written.
+/// latest attempt that still needs Velero, records its CSI snapshots' cuts and releases the pods they
+/// save (`releaseNetworkVolumesAt: Snapshot`), then deletes abandoned attempts once that intent is
+/// written.
 pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerError> {
     let mut out = v.outcome();
     let mut wait = None;
@@ -72,6 +74,9 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
         if let Some(w) = advance(v, io, &ns, &mut out).await? {
             min_wait(&mut wait, w);
         }
+    }
+    if let Some(w) = super::csi_release::advance(v, io, &mut out).await? {
+        min_wait(&mut wait, w);
     }
     // Intent before act: the decision to abandon is written before the deletion is asked for, so a
     // lost write cannot make the next pass mistake Velero's deletion for an outside one.

@@ -562,7 +562,12 @@ fn pods_saved_by_snapshots(
     out
 }
 
-fn set_condition(out: &mut Outcome, message: &str, now: jiff::Timestamp, generation: Option<i64>) {
+pub(super) fn set_condition(
+    out: &mut Outcome,
+    message: &str,
+    now: jiff::Timestamp,
+    generation: Option<i64>,
+) {
     let new = Condition {
         type_: condition::RELEASED_AT_SNAPSHOT.into(),
         status: "True".into(),

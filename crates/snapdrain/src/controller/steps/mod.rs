@@ -6,6 +6,7 @@
 pub mod architecture;
 pub mod backups;
 pub mod cordon;
+pub mod csi_release;
 pub mod drain;
 pub mod emergency;
 pub mod instance;

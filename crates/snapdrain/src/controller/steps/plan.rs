@@ -156,7 +156,7 @@ async fn look(
             merge_need(&mut seen.needs, need);
         }
         for need in seen.needs.values_mut() {
-            crate::planning::node::settle_planned(v.plan.spec.backup.method, &mut need.volumes);
+            crate::planning::node::settle_planned(&v.plan.spec.backup, &mut need.volumes);
         }
         seen.nodes.push(NodeProgress {
             name: inv.node.name_any(),
