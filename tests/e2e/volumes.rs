@@ -394,6 +394,22 @@ async fn network_volumes_go_at_their_csi_snapshot_and_a_local_volume_waits_for_t
         .map(|(p, _)| p.clone())
         .collect();
     assert!(!ebs_only.is_empty(), "{protected:?}");
+    // `snapdrain plan` says where each volume's pod may go.
+    let spec: snapdrain::api::DisruptionPlanSpec = serde_json::from_value(
+        json!({"nodes": [node], "mode": "Release", "backup": {"releaseNetworkVolumesAt": "Snapshot"}}),
+    )
+    .expect("spec");
+    let text = snapdrain::controller::preview::describe(&h.client, &node, &spec)
+        .await
+        .expect("preview");
+    let line = |pvc: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("PVC {pvc} ")))
+            .unwrap_or_else(|| panic!("no line for {pvc}:\n{text}"))
+            .to_owned()
+    };
+    assert!(line("data-ledger-0").contains("may go at the CSI snapshot"), "{text}");
+    assert!(line("scratch-ledger-0").contains("goes once the backup is verified"), "{text}");
     h.create_plan(
         "at-the-cut",
         json!({"nodes": [node], "mode": "Release",

@@ -195,5 +195,9 @@ fn volume_line(v: &crate::planning::backups::PlannedVolume) -> String {
             v.auto_method
         ));
     }
+    line.push_str(match r.release_at {
+        crate::api::plan::ReleasePoint::Snapshot => "; its pod may go at the CSI snapshot",
+        crate::api::plan::ReleasePoint::Verified => "; its pod goes once the backup is verified",
+    });
     line
 }
