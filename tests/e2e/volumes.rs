@@ -4,8 +4,7 @@
 //! `kubernetes.io/hostname` affinity). `snapdrain plan NODE` and the plan's status say which is which and
 //! how each is backed up; the plan completes with both verified and the safety oracle holds.
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use serde_json::{Value, json};
 use snapdrain::api::status::PlanPhase;
 use snapdrain::api::volume::{VolumeClass, VolumeMethod};
@@ -13,86 +12,24 @@ use snapdrain_testkit::harness::{Harness, TIMEOUT, assert_no_eviction_before_ver
 
 const NS: &str = "shop";
 
-/// A local PV on `node` (the shape sig-storage-local-static-provisioner gives its PVs), a claim bound to it,
-/// and a one-replica StatefulSet `ledger` mounting it as `scratch` beside an EBS claim `data`.
+/// A local PV on `node`, a claim bound to it, and a one-replica StatefulSet `ledger` mounting it as
+/// `scratch` beside an EBS claim `data` (`snapdrain_testkit::volumes::local_workload`).
 async fn ledger_on(h: &Harness, node: &str) {
     ledger_with_local_size(h, node, "10Gi").await;
 }
 
 /// [`ledger_on`] with a local volume of `size` (a Kubernetes quantity) in namespace `shop`.
 pub(crate) async fn ledger_with_local_size(h: &Harness, node: &str, size: &str) {
-    let pv_name = format!("local-pv-{}", &node[node.len().saturating_sub(8)..]);
-    let pv: PersistentVolume = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": pv_name},
-        "spec": {
-            "capacity": {"storage": size},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Delete",
-            "storageClassName": "local-nvme",
-            "volumeMode": "Filesystem",
-            "local": {"path": "/mnt/disks/nvme1n1"},
-            "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": NS, "name": "scratch-ledger-0"},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
-        },
-    }))
-    .expect("a local PV");
-    Api::<PersistentVolume>::all(h.client.clone())
-        .create(&PostParams::default(), &pv)
-        .await
-        .expect("create the local PV");
-    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "scratch-ledger-0", "namespace": NS, "labels": {"app": "ledger"}},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-nvme", "volumeName": pv_name,
-                 "resources": {"requests": {"storage": size}}},
-    }))
-    .expect("a claim");
-    Api::<PersistentVolumeClaim>::namespaced(h.client.clone(), NS)
-        .create(&PostParams::default(), &claim)
-        .await
-        .expect("create the claim of the local PV");
-    let template = |name: &str, class: &str| {
-        json!({"metadata": {"name": name, "labels": {"app": "ledger"}},
-               "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
-                        "resources": {"requests": {"storage": "10Gi"}}}})
+    let ledger = snapdrain_testkit::volumes::LocalWorkload {
+        namespace: NS,
+        name: "ledger",
+        node,
+        local_size: size,
+        ebs_size: Some("10Gi"),
     };
-    let sts: Value = json!({
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": "ledger", "namespace": NS},
-        "spec": {
-            "replicas": 1,
-            "serviceName": "ledger",
-            "selector": {"matchLabels": {"app": "ledger"}},
-            "template": {
-                "metadata": {"labels": {"app": "ledger"}},
-                "spec": {"containers": [{"name": "ledger", "image": "ledger:1",
-                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}, {"name": "scratch", "mountPath": "/scratch"}]}]},
-            },
-            "volumeClaimTemplates": [template("data", "gp3"), template("scratch", "local-nvme")],
-        },
-    });
-    let api: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(h.client.clone(), NS);
-    api.create(
-        &PostParams::default(),
-        &serde_json::from_value(sts).expect("a StatefulSet"),
-    )
-    .await
-    .expect("create the ledger StatefulSet");
-    h.wait_all(
-        Api::<Pod>::namespaced(h.client.clone(), NS),
-        "ledger-0 running on its local volume's node",
-        |pods| {
-            pods.iter().any(|p| {
-                p.metadata.name.as_deref() == Some("ledger-0")
-                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
-                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-            })
-        },
-    )
-    .await;
+    snapdrain_testkit::volumes::local_workload(&h.client, &ledger, TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("the ledger workload: {e}"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -161,23 +98,8 @@ async fn a_node_with_an_ebs_and_a_local_volume_shows_each_class_and_backs_both_u
     controller.shutdown().await;
 }
 
-/// The EBS CSI driver's VolumeSnapshotClass, labelled for Velero (velero `pkg/util/csi/volume_snapshot.go`
-/// picks the class of a driver by the `velero.io/csi-volumesnapshot-class` label).
 async fn ebs_snapshot_class(h: &Harness) {
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("snapshot.storage.k8s.io", "v1", "VolumeSnapshotClass"),
-        "volumesnapshotclasses",
-    );
-    let class: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshotClass",
-        "metadata": {"name": "ebs-csi", "labels": {"velero.io/csi-volumesnapshot-class": "true"}},
-        "driver": "ebs.csi.aws.com",
-        "deletionPolicy": "Delete",
-    }))
-    .expect("a VolumeSnapshotClass");
-    Api::<DynamicObject>::all_with(h.client.clone(), &ar)
-        .create(&PostParams::default(), &class)
+    snapdrain_testkit::volumes::ebs_snapshot_class(&h.client)
         .await
         .expect("create the VolumeSnapshotClass");
 }
@@ -408,8 +330,14 @@ async fn network_volumes_go_at_their_csi_snapshot_and_a_local_volume_waits_for_t
             .unwrap_or_else(|| panic!("no line for {pvc}:\n{text}"))
             .to_owned()
     };
-    assert!(line("data-ledger-0").contains("may go at the CSI snapshot"), "{text}");
-    assert!(line("scratch-ledger-0").contains("goes once the backup is verified"), "{text}");
+    assert!(
+        line("data-ledger-0").contains("may go at the CSI snapshot"),
+        "{text}"
+    );
+    assert!(
+        line("scratch-ledger-0").contains("goes once the backup is verified"),
+        "{text}"
+    );
     h.create_plan(
         "at-the-cut",
         json!({"nodes": [node], "mode": "Release",

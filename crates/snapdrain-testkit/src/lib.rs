@@ -11,6 +11,7 @@ pub mod harness;
 pub mod karpenter;
 pub mod kubectl;
 pub mod safety;
+pub mod volumes;
 pub mod webhook;
 
 use std::future::Future;
