@@ -69,7 +69,7 @@ fn node_load(b: &Bench, t: &Timings) -> anyhow::Result<(u64, usize, Duration)> {
 }
 
 /// Median of a few GETs of the node: one API round trip as the controller sees it.
-async fn round_trip(b: &Bench) -> anyhow::Result<Duration> {
+pub(super) async fn round_trip(b: &Bench) -> anyhow::Result<Duration> {
     let nodes: Api<Node> = Api::all(b.client.clone());
     let mut samples = Vec::new();
     for _ in 0..9 {

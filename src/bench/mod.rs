@@ -31,6 +31,7 @@ pub mod signals;
 pub mod sim;
 pub mod soak;
 pub mod stats;
+pub mod volumes;
 
 pub use report::{Figure, Report};
 
@@ -47,6 +48,7 @@ pub enum Only {
     Signals,
     /// Only when asked for: thousands of plans take minutes.
     Soak,
+    Volumes,
     All,
 }
 
@@ -133,6 +135,9 @@ pub async fn run(opts: &Options) -> Report {
         && let Err(e) = rollout::drift(&mut report).await
     {
         report.skipped("rollout", "drift rollout", format!("failed: {e:#}"));
+    }
+    if wants(Only::Volumes) {
+        volumes::run(&mut report).await;
     }
     if opts.only == Only::Chaos {
         chaos::run(&opts.seeds, opts.plans, &mut report).await;

@@ -155,8 +155,11 @@ impl Report {
 fn format_value(v: f64) -> String {
     if v >= 100.0 || v.fract() == 0.0 {
         format!("{v:.0}")
-    } else if v >= 1.0 {
+    } else if v >= 10.0 {
         format!("{v:.1}")
+    } else if v >= 1.0 {
+        // Two decimals, so a ratio near its target (1.06x against <= 1.1x) reads as it is.
+        format!("{v:.2}")
     } else {
         format!("{v:.3}")
     }

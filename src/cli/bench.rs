@@ -7,7 +7,7 @@ use crate::bench::{self, Only};
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Which measurements: the simulated API server at scale-5k, the controller's overhead, drain speed
-    /// and a plan against its physical limit, the eviction gate, planning cost, drift rollouts of 20 and 200 nodes, signal to backup latency, the controller process at scale-5k, or all of them.
+    /// and a plan against its physical limit, the eviction gate, planning cost, drift rollouts of 20 and 200 nodes, signal to backup latency, the controller process at scale-5k, the fastest safe backup per volume kind, or all of them.
     #[arg(long, value_enum, default_value_t = Section::All)]
     pub only: Section,
     /// Pod status updates written for the watch fan-out measurement.
@@ -50,6 +50,9 @@ pub enum Section {
     Signals,
     /// Weeks of plan churn compressed (only when asked for): memory, API traffic, gate latency, judged.
     Soak,
+    /// The fastest safe backup per volume kind: 500 GiB on EBS released at the CSI snapshot, 500 GiB on
+    /// local NVMe against its limit, a node with both, a spot interruption with 500 GiB on EBS.
+    Volumes,
     All,
 }
 
@@ -64,6 +67,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         Section::Scale => Only::Scale,
         Section::Signals => Only::Signals,
         Section::Soak => Only::Soak,
+        Section::Volumes => Only::Volumes,
         Section::All => Only::All,
     };
     let report = bench::run(&bench::Options {
