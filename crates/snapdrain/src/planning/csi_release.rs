@@ -378,4 +378,127 @@ mod tests {
         next.volumes.iter_mut().for_each(|v| v.snapshot = None);
         assert!(releasable(&[r, next], &pods).is_empty());
     }
+
+    /// One claim's state for the exhaustive test, as the judge reads it.
+    #[derive(Clone, Copy, Debug)]
+    struct Claim {
+        class: VolumeClass,
+        method: VolumeMethod,
+        cut: bool,
+        verified: bool,
+    }
+
+    /// The rule per volume kind, for every mix of two claims: their kind and method, whether each is cut
+    /// and verified, what the plan asks, and whether the attempt is live. The judge states DESIGN.md's
+    /// rule directly from the descriptors, not through the product's functions: a pod may go at a
+    /// snapshot only when each claim is verified, or is a network volume snapshotted through CSI, cut, in
+    /// the live attempt of a plan that asked for the release at the snapshot.
+    #[test]
+    fn the_release_point_holds_per_volume_kind_for_every_mix_of_two_claims() {
+        use ReleasePoint::*;
+        let classes = [
+            VolumeClass::Network,
+            VolumeClass::NodeLocal,
+            VolumeClass::Unknown,
+        ];
+        let methods = [
+            VolumeMethod::FileSystem,
+            VolumeMethod::CsiSnapshot,
+            VolumeMethod::CsiDataMover,
+        ];
+        let mut states = Vec::new();
+        for class in classes {
+            for method in methods {
+                for cut in [false, true] {
+                    for verified in [false, true] {
+                        states.push(Claim {
+                            class,
+                            method,
+                            cut,
+                            verified,
+                        });
+                    }
+                }
+            }
+        }
+        // A pod goes here when every claim is saved and at least one is saved by its cut (a pod whose
+        // claims are all verified is released by the drain step, not here).
+        let judge = |asked: ReleasePoint, live: bool, claims: &[Claim]| {
+            let at_cut = |c: &Claim| {
+                asked == Snapshot
+                    && live
+                    && c.class == VolumeClass::Network
+                    && c.method != VolumeMethod::FileSystem
+                    && c.cut
+            };
+            claims.iter().all(|c| c.verified || at_cut(c)) && claims.iter().any(at_cut)
+        };
+        let mut checked = 0;
+        for a in &states {
+            for b in &states {
+                for asked in [Verified, Snapshot] {
+                    for live in [true, false] {
+                        let claims = [*a, *b];
+                        // Claims "x" and "y" in one attempt; verified claims sit in an earlier verified
+                        // backup of the namespace as well (the judge only reads the descriptors).
+                        let volumes: Vec<VolumeRecord> = ["x", "y"]
+                            .iter()
+                            .zip(&claims)
+                            .map(|(pvc, c)| {
+                                let mut v = vol(pvc, c.class, c.method);
+                                v.release_at = release_point(asked, &v);
+                                if c.cut {
+                                    v.snapshot = Some(CsiSnapshot {
+                                        volume_snapshot: format!("vs-{pvc}"),
+                                        content: format!("vsc-{pvc}"),
+                                        handle: "snap-1".into(),
+                                        cut_at: Some(Time(jiff::Timestamp::UNIX_EPOCH)),
+                                        ready: false,
+                                    });
+                                }
+                                v
+                            })
+                            .collect();
+                        let mut attempt = BackupRecord {
+                            name: "b-2".into(),
+                            namespace: "db".into(),
+                            pvcs: vec!["x".into(), "y".into()],
+                            pods: vec!["pg-0".into()],
+                            volumes,
+                            attempt: 2,
+                            ..BackupRecord::default()
+                        };
+                        if !live {
+                            attempt.abandoned =
+                                Some(crate::api::status::AbandonedBackup::DeletePending);
+                        }
+                        let verified_pvcs: Vec<String> = ["x", "y"]
+                            .iter()
+                            .zip(&claims)
+                            .filter(|(_, c)| c.verified)
+                            .map(|(p, _)| p.to_string())
+                            .collect();
+                        let earlier = BackupRecord {
+                            name: "b-1".into(),
+                            namespace: "db".into(),
+                            pvcs: verified_pvcs,
+                            attempt: 1,
+                            verified: true,
+                            ..BackupRecord::default()
+                        };
+                        let pod = PodClaims {
+                            namespace: "db",
+                            name: "pg-0",
+                            claims: vec!["x", "y"],
+                        };
+                        let got = !releasable(&[earlier, attempt], &[pod]).is_empty();
+                        let want = judge(asked, live, &claims);
+                        assert_eq!(got, want, "asked {asked:?}, live {live}: {claims:?}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 36 * 36 * 4);
+    }
 }

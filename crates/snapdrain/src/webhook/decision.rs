@@ -709,6 +709,83 @@ mod tests {
         assert_eq!(held.refuted.len(), 1, "{:?}", held.refuted);
     }
 
+    /// The gate's side of the rule per volume kind, for every mix of two claims (kind, method, cut,
+    /// verified), both release points and a live or abandoned attempt. The judge reads the descriptors:
+    /// the pod may go when each claim is verified, or is a network volume snapshotted through CSI and
+    /// cut in the live attempt of a plan that asked for the release at the snapshot.
+    #[test]
+    fn the_gate_lets_a_pod_go_at_a_snapshot_only_by_the_rule_per_volume_kind() {
+        let kinds = [
+            ("Network", "CsiDataMover"),
+            ("Network", "CsiSnapshot"),
+            ("Network", "FileSystem"),
+            ("NodeLocal", "FileSystem"),
+            ("NodeLocal", "CsiSnapshot"),
+            ("Unknown", "CsiDataMover"),
+        ];
+        let mut states = Vec::new();
+        for (class, method) in kinds {
+            for cut in [false, true] {
+                for verified in [false, true] {
+                    states.push((class, method, cut, verified));
+                }
+            }
+        }
+        let pod = pod(Some("n1"), &["x", "y"]);
+        for a in &states {
+            for b in &states {
+                for asked in ["Verified", "Snapshot"] {
+                    for live in [true, false] {
+                        let claims = [("x", *a), ("y", *b)];
+                        let at_cut = |(class, method, cut, _): (&str, &str, bool, bool)| {
+                            asked == "Snapshot"
+                                && live
+                                && class == "Network"
+                                && method != "FileSystem"
+                                && cut
+                        };
+                        let want = claims.iter().all(|(_, c)| c.3 || at_cut(*c));
+                        let volumes: Vec<_> = claims
+                            .iter()
+                            .map(|(pvc, (class, method, cut, _))| {
+                                let network_csi = *class == "Network" && *method != "FileSystem";
+                                let at = if asked == "Snapshot" && network_csi { "Snapshot" } else { "Verified" };
+                                let mut v = json!({"pvc": pvc, "class": class, "reason": "", "method": method,
+                                                   "releaseAt": at});
+                                if *cut && at == "Snapshot" {
+                                    v["snapshot"] = json!({"volumeSnapshot": "vs", "content": "vsc",
+                                                           "handle": "snap-1", "ready": false});
+                                }
+                                v
+                            })
+                            .collect();
+                        let verified: Vec<&str> = claims
+                            .iter()
+                            .filter(|(_, c)| c.3)
+                            .map(|(p, _)| *p)
+                            .collect();
+                        let mut p = plan(
+                            "p1",
+                            "BackingUp",
+                            json!([
+                                {"name": "b1", "namespace": "db", "pvcs": verified, "attempt": 1, "verified": true},
+                                {"name": "b2", "namespace": "db", "pvcs": ["x", "y"], "pods": ["pg-0"], "attempt": 2,
+                                 "volumes": volumes, "abandoned": if live { json!(null) } else { json!("DeletePending") }}
+                            ]),
+                        );
+                        p.spec.backup.release_network_volumes_at =
+                            serde_json::from_value(json!(asked)).expect("a release point");
+                        let got = matches!(
+                            decide(&pod, protects, std::slice::from_ref(&p), confirmed, now()),
+                            Decision::Allow(_)
+                        );
+                        assert_eq!(got, want, "asked {asked}, live {live}: {claims:?}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_verified_backup_velero_does_not_confirm_holds_the_pod_and_says_why() {
         let verified = plan(

@@ -162,6 +162,8 @@ pub struct CsiWork {
     pub driver: String,
     pub volume_handle: String,
     pub bytes: u64,
+    /// The claim's [`super::scope::CHANGED_BYTES`].
+    pub changed: Option<u64>,
     pub class: Option<String>,
     pub vs_name: String,
     pub vsc_name: String,
@@ -192,6 +194,7 @@ impl CsiWork {
             driver: s(pv, "/spec/csi/driver"),
             volume_handle: s(pv, "/spec/csi/volumeHandle"),
             bytes: super::scope::pvc_bytes(pvc),
+            changed: super::scope::changed_bytes(pvc),
             ..Self::default()
         }
     }
@@ -349,10 +352,11 @@ pub async fn complete(
         }
         return;
     }
+    // Kopia moves a volume's bytes in full the first time, then only what changed.
     let total: u64 = work
         .iter()
         .filter(|w| w.error.is_none())
-        .map(|w| w.bytes)
+        .map(|w| handle.to_move(&w.pod_ns, &w.pv, w.bytes, w.changed))
         .sum();
     for w in work.iter().filter(|w| w.data_upload.is_some()) {
         set_du(
@@ -391,6 +395,7 @@ pub async fn complete(
         w.completed = Some(done.clone());
         match result {
             Ok(()) => {
+                handle.mark_uploaded(&w.pod_ns, &w.pv);
                 w.moved_id = random_hex(32);
                 set_du(
                     ctx,

@@ -154,6 +154,8 @@ pub struct CsiCut {
 struct Shared {
     faults: Mutex<Vec<VeleroFault>>,
     cuts: Mutex<Vec<CsiCut>>,
+    /// (kopia repository namespace, PV) of every volume whose data was uploaded once.
+    uploaded: Mutex<std::collections::HashSet<(String, String)>>,
     restarts: Mutex<Option<tokio::sync::watch::Sender<u64>>>,
     /// Bumped on every fault change, so held backups notice a release.
     fault_changes: tokio::sync::watch::Sender<u64>,
@@ -164,6 +166,7 @@ impl Default for Shared {
         Self {
             faults: Mutex::default(),
             cuts: Mutex::default(),
+            uploaded: Mutex::default(),
             restarts: Mutex::default(),
             fault_changes: tokio::sync::watch::channel(0).0,
         }
@@ -229,6 +232,32 @@ impl VeleroHandle {
             cut_at,
         });
         self.cuts().extend(cut);
+    }
+
+    /// The bytes an upload of volume `pv` (of `size` bytes, `changed` of them since the last backup)
+    /// into namespace `ns`'s kopia repository moves: all of them the first time, then only what changed
+    /// ([`scope::CHANGED_BYTES`]).
+    fn to_move(&self, ns: &str, pv: &str, size: u64, changed: Option<u64>) -> u64 {
+        let seen = self.uploaded().contains(&(ns.to_owned(), pv.to_owned()));
+        if seen && !pv.is_empty() {
+            changed.unwrap_or(size).min(size)
+        } else {
+            size
+        }
+    }
+
+    fn mark_uploaded(&self, ns: &str, pv: &str) {
+        if !pv.is_empty() {
+            self.uploaded().insert((ns.to_owned(), pv.to_owned()));
+        }
+    }
+
+    fn uploaded(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<(String, String)>> {
+        // Plain data; a panic elsewhere cannot leave it inconsistent.
+        self.shared
+            .uploaded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     fn cuts(&self) -> std::sync::MutexGuard<'_, Vec<CsiCut>> {
@@ -408,5 +437,22 @@ mod tests {
         assert!(h.volume_fails("db", "data-pg-0"));
         h.clear_faults();
         assert!(!h.volume_fails("db", "data-pg-0"));
+    }
+
+    #[test]
+    fn a_volume_moves_in_full_once_then_only_its_changed_bytes_per_repository() {
+        let h = VeleroHandle::new();
+        let gib = 1u64 << 30;
+        assert_eq!(h.to_move("db", "pv-1", 500 * gib, Some(5 * gib)), 500 * gib);
+        h.mark_uploaded("db", "pv-1");
+        assert_eq!(h.to_move("db", "pv-1", 500 * gib, Some(5 * gib)), 5 * gib);
+        // Unknown change: all of it; never more than the volume.
+        assert_eq!(h.to_move("db", "pv-1", 500 * gib, None), 500 * gib);
+        assert_eq!(h.to_move("db", "pv-1", gib, Some(5 * gib)), gib);
+        // Another namespace's repository holds none of it.
+        assert_eq!(
+            h.to_move("web", "pv-1", 500 * gib, Some(5 * gib)),
+            500 * gib
+        );
     }
 }

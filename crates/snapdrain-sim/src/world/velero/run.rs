@@ -48,6 +48,10 @@ struct VolumeWork {
     pvc_uid: String,
     pv: String,
     bytes: u64,
+    /// The claim's [`scope::CHANGED_BYTES`].
+    changed: Option<u64>,
+    /// What this upload moves: `bytes` the first time, then the changed bytes (kopia dedup).
+    moved: u64,
     /// Set when the volume failed, with Velero's message.
     error: Option<String>,
     snapshot_id: String,
@@ -165,6 +169,8 @@ fn collect(ctx: &WorldContext, spec: &Value, policies: Option<&VolumePolicies>) 
                             pvc_uid: String::new(),
                             pv: String::new(),
                             bytes: 0,
+                            changed: None,
+                            moved: 0,
                             error: None,
                             snapshot_id: String::new(),
                             pvb_name: None,
@@ -200,6 +206,7 @@ fn collect(ctx: &WorldContext, spec: &Value, policies: Option<&VolumePolicies>) 
             w.pvc_uid = meta_str(&pvc, "uid").unwrap_or("").into();
             w.pv = pv.clone();
             w.bytes = scope::pvc_bytes(&pvc);
+            w.changed = scope::changed_bytes(&pvc);
         }
         if !fs_claims.contains(&(ns.clone(), name.clone())) {
             skipped.push((ns.clone(), name.clone(), pv.clone()));
@@ -384,6 +391,7 @@ async fn execute_inner(
     let mut volumes = covered.volumes.clone();
     for w in &mut volumes {
         w.started = rfc3339(jiff::Timestamp::now());
+        w.moved = handle.to_move(&w.pod_ns, &w.pv, w.bytes, w.changed);
         if !node_agent_running(ctx, config, &w.node) {
             w.error = Some(format!(
                 "daemonset pod not found in running state in node {}",
@@ -416,6 +424,9 @@ async fn execute_inner(
         })
         .await;
     kopia_upload(&bucket, &mut volumes).await;
+    for w in volumes.iter().filter(|w| w.error.is_none()) {
+        handle.mark_uploaded(&w.pod_ns, &w.pv);
+    }
     let mut snapshots = std::mem::take(&mut covered.csi);
     let move_data = covered.move_data;
     if !snapshots.is_empty() {
@@ -650,14 +661,14 @@ async fn expose(ctx: &WorldContext, config: &VeleroConfig, volumes: &mut [Volume
     }
 }
 
-/// Waits for the data to move (overhead + bytes / throughput), failing volumes whose pod or
+/// Waits for the data to move (overhead + moved bytes / throughput), failing volumes whose pod or
 /// node-agent disappears meanwhile.
 async fn transfer(ctx: &WorldContext, config: &VeleroConfig, volumes: &mut [VolumeWork]) {
     let t = &ctx.timings;
     let total: u64 = volumes
         .iter()
         .filter(|w| w.error.is_none())
-        .map(|w| w.bytes)
+        .map(|w| w.moved)
         .sum();
     let data = if t.backup_mib_per_second > 0.0 {
         Duration::from_secs_f64(total as f64 / (t.backup_mib_per_second * 1024.0 * 1024.0))

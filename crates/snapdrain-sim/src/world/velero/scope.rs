@@ -205,6 +205,20 @@ pub fn quantity_bytes(q: &str) -> u64 {
 }
 
 /// The size of a PVC: its bound capacity, else its request.
+/// Annotation on a claim: how many bytes of its volume change between two backups (a quantity). Kopia
+/// stores content by hash in the namespace's repository, so a later upload of the same volume moves only
+/// what changed (kopia's deduplication; Velero's file-system backup and data mover both upload through
+/// it). Absent, every byte counts as changed: the first upload's cost, the conservative stand-in.
+pub const CHANGED_BYTES: &str = "sim.snapdrain.io/changed-bytes";
+
+/// The claim's [`CHANGED_BYTES`], when set and readable.
+pub fn changed_bytes(pvc: &Value) -> Option<u64> {
+    pvc.pointer("/metadata/annotations")
+        .and_then(|a| a.get(CHANGED_BYTES))
+        .and_then(Value::as_str)
+        .map(quantity_bytes)
+}
+
 pub fn pvc_bytes(pvc: &Value) -> u64 {
     pvc.pointer("/status/capacity/storage")
         .or_else(|| pvc.pointer("/spec/resources/requests/storage"))
