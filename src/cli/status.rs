@@ -184,9 +184,13 @@ pub fn detail(plan: &DisruptionPlan) -> String {
         let _ = writeln!(o, "  none");
     }
     for b in &s.backups {
+        let queued = b
+            .queue_position
+            .map(|p| format!(" (position {p} in Velero's queue)"))
+            .unwrap_or_default();
         let _ = writeln!(
             o,
-            "  {}  namespace {}  attempt {}  phase {}  {}{}",
+            "  {}  namespace {}  attempt {}  phase {}{queued}  {}{}",
             b.name,
             b.namespace,
             b.attempt,
@@ -199,6 +203,28 @@ pub fn detail(plan: &DisruptionPlan) -> String {
             if b.reused { "  (reused)" } else { "" }
         );
         let _ = writeln!(o, "    PVCs: {}", b.pvcs.join(", "));
+        for v in &b.volumes {
+            let cut = v
+                .snapshot
+                .as_ref()
+                .map(|c| {
+                    format!(
+                        "; snapshot {} cut{}",
+                        c.handle,
+                        if c.ready { ", ready" } else { "" }
+                    )
+                })
+                .unwrap_or_default();
+            let release = match v.release_at {
+                snapdrain::api::plan::ReleasePoint::Snapshot => "released at the snapshot",
+                snapdrain::api::plan::ReleasePoint::Verified => "released once verified",
+            };
+            let _ = writeln!(
+                o,
+                "    {}: {:?}, {:?}, {release}{cut}",
+                v.pvc, v.class, v.method
+            );
+        }
         for obj in &b.verified_objects {
             let _ = writeln!(o, "    {}  {}", obj.key, human_bytes(obj.size));
         }
@@ -349,6 +375,38 @@ mod tests {
         assert!(d.contains("3/4 pods evicted"), "{d}");
         assert!(d.contains("blocked (1): shop/pg-0: PDB"), "{d}");
         assert!(d.contains("b1  namespace shop  attempt 1"), "{d}");
+    }
+
+    #[test]
+    fn the_detail_shows_a_queued_backup_and_each_volumes_release_point() {
+        let mut p = plan();
+        let s = p.status.as_mut().expect("status");
+        let b = &mut s.backups[0];
+        b.verified = false;
+        b.phase = Some("Queued".into());
+        b.queue_position = Some(2);
+        b.volumes = serde_json::from_value(serde_json::json!([
+            {"pvc": "data-pg-0", "class": "Network", "reason": "", "method": "CsiDataMover",
+             "releaseAt": "Snapshot", "snapshot": {"volumeSnapshot": "vs", "content": "vsc",
+             "handle": "snap-0abc", "ready": false}},
+            {"pvc": "scratch-pg-0", "class": "NodeLocal", "reason": "", "method": "FileSystem"}
+        ]))
+        .expect("volumes");
+        let d = detail(&p);
+        assert!(
+            d.contains("phase Queued (position 2 in Velero's queue)"),
+            "{d}"
+        );
+        assert!(
+            d.contains(
+                "data-pg-0: Network, CsiDataMover, released at the snapshot; snapshot snap-0abc cut"
+            ),
+            "{d}"
+        );
+        assert!(
+            d.contains("scratch-pg-0: NodeLocal, FileSystem, released once verified"),
+            "{d}"
+        );
     }
 
     /// A plan nested past serde_json's depth limit (security review H-1) is a row saying it cannot be

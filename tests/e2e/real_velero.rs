@@ -397,6 +397,56 @@ async fn abandoned_attempt(location: Option<&str>) {
     controller.shutdown().await;
 }
 
+/// Velero 1.18's queue (velero `pkg/controller/backup_queue_controller.go`): a plan's Backup waiting
+/// behind a running one is `Queued` with `status.queuePosition`; the plan's status says where it waits,
+/// and says nothing of a queue once the Backup runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_status_says_where_a_backup_waits_in_veleros_queue() {
+    let h = Harness::start().await;
+    let velero = h.cluster.velero.clone().expect("velero");
+    velero.inject(VeleroFault::HoldInProgress {
+        backup: "nightly".into(),
+    });
+    create_object(
+        &h,
+        "backups",
+        "Backup",
+        json!({"apiVersion": "velero.io/v1", "kind": "Backup",
+               "metadata": {"name": "nightly", "namespace": "velero"},
+               "spec": {"includedNamespaces": ["kube-system"]}}),
+    )
+    .await;
+    eventually("the nightly backup to hold Velero's queue", || async {
+        velero_phases(&h, "nightly")
+            .contains(&"InProgress".to_string())
+            .then_some(())
+    })
+    .await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("behind", json!({"nodes": [node]})).await;
+    let queued = h
+        .wait_plan_until("behind", TIMEOUT, |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.backups.iter().any(|b| b.queue_position.is_some()))
+        })
+        .await;
+    let record = &queued.status.as_ref().expect("status").backups[0];
+    assert_eq!(record.phase.as_deref(), Some("Queued"), "{record:#?}");
+    assert_eq!(record.queue_position, Some(1), "{record:#?}");
+    velero.clear_faults();
+    let plan = h.wait_plan("behind", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    assert!(
+        status.backups.iter().all(|b| b.queue_position.is_none()),
+        "{:#?}",
+        status.backups
+    );
+    controller.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_abandoned_attempt_is_deleted_via_delete_backup_request_and_the_retry_completes() {
     abandoned_attempt(Some("default")).await;

@@ -517,6 +517,10 @@ pub struct BackupRecord {
     /// Velero Backup `status.phase` as last seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// While the Backup is `Queued`: its `status.queuePosition` in Velero 1.18's backup queue (1: next to
+    /// start). Velero runs Backups concurrently only when their namespaces do not overlap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_position: Option<i64>,
     /// True once the bucket contents were checked.
     #[serde(default)]
     pub verified: bool,

@@ -297,6 +297,10 @@ pub fn observe(
     }
     let status = backup.status.as_ref();
     entry.phase = status.and_then(|s| s.phase.clone()).or(Some("New".into()));
+    // Velero 1.18 queues Backups whose namespaces overlap a running one: where this one waits.
+    entry.queue_position = status
+        .filter(|s| s.phase.as_deref() == Some("Queued"))
+        .and_then(|s| s.queue_position);
     match classify_backup(&name, status) {
         BackupProgress::Completed => {
             if entry.completed_at.is_none() {
@@ -326,6 +330,7 @@ pub fn observe(
                 .map_or(now, |t| t.0);
             if backup_timed_out(created, now, timeout) {
                 entry.phase = Some("Failed".into());
+                entry.queue_position = None;
                 entry.completed_at = Some(MicroTime(now));
                 entry.message = Some(format!(
                     "Velero Backup {name} did not complete within backup.timeout"
