@@ -41,7 +41,7 @@ pub struct ControllerArgs {
     /// Velero's copy rate (MiB/s) that a plan with a deadline is estimated at: when the node's
     /// protected data does not fit before the deadline at this rate, EC2 snapshots its EBS volumes
     /// (`spec.backup.emergencySnapshots`). Measure your own (a Backup's bytes over its duration).
-    #[arg(long, default_value_t = 100.0)]
+    #[arg(long, default_value_t = snapdrain::planning::estimate::DEFAULT_MIB_PER_SECOND)]
     pub velero_mib_per_second: f64,
     /// API server URL for Bottlerocket replacements when a plan does not set it.
     #[arg(long)]

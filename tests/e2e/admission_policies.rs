@@ -371,6 +371,8 @@ async fn the_service_account_asks_velero_only_for_its_own_backups() {
                 snapshot_class: None,
                 release_at: Default::default(),
                 snapshot: None,
+                size_bytes: None,
+                expected_seconds: None,
             },
             auto_method: VolumeMethod::FileSystem,
         }],

@@ -452,3 +452,71 @@ async fn network_volumes_go_at_their_csi_snapshot_and_a_local_volume_waits_for_t
     h.assert_no_eviction_before_saved(&protected, &plan).await;
     controller.shutdown().await;
 }
+
+/// A plan with a deadline two minutes away on a node whose ledger pod has 500 GiB on local NVMe: at the
+/// controller's copy rate (100 MiB/s here) Velero needs about 85 minutes, so the plan
+/// says when it is made, in a Warning Event, that this volume will not be protected in time and dies with
+/// the node; the EBS claims, which EC2 may cut at once, are not named. Each volume's size and expected
+/// copy time are in the status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plan_under_a_deadline_names_the_local_volume_it_cannot_protect_in_time() {
+    // Velero at 100 MiB/s in the world, and so in the controller's estimate (the harness tells it the
+    // world's rate).
+    let mut timings = snapdrain_testkit::harness::fast_timings();
+    timings.backup_mib_per_second = 100.0;
+    let h = Harness::start_with(timings).await;
+    let node = h.node_with_statefulset_pods().await;
+    ledger_with_local_size(&h, &node, "500Gi").await;
+    let controller = h.controller().await;
+    let deadline = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(120);
+    h.create_plan(
+        "deadline",
+        json!({"nodes": [node], "mode": "Release", "deadline": deadline.to_string()}),
+    )
+    .await;
+    let plan = h
+        .wait_plan_until("deadline", TIMEOUT, |p| {
+            p.status.as_ref().is_some_and(|s| !s.backups.is_empty())
+        })
+        .await;
+    let events = snapdrain_testkit::eventually_within("the PlanWarning Event", TIMEOUT, || async {
+        let list = Api::<k8s_openapi::api::events::v1::Event>::all(h.client.clone())
+            .list(&Default::default())
+            .await
+            .ok()?;
+        let warnings: Vec<String> = list
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("deadline")
+                    && e.reason.as_deref() == Some("PlanWarning")
+            })
+            .filter_map(|e| e.note)
+            .collect();
+        (!warnings.is_empty()).then_some(warnings)
+    })
+    .await;
+    let late: Vec<&String> = events
+        .iter()
+        .filter(|n| n.contains("will not be protected in time"))
+        .collect();
+    assert_eq!(late.len(), 1, "{events:#?}");
+    assert!(
+        late[0].contains("shop/scratch-ledger-0") && late[0].contains("dies with the node"),
+        "{}",
+        late[0]
+    );
+    let shop = plan
+        .status
+        .as_ref()
+        .and_then(|s| s.backups.iter().find(|b| b.namespace == NS))
+        .expect("a backup of the shop namespace");
+    let scratch = shop
+        .volumes
+        .iter()
+        .find(|v| v.pvc == "scratch-ledger-0")
+        .expect("the local volume");
+    assert_eq!(scratch.size_bytes, Some(500 << 30));
+    assert_eq!(scratch.expected_seconds, Some(5120), "500 GiB at 100 MiB/s");
+    controller.shutdown().await;
+}

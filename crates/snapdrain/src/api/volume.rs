@@ -53,6 +53,13 @@ pub struct VolumeRecord {
     /// Velero's CSI snapshot of the volume for this backup attempt, once seen cut.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<CsiSnapshot>,
+    /// The PV's capacity: what a first backup moves (a later one moves only what changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
+    /// The expected copy time of `sizeBytes` at Velero's rate as the controller is told it
+    /// (`--velero-mib-per-second`): an upper bound, for the estimate against a deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_seconds: Option<u64>,
 }
 
 fn is_verified(p: &crate::api::plan::ReleasePoint) -> bool {

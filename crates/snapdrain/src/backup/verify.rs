@@ -606,6 +606,8 @@ mod tests {
             snapshot_class: None,
             release_at: crate::api::plan::ReleasePoint::Verified,
             snapshot: None,
+            size_bytes: None,
+            expected_seconds: None,
         };
         let planned = [
             rec("a", VolumeMethod::CsiDataMover),

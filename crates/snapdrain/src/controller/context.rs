@@ -82,8 +82,8 @@ impl Default for Settings {
             status_budget: crate::planning::status_size::DEFAULT_BUDGET,
             // kopia file-system backups commonly move about 100 MiB/s per node (the figure issue 24's
             // estimate is made with); a deployment measures its own and sets the flag.
-            velero_mib_per_second: 100.0,
-            velero_overhead: Duration::from_secs(5),
+            velero_mib_per_second: crate::planning::estimate::DEFAULT_MIB_PER_SECOND,
+            velero_overhead: crate::planning::estimate::DEFAULT_OVERHEAD,
         }
     }
 }

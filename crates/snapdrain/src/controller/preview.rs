@@ -85,6 +85,18 @@ pub async fn describe(
             now,
         },
     );
+    let mut plan = plan;
+    let rate = crate::planning::estimate::Rate {
+        mib_per_second: crate::planning::estimate::DEFAULT_MIB_PER_SECOND,
+        overhead: crate::planning::estimate::DEFAULT_OVERHEAD,
+    };
+    for b in &mut plan.backups {
+        crate::planning::estimate::annotate(
+            b.volumes.iter_mut().map(|v| &mut v.record),
+            inputs.pvs,
+            rate,
+        );
+    }
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = writeln!(
@@ -193,6 +205,13 @@ fn volume_line(v: &crate::planning::backups::PlannedVolume) -> String {
         line.push_str(&format!(
             " (the fastest safe method for it would be {:?})",
             v.auto_method
+        ));
+    }
+    if let (Some(bytes), Some(secs)) = (r.size_bytes, r.expected_seconds) {
+        line.push_str(&format!(
+            "; {:.1} GiB, about {secs}s to copy at {} MiB/s (the controller's default rate; a later backup moves only what changed)",
+            bytes as f64 / (1u64 << 30) as f64,
+            crate::planning::estimate::DEFAULT_MIB_PER_SECOND
         ));
     }
     line.push_str(match r.release_at {

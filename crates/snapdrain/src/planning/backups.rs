@@ -712,6 +712,8 @@ mod tests {
                 snapshot_class: None,
                 release_at: crate::api::plan::ReleasePoint::Verified,
                 snapshot: None,
+                size_bytes: None,
+                expected_seconds: None,
             },
             auto_method: method,
         };
@@ -780,6 +782,8 @@ mod tests {
                 snapshot_class: None,
                 release_at: crate::api::plan::ReleasePoint::Verified,
                 snapshot: None,
+                size_bytes: None,
+                expected_seconds: None,
             },
             auto_method: VolumeMethod::FileSystem,
         }];

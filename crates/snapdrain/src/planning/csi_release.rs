@@ -208,6 +208,8 @@ mod tests {
             snapshot_class: None,
             release_at: ReleasePoint::Verified,
             snapshot: None,
+            size_bytes: None,
+            expected_seconds: None,
         }
     }
 

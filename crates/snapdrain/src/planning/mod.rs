@@ -28,6 +28,7 @@ pub mod csi_release;
 pub mod drain;
 pub mod ebs_snapshots;
 pub mod ebs_volumes;
+pub mod estimate;
 pub mod evictions;
 pub mod facts;
 pub mod history;

@@ -490,6 +490,8 @@ impl<'a> Volumes<'a> {
                 snapshot_class,
                 release_at: crate::api::plan::ReleasePoint::Verified,
                 snapshot: None,
+                size_bytes: None,
+                expected_seconds: None,
             },
             auto_method,
         }

@@ -214,6 +214,8 @@ mod tests {
                             snapshot_class: Some("ebs-csi".into()),
                             release_at: ReleasePoint::Snapshot,
                             snapshot: None,
+                            size_bytes: None,
+                            expected_seconds: None,
                         })
                         .collect(),
                     attempt: 1,

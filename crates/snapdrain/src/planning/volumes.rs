@@ -530,6 +530,8 @@ mod tests {
             snapshot_class: (method != VolumeMethod::FileSystem).then(|| "c".to_owned()),
             release_at: crate::api::plan::ReleasePoint::Verified,
             snapshot: None,
+            size_bytes: None,
+            expected_seconds: None,
         }
     }
 

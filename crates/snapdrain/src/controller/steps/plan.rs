@@ -152,7 +152,13 @@ async fn look(
         for w in &plan.warnings {
             out.note(What::PlanWarning, format!("node {name}: {w}"));
         }
-        for need in plan.backups {
+        let rate = crate::planning::estimate::Rate {
+            mib_per_second: io.settings.velero_mib_per_second,
+            overhead: io.settings.velero_overhead,
+        };
+        for mut need in plan.backups {
+            let records = need.volumes.iter_mut().map(|v| &mut v.record);
+            crate::planning::estimate::annotate(records, &inv.pvs, rate);
             merge_need(&mut seen.needs, need);
         }
         for need in seen.needs.values_mut() {
@@ -167,7 +173,41 @@ async fn look(
             ..NodeProgress::default()
         });
     }
+    warn_late_volumes(v, io, &seen, out);
     Ok(seen)
+}
+
+/// Under a deadline, names each volume Velero would copy only after it (the estimate at the
+/// controller's `--velero-mib-per-second`), when the plan is made rather than after the deadline.
+fn warn_late_volumes(v: &PlanView<'_>, io: &Io<'_>, seen: &Seen, out: &mut Outcome) {
+    let Some(deadline) = &v.plan.spec.deadline else {
+        return;
+    };
+    let left = deadline.0.duration_since(v.now);
+    let left = if left.is_negative() {
+        std::time::Duration::ZERO
+    } else {
+        left.unsigned_abs()
+    };
+    let rate = crate::planning::estimate::Rate {
+        mib_per_second: io.settings.velero_mib_per_second,
+        overhead: io.settings.velero_overhead,
+    };
+    let backups: Vec<(String, Vec<crate::api::volume::VolumeRecord>)> = seen
+        .needs
+        .iter()
+        .map(|(ns, n)| {
+            (
+                ns.clone(),
+                n.volumes.iter().map(|p| p.record.clone()).collect(),
+            )
+        })
+        .collect();
+    let ebs_emergency =
+        v.plan.spec.backup.emergency_snapshots != crate::api::plan::EmergencySnapshots::Never;
+    for late in crate::planning::estimate::late_volumes(&backups, rate, left, ebs_emergency) {
+        out.note(What::PlanWarning, late.message);
+    }
 }
 
 /// Adds one node's need to the plan's need for the same namespace (each StatefulSet, PVC, pod and
