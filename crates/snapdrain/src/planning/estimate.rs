@@ -76,7 +76,8 @@ fn human(seconds: u64) -> String {
 /// Backups one after another in Velero's queue, the worst case) whose copy would end after `time_left`
 /// and that no snapshot saves first: a network volume released at its CSI snapshot is cut at the start of
 /// its Backup, and an EBS volume may be cut by EC2 at once when `ebs_emergency` (the plan allows emergency
-/// snapshots). A volume of unknown size is named too: whether it fits cannot be told.
+/// snapshots); those are left out of the count. A volume of unknown size (or with no rate) is named too:
+/// whether it fits cannot be told.
 pub fn late_volumes(
     backups: &[(String, Vec<VolumeRecord>)],
     rate: Rate,
@@ -93,20 +94,22 @@ pub fn late_volumes(
                 && (v.release_at == ReleasePoint::Snapshot
                     || (ebs_emergency
                         && v.source.as_deref() == Some(super::ebs_snapshots::EBS_CSI_DRIVER)));
+            if saved_by_snapshot {
+                // Saved at the cut; its copy (if any) does not decide this plan's deadline.
+                continue;
+            }
             let Some(secs) = v.expected_seconds else {
-                if !saved_by_snapshot {
-                    out.push(Late {
-                        claim: format!("{ns}/{}", v.pvc),
-                        message: format!(
-                            "{ns}/{}: its size is unknown (no PersistentVolume capacity), so whether Velero copies it before the deadline cannot be told",
-                            v.pvc
-                        ),
-                    });
-                }
+                out.push(Late {
+                    claim: format!("{ns}/{}", v.pvc),
+                    message: format!(
+                        "{ns}/{}: its size or Velero's rate is unknown, so whether Velero copies it before the deadline cannot be told",
+                        v.pvc
+                    ),
+                });
                 continue;
             };
             elapsed += secs;
-            if elapsed > left && !saved_by_snapshot {
+            if elapsed > left {
                 let gib = v.size_bytes.unwrap_or(0) as f64 / (1u64 << 30) as f64;
                 out.push(Late {
                     claim: format!("{ns}/{}", v.pvc),
@@ -206,7 +209,7 @@ mod tests {
             late[1].message
         );
         assert!(
-            late[1].message.contains("after the deadline in 120s"),
+            late[1].message.contains("after the deadline in 2m"),
             "{}",
             late[1].message
         );
@@ -225,6 +228,9 @@ mod tests {
         assert!(late_volumes(&backups, rate(), Duration::from_secs(86_400), false).is_empty());
         let unknown = vol("u", VolumeClass::NodeLocal, "local", None);
         let late = late_volumes(&[("db".into(), vec![unknown])], rate(), two_minutes, false);
-        assert!(late[0].message.contains("size is unknown"), "{late:?}");
+        assert!(
+            late[0].message.contains("size or Velero's rate is unknown"),
+            "{late:?}"
+        );
     }
 }
