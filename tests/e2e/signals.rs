@@ -1268,3 +1268,58 @@ async fn a_release_plan_takes_off_the_node_hold_and_a_users_own_node_annotation_
     );
     assert_eq!(node_annotation(&user_node, HELD), None);
 }
+
+/// A signal plan whose node went before its first look (a forceful disruptor, a fast scale-down; the
+/// soak found one such plan Pending for an hour, "waiting" for a node that would never come back) ends:
+/// with no protected pod recorded at the signal it completes; with protected pods recorded, which left
+/// unbacked, it fails loudly naming them. A hand-written plan naming a missing node still waits, as a
+/// typo should.
+#[tokio::test]
+async fn a_signal_plan_for_a_node_already_gone_ends_and_a_hand_written_one_waits() {
+    let h = Harness::start().await;
+    let controller = h.controller().await;
+    let signal = |name: &str, protected: &str| {
+        let mut plan: DisruptionPlan = serde_json::from_value(json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": name, "annotations": {"snapdrain.io/protected-pods": protected}},
+            "spec": {"nodes": ["ip-10-0-99-9.us-east-1.compute.internal"], "mode": "Release",
+                     "source": "karpenter", "reason": "Disrupting", "releaseWindow": "10s"}
+        }))
+        .expect("a plan");
+        plan.metadata.namespace = None;
+        plan
+    };
+    let plans: Api<DisruptionPlan> = Api::all(h.client.clone());
+    for (name, protected) in [
+        ("gone-empty", "[]"),
+        ("gone-held", r#"["shop/postgres-0"]"#),
+    ] {
+        plans
+            .create(&PostParams::default(), &signal(name, protected))
+            .await
+            .expect("create the plan");
+    }
+    h.create_plan(
+        "typo",
+        json!({"nodes": ["ip-10-0-99-9.us-east-1.compute.internal"]}),
+    )
+    .await;
+    let empty = h
+        .wait_plan("gone-empty", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = empty.status.expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let held = h.wait_plan("gone-held", TIMEOUT, |p| p.is_terminal()).await;
+    let status = held.status.expect("status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    let message = status.message.unwrap_or_default();
+    assert!(message.contains("shop/postgres-0"), "{message}");
+    let typo = plans.get("typo").await.expect("the hand-written plan");
+    let status = typo.status.expect("status");
+    assert_eq!(status.phase, PlanPhase::Pending, "{status:#?}");
+    assert!(
+        status.message.unwrap_or_default().contains("do not exist"),
+        "it waits for the node"
+    );
+    controller.shutdown().await;
+}

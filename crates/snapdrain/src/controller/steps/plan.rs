@@ -126,6 +126,15 @@ struct Seen {
     pods: Vec<Pod>,
 }
 
+/// Whether a signal (an autoscaler, the termination handler, the eviction gate) made the plan: its nodes
+/// existed when it was made, so a node missing now is gone, not misspelt.
+fn made_by_signal(plan: &crate::api::DisruptionPlan) -> bool {
+    !matches!(
+        plan.spec.source,
+        crate::api::PlanSource::Manual | crate::api::PlanSource::Api
+    )
+}
+
 /// Plans each node (warnings go to `out` as notes) and merges what they need backed up.
 async fn look(
     v: &PlanView<'_>,
@@ -137,7 +146,22 @@ async fn look(
     let mut seen = Seen::default();
     for name in names {
         let Some(mut inv) = inventory::node_inventory(io.client, io.caches, name).await? else {
-            seen.missing.push(name.clone());
+            if made_by_signal(v.plan) {
+                // The signal came from this node as the caches held it; they hold it no more: it went
+                // before this first look (a forceful disruptor, a fast scale-down). Waiting for it would
+                // keep the plan Pending for good; the pods the signal saw are judged below.
+                out.note(
+                    What::PlanWarning,
+                    format!("node {name} is gone: it went before snapdrain could plan for it"),
+                );
+                seen.nodes.push(NodeProgress {
+                    name: name.clone(),
+                    phase: NodePhase::Gone,
+                    ..NodeProgress::default()
+                });
+            } else {
+                seen.missing.push(name.clone());
+            }
             continue;
         };
         inv.read_volumes(io.client).await?;
