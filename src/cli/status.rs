@@ -203,6 +203,13 @@ pub fn detail(plan: &DisruptionPlan) -> String {
             if b.reused { "  (reused)" } else { "" }
         );
         let _ = writeln!(o, "    PVCs: {}", b.pvcs.join(", "));
+        if let Some(h) = b.hooks.filter(|h| h.hooks_attempted > 0) {
+            let _ = writeln!(
+                o,
+                "    backup hooks: {} run, {} failed",
+                h.hooks_attempted, h.hooks_failed
+            );
+        }
         for v in &b.volumes {
             let cut = v
                 .snapshot

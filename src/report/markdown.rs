@@ -56,12 +56,13 @@ pub fn render_markdown(data: &ReportData) -> String {
         };
         let _ = writeln!(
             o,
-            "- `{}`: namespace {}, attempt {}, Velero phase {}, {verified}; PVCs {}",
+            "- `{}`: namespace {}, attempt {}, Velero phase {}, {verified}; PVCs {}; backup hooks {}",
             b.name,
             b.namespace,
             b.attempt,
             b.phase.as_deref().unwrap_or("-"),
-            b.pvcs.join(", ")
+            b.pvcs.join(", "),
+            super::html::hooks_text(b)
         );
         for v in &b.verified_objects {
             let _ = writeln!(

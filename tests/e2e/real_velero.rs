@@ -456,3 +456,128 @@ async fn an_abandoned_attempt_is_deleted_via_delete_backup_request_and_the_retry
 async fn an_abandoned_attempt_that_never_started_is_deleted_and_the_retry_completes() {
     abandoned_attempt(None).await;
 }
+
+/// Annotates every protected pod on `node` with Velero backup hooks (`annotations`).
+async fn annotate_protected(
+    h: &Harness,
+    node: &str,
+    annotations: serde_json::Value,
+) -> Vec<String> {
+    let protected = h.protected_pods_on(node).await;
+    for pod in protected.keys() {
+        let (ns, name) = pod.split_once('/').expect("ns/name");
+        kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(h.client.clone(), ns)
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&json!({"metadata": {"annotations": annotations}})),
+            )
+            .await
+            .expect("annotate the pod with backup hooks");
+    }
+    protected.keys().cloned().collect()
+}
+
+/// Velero's backup hooks, as the workloads declare them on their pods (velero
+/// `internal/hook/item_hook_handler.go`): a file-system freeze before the copy and the thaw after it run
+/// for each protected pod, before any eviction; the plan's status records what Velero counted
+/// (`status.hookStatus`), and the report shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_workloads_backup_hooks_run_before_the_drain_and_the_report_shows_them() {
+    let h = Harness::start().await;
+    let node = h.node_with_statefulset_pods().await;
+    let pods = annotate_protected(
+        &h,
+        &node,
+        json!({"pre.hook.backup.velero.io/command": r#"["/sbin/fsfreeze","--freeze","/data"]"#,
+               "post.hook.backup.velero.io/command": r#"["/sbin/fsfreeze","--unfreeze","/data"]"#}),
+    )
+    .await;
+    let controller = h.controller().await;
+    h.create_plan("hooked", json!({"nodes": [node]})).await;
+    let plan = h.wait_plan("hooked", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+    let hooks = status
+        .backups
+        .iter()
+        .filter_map(|b| b.hooks)
+        .fold((0, 0), |a, h| {
+            (a.0 + h.hooks_attempted, a.1 + h.hooks_failed)
+        });
+    assert_eq!(hooks, (2 * pods.len() as u64, 0), "{:#?}", status.backups);
+    // Every hook ran (the simulated Velero's exec record) before the pod's eviction.
+    let audit = h.audit();
+    let evicted = snapdrain_testkit::safety::pods_removed(&audit);
+    for pod in &pods {
+        let ran: Vec<&snapdrain_sim::apiserver::audit::AuditEntry> = audit
+            .iter()
+            .filter(|e| {
+                e.verb == "hook-exec"
+                    && format!(
+                        "{}/{}",
+                        e.namespace.as_deref().unwrap_or(""),
+                        e.name.as_deref().unwrap_or("")
+                    ) == *pod
+            })
+            .collect();
+        assert_eq!(ran.len(), 2, "{pod}: {ran:#?}");
+        let out = evicted.iter().find(|e| &e.pod == pod).expect("evicted");
+        assert!(
+            ran.iter().all(|e| e.time < out.time),
+            "{pod}: hooks before the eviction"
+        );
+    }
+    let data = snapdrain_cli::report::gather(&h.client, "hooked")
+        .await
+        .expect("gather the report");
+    let md = snapdrain_cli::report::render_markdown(&data);
+    for b in &status.backups {
+        let h = b.hooks.expect("hook counts");
+        assert!(
+            md.contains(&format!("backup hooks {} run, 0 failed", h.hooks_attempted)),
+            "{md}"
+        );
+    }
+    controller.shutdown().await;
+}
+
+/// A pre hook that fails with `on-error: Fail` fails the pod's item, so Velero's Backup ends
+/// PartiallyFailed; the plan, allowed one attempt, fails, and nothing is evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failing_backup_hook_with_on_error_fail_fails_the_plan_and_evicts_nothing() {
+    let h = Harness::start().await;
+    let node = h.node_with_statefulset_pods().await;
+    annotate_protected(
+        &h,
+        &node,
+        json!({"pre.hook.backup.velero.io/command": "/bin/false",
+               "pre.hook.backup.velero.io/on-error": "Fail"}),
+    )
+    .await;
+    let controller = h.controller().await;
+    h.create_plan(
+        "bad-hook",
+        json!({"nodes": [node], "backup": {"maxAttempts": 1}}),
+    )
+    .await;
+    let plan = h.wait_plan("bad-hook", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
+    let record = &status.backups[0];
+    assert_eq!(
+        record.phase.as_deref(),
+        Some("PartiallyFailed"),
+        "{record:#?}"
+    );
+    assert!(
+        record.hooks.is_some_and(|h| h.hooks_failed >= 1),
+        "{record:#?}"
+    );
+    assert!(
+        h.accepted_evictions().is_empty(),
+        "{:?}",
+        h.accepted_evictions()
+    );
+    controller.shutdown().await;
+}

@@ -517,6 +517,11 @@ pub struct BackupRecord {
     /// Velero Backup `status.phase` as last seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
+    /// The Velero backup hooks run for the Backup's pods (the workloads' own
+    /// `pre/post.hook.backup.velero.io/*` annotations, e.g. a file-system freeze or a database
+    /// checkpoint) and how many failed, as Velero counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<crate::api::velero::HookStatus>,
     /// While the Backup is `Queued`: its `status.queuePosition` in Velero 1.18's backup queue (1: next to
     /// start). Velero runs Backups concurrently only when their namespaces do not overlap.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -138,6 +138,22 @@ pub struct BackupStatus {
     /// Items backed up of those found, updated while InProgress (`snapdrain drain` shows it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<BackupItemsProgress>,
+    /// The exec hooks Velero ran and those that failed (velero `pkg/backup/backup.go` sets it from its
+    /// hook tracker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_status: Option<HookStatus>,
+}
+
+/// Backup `status.hookStatus`.
+#[derive(
+    Serialize, Deserialize, schemars::JsonSchema, Clone, Copy, Debug, PartialEq, Eq, Default,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct HookStatus {
+    #[serde(default)]
+    pub hooks_attempted: u64,
+    #[serde(default)]
+    pub hooks_failed: u64,
 }
 
 /// Backup `status.progress` (Velero `BackupProgress`).

@@ -12,6 +12,7 @@ pub mod bucket;
 pub mod csi;
 mod deletion;
 mod gc;
+pub mod hooks;
 pub mod hosting;
 mod queue;
 mod run;

@@ -12,6 +12,7 @@ use tokio::sync::broadcast::error::RecvError;
 use super::archive::{gzip, tar_gz};
 use super::bucket::Bucket;
 use super::csi::{self, CsiWork, VolumePolicies};
+use super::hooks;
 use super::hosting::{self, Hosted};
 use super::queue::{Location, location_of};
 use super::{
@@ -412,6 +413,13 @@ async fn execute_inner(
             w.pvb_uid = pvb_uid;
         }
     }
+    let pods: Vec<Arc<Value>> = covered
+        .items
+        .iter()
+        .filter(|(r, _)| r == "pods")
+        .map(|(_, o)| o.clone())
+        .collect();
+    let mut hook_runs = hooks::run(ctx, &pods, "pre");
     if config.data_path == DataPath::HostingPod {
         expose(ctx, config, &mut volumes).await;
     }
@@ -429,8 +437,12 @@ async fn execute_inner(
     }
     let mut snapshots = std::mem::take(&mut covered.csi);
     let move_data = covered.move_data;
-    if !snapshots.is_empty() {
+    if snapshots.is_empty() {
+        hook_runs.add(hooks::run(ctx, &pods, "post"));
+    } else {
         csi::take_snapshots(ctx, name, &uid, &mut snapshots);
+        // Velero runs a pod's post hooks once its claims' snapshots have their handles.
+        hook_runs.add(hooks::run(ctx, &pods, "post"));
         // Timed once every content exists: never earlier than a content's creationTime, so an oracle
         // comparing it with an eviction errs against the product, never for it.
         handle.record_cuts(name, &snapshots, jiff::Timestamp::now());
@@ -486,7 +498,10 @@ async fn execute_inner(
                 .as_ref()
                 .map(|e| format!("CSI snapshot of PVC {}/{} failed: {e}", w.pod_ns, w.pvc))
         }))
+        .chain(hook_runs.errors.iter().cloned())
         .collect();
+    let hook_status =
+        json!({"hooksAttempted": hook_runs.attempted, "hooksFailed": hook_runs.failed});
     let finalizing = if errors.is_empty() {
         "Finalizing"
     } else {
@@ -499,6 +514,7 @@ async fn execute_inner(
     persisted["status"]["phase"] = json!(finalizing);
     persisted["status"]["progress"] =
         json!({"totalItems": total_items, "itemsBackedUp": total_items});
+    persisted["status"]["hookStatus"] = hook_status.clone();
     if !errors.is_empty() {
         persisted["status"]["errors"] = json!(errors.len());
     }
@@ -509,6 +525,7 @@ async fn execute_inner(
     write_backup(ctx, ns, name, |v| {
         v["status"]["phase"] = json!(finalizing);
         v["status"]["progress"] = persisted["status"]["progress"].clone();
+        v["status"]["hookStatus"] = hook_status.clone();
         if !errors.is_empty() {
             v["status"]["errors"] = json!(errors.len());
         }

@@ -301,6 +301,9 @@ pub fn observe(
     entry.queue_position = status
         .filter(|s| s.phase.as_deref() == Some("Queued"))
         .and_then(|s| s.queue_position);
+    if let Some(h) = status.and_then(|s| s.hook_status) {
+        entry.hooks = Some(h);
+    }
     match classify_backup(&name, status) {
         BackupProgress::Completed => {
             if entry.completed_at.is_none() {
