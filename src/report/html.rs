@@ -329,6 +329,17 @@ pub fn render_html(data: &ReportData) -> String {
     o
 }
 
+/// The Velero backup hooks of a backup, as Velero counted them.
+pub(super) fn hooks_text(b: &snapdrain::api::status::BackupRecord) -> String {
+    match b.hooks {
+        Some(h) if h.hooks_attempted > 0 => {
+            format!("{} run, {} failed", h.hooks_attempted, h.hooks_failed)
+        }
+        Some(_) => "none (no pre/post.hook.backup.velero.io annotations)".into(),
+        None => "-".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,16 +395,5 @@ mod tests {
         assert_eq!(tick_step(12.0), 2.0);
         assert_eq!(tick_step(0.8), 0.1);
         assert_eq!(tick_step(300.0), 50.0);
-    }
-}
-
-/// The Velero backup hooks of a backup, as Velero counted them.
-pub(super) fn hooks_text(b: &snapdrain::api::status::BackupRecord) -> String {
-    match b.hooks {
-        Some(h) if h.hooks_attempted > 0 => {
-            format!("{} run, {} failed", h.hooks_attempted, h.hooks_failed)
-        }
-        Some(_) => "none (no pre/post.hook.backup.velero.io annotations)".into(),
-        None => "-".into(),
     }
 }
