@@ -468,6 +468,7 @@ mod tests {
             "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
             "metadata": {"name": "p1", "managedFields": [{"manager": "snapdrain"}]},
             "spec": {"nodes": ["n1"], "mode": "Release", "deadline": "2026-05-20T10:02:00Z",
+                     "backup": {"releaseNetworkVolumesAt": "Snapshot"},
                      "replacement": {"when": "before-drain", "instanceTypes": ["m6i.large"]}},
             "status": {"phase": "Draining", "phaseStartedAt": "2026-05-20T09:59:30.000000Z",
                 "message": "draining", "stepTimings": {"BackingUp": 4.0},
@@ -479,7 +480,14 @@ mod tests {
                      "verifiedObjects": [{"key": "backups/b1/b1.tar.gz", "size": 10}],
                      "volumes": [{"pvc": "data-pg-0", "class": "Network", "reason": "EBS", "method": "FileSystem"}],
                      "message": "verified"},
-                    {"name": "b2", "namespace": "db", "pvcs": ["data-db-0"], "attempt": 1, "verified": false}],
+                    {"name": "b2", "namespace": "db", "pvcs": ["data-db-0"], "attempt": 1, "verified": false},
+                    {"name": "b3", "namespace": "kv", "pvcs": ["data-kv-0", "data-kv-1"], "attempt": 1,
+                     "volumes": [
+                        {"pvc": "data-kv-0", "class": "Network", "reason": "EBS", "method": "CsiDataMover",
+                         "releaseAt": "Snapshot", "snapshot": {"volumeSnapshot": "vs0", "content": "vsc0",
+                                                               "handle": "snap-0", "ready": false}},
+                        {"pvc": "data-kv-1", "class": "Network", "reason": "EBS", "method": "CsiDataMover",
+                         "releaseAt": "Snapshot"}]}],
                 "releasedPods": [{"namespace": "web", "name": "cache-0", "uid": "c0"}]}
         }))
         .expect("a plan");
@@ -502,11 +510,24 @@ mod tests {
             .expect("a pod")
         };
         let rule = ProtectionRule::default();
+        // kv-0's claim is cut (the gate lets it go at the snapshot), kv-1's is not.
+        assert!(matches!(
+            decide(
+                &pod("kv", "kv-0", "data-kv-0"),
+                |q| rule.protects(q),
+                &[&trimmed],
+                |_: &DisruptionPlan, _: &crate::api::BackupRecord| Ok(()),
+                now
+            ),
+            crate::webhook::decision::Decision::Allow(_)
+        ));
         for p in [
             pod("shop", "pg-0", "data-pg-0"),
             pod("db", "db-0", "data-db-0"),
             pod("web", "cache-0", "data-cache-0"),
             pod("other", "x-0", "data-x-0"),
+            pod("kv", "kv-0", "data-kv-0"),
+            pod("kv", "kv-1", "data-kv-1"),
         ] {
             let ok =
                 |_: &DisruptionPlan, _: &crate::api::BackupRecord| -> Result<(), String> { Ok(()) };
