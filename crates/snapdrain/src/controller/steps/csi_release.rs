@@ -22,7 +22,6 @@ use serde_json::Value;
 use crate::api::plan::{PlanMode, ReleasePoint};
 use crate::api::status::BackupRecord;
 use crate::controller::error::ControllerError;
-use crate::controller::report::What;
 use crate::controller::step::{Io, Outcome, PlanView};
 use crate::planning::csi_release::{
     BACKUP_NAME_LABEL, PodClaims, SeenContent, SeenSnapshot, awaiting_cut, record_cuts, releasable,
@@ -159,12 +158,6 @@ async fn release(v: &PlanView<'_>, io: &Io<'_>, out: &mut Outcome) -> Result<(),
     if v.plan.spec.mode != PlanMode::Release {
         return Ok(());
     }
-    let released: BTreeSet<(String, String)> = out
-        .status
-        .released_pods
-        .iter()
-        .map(|p| (p.namespace.clone(), p.name.clone()))
-        .collect();
     let pods: Vec<_> = out
         .status
         .nodes
@@ -184,27 +177,7 @@ async fn release(v: &PlanView<'_>, io: &Io<'_>, out: &mut Outcome) -> Result<(),
             claims: pvc_claims(p).collect(),
         })
         .collect();
-    let pods: BTreeSet<(String, String)> = releasable(&out.status.backups, &claims)
-        .into_iter()
-        .filter(|p| !released.contains(p))
-        .collect();
-    if pods.is_empty() {
-        return Ok(());
-    }
-    let view = PlanView {
-        plan: v.plan,
-        valid: v.valid,
-        status: &out.status,
-        now: v.now,
-    };
-    let (newly, changed) = super::release::release_pods(&view, io, pods).await?;
-    if newly.is_empty() {
-        return Ok(());
-    }
-    let names: Vec<String> = newly
-        .iter()
-        .map(|p| format!("{}/{}", p.namespace, p.name))
-        .collect();
+    let pods: BTreeSet<(String, String)> = releasable(&out.status.backups, &claims);
     let handles: Vec<String> = out
         .status
         .backups
@@ -213,13 +186,11 @@ async fn release(v: &PlanView<'_>, io: &Io<'_>, out: &mut Outcome) -> Result<(),
         .filter_map(|v| v.snapshot.as_ref())
         .map(|s| s.handle.clone())
         .collect();
-    let message = format!(
-        "released {} at their CSI snapshot(s) {} (releaseNetworkVolumesAt: Snapshot), NOT at a verified copy in the bucket: the data is the volumes' state at the cut, crash-consistent unless a backup hook quiesced the application; the volumes themselves outlive the node; the plan completes once the backup is verified",
-        names.join(", "),
-        handles.join(", ")
-    );
-    out.status.released_pods.extend(newly);
-    super::emergency::set_condition(out, &message, v.now, v.plan.metadata.generation);
-    out.note(What::ReleasedAtSnapshot { pods: changed }, message);
-    Ok(())
+    super::emergency::release_loudly(v, io, out, pods, |names| {
+        format!(
+            "released {names} at their CSI snapshot(s) {} (releaseNetworkVolumesAt: Snapshot), NOT at a verified copy in the bucket: the data is the volumes' state at the cut, crash-consistent unless a backup hook quiesced the application; the volumes themselves outlive the node; the plan completes once the backup is verified",
+            handles.join(", ")
+        )
+    })
+    .await
 }

@@ -484,16 +484,41 @@ async fn release_at_snapshot(
     if v.plan.spec.mode != crate::api::PlanMode::Release {
         return Ok(());
     }
+    let pods = pods_saved_by_snapshots(v, io, &out.status.emergency_snapshots);
+    let snapshots: Vec<String> = out
+        .status
+        .emergency_snapshots
+        .iter()
+        .flat_map(|s| &s.volumes)
+        .filter_map(|s| s.snapshot_id.clone())
+        .collect();
+    release_loudly(v, io, out, pods, |names| {
+        format!(
+            "released {names} at EC2 snapshot(s) {} cut under the deadline, NOT at a verified copy in the bucket: the data is the volumes' state at the cut, crash-consistent (what applications still held in memory is not in it: EBS user guide, \"Create Amazon EBS snapshots\"); the plan completes once EC2 reports every snapshot completed",
+            snapshots.join(", ")
+        )
+    })
+    .await
+}
+
+/// Releases the holds of `pods` not released yet, and says so loudly (the `ReleasedAtSnapshot` condition
+/// and Warning Event, with `message` given the pods' names): both releases at a snapshot, EC2's and the
+/// CSI driver's, go through here.
+pub(super) async fn release_loudly(
+    v: &PlanView<'_>,
+    io: &Io<'_>,
+    out: &mut Outcome,
+    pods: BTreeSet<(String, String)>,
+    message: impl FnOnce(&str) -> String,
+) -> Result<(), ControllerError> {
     let released: BTreeSet<(String, String)> = out
         .status
         .released_pods
         .iter()
         .map(|p| (p.namespace.clone(), p.name.clone()))
         .collect();
-    let pods = pods_saved_by_snapshots(v, io, &out.status.emergency_snapshots)
-        .into_iter()
-        .filter(|p| !released.contains(p))
-        .collect::<BTreeSet<_>>();
+    let pods: BTreeSet<(String, String)> =
+        pods.into_iter().filter(|p| !released.contains(p)).collect();
     if pods.is_empty() {
         return Ok(());
     }
@@ -511,18 +536,7 @@ async fn release_at_snapshot(
         .iter()
         .map(|p| format!("{}/{}", p.namespace, p.name))
         .collect();
-    let snapshots: Vec<String> = out
-        .status
-        .emergency_snapshots
-        .iter()
-        .flat_map(|s| &s.volumes)
-        .filter_map(|s| s.snapshot_id.clone())
-        .collect();
-    let message = format!(
-        "released {} at EC2 snapshot(s) {} cut under the deadline, NOT at a verified copy in the bucket: the data is the volumes' state at the cut, crash-consistent (what applications still held in memory is not in it: EBS user guide, \"Create Amazon EBS snapshots\"); the plan completes once EC2 reports every snapshot completed",
-        names.join(", "),
-        snapshots.join(", ")
-    );
+    let message = message(&names.join(", "));
     out.status.released_pods.extend(newly);
     set_condition(out, &message, v.now, v.plan.metadata.generation);
     out.note(What::ReleasedAtSnapshot { pods: changed }, message);
