@@ -317,19 +317,15 @@ async fn a_partially_failed_bound_phase_fails_the_attempt_at_once() {
     controller.shutdown().await;
 }
 
-/// #21, velero backup_queue_controller.go (--concurrent-backups 1) and backup_deletion_controller.go: an
-/// attempt that times out while Queued behind another backup is removed, so it never runs and the retry
-/// is next in the queue. With a named location that is a DeleteBackupRequest; without one (Velero resolves
-/// the default only when the backup starts) the deletion controller cannot find its BSL, so snapdrain
-/// deletes the never-started Backup object itself. Before the fix it stayed Queued and ran first.
-async fn abandoned_attempt(location: Option<&str>) {
-    let h = Harness::start().await;
+/// A Backup `nightly` of kube-system held InProgress (a long backup holding Velero's queue); returns
+/// Velero's controls, to release it with `clear_faults`.
+async fn nightly_holding_the_queue(h: &Harness) -> snapdrain_sim::world::velero::VeleroHandle {
     let velero = h.cluster.velero.clone().expect("velero");
     velero.inject(VeleroFault::HoldInProgress {
         backup: "nightly".into(),
     });
     create_object(
-        &h,
+        h,
         "backups",
         "Backup",
         json!({"apiVersion": "velero.io/v1", "kind": "Backup",
@@ -338,11 +334,22 @@ async fn abandoned_attempt(location: Option<&str>) {
     )
     .await;
     eventually("the nightly backup to hold Velero's queue", || async {
-        velero_phases(&h, "nightly")
+        velero_phases(h, "nightly")
             .contains(&"InProgress".to_string())
             .then_some(())
     })
     .await;
+    velero
+}
+
+/// #21, velero backup_queue_controller.go (--concurrent-backups 1) and backup_deletion_controller.go: an
+/// attempt that times out while Queued behind another backup is removed, so it never runs and the retry
+/// is next in the queue. With a named location that is a DeleteBackupRequest; without one (Velero resolves
+/// the default only when the backup starts) the deletion controller cannot find its BSL, so snapdrain
+/// deletes the never-started Backup object itself. Before the fix it stayed Queued and ran first.
+async fn abandoned_attempt(location: Option<&str>) {
+    let h = Harness::start().await;
+    let velero = nightly_holding_the_queue(&h).await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     let mut backup = json!({"timeout": "2s", "maxAttempts": 3});
@@ -403,25 +410,7 @@ async fn abandoned_attempt(location: Option<&str>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_status_says_where_a_backup_waits_in_veleros_queue() {
     let h = Harness::start().await;
-    let velero = h.cluster.velero.clone().expect("velero");
-    velero.inject(VeleroFault::HoldInProgress {
-        backup: "nightly".into(),
-    });
-    create_object(
-        &h,
-        "backups",
-        "Backup",
-        json!({"apiVersion": "velero.io/v1", "kind": "Backup",
-               "metadata": {"name": "nightly", "namespace": "velero"},
-               "spec": {"includedNamespaces": ["kube-system"]}}),
-    )
-    .await;
-    eventually("the nightly backup to hold Velero's queue", || async {
-        velero_phases(&h, "nightly")
-            .contains(&"InProgress".to_string())
-            .then_some(())
-    })
-    .await;
+    let velero = nightly_holding_the_queue(&h).await;
     let controller = h.controller().await;
     let node = h.node_with_statefulset_pods().await;
     h.create_plan("behind", json!({"nodes": [node]})).await;
