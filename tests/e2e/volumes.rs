@@ -32,23 +32,27 @@ pub(crate) async fn ledger_with_local_size(h: &Harness, node: &str, size: &str) 
         .unwrap_or_else(|e| panic!("the ledger workload: {e}"));
 }
 
+/// `snapdrain plan NODE` for `spec`: a lookup of its line for a PVC.
+async fn preview_lines(h: &Harness, node: &str, spec: Value) -> impl Fn(&str) -> String {
+    let spec: snapdrain::api::DisruptionPlanSpec = serde_json::from_value(spec).expect("spec");
+    let text = snapdrain::controller::preview::describe(&h.client, node, &spec)
+        .await
+        .expect("preview");
+    move |pvc: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("PVC {pvc} ")))
+            .unwrap_or_else(|| panic!("no line for {pvc}:\n{text}"))
+            .to_owned()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_with_an_ebs_and_a_local_volume_shows_each_class_and_backs_both_up() {
     let h = Harness::start().await;
     let node = h.node_with_statefulset_pods().await;
     ledger_on(&h, &node).await;
 
-    let spec: snapdrain::api::DisruptionPlanSpec =
-        serde_json::from_value(json!({"nodes": [node]})).expect("spec");
-    let text = snapdrain::controller::preview::describe(&h.client, &node, &spec)
-        .await
-        .expect("preview");
-    let line = |pvc: &str| {
-        text.lines()
-            .find(|l| l.trim_start().starts_with(&format!("PVC {pvc} ")))
-            .unwrap_or_else(|| panic!("no line for {pvc}:\n{text}"))
-            .to_owned()
-    };
+    let line = preview_lines(&h, &node, json!({"nodes": [node]})).await;
     let data = line("data-ledger-0");
     assert!(
         data.contains(": Network, ebs.csi.aws.com (") && data.contains("method FileSystem"),
@@ -317,26 +321,18 @@ async fn network_volumes_go_at_their_csi_snapshot_and_a_local_volume_waits_for_t
         .collect();
     assert!(!ebs_only.is_empty(), "{protected:?}");
     // `snapdrain plan` says where each volume's pod may go.
-    let spec: snapdrain::api::DisruptionPlanSpec = serde_json::from_value(
+    let line = preview_lines(
+        &h,
+        &node,
         json!({"nodes": [node], "mode": "Release", "backup": {"releaseNetworkVolumesAt": "Snapshot"}}),
     )
-    .expect("spec");
-    let text = snapdrain::controller::preview::describe(&h.client, &node, &spec)
-        .await
-        .expect("preview");
-    let line = |pvc: &str| {
-        text.lines()
-            .find(|l| l.trim_start().starts_with(&format!("PVC {pvc} ")))
-            .unwrap_or_else(|| panic!("no line for {pvc}:\n{text}"))
-            .to_owned()
-    };
+    .await;
+    let data = line("data-ledger-0");
+    assert!(data.contains("may go at the CSI snapshot"), "{data}");
+    let scratch = line("scratch-ledger-0");
     assert!(
-        line("data-ledger-0").contains("may go at the CSI snapshot"),
-        "{text}"
-    );
-    assert!(
-        line("scratch-ledger-0").contains("goes once the backup is verified"),
-        "{text}"
+        scratch.contains("goes once the backup is verified"),
+        "{scratch}"
     );
     h.create_plan(
         "at-the-cut",

@@ -269,16 +269,7 @@ pub fn decide<P: Borrow<DisruptionPlan>>(
                     {
                         return false;
                     }
-                    match confirm(p, b) {
-                        Ok(()) => true,
-                        Err(why) => {
-                            let entry = (p.name_any(), why);
-                            if !refuted.contains(&entry) {
-                                refuted.push(entry);
-                            }
-                            false
-                        }
-                    }
+                    confirmed_or_refuted(p, b, &confirm, &mut refuted)
                 })
             });
         let by = by
@@ -337,6 +328,26 @@ fn snapshot_of<'a>(
     })
 }
 
+/// Whether Velero's Backup confirms `record` of `plan`; a refusal is remembered once for the 429's
+/// message.
+fn confirmed_or_refuted(
+    plan: &DisruptionPlan,
+    record: &BackupRecord,
+    confirm: &impl Fn(&DisruptionPlan, &BackupRecord) -> Result<(), String>,
+    refuted: &mut Vec<(String, String)>,
+) -> bool {
+    match confirm(plan, record) {
+        Ok(()) => true,
+        Err(why) => {
+            let entry = (plan.name_any(), why);
+            if !refuted.contains(&entry) {
+                refuted.push(entry);
+            }
+            false
+        }
+    }
+}
+
 /// The running plan for `node` with `releaseNetworkVolumesAt: Snapshot` whose live attempt for
 /// `namespace` (the latest, not abandoned) records `claim`'s CSI snapshot as cut
 /// (`planning::csi_release`), confirmed by Velero's Backup being past the cut and not failed
@@ -367,16 +378,7 @@ fn csi_cut_of<'a>(
         if !cut_claims(record).any(|c| c == claim) {
             return false;
         }
-        match confirm(p, record) {
-            Ok(()) => true,
-            Err(why) => {
-                let entry = (p.name_any(), why);
-                if !refuted.contains(&entry) {
-                    refuted.push(entry);
-                }
-                false
-            }
-        }
+        confirmed_or_refuted(p, record, confirm, refuted)
     })
 }
 
