@@ -1314,12 +1314,19 @@ async fn a_signal_plan_for_a_node_already_gone_ends_and_a_hand_written_one_waits
     assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
     let message = status.message.unwrap_or_default();
     assert!(message.contains("shop/postgres-0"), "{message}");
-    let typo = plans.get("typo").await.expect("the hand-written plan");
+    let typo = h
+        .wait_plan_until("typo", TIMEOUT, |p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.message.as_deref())
+                .is_some_and(|m| m.contains("do not exist"))
+        })
+        .await;
     let status = typo.status.expect("status");
-    assert_eq!(status.phase, PlanPhase::Pending, "{status:#?}");
-    assert!(
-        status.message.unwrap_or_default().contains("do not exist"),
-        "it waits for the node"
+    assert_eq!(
+        status.phase,
+        PlanPhase::Pending,
+        "it waits for the node: {status:#?}"
     );
     controller.shutdown().await;
 }

@@ -372,12 +372,20 @@ async fn network_volumes_go_at_their_csi_snapshot_and_a_local_volume_waits_for_t
         "{}",
         condition.message
     );
-    // Evict the released pods now (as their disruptor would); ask the gate about the ledger pod.
+    // Evict the released pods now (as their disruptor would, retrying a 429: the gate decides from its
+    // own copy of the plan, which follows the status write); ask the gate about the ledger pod.
     for pod in &ebs_only {
         let (ns, name) = pod.split_once('/').expect("ns/name");
-        snapdrain_testkit::eviction::evict_with(&h.client, ns, name, json!({}), "")
-            .await
-            .unwrap_or_else(|e| panic!("the gate lets {pod} go at its snapshot: {e}"));
+        snapdrain_testkit::eventually_within(
+            "the gate lets the pod go at its snapshot",
+            TIMEOUT,
+            || async {
+                snapdrain_testkit::eviction::evict_with(&h.client, ns, name, json!({}), "")
+                    .await
+                    .ok()
+            },
+        )
+        .await;
     }
     let ledger = dry_run_eviction(&h, NS, "ledger-0").await;
     let after: snapdrain::api::DisruptionPlan = Api::all(h.client.clone())
