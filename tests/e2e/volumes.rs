@@ -412,9 +412,16 @@ async fn network_volumes_go_at_their_csi_snapshot_and_a_local_volume_waits_for_t
         .await;
     let status = plan.status.clone().expect("status");
     assert!(!status.phase.is_terminal(), "{status:#?}");
-    snapdrain_testkit::eviction::evict_with(&h.client, NS, "ledger-0", json!({}), "")
-        .await
-        .expect("the gate lets the ledger pod go once its backup is verified");
+    snapdrain_testkit::eventually_within(
+        "the gate lets the ledger pod go once its backup is verified",
+        TIMEOUT,
+        || async {
+            snapdrain_testkit::eviction::evict_with(&h.client, NS, "ledger-0", json!({}), "")
+                .await
+                .ok()
+        },
+    )
+    .await;
     for b in &status.backups {
         assert!(b.verified, "{b:#?}");
         for v in &b.volumes {
