@@ -531,7 +531,7 @@ async fn the_workloads_backup_hooks_run_before_the_drain_and_the_report_shows_th
     controller.shutdown().await;
 }
 
-/// A pre hook that fails with `on-error: Fail` fails the pod's item, so Velero's Backup ends
+/// A pre hook that fails with `on-error: Fail` fails the pod's item, so Velero's Backup can only end
 /// PartiallyFailed; the plan, allowed one attempt, fails, and nothing is evicted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_failing_backup_hook_with_on_error_fail_fails_the_plan_and_evicts_nothing() {
@@ -554,9 +554,13 @@ async fn a_failing_backup_hook_with_on_error_fail_fails_the_plan_and_evicts_noth
     let status = plan.status.clone().expect("status");
     assert_eq!(status.phase, PlanPhase::Failed, "{status:#?}");
     let record = &status.backups[0];
-    assert_eq!(
-        record.phase.as_deref(),
-        Some("PartiallyFailed"),
+    // PartiallyFailed, or the FinalizingPartiallyFailed the controller saw first: a phase that can only
+    // end PartiallyFailed fails the attempt at once (`planning::backups::classify_backup_phase`).
+    assert!(
+        record
+            .phase
+            .as_deref()
+            .is_some_and(|p| p.ends_with("PartiallyFailed")),
         "{record:#?}"
     );
     assert!(
