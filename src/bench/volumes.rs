@@ -231,16 +231,7 @@ fn node_data(b: &Bench) -> anyhow::Result<(Vec<String>, u64)> {
                 .unwrap_or_default()
                 .to_owned(),
         );
-        for claim in pod
-            .pointer("/spec/volumes")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|v| {
-                v.pointer("/persistentVolumeClaim/claimName")
-                    .and_then(Value::as_str)
-            })
-        {
+        for claim in snapdrain_sim::world::objects::pod_claims(pod) {
             let pvc = store
                 .get(&ResKey::core("persistentvolumeclaims"), ns, claim)
                 .ok_or_else(|| anyhow!("PVC {claim} of a pod on {} is missing", b.node))?;

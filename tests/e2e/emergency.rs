@@ -142,7 +142,7 @@ async fn ebs_volumes(
         .collect()
 }
 
-async fn warning_events(h: &Harness, plan: &str, reason: &str) -> Vec<Event> {
+pub(crate) async fn warning_events(h: &Harness, plan: &str, reason: &str) -> Vec<Event> {
     Api::<Event>::all(h.client.clone())
         .list(&ListParams::default())
         .await

@@ -491,20 +491,12 @@ async fn a_plan_under_a_deadline_names_the_local_volume_it_cannot_protect_in_tim
         })
         .await;
     let events = snapdrain_testkit::eventually_within("the PlanWarning Event", TIMEOUT, || async {
-        let list = Api::<k8s_openapi::api::events::v1::Event>::all(h.client.clone())
-            .list(&Default::default())
+        let notes: Vec<String> = crate::emergency::warning_events(&h, "deadline", "PlanWarning")
             .await
-            .ok()?;
-        let warnings: Vec<String> = list
-            .items
             .into_iter()
-            .filter(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("deadline")
-                    && e.reason.as_deref() == Some("PlanWarning")
-            })
             .filter_map(|e| e.note)
             .collect();
-        (!warnings.is_empty()).then_some(warnings)
+        (!notes.is_empty()).then_some(notes)
     })
     .await;
     let late: Vec<&String> = events

@@ -729,17 +729,8 @@ mod tests {
 
     #[test]
     fn an_eviction_before_any_verified_backup_is_a_violation() {
-        let evicted = |source: &str, verb: &str, resource: &str, code: Option<u16>| AuditEntry {
-            seq: 1,
-            time: "2025-01-01T00:00:05.000Z".into(),
-            source: source.into(),
-            verb: verb.into(),
-            resource: resource.into(),
-            namespace: Some("db".into()),
-            name: Some("pg-0".into()),
-            user_agent: None,
-            code,
-            detail: Value::Null,
+        let evicted = |source: &str, verb: &str, resource: &str, code: Option<u16>| {
+            pg_entry(source, verb, resource, code, "2025-01-01T00:00:05.000Z")
         };
         let audit = [
             evicted("world", "evicted", "pods", None),

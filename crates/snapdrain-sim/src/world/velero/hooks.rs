@@ -59,18 +59,21 @@ fn command(value: &str) -> Vec<String> {
     vec![value.to_owned()]
 }
 
+/// The key prefix and command of `pod`'s `phase` hook: its own phase's keys, or for `pre` the unprefixed
+/// ones when it has no pre hook (`HandleHooks`). None when it has none.
+fn hook_command<'a>(pod: &'a Value, phase: &'a str) -> Option<(&'a str, &'a str)> {
+    match annotation(pod, phase, "command") {
+        Some(c) => Some((phase, c)),
+        None if phase == "pre" => annotation(pod, "", "command").map(|c| ("", c)),
+        None => None,
+    }
+}
+
 /// Runs the `phase` (`pre` or `post`) hooks of `pods`.
 pub fn run(ctx: &WorldContext, pods: &[Arc<Value>], phase: &str) -> HookOutcome {
     let mut out = HookOutcome::default();
     for pod in pods {
-        let mut key_phase = phase;
-        if annotation(pod, phase, "command").is_none() {
-            if phase != "pre" || annotation(pod, "", "command").is_none() {
-                continue;
-            }
-            key_phase = "";
-        }
-        let Some(value) = annotation(pod, key_phase, "command") else {
+        let Some((key_phase, value)) = hook_command(pod, phase) else {
             continue;
         };
         let ns = meta_str(pod, "namespace").unwrap_or("");
@@ -142,5 +145,11 @@ mod tests {
             json!({"metadata": {"annotations": {"hook.backup.velero.io/command": "/bin/sync"}}});
         assert_eq!(annotation(&pod, "", "command"), Some("/bin/sync"));
         assert_eq!(annotation(&pod, "post", "command"), None);
+        assert_eq!(hook_command(&pod, "pre"), Some(("", "/bin/sync")));
+        assert_eq!(hook_command(&pod, "post"), None);
+        // A pre hook of its own wins over the unprefixed keys.
+        let both = json!({"metadata": {"annotations": {"hook.backup.velero.io/command": "/bin/sync",
+            "pre.hook.backup.velero.io/command": "/bin/true"}}});
+        assert_eq!(hook_command(&both, "pre"), Some(("pre", "/bin/true")));
     }
 }

@@ -208,7 +208,11 @@ pub fn quantity_bytes(q: &str) -> u64 {
 /// Annotation on a claim: how many bytes of its volume change between two backups (a quantity). Kopia
 /// stores content by hash in the namespace's repository, so a later upload of the same volume moves only
 /// what changed (kopia's deduplication; Velero's file-system backup and data mover both upload through
-/// it). Absent, every byte counts as changed: the first upload's cost, the conservative stand-in.
+/// it). Kopia "uses content-addressable storage for snapshots: snapshots are always incremental; data that
+/// is already included in previous snapshots is not re-uploaded to the repository" (OKD docs, OADP "About
+/// Kopia", https://docs.okd.io/4.17/backup_and_restore/application_backup_and_restore/backing_up_and_restoring/oadp-about-kopia.html).
+/// The simulator counts bytes, not chunks: a real change touches whole chunks, so it moves somewhat more.
+/// Absent, every byte counts as changed: the first upload's cost, the conservative stand-in.
 pub const CHANGED_BYTES: &str = "sim.snapdrain.io/changed-bytes";
 
 /// The claim's [`CHANGED_BYTES`], when set and readable.
