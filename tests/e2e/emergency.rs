@@ -520,3 +520,79 @@ async fn a_disrupted_taint_seen_before_the_claims_deletion_still_carries_the_spo
         plan.spec
     );
 }
+
+/// (g) The soak's lost pods: a protected pod's EBS volume was snapshotted moments before its node's spot
+/// interruption (its pod had just left a node whose own plan cut it; here another tool cuts it). EC2
+/// refuses another snapshot of a volume within 15 s of the last (`SnapshotCreationPerVolumeRateExceeded`,
+/// EC2 API reference "Error codes"; the simulated EC2 keeps that window). The plan reads when the
+/// volume's newest snapshot began, records the instant the window ends (`cutNotBefore`), says so in a
+/// Warning Event against the deadline, and cuts the set then, not at the error backoff's next try; the
+/// pods go after their cut and before EC2 takes the instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_volume_snapshotted_moments_before_is_cut_when_ec2s_window_ends() {
+    use snapdrain::cloud::ec2::Ec2Cloud;
+    let h = slow_velero().await;
+    let (_controller, node, protected) = gate_and_held_node(&h).await;
+    let volumes = ebs_volumes(&h, &protected).await;
+    let volume = volumes.iter().next().expect("an EBS volume").clone();
+    let ec2 = h.cluster.ec2.as_ref().expect("EC2");
+    let cloud = Ec2Cloud::with_endpoint(
+        &ec2.endpoint(),
+        &ec2.config().region,
+        Some(("test", "test")),
+    )
+    .await;
+    let other = cloud
+        .client()
+        .create_snapshot()
+        .volume_id(&volume)
+        .description("another tool's snapshot")
+        .send()
+        .await
+        .expect("another tool's snapshot");
+    let other_id = other.snapshot_id().expect("an id").to_string();
+    let other_start = ec2
+        .snapshots()
+        .into_iter()
+        .find(|s| s.id == other_id)
+        .expect("EC2 holds it")
+        .start_time;
+
+    let plan = interrupt(&h, &node).await;
+    let status = plan.status.clone().expect("a status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{:?}", status.message);
+    let [set] = &status.emergency_snapshots[..] else {
+        panic!("one set: {:#?}", status.emergency_snapshots);
+    };
+    // The window's end: 15 s after the other snapshot began, 1 s for clocks, up to a whole second.
+    let end = other_start + jiff::SignedDuration::from_secs(16);
+    let end_second = end.as_second() + i64::from(end.subsec_nanosecond() != 0);
+    assert_eq!(
+        set.cut_not_before.as_ref().map(|t| t.0.as_second()),
+        Some(end_second),
+        "{set:#?}"
+    );
+    let delayed = warning_events(&h, &plan.name_any(), "EmergencySnapshotsDelayed").await;
+    let [event] = &delayed[..] else {
+        panic!("one EmergencySnapshotsDelayed Event: {delayed:#?}");
+    };
+    let note = event.note.clone().unwrap_or_default();
+    for want in [volume.as_str(), other_id.as_str(), "before the deadline"] {
+        assert!(note.contains(want), "{want:?} in {note}");
+    }
+    // EC2's own record: the plan's set was cut once, after the window.
+    let cut = snapshots_of(&h, &plan.uid().expect("a uid"));
+    assert_eq!(cut.len(), volumes.len(), "one set: {cut:#?}");
+    assert!(
+        cut.iter()
+            .all(|s| s.start_time >= other_start + jiff::SignedDuration::from_secs(15)),
+        "{cut:#?}"
+    );
+    assert!(
+        !h.audit()
+            .iter()
+            .any(|e| e.verb == "spot-instance-reclaimed"),
+        "the pods left before EC2 took the instance"
+    );
+    h.assert_no_eviction_before_saved(&protected, &plan).await;
+}

@@ -351,7 +351,7 @@ fn emergency_request(instance: &str, uid: &str) -> snapdrain::cloud::ebs::Instan
 /// rate is off here, so only the tag lookup stands between a restart and a second set.
 #[tokio::test]
 async fn the_client_cuts_a_plans_set_once_and_finds_it_again_by_tag() {
-    use snapdrain::cloud::ebs::ensure_instance_snapshots;
+    use snapdrain::cloud::ebs::{EnsuredSnapshots, ensure_instance_snapshots};
     let sim = Ec2Sim::start(Ec2SimConfig {
         snapshot_mib_per_second: 1024.0,
         snapshot_per_volume_interval: Duration::ZERO,
@@ -364,31 +364,27 @@ async fn the_client_cuts_a_plans_set_once_and_finds_it_again_by_tag() {
     let mut req = emergency_request("i-0abababababababa7", "uid-7");
     req.exclude = vec![volumes[2].clone()];
     let wanted = vec![volumes[0].clone(), volumes[1].clone()];
-    let first = ensure_instance_snapshots(&cloud, &req, &wanted, PLAN_TAG, "uid-7")
-        .await
-        .unwrap();
-    assert!(first.created);
-    let mut cut: Vec<&str> = first
-        .snapshots
-        .iter()
-        .map(|s| s.volume_id.as_str())
-        .collect();
+    let found = |e| match e {
+        EnsuredSnapshots::Found { snapshots, created } => (snapshots, created),
+        other => panic!("the set, not {other:?}"),
+    };
+    let (first, created) = found(
+        ensure_instance_snapshots(&cloud, &req, &wanted, PLAN_TAG, "uid-7")
+            .await
+            .unwrap(),
+    );
+    assert!(created);
+    let mut cut: Vec<&str> = first.iter().map(|s| s.volume_id.as_str()).collect();
     cut.sort();
     assert_eq!(cut, [volumes[0].as_str(), volumes[1].as_str()]);
-    let again = ensure_instance_snapshots(&cloud, &req, &wanted, PLAN_TAG, "uid-7")
-        .await
-        .unwrap();
-    assert!(!again.created);
-    let mut ids: Vec<&str> = again
-        .snapshots
-        .iter()
-        .map(|s| s.snapshot_id.as_str())
-        .collect();
-    let mut first_ids: Vec<&str> = first
-        .snapshots
-        .iter()
-        .map(|s| s.snapshot_id.as_str())
-        .collect();
+    let (again, created) = found(
+        ensure_instance_snapshots(&cloud, &req, &wanted, PLAN_TAG, "uid-7")
+            .await
+            .unwrap(),
+    );
+    assert!(!created);
+    let mut ids: Vec<&str> = again.iter().map(|s| s.snapshot_id.as_str()).collect();
+    let mut first_ids: Vec<&str> = first.iter().map(|s| s.snapshot_id.as_str()).collect();
     ids.sort();
     first_ids.sort();
     assert_eq!(ids, first_ids);
@@ -396,20 +392,21 @@ async fn the_client_cuts_a_plans_set_once_and_finds_it_again_by_tag() {
 }
 
 /// A volume cut moments ago by someone else (no plan tag) is refused by EC2's per-volume rate, and the
-/// client says so instead of pretending the plan's set exists.
+/// client says so instead of pretending the plan's set exists: it answers with that volume's newest
+/// snapshot and its start, as the simulated EC2 recorded it, so the plan can wait out the window.
 #[tokio::test]
-async fn the_client_reports_a_refused_cut() {
-    use snapdrain::cloud::ebs::ensure_instance_snapshots;
+async fn the_client_reports_a_refused_cut_with_the_snapshot_that_holds_the_window() {
+    use snapdrain::cloud::ebs::{EnsuredSnapshots, ensure_instance_snapshots};
     let (sim, client) = start(0.0).await;
     let cloud = Ec2Cloud::with_endpoint(&sim.endpoint(), "us-west-2", Some(("test", "test"))).await;
     let volumes = instance_with_volumes(&sim, "i-0cdcdcdcdcdcdcd8", &[1]);
-    client
+    let other = client
         .create_snapshot()
         .volume_id(&volumes[0])
         .send()
         .await
         .unwrap();
-    let err = ensure_instance_snapshots(
+    let answer = ensure_instance_snapshots(
         &cloud,
         &emergency_request("i-0cdcdcdcdcdcdcd8", "uid-8"),
         &volumes,
@@ -417,9 +414,21 @@ async fn the_client_reports_a_refused_cut() {
         "uid-8",
     )
     .await
-    .unwrap_err();
-    assert_eq!(err.code(), Some("SnapshotCreationPerVolumeRateExceeded"));
-    assert!(err.to_string().contains("i-0cdcdcdcdcdcdcd8"), "{err}");
+    .unwrap();
+    let EnsuredSnapshots::TooSoon { newest } = answer else {
+        panic!("refused, not {answer:?}");
+    };
+    let recorded = sim.snapshots();
+    let [record] = &recorded[..] else {
+        panic!("only the other snapshot: {recorded:#?}");
+    };
+    let [last] = &newest[..] else {
+        panic!("one volume's newest: {newest:#?}");
+    };
+    assert_eq!(last.volume_id, volumes[0]);
+    assert_eq!(Some(last.snapshot_id.as_str()), other.snapshot_id());
+    assert_eq!(last.snapshot_id, record.id);
+    assert_eq!(last.started, record.start_time);
 }
 
 /// In the simulated cluster EC2 sees what the EBS CSI driver attached: a StatefulSet pod's 500 GiB claim on

@@ -567,6 +567,10 @@ pub struct EmergencySnapshotSet {
     /// the release point of the pods whose every volume is in the set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub accepted_at: Option<Time>,
+    /// EC2 refused the cut for its per-volume rate (a volume snapshotted less than 15 s before): when
+    /// the set will be cut, once that window ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_not_before: Option<Time>,
     /// When every snapshot was `completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completed_at: Option<Time>,

@@ -11,6 +11,7 @@ use aws_sdk_ec2::types::{Filter, InstanceSpecification, ResourceType, Tag, TagSp
 
 use super::ec2::{CloudError, Ec2Cloud};
 use crate::planning::ebs_snapshots::{FoundSnapshot, SnapshotState};
+use crate::planning::snapshot_window::LastSnapshot;
 
 /// One CreateSnapshots call for an instance's data volumes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,10 +26,17 @@ pub struct InstanceSnapshotRequest {
 
 /// The outcome of [`ensure_instance_snapshots`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EnsuredSnapshots {
-    pub snapshots: Vec<FoundSnapshot>,
-    /// False when the plan's snapshots already existed (a resumed pass).
-    pub created: bool,
+pub enum EnsuredSnapshots {
+    /// The plan's snapshots of the wanted volumes.
+    Found {
+        snapshots: Vec<FoundSnapshot>,
+        /// False when the plan's snapshots already existed (a resumed pass).
+        created: bool,
+    },
+    /// EC2 refused the cut (`SnapshotCreationPerVolumeRateExceeded`) and holds none under the plan's
+    /// tag: a wanted volume was snapshotted less than 15 s ago by someone else. The newest snapshot of
+    /// each wanted volume, to wait out the window ([`crate::planning::snapshot_window`]).
+    TooSoon { newest: Vec<LastSnapshot> },
 }
 
 fn state_of(s: Option<&aws_sdk_ec2::types::SnapshotState>, message: Option<&str>) -> SnapshotState {
@@ -147,13 +155,69 @@ impl Ec2Cloud {
             }
         }
     }
+
+    /// The newest snapshot of each of `volume_ids` (DescribeSnapshots, `Owner=self`, a `volume-id`
+    /// filter, every page), whoever made it: what holds EC2's per-volume window. Snapshots without a
+    /// start time are skipped (EC2 always sets one).
+    pub async fn newest_snapshots(
+        &self,
+        volume_ids: &[String],
+    ) -> Result<Vec<LastSnapshot>, CloudError> {
+        let mut newest: BTreeMap<String, LastSnapshot> = BTreeMap::new();
+        let mut token: Option<String> = None;
+        loop {
+            let out = self
+                .client()
+                .describe_snapshots()
+                .owner_ids("self")
+                .filters(
+                    Filter::builder()
+                        .name("volume-id")
+                        .set_values(Some(volume_ids.to_vec()))
+                        .build(),
+                )
+                .set_next_token(token.take())
+                .send()
+                .await
+                .map_err(|e| CloudError::from_sdk("DescribeSnapshots", None, e))?;
+            for s in out.snapshots() {
+                let (Some(id), Some(volume), Some(start)) =
+                    (s.snapshot_id(), s.volume_id(), s.start_time())
+                else {
+                    continue;
+                };
+                let Ok(started) = jiff::Timestamp::new(
+                    start.secs(),
+                    i32::try_from(start.subsec_nanos()).unwrap_or(0),
+                ) else {
+                    continue;
+                };
+                let candidate = LastSnapshot {
+                    volume_id: volume.to_string(),
+                    snapshot_id: id.to_string(),
+                    started,
+                };
+                match newest.get(volume) {
+                    Some(seen) if seen.started >= started => {}
+                    _ => {
+                        newest.insert(volume.to_string(), candidate);
+                    }
+                }
+            }
+            match out.next_token() {
+                Some(t) if !t.is_empty() => token = Some(t.to_string()),
+                _ => return Ok(newest.into_values().collect()),
+            }
+        }
+    }
 }
 
 /// The plan's snapshots of `wanted` volumes: those EC2 already has under the tag `key=value`, else a new
 /// CreateSnapshots set. Only snapshots of `wanted` count, so one plan's sets for two nodes (same tag) do
-/// not stand for each other. A `SnapshotCreationPerVolumeRateExceeded` answer (a set cut less than 15 s
-/// ago, EC2 API reference "Error codes") means an earlier call got through: the tag lookup is asked again
-/// instead of cutting.
+/// not stand for each other. A `SnapshotCreationPerVolumeRateExceeded` answer (a volume snapshotted
+/// less than 15 s ago, EC2 API reference "Error codes") may mean an earlier call of this plan got
+/// through: the tag lookup is asked again instead of cutting; if it finds nothing, someone else cut a
+/// wanted volume moments ago and the answer says when ([`EnsuredSnapshots::TooSoon`]).
 pub async fn ensure_instance_snapshots(
     cloud: &Ec2Cloud,
     req: &InstanceSnapshotRequest,
@@ -167,22 +231,24 @@ pub async fn ensure_instance_snapshots(
     };
     let existing = of_wanted(cloud.snapshots_tagged(key, value).await?);
     if !existing.is_empty() {
-        return Ok(EnsuredSnapshots {
+        return Ok(EnsuredSnapshots::Found {
             snapshots: existing,
             created: false,
         });
     }
     match cloud.create_instance_snapshots(req).await {
-        Ok(snapshots) => Ok(EnsuredSnapshots {
+        Ok(snapshots) => Ok(EnsuredSnapshots::Found {
             snapshots,
             created: true,
         }),
         Err(e) if e.code() == Some("SnapshotCreationPerVolumeRateExceeded") => {
             let again = of_wanted(cloud.snapshots_tagged(key, value).await?);
             if again.is_empty() {
-                return Err(e);
+                return Ok(EnsuredSnapshots::TooSoon {
+                    newest: cloud.newest_snapshots(wanted).await?,
+                });
             }
-            Ok(EnsuredSnapshots {
+            Ok(EnsuredSnapshots::Found {
                 snapshots: again,
                 created: false,
             })

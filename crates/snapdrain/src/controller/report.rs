@@ -45,6 +45,8 @@ pub enum What {
         pods: u64,
     },
     EmergencySnapshotsCompleted,
+    /// EC2 makes the emergency set wait for its per-volume window (15 s after a volume's last snapshot).
+    EmergencySnapshotsDelayed,
     // Verifying
     BackupVerified,
     BackupVerificationFailed {
@@ -114,6 +116,7 @@ impl What {
             Self::EmergencySnapshots => (Warning, "EmergencySnapshots", "Backup"),
             Self::ReleasedAtSnapshot { .. } => (Warning, "ReleasedAtSnapshot", "Release"),
             Self::EmergencySnapshotsCompleted => (Normal, "EmergencySnapshotsCompleted", "Backup"),
+            Self::EmergencySnapshotsDelayed => (Warning, "EmergencySnapshotsDelayed", "Backup"),
             Self::BackupDeleted => (Normal, "BackupDeleted", "Backup"),
             Self::BackupDeleteRequested => (Normal, "BackupDeleteRequested", "Backup"),
             Self::BackupVerified => (Normal, "BackupVerified", "Verify"),
@@ -305,6 +308,7 @@ mod tests {
             What::EmergencySnapshots,
             What::ReleasedAtSnapshot { pods: 1 },
             What::EmergencySnapshotsCompleted,
+            What::EmergencySnapshotsDelayed,
             What::BackupVerified,
             What::BackupVerificationFailed { reason: "missing" },
             What::BucketUnreadable,

@@ -20,6 +20,7 @@
 //! - [`status_size`]: bounds on a plan's status, so it stays under etcd's object limit.
 //! - [`taint`]: snapdrain's drain taint and toleration matching.
 //! - [`volumes`]: each protected volume's class (network or node-local) and backup method.
+//! - [`snapshot_window`]: EC2's 15 s between snapshots of a volume: when a refused emergency set may be cut.
 //! - [`velero_pods`]: Velero's data-path pods (1.17+) and server pod, which a running backup needs.
 
 pub mod architecture;
@@ -42,6 +43,7 @@ pub mod node_class;
 pub mod phase;
 pub mod protection;
 pub mod replacement;
+pub mod snapshot_window;
 pub mod status_size;
 pub mod taint;
 pub mod velero_pods;

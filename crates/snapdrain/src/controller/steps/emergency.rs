@@ -38,7 +38,7 @@ use kube::api::Api;
 use crate::api::status::{
     EmergencySnapshot, EmergencySnapshotSet, NodeProgress, UnsavedVolume, condition,
 };
-use crate::cloud::ebs::{InstanceSnapshotRequest, ensure_instance_snapshots};
+use crate::cloud::ebs::{EnsuredSnapshots, InstanceSnapshotRequest, ensure_instance_snapshots};
 use crate::cloud::ec2::CloudError;
 use crate::controller::error::ControllerError;
 use crate::controller::report::What;
@@ -49,6 +49,7 @@ use crate::planning::ebs_snapshots::{
 };
 use crate::planning::ebs_volumes::{BadCapacity, attached_ebs_volumes, protected_volumes};
 use crate::planning::inventory::pvc_claims;
+use crate::planning::snapshot_window::{LastSnapshot, cut_at, delayed_message};
 
 /// How often pending snapshots are looked at again: EC2 has no watch, and DescribeSnapshots is cheap.
 const RECHECK: Duration = Duration::from_secs(2);
@@ -167,7 +168,7 @@ pub async fn advance(
     }
     let mut wait = None;
     for i in 0..v.status.emergency_snapshots.len() {
-        match follow(v, io, out, i).await? {
+        match follow(v, io, out, i, deadline).await? {
             After::Wait(d) => wait = Some(wait.map_or(d, |w: Duration| w.min(d))),
             After::Nothing => {}
             other => return Ok(other),
@@ -345,6 +346,7 @@ async fn follow(
     io: &Io<'_>,
     out: &mut Outcome,
     i: usize,
+    deadline: jiff::Timestamp,
 ) -> Result<After, ControllerError> {
     let written = &v.status.emergency_snapshots[i];
     if written.completed_at.is_some() || written.error.is_some() {
@@ -383,11 +385,14 @@ async fn follow(
             ),
         };
         match ensure_instance_snapshots(ec2, &req, &wanted, PLAN_UID_TAG, &uid).await {
-            Ok(e) => {
-                if e.created {
+            Ok(EnsuredSnapshots::Found { snapshots, created }) => {
+                if created {
                     tracing::info!(node = %written.node, instance = %written.instance_id, "cut emergency EBS snapshots");
                 }
-                e.snapshots
+                snapshots
+            }
+            Ok(EnsuredSnapshots::TooSoon { newest }) => {
+                return Ok(wait_for_window(v, out, i, &newest, deadline));
             }
             Err(e) => return ec2_failure(e, "ec2:CreateSnapshots"),
         }
@@ -443,6 +448,26 @@ async fn follow(
             After::Nothing
         }
     })
+}
+
+/// EC2 refused set `i` for its per-volume rate: records when the set will be cut and says so once per
+/// window (a Warning Event naming the volume, the wait and the deadline), then waits exactly that long
+/// rather than with the error backoff, which could miss a short deadline by seconds.
+fn wait_for_window(
+    v: &PlanView<'_>,
+    out: &mut Outcome,
+    i: usize,
+    newest: &[LastSnapshot],
+    deadline: jiff::Timestamp,
+) -> After {
+    let (at, holder) = cut_at(newest, v.now);
+    let set = &mut out.status.emergency_snapshots[i];
+    if set.cut_not_before.as_ref().map(|t| t.0) != Some(at) {
+        set.cut_not_before = Some(Time(at));
+        let text = delayed_message(&set.node, holder, at, v.now, deadline);
+        out.note(What::EmergencySnapshotsDelayed, text);
+    }
+    After::Wait(at.duration_since(v.now).unsigned_abs())
 }
 
 /// Writes EC2's answer into the set: per volume, its completed snapshot if it has one, else the newest.
