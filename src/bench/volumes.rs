@@ -594,6 +594,7 @@ async fn spot_with_500_gib(report: &mut Report) -> anyhow::Result<()> {
             .collect(),
         csi_cuts: safety::csi_cuts_of(&b.cluster),
         snapshot_release_uids: safety::snapshot_release_uid(&plan).into_iter().collect(),
+        pod_starts: safety::pod_starts(&audit),
     };
     let removed = safety::pods_removed(&audit);
     let mut violations: Vec<String> = safety::eviction_violations_with_snapshots(
@@ -606,7 +607,7 @@ async fn spot_with_500_gib(report: &mut Report) -> anyhow::Result<()> {
     .map(ToString::to_string)
     .collect();
     violations.extend(
-        snapdrain_testkit::chaos::judge::lost_with_node(&audit, &protected)
+        snapdrain_testkit::chaos::judge::lost_with_node(&audit, &protected, &evidence)
             .iter()
             .map(|l| {
                 format!(

@@ -535,6 +535,7 @@ impl Harness {
             snapshot_release_uids: crate::safety::snapshot_release_uid(&json)
                 .into_iter()
                 .collect(),
+            pod_starts: crate::safety::pod_starts(&self.audit()),
         }
     }
 

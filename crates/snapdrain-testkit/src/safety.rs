@@ -269,6 +269,25 @@ pub struct EbsEvidence {
     /// The uids of the plans whose spec (the user's input, not a decision) asks to release network
     /// volumes at their CSI snapshot (`spec.backup.releaseNetworkVolumesAt: Snapshot`).
     pub snapshot_release_uids: BTreeSet<String>,
+    /// When each pod (`namespace/name`) started on a node, from the world's own records
+    /// ([`pod_starts`]): a snapshot cut before the pod last started holds an older state of its volume
+    /// (one its previous node's plan cut), not what it wrote where it was evicted from. Empty: no bound.
+    pub pod_starts: BTreeMap<String, Vec<Timestamp>>,
+}
+
+/// When each pod (`namespace/name`) started on a node: the world's `started` records of pods.
+pub fn pod_starts(audit: &[AuditEntry]) -> BTreeMap<String, Vec<Timestamp>> {
+    let mut starts: BTreeMap<String, Vec<Timestamp>> = BTreeMap::new();
+    for a in audit {
+        if a.source == "world" && a.verb == "started" && a.resource == "pods" {
+            if let (Some(ns), Some(name), Ok(t)) =
+                (a.namespace.as_deref(), a.name.as_deref(), a.time.parse())
+            {
+                starts.entry(format!("{ns}/{name}")).or_default().push(t);
+            }
+        }
+    }
+    starts
 }
 
 /// A CSI snapshot of a claim's volume, cut for a Velero Backup, and the plan that Backup belongs to
@@ -337,29 +356,41 @@ pub fn snapshot_release_uid(plan: &Value) -> Option<String> {
 pub const PLAN_UID_TAG: &str = "snapdrain.io/plan-uid";
 
 impl EbsEvidence {
+    /// True when `claim` of `pod`, evicted at `at`, was saved by a snapshot: [`Self::saved_between`]
+    /// the pod's last start before `at` (its [`Self::pod_starts`]; none known: no bound) and `at`.
+    fn saves(&self, pod: &str, claim: &str, at: Timestamp) -> bool {
+        let since = self
+            .pod_starts
+            .get(pod)
+            .and_then(|starts| starts.iter().filter(|t| **t <= at).max().copied());
+        self.saved_between(claim, since, at)
+    }
+
     /// True when EC2 holds a snapshot of `claim`'s EBS volume, tagged with one of the plans' uids,
-    /// started strictly before `at`, and not ended in `error`; or when a CSI snapshot of it was cut
-    /// before `at` for a plan that asked to release network volumes at the snapshot.
-    fn saves(&self, claim: &str, at: Timestamp) -> bool {
+    /// started at or after `since` and strictly before `before`, and not ended in `error`; or when a
+    /// CSI snapshot of it was cut in that span for a plan that asked to release network volumes at the
+    /// snapshot.
+    pub fn saved_between(&self, claim: &str, since: Option<Timestamp>, before: Timestamp) -> bool {
         let Some(volume) = self.claim_volumes.get(claim) else {
             return false;
         };
+        let within = |t: Timestamp| since.is_none_or(|s| t >= s) && t < before;
         // A release at the CSI snapshot: the claim's own EBS volume, cut for a Backup of a plan that asked
-        // for it, strictly before the eviction.
+        // for it.
         let cut = self.csi_cuts.iter().any(|c| {
             c.claim == claim
                 && &c.volume_handle == volume
                 && c.plan_uid
                     .as_ref()
                     .is_some_and(|u| self.snapshot_release_uids.contains(u))
-                && c.cut_at < at
+                && within(c.cut_at)
         });
         cut || self.snapshots.iter().any(|s| {
             &s.volume_id == volume
                 && s.tags
                     .get(PLAN_UID_TAG)
                     .is_some_and(|uid| self.plan_uids.contains(uid))
-                && s.start_time < at
+                && within(s.start_time)
                 && s.state != "error"
         })
     }
@@ -404,7 +435,7 @@ pub fn eviction_violations_with_snapshots(
         let namespace = ev.pod.split_once('/').map_or("", |(ns, _)| ns);
         let mut uncovered = Vec::new();
         for claim in claims {
-            if ebs.saves(&format!("{namespace}/{claim}"), evicted_at) {
+            if ebs.saves(&ev.pod, &format!("{namespace}/{claim}"), evicted_at) {
                 continue;
             }
             // The earliest verification of a backup holding this claim decides.
@@ -571,6 +602,48 @@ mod tests {
         );
         let verified = [record("db", &["scratch-1"], Some("2025-01-01T00:00:01Z"))];
         assert!(eviction_violations_with_snapshots(&mixed, &p, &verified, &both).is_empty());
+    }
+
+    /// The soak's case: a pod's volume was cut by the plan of the node it just left; it started on its
+    /// new node after that cut and was evicted there with no cut of its own. The older snapshot holds
+    /// nothing it wrote on the new node, so it does not save it; a cut after the start does.
+    #[test]
+    fn a_snapshot_cut_before_the_pod_last_started_does_not_save_it() {
+        let p = protected(&[("db/pg-0", &["data-pg-0"])]);
+        let t = |s: &str| s.parse::<Timestamp>().expect("test time");
+        let evidence = |snapshots: Vec<Ec2Snapshot>, starts: &[&str]| EbsEvidence {
+            claim_volumes: BTreeMap::from([("db/data-pg-0".to_string(), "vol-a".to_string())]),
+            snapshots,
+            plan_uids: BTreeSet::from(["uid-1".to_string(), "uid-2".to_string()]),
+            pod_starts: BTreeMap::from([(
+                "db/pg-0".to_string(),
+                starts.iter().map(|s| t(s)).collect(),
+            )]),
+            ..EbsEvidence::default()
+        };
+        let evictions = [eviction("db/pg-0", "2025-01-01T00:00:10.000Z")];
+        let old_cut = snap("vol-a", "2025-01-01T00:00:01Z", "uid-1");
+        let moved = ["2025-01-01T00:00:00Z", "2025-01-01T00:00:03Z"];
+        let stale = evidence(vec![old_cut.clone()], &moved);
+        assert_eq!(
+            eviction_violations_with_snapshots(&evictions, &p, &[], &stale).len(),
+            1,
+            "the previous node's cut"
+        );
+        let fresh = evidence(
+            vec![
+                old_cut.clone(),
+                snap("vol-a", "2025-01-01T00:00:05Z", "uid-2"),
+            ],
+            &moved,
+        );
+        assert!(eviction_violations_with_snapshots(&evictions, &p, &[], &fresh).is_empty());
+        // A start after the eviction is another life of the pod: it does not move the bound.
+        let later = evidence(
+            vec![old_cut],
+            &["2025-01-01T00:00:00Z", "2025-01-01T00:00:20Z"],
+        );
+        assert!(eviction_violations_with_snapshots(&evictions, &p, &[], &later).is_empty());
     }
 
     /// A pod let go at a CSI snapshot is fine only when its plan asked for it, the cut is of the claim's

@@ -6,8 +6,9 @@
 //!   claims, the snapshots the simulated EC2 itself holds tagged with a plan's uid (a forceful plan
 //!   releases at its emergency snapshot);
 //! - no protected pod lost with its node: one that left with no eviction or DELETE (the pod garbage
-//!   collector's removal once its Node was gone) needs a Velero Backup of all its claims taken after it
-//!   last started there and completed before the node went ([`lost_with_node`]);
+//!   collector's removal once its Node was gone) needs, for each of its claims, a Velero Backup taken
+//!   after it last started there and completed before the node went, or a plan's snapshot of the claim's
+//!   EBS volume cut in that span ([`lost_with_node`]);
 //! - every plan terminal (Completed, Failed or Aborted);
 //! - no duplicate backup: at most one Velero Backup per plan, namespace and attempt (the labels the
 //!   Backup carries);
@@ -165,6 +166,7 @@ pub fn judge(e: &Evidence<'_>) -> Verdict {
             .iter()
             .filter_map(safety::snapshot_release_uid)
             .collect(),
+        pod_starts: safety::pod_starts(e.audit),
     };
     for violation in safety::eviction_violations_with_snapshots(
         &safety::pods_removed(e.audit),
@@ -177,7 +179,7 @@ pub fn judge(e: &Evidence<'_>) -> Verdict {
             None => v.violations.push(violation.to_string()),
         }
     }
-    for lost in lost_with_node(e.audit, e.protected) {
+    for lost in lost_with_node(e.audit, e.protected, &ebs) {
         match let_go_on(&lost.node, lost.node_went, e.plans) {
             Some(excuse) => v.let_go.push(format!("{lost} ({excuse})")),
             None => {
@@ -377,10 +379,13 @@ const NODE_GONE: &[(&str, bool)] = &[
 /// started there); no eviction or DELETE of the pod was accepted since it started (that removal is the
 /// eviction rule's to judge); and some claim has no Velero Backup that went InProgress after the pod
 /// started and Completed before the node went (one begun before the pod started copied an older
-/// state). A pod that never started there is not judged: nothing of it ran on that node.
+/// state), nor a snapshot of its EBS volume cut for a plan in that span ([`safety::EbsEvidence::saved_between`]:
+/// the storage's own record, as the eviction rule takes it). A pod that never started there is not
+/// judged: nothing of it ran on that node.
 pub fn lost_with_node(
     audit: &[AuditEntry],
     protected: &BTreeMap<String, BTreeSet<String>>,
+    ebs: &safety::EbsEvidence,
 ) -> Vec<LostWithNode> {
     let time = |a: &AuditEntry| a.time.parse::<jiff::Timestamp>().ok();
     let removed_through_api = safety::pods_removed(audit);
@@ -456,11 +461,12 @@ pub fn lost_with_node(
             .iter()
             .filter(|claim| {
                 let key = format!("{ns}/{claim}");
-                !backups.values().any(|b| {
+                let backed_up = backups.values().any(|b| {
                     b.pvcs.contains(&key)
                         && b.started.is_some_and(|t| t >= started)
                         && b.completed.is_some_and(|t| t <= node_went)
-                })
+                });
+                !(backed_up || ebs.saved_between(&key, Some(started), node_went))
             })
             .cloned()
             .collect();
@@ -935,6 +941,39 @@ mod tests {
         let v = judge(&evidence(&[], &[], &[], &[], &[], &audit, &protected));
         assert!(v.violations.is_empty() && v.let_go.is_empty(), "{v:?}");
         assert_eq!(v.lost_with_node, 0);
+    }
+
+    /// A pod lost with its node is saved, claim by claim, by a plan's snapshot of its EBS volume cut
+    /// after it started there and before the node went (EC2's own record), as by a Velero Backup.
+    #[test]
+    fn a_plans_snapshot_cut_while_the_pod_ran_there_covers_its_loss() {
+        let audit = lost_at_reclaim(None);
+        let ebs = |start: &str, uid: &str| safety::EbsEvidence {
+            claim_volumes: BTreeMap::from([("db/data-pg-0".to_string(), "vol-a".to_string())]),
+            snapshots: vec![safety::Ec2Snapshot {
+                snapshot_id: "snap-1".into(),
+                volume_id: "vol-a".into(),
+                start_time: format!("2025-01-01T00:00:{start}Z")
+                    .parse()
+                    .expect("test time"),
+                tags: BTreeMap::from([(safety::PLAN_UID_TAG.to_string(), uid.to_string())]),
+                state: "pending".into(),
+            }],
+            plan_uids: BTreeSet::from(["uid-1".to_string()]),
+            ..safety::EbsEvidence::default()
+        };
+        assert!(lost_with_node(&audit, &pg0(), &ebs("05.000", "uid-1")).is_empty());
+        for (start, uid, why) in [
+            ("00.500", "uid-1", "cut before the pod started there"),
+            ("10.500", "uid-1", "cut after the node went"),
+            ("05.000", "uid-other", "not a plan's snapshot"),
+        ] {
+            assert_eq!(
+                lost_with_node(&audit, &pg0(), &ebs(start, uid)).len(),
+                1,
+                "{why}"
+            );
+        }
     }
 
     #[test]
