@@ -279,12 +279,13 @@ pub struct EbsEvidence {
 pub fn pod_starts(audit: &[AuditEntry]) -> BTreeMap<String, Vec<Timestamp>> {
     let mut starts: BTreeMap<String, Vec<Timestamp>> = BTreeMap::new();
     for a in audit {
-        if a.source == "world" && a.verb == "started" && a.resource == "pods" {
-            if let (Some(ns), Some(name), Ok(t)) =
-                (a.namespace.as_deref(), a.name.as_deref(), a.time.parse())
-            {
-                starts.entry(format!("{ns}/{name}")).or_default().push(t);
-            }
+        if !(a.source == "world" && a.verb == "started" && a.resource == "pods") {
+            continue;
+        }
+        if let (Some(ns), Some(name), Ok(t)) =
+            (a.namespace.as_deref(), a.name.as_deref(), a.time.parse())
+        {
+            starts.entry(format!("{ns}/{name}")).or_default().push(t);
         }
     }
     starts
