@@ -596,3 +596,70 @@ async fn a_volume_snapshotted_moments_before_is_cut_when_ec2s_window_ends() {
     );
     h.assert_no_eviction_before_saved(&protected, &plan).await;
 }
+
+/// (h) A deadline that comes after the plan's Backup was created: a person's plan drains a node while
+/// a long nightly Backup holds Velero's queue, so the plan's Backup waits `Queued`; then EC2 reclaims
+/// the node (Karpenter's spot notice joins the plan with its deadline). The emergency set holds every
+/// claim, so the waiting Backup is not needed: it never started (nothing of it is in the bucket), and
+/// snapdrain deletes it instead of leaving a copy of the whole namespace in Velero's queue ahead of the
+/// Backups that still need Velero. Judged from Velero's own record: the Backup never ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queued_backup_gives_way_to_snapshots_decided_after_it() {
+    let h = slow_velero().await;
+    let velero = crate::real_velero::nightly_holding_the_queue(&h).await;
+    let (_controller, node, protected) = gate_and_held_node(&h).await;
+    h.create_plan("drain-first", json!({"nodes": [node]})).await;
+    let queued = h.wait_backup_phase("drain-first", "Queued").await;
+    h.wait_plan_until("drain-first", TIMEOUT, |p| {
+        p.status.as_ref().is_some_and(|s| {
+            s.backups
+                .iter()
+                .any(|b| b.name == queued && b.phase.as_deref() == Some("Queued"))
+        })
+    })
+    .await;
+    h.cluster
+        .act(&Action::SpotInterruption {
+            node: node.clone(),
+            notice: 45_000,
+        })
+        .expect("the spot interruption");
+    let plan = h
+        .wait_plan("drain-first", Duration::from_secs(150), |p| p.is_terminal())
+        .await;
+    let status = plan.status.clone().expect("a status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{:?}", status.message);
+    assert!(plan.spec.deadline.is_some(), "the notice set the deadline");
+    let record = status
+        .backups
+        .iter()
+        .find(|b| b.name == queued)
+        .expect("the queued attempt's record");
+    assert_eq!(
+        record.abandoned,
+        Some(snapdrain::api::status::AbandonedBackup::Deleted),
+        "{record:#?}"
+    );
+    assert!(
+        record
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("superseded"),
+        "{record:#?}"
+    );
+    assert_eq!(
+        status.backups.len(),
+        1,
+        "no other attempt: {:#?}",
+        status.backups
+    );
+    assert!(!crate::real_velero::backup_exists(&h, &queued).await);
+    let phases = crate::real_velero::velero_phases(&h, &queued);
+    assert!(
+        !phases.iter().any(|p| p == "InProgress"),
+        "Velero never ran it: {phases:?}"
+    );
+    h.assert_no_eviction_before_saved(&protected, &plan).await;
+    velero.clear_faults();
+}

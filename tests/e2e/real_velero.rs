@@ -33,7 +33,7 @@ async fn create_object(h: &Harness, plural: &str, kind: &str, body: serde_json::
         .expect("create Velero object");
 }
 
-async fn backup_exists(h: &Harness, name: &str) -> bool {
+pub(crate) async fn backup_exists(h: &Harness, name: &str) -> bool {
     Api::<Backup>::namespaced(h.client.clone(), "velero")
         .get_opt(name)
         .await
@@ -42,7 +42,7 @@ async fn backup_exists(h: &Harness, name: &str) -> bool {
 }
 
 /// Phases the simulated Velero recorded for Backup `name` (its audit log).
-fn velero_phases(h: &Harness, name: &str) -> Vec<String> {
+pub(crate) fn velero_phases(h: &Harness, name: &str) -> Vec<String> {
     h.audit()
         .into_iter()
         .filter(|e| e.resource == "backups.velero.io" && e.name.as_deref() == Some(name))
@@ -319,7 +319,9 @@ async fn a_partially_failed_bound_phase_fails_the_attempt_at_once() {
 
 /// A Backup `nightly` of kube-system held InProgress (a long backup holding Velero's queue); returns
 /// Velero's controls, to release it with `clear_faults`.
-async fn nightly_holding_the_queue(h: &Harness) -> snapdrain_sim::world::velero::VeleroHandle {
+pub(crate) async fn nightly_holding_the_queue(
+    h: &Harness,
+) -> snapdrain_sim::world::velero::VeleroHandle {
     let velero = h.cluster.velero.clone().expect("velero");
     velero.inject(VeleroFault::HoldInProgress {
         backup: "nightly".into(),

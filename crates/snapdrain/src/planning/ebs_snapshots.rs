@@ -232,6 +232,42 @@ fn is_ebs(record: &BackupRecord, claim: &str) -> bool {
         .any(|v| v.pvc == claim && v.source.as_deref() == Some(EBS_CSI_DRIVER))
 }
 
+/// What becomes of a namespace's latest Backup attempt when emergency snapshots are decided after it
+/// was created (a deadline that came later in the plan's life: a spot notice for a node already
+/// draining).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Supersede {
+    /// Velero is copying it already (it cannot be stopped), or no claim of it is in a set: it stays.
+    Keep,
+    /// Every claim of it is in a set: it is abandoned, and no Velero copy is needed.
+    Abandon,
+    /// Some claims are in a set: a next attempt without them may replace it (when it can skip them
+    /// exactly: [`leave_to_snapshots`] on that attempt decides).
+    Replace,
+}
+
+/// Whether `record`, created but not yet started by Velero (`New` or `Queued`: it copies nothing yet
+/// and holds Velero's queue, `--concurrent-backups`), gives way to the claims the plan's snapshots hold
+/// (`saved`: `namespace/claim`). Once `InProgress` a Velero Backup cannot be cancelled, so it is kept.
+pub fn supersede(record: &BackupRecord, saved: &BTreeSet<String>) -> Supersede {
+    let created = record.uid.is_some() || record.phase.is_some();
+    let waiting = matches!(record.phase.as_deref(), None | Some("New") | Some("Queued"));
+    if !created || !waiting || record.reused || record.verified || record.abandoned.is_some() {
+        return Supersede::Keep;
+    }
+    let ns = &record.namespace;
+    let held = record
+        .pvcs
+        .iter()
+        .filter(|c| saved.contains(&format!("{ns}/{c}")))
+        .count();
+    match held {
+        0 => Supersede::Keep,
+        n if n == record.pvcs.len() => Supersede::Abandon,
+        _ => Supersede::Replace,
+    }
+}
+
 /// Takes the claims the plan's EC2 snapshots hold (`saved`: `namespace/claim`) out of `record`, a
 /// namespace's Backup not created yet, when its Backup can skip them exactly (only EBS CSI volumes are
 /// in a set, and every EBS claim of the record is saved): Velero then copies only what no snapshot holds,
@@ -587,6 +623,66 @@ mod tests {
         let mut r = shop();
         assert!(leave_to_snapshots(&mut r, &all, BackupScope::Pods).is_empty());
         assert_eq!(r, shop());
+    }
+
+    /// A Backup Velero has not started gives way to the sets decided after it; one Velero copies
+    /// already, one not created, reused or verified, or one no set touches, stays.
+    #[test]
+    fn a_backup_velero_has_not_started_gives_way_to_later_snapshots() {
+        let ebs_only = BTreeSet::from(["shop/data-ledger-0".to_string()]);
+        let both = BTreeSet::from([
+            "shop/data-ledger-0".to_string(),
+            "shop/scratch-ledger-0".to_string(),
+        ]);
+        let created = |phase: Option<&str>| BackupRecord {
+            uid: Some("u".into()),
+            phase: phase.map(str::to_string),
+            ..shop()
+        };
+        for phase in [None, Some("New"), Some("Queued")] {
+            assert_eq!(
+                supersede(&created(phase), &both),
+                Supersede::Abandon,
+                "{phase:?}"
+            );
+            assert_eq!(
+                supersede(&created(phase), &ebs_only),
+                Supersede::Replace,
+                "{phase:?}"
+            );
+            assert_eq!(
+                supersede(&created(phase), &BTreeSet::new()),
+                Supersede::Keep
+            );
+        }
+        for phase in [
+            "InProgress",
+            "WaitingForPluginOperations",
+            "Finalizing",
+            "Completed",
+            "Failed",
+        ] {
+            assert_eq!(
+                supersede(&created(Some(phase)), &both),
+                Supersede::Keep,
+                "{phase}"
+            );
+        }
+        let reused = BackupRecord {
+            reused: true,
+            ..created(Some("Queued"))
+        };
+        let verified = BackupRecord {
+            verified: true,
+            ..created(Some("Queued"))
+        };
+        let abandoned = BackupRecord {
+            abandoned: Some(crate::api::status::AbandonedBackup::DeletePending),
+            ..created(Some("Queued"))
+        };
+        for r in [shop(), reused, verified, abandoned] {
+            assert_eq!(supersede(&r, &both), Supersede::Keep, "{r:?}");
+        }
     }
 
     #[test]

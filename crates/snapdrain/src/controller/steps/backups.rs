@@ -233,7 +233,7 @@ pub fn retry(record: &BackupRecord, v: &PlanView<'_>, cap: Duration) -> Retry {
         return Retry::No;
     };
     let RetryDecision::Retry {
-        next_attempt,
+        next_attempt: attempt,
         after,
     } = backup_retry(record.attempt, max_attempts, &failure)
     else {
@@ -248,28 +248,34 @@ pub fn retry(record: &BackupRecord, v: &PlanView<'_>, cap: Duration) -> Retry {
     if let Some(left) = retry_wait(since, v.now, after.min(cap)) {
         return Retry::Wait(left);
     }
-    let next = BackupRecord {
+    let next = next_attempt(record, v);
+    let text = format!(
+        "backup {} of namespace {} failed ({failure}); retrying as {} (attempt {attempt} of {max_attempts})",
+        record.name, record.namespace, next.name
+    );
+    Retry::Next(Box::new(next), text)
+}
+
+/// The attempt after `record`: the same namespace, workloads, claims and volumes, a fresh Backup name.
+pub fn next_attempt(record: &BackupRecord, v: &PlanView<'_>) -> BackupRecord {
+    let attempt = record.attempt + 1;
+    BackupRecord {
         name: backup_name(
             &PlanRef {
                 name: &v.name(),
                 uid: &v.uid(),
             },
             &record.namespace,
-            next_attempt,
+            attempt,
         ),
         namespace: record.namespace.clone(),
         stateful_sets: record.stateful_sets.clone(),
         pvcs: record.pvcs.clone(),
         pods: record.pods.clone(),
         volumes: record.volumes.clone(),
-        attempt: next_attempt,
+        attempt,
         ..BackupRecord::default()
-    };
-    let text = format!(
-        "backup {} of namespace {} failed ({failure}); retrying as {} (attempt {next_attempt} of {max_attempts})",
-        record.name, record.namespace, next.name
-    );
-    Retry::Next(Box::new(next), text)
+    }
 }
 
 /// Records what Velero says of record `i`'s Backup; returns when to look again.

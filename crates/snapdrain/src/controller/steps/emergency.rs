@@ -36,7 +36,8 @@ use kube::ResourceExt;
 use kube::api::Api;
 
 use crate::api::status::{
-    EmergencySnapshot, EmergencySnapshotSet, NodeProgress, UnsavedVolume, condition,
+    AbandonedBackup, EmergencySnapshot, EmergencySnapshotSet, NodeProgress, UnsavedVolume,
+    condition,
 };
 use crate::cloud::ebs::{EnsuredSnapshots, InstanceSnapshotRequest, ensure_instance_snapshots};
 use crate::cloud::ec2::CloudError;
@@ -45,7 +46,8 @@ use crate::controller::report::What;
 use crate::controller::step::{Io, Outcome, PlanView};
 use crate::planning::ebs_snapshots::{
     EmergencyDecision, EmergencyInputs, EmergencyPolicy, FoundSnapshot, PLAN_UID_TAG,
-    SnapshotProgress, SnapshotState, decide, leave_to_snapshots, progress, snapshot_tags,
+    SnapshotProgress, SnapshotState, Supersede, decide, leave_to_snapshots, progress,
+    snapshot_tags, supersede,
 };
 use crate::planning::ebs_volumes::{BadCapacity, attached_ebs_volumes, protected_volumes};
 use crate::planning::inventory::pvc_claims;
@@ -179,15 +181,57 @@ pub async fn advance(
 }
 
 /// Takes the claims the sets hold out of each namespace's Backup still to be created, so Velero copies
-/// only what no snapshot holds (written with the sets' intent, before any such Backup exists).
+/// only what no snapshot holds (written with the sets' intent, before any such Backup exists). A Backup
+/// created before the sets (the deadline came later) that Velero has not started gives way: abandoned
+/// (deleted once this is written, [`super::backups`]) when the sets hold all its claims, or replaced by a
+/// next attempt without them, so it stops holding Velero's queue with a copy no longer needed.
 fn leave_to_snapshots_in_backups(v: &PlanView<'_>, out: &mut Outcome) {
     let saved = saved_claims(&out.status.emergency_snapshots);
+    let scope = v.plan.spec.backup.scope;
     for ns in crate::planning::facts::backup_namespaces(&out.status.backups) {
         let Some(i) = super::backups::latest_index(&out.status.backups, &ns) else {
             continue;
         };
+        match supersede(&out.status.backups[i], &saved) {
+            Supersede::Keep => {}
+            Supersede::Abandon => {
+                let record = &mut out.status.backups[i];
+                record.abandoned = Some(AbandonedBackup::DeletePending);
+                record.message = Some(
+                    "superseded: the EC2 snapshots hold every claim, so no Velero copy is needed"
+                        .into(),
+                );
+                let text = format!(
+                    "Velero Backup {} of namespace {ns} is not needed (the EC2 snapshots hold every claim it copies) and had not started: deleting it",
+                    record.name
+                );
+                out.note(What::EmergencySnapshots, text);
+                continue;
+            }
+            Supersede::Replace => {
+                let mut next = super::backups::next_attempt(&out.status.backups[i], v);
+                if leave_to_snapshots(&mut next, &saved, scope).is_empty() {
+                    continue;
+                }
+                let old = &mut out.status.backups[i];
+                old.abandoned = Some(AbandonedBackup::DeletePending);
+                old.message = Some(format!(
+                    "superseded by {}, which copies only the claims the EC2 snapshots do not hold",
+                    next.name
+                ));
+                let text = format!(
+                    "Velero Backup {} of namespace {ns} had not started: replaced by {}, which copies only {}",
+                    old.name,
+                    next.name,
+                    next.pvcs.join(", ")
+                );
+                out.note(What::EmergencySnapshots, text);
+                out.status.backups.push(next);
+                continue;
+            }
+        }
         let record = &mut out.status.backups[i];
-        let left = leave_to_snapshots(record, &saved, v.plan.spec.backup.scope);
+        let left = leave_to_snapshots(record, &saved, scope);
         if !left.is_empty() {
             let text = format!(
                 "Velero Backup {} of namespace {ns} skips {} (held by the EC2 snapshots) and copies only {}",
