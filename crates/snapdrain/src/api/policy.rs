@@ -100,6 +100,12 @@ pub struct DisruptionPolicySpec {
     /// behind a verified backup, as kubectl drain without `--force` would.
     #[serde(default)]
     pub plan_settings: PlanSettingsPolicy,
+
+    /// Keep a recent backup of every protected namespace in Velero's repository with a Velero Schedule
+    /// per namespace (snapdrain keeps them), so a pre-drain backup moves only what changed since.
+    /// Absent: off (snapdrain deletes the Schedules it made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_backups: Option<super::warm::WarmBackupsSpec>,
 }
 
 /// Plan settings the policy must allow (security review C-1). A plan using one that is not allowed is
@@ -458,6 +464,9 @@ impl DisruptionPolicySpec {
             if let Err(e) = crate::planning::launch_policy::check_setting_entry(entry) {
                 problems.push(format!("spec.replacement.allowedSettings[{i}]: {e}"));
             }
+        }
+        if let Some(warm) = &self.warm_backups {
+            problems.extend(warm.problems());
         }
         if let Err(e) = super::validate::spec_duration(&self.history.ttl_after_finished) {
             problems.push(format!("spec.history.ttlAfterFinished: {e}"));

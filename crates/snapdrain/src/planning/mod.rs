@@ -21,6 +21,7 @@
 //! - [`taint`]: snapdrain's drain taint and toleration matching.
 //! - [`volumes`]: each protected volume's class (network or node-local) and backup method.
 //! - [`velero_pods`]: Velero's data-path pods (1.17+) and server pod, which a running backup needs.
+//! - [`warm`]: the warm-backup Schedules snapdrain keeps, one per protected namespace.
 
 pub mod architecture;
 pub mod backups;
@@ -46,6 +47,7 @@ pub mod status_size;
 pub mod taint;
 pub mod velero_pods;
 pub mod volumes;
+pub mod warm;
 
 pub use backups::{
     BackupNeed, BackupProgress, Clock, RetryDecision, ReusableBackup, backup_retry,
