@@ -304,10 +304,13 @@ mod tests {
                 t["snapshotMoveData"].as_bool(),
             )
         };
-        assert_eq!(flags("FileSystem"), (Some(true), Some(false), Some(false)));
-        assert_eq!(flags("CsiDataMover"), (Some(false), Some(true), Some(true)));
-        assert_eq!(flags("Snapshot"), (Some(false), Some(true), Some(false)));
-        assert_eq!(flags("Auto"), (Some(true), Some(false), Some(false)));
+        assert_eq!(flags("file-system"), (Some(true), Some(false), Some(false)));
+        assert_eq!(
+            flags("csi-data-mover"),
+            (Some(false), Some(true), Some(true))
+        );
+        assert_eq!(flags("snapshot"), (Some(false), Some(true), Some(false)));
+        assert_eq!(flags("auto"), (Some(true), Some(false), Some(false)));
     }
 
     #[test]
