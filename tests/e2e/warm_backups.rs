@@ -130,21 +130,28 @@ async fn a_warm_schedule_fills_the_repository_so_the_pre_drain_backup_moves_only
     let first: Vec<_> = velero
         .uploads()
         .into_iter()
-        .filter(|u| u.backup == name)
+        .filter(|u| u.backup == name && u.pvc.starts_with("data-postgres-"))
         .collect();
-    assert_eq!(
-        first
-            .iter()
-            .filter(|u| u.pvc.starts_with("data-postgres-"))
-            .count(),
-        3,
-        "{first:?}"
-    );
+    assert_eq!(first.len(), 3, "{first:?}");
     assert!(
         first
             .iter()
             .all(|u| u.moved == u.size && u.size == 20 * GIB),
         "the first backup moves everything: {first:?}"
+    );
+
+    // The preview says so for the namespace, naming the warm Backup.
+    let spec: snapdrain::api::DisruptionPlanSpec =
+        serde_json::from_value(json!({"nodes": [node]})).expect("a plan spec");
+    let text = snapdrain::controller::preview::describe(&h.client, &node, &spec)
+        .await
+        .expect("preview");
+    assert!(
+        text.lines().any(|l| l
+            .trim_start()
+            .starts_with("warm backup snapdrain-warm-shop-")
+            && l.contains("Completed")),
+        "{text}"
     );
 
     // A slower schedule: the keeper brings the Schedule to it (Velero then waits an hour from its last
