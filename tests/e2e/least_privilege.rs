@@ -110,7 +110,8 @@ const RARE_PATHS: &[(&str, &str, &str, &str)] = &[
     // A repeated Event is patched (its count) instead of created again.
     ("snapdrain", "events", "patch", "repeated Event"),
     // Warm backups are off in these flows: the keeper only lists its Schedules (controller::warm).
-    // With policy spec.warmBackups it creates, updates and deletes them; warm_backups.rs.
+    // With policy spec.warmBackups it creates, updates and deletes them: warm_backups.rs, and with the
+    // base's roles admission_policies.rs's warm-backup Schedules test.
     ("snapdrain", "schedules", "create", "warm backups turned on"),
     (
         "snapdrain",
