@@ -539,7 +539,8 @@ mod tests {
             "drain": {"maxConcurrentEvictions": 0},
             "maintenanceWindows": [{"schedule": "0 2 * *", "duration": "1h"}],
             "notifications": {"webhook": {"url": "hooks.example/x"}},
-            "history": {"ttlAfterFinished": "a week"}
+            "history": {"ttlAfterFinished": "a week"},
+            "warmBackups": {"schedule": "every six hours"}
         }))
         .expect("the shape is valid");
         let problems = bad.validate().expect_err("three problems").join("\n");
@@ -559,6 +560,10 @@ mod tests {
         );
         assert!(
             problems.contains("spec.history.ttlAfterFinished"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("spec.warmBackups.schedule") && problems.contains("@every"),
             "{problems}"
         );
     }
