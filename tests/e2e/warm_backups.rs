@@ -182,6 +182,32 @@ async fn a_warm_schedule_fills_the_repository_so_the_pre_drain_backup_moves_only
         "only the changed bytes: {moved:?}"
     );
 
+    // The namespace leaves the policy's protection: its Schedule goes; back in, it comes back.
+    let namespaces: Api<Namespace> = Api::all(h.client.clone());
+    let env = |v: serde_json::Value| Patch::Merge(json!({"metadata": {"labels": {"env": v}}}));
+    namespaces
+        .patch("shop", &PatchParams::default(), &env(json!("scratch")))
+        .await
+        .expect("label shop out of protection");
+    eventually_within(
+        "the Schedule of an unprotected namespace deleted",
+        TIMEOUT,
+        || async { schedule_names(&h).await.is_empty().then_some(()) },
+    )
+    .await;
+    namespaces
+        .patch(
+            "shop",
+            &PatchParams::default(),
+            &env(serde_json::Value::Null),
+        )
+        .await
+        .expect("label shop back");
+    eventually_within("the Schedule back", TIMEOUT, || async {
+        (schedule_names(&h).await == ["velero/snapdrain-warm-shop"]).then_some(())
+    })
+    .await;
+
     // Off: the Schedule goes (its Backups stay, under their TTL).
     h.set_policy(policy(None)).await;
     eventually_within("the Schedule deleted", TIMEOUT, || async {

@@ -178,3 +178,79 @@ async fn apply(client: &Client, change: Change) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::cache::CachedPod;
+    use crate::controller::cache::pod::WirePod;
+    use kube::runtime::watcher::Event;
+    use serde_json::json;
+
+    fn sts_pod(ns: &str, name: &str, sts: &str, phase: &str) -> CachedPod {
+        let wire: WirePod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": ns, "uid": format!("{ns}-{name}"),
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts,
+                                     "uid": "s", "controller": true}]},
+            "spec": {"containers": [], "nodeName": "n1",
+                     "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": format!("data-{name}")}}]},
+            "status": {"phase": phase}
+        }))
+        .expect("a pod");
+        CachedPod::from(wire)
+    }
+
+    fn caches() -> Caches {
+        let c = Caches::new();
+        for (ns, env) in [("shop", "prod"), ("scratch", "scratch"), ("done", "prod")] {
+            c.namespaces.apply(Event::Apply(
+                serde_json::from_value(json!({"metadata": {"name": ns, "labels": {"env": env}}}))
+                    .expect("a namespace"),
+            ));
+        }
+        c.stateful_sets.apply(Event::Apply(
+            serde_json::from_value(json!({"metadata": {"name": "pg", "namespace": "shop"},
+                "spec": {"selector": {"matchLabels": {"app": "pg"}}, "serviceName": "pg",
+                         "template": {"spec": {"containers": []}}}}))
+            .expect("a StatefulSet"),
+        ));
+        c.pods
+            .apply(Event::Apply(sts_pod("shop", "pg-0", "pg", "Running")));
+        // Its StatefulSet not cached: selected by its own name.
+        c.pods
+            .apply(Event::Apply(sts_pod("shop", "cache-0", "cache", "Running")));
+        c.pods
+            .apply(Event::Apply(sts_pod("scratch", "tmp-0", "tmp", "Running")));
+        // A finished pod protects nothing.
+        c.pods
+            .apply(Event::Apply(sts_pod("done", "job-0", "job", "Succeeded")));
+        c
+    }
+
+    #[test]
+    fn protected_namespaces_follow_the_policy_protection() {
+        let c = caches();
+        let all = protected_namespaces(&c, &DisruptionPolicySpec::defaults());
+        assert_eq!(all.keys().collect::<Vec<_>>(), ["scratch", "shop"]);
+        let shop: Vec<String> = all["shop"]
+            .iter()
+            .map(|s| serde_json::to_string(s).expect("json"))
+            .collect();
+        assert_eq!(
+            shop,
+            [
+                r#"{"matchLabels":{"app":"pg"}}"#,
+                r#"{"matchLabels":{"statefulset.kubernetes.io/pod-name":"cache-0"}}"#
+            ]
+        );
+        let narrowed: DisruptionPolicySpec = serde_json::from_value(json!({"protection": {
+            "namespaceSelector": {"matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["scratch"]}]}}}))
+        .expect("a policy");
+        assert_eq!(
+            protected_namespaces(&c, &narrowed)
+                .keys()
+                .collect::<Vec<_>>(),
+            ["shop"]
+        );
+    }
+}
