@@ -521,6 +521,179 @@ async fn the_service_account_asks_velero_only_for_its_own_backups() {
     );
 }
 
+/// The warm-backup Schedules (policy `spec.warmBackups`) are bounded as snapdrain's Backups are, since
+/// each run is a Backup Velero makes as cluster-admin: the Schedule snapdrain's own builder makes is
+/// admitted, brought back and deleted; a template of every namespace, of another namespace than its
+/// label's, of named or cluster-scoped resources, with a resource policy, hooks or labels of its own, a
+/// Schedule without snapdrain's labels or with a plan's, and a change to or the deletion of a Schedule it
+/// did not make are refused. A DeleteBackupRequest for a warm Schedule's Backup is refused too (its name,
+/// `<schedule>-<14 digits>`, never has the shape of snapdrain's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_service_account_keeps_only_its_own_warm_backup_schedules() {
+    use kube::api::DeleteParams;
+    use snapdrain::api::velero_schedule::Schedule;
+    use snapdrain::planning::backups::build_delete_request;
+    use snapdrain::planning::warm;
+
+    let h = Harness::start().await;
+    let sa = as_the_service_account(&h).await;
+    let pp = PostParams::default();
+    let policy: snapdrain::api::DisruptionPolicySpec =
+        serde_json::from_value(json!({"warmBackups": {"schedule": "@every 6h"}}))
+            .expect("a policy");
+    let selector =
+        serde_json::from_value(json!({"matchLabels": {"app": "pg"}})).expect("a selector");
+    let ours = warm::desired(
+        &policy,
+        &std::collections::BTreeMap::from([("db".to_owned(), vec![selector])]),
+    )
+    .pop()
+    .expect("one Schedule");
+    let schedules: Api<Schedule> = Api::namespaced(sa.clone(), "velero");
+    let created = schedules
+        .create(&pp, &ours)
+        .await
+        .expect("snapdrain's own Schedule is admitted");
+    let mut changed = created.clone();
+    changed.spec["schedule"] = json!("@every 12h");
+    let changed = schedules
+        .replace(&created.name_any(), &pp, &changed)
+        .await
+        .expect("snapdrain brings its own Schedule back to the policy");
+
+    let refused = [
+        (
+            json!({"includedNamespaces": ["*"]}),
+            "exactly one namespace",
+        ),
+        (
+            json!({"includedNamespaces": ["db", "kube-system"]}),
+            "exactly one namespace",
+        ),
+        (
+            json!({"includedNamespaces": ["kube-system"]}),
+            "snapdrain.io/namespace label names",
+        ),
+        (
+            json!({"includedResources": ["secrets"]}),
+            "does not name resources",
+        ),
+        (
+            json!({"includeClusterResources": true}),
+            "cluster-scoped resources",
+        ),
+        (
+            json!({"resourcePolicy": {"kind": "configmap", "name": "x"}}),
+            "resource policy",
+        ),
+        (
+            json!({"hooks": {"resources": [{"name": "x", "pre": [{"exec": {"command": ["sh", "-c", "id"]}}]}]}}),
+            "runs no hooks of its own",
+        ),
+        (
+            json!({"metadata": {"labels": {"snapdrain.io/plan": "p"}}}),
+            "no Backup labels of its own",
+        ),
+    ];
+    for (i, (change, why)) in refused.into_iter().enumerate() {
+        let mut s = ours.clone();
+        s.metadata.name = Some(format!("hostile-{i}"));
+        for (k, v) in change.as_object().expect("an object") {
+            s.spec["template"][k] = v.clone();
+        }
+        let text = refusal(schedules.create(&pp, &s).await);
+        assert!(
+            text.contains("ValidatingAdmissionPolicy 'snapdrain-velero-schedules'")
+                && text.contains(why),
+            "{change}: {text:?}"
+        );
+        // The same through an update of snapdrain's own Schedule.
+        let mut u = changed.clone();
+        for (k, v) in change.as_object().expect("an object") {
+            u.spec["template"][k] = v.clone();
+        }
+        let text = refusal(schedules.replace(&created.name_any(), &pp, &u).await);
+        assert!(text.contains(why), "update {change}: {text:?}");
+    }
+    for (labels, why) in [
+        (
+            json!({"snapdrain.io/namespace": "db"}),
+            "snapdrain.io/warm-backup",
+        ),
+        (
+            json!({"snapdrain.io/warm-backup": "true", "snapdrain.io/namespace": "db", "snapdrain.io/plan": "p"}),
+            "no plan's label",
+        ),
+    ] {
+        let mut s = ours.clone();
+        s.metadata.name = Some("unlabelled".into());
+        s.metadata.labels = serde_json::from_value(labels.clone()).expect("labels");
+        let text = refusal(schedules.create(&pp, &s).await);
+        assert!(text.contains(why), "{labels}: {text:?}");
+    }
+
+    // A Schedule someone else made (the DR schedule) is not snapdrain's to change or delete.
+    let admin: Api<Schedule> = Api::namespaced(h.client.clone(), "velero");
+    let theirs = admin
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "velero.io/v1", "kind": "Schedule",
+                "metadata": {"name": "daily", "namespace": "velero"},
+                "spec": {"schedule": "@daily", "template": {"includedNamespaces": ["*"]}}}))
+            .expect("a Schedule"),
+        )
+        .await
+        .expect("the admin's Schedule");
+    let mut taken = theirs.clone();
+    taken.metadata.labels = ours.metadata.labels.clone();
+    taken.spec["template"]["includedNamespaces"] = json!(["db"]);
+    let text = refusal(schedules.replace("daily", &pp, &taken).await);
+    assert!(
+        text.contains("changes and deletes only the Schedules it made"),
+        "{text:?}"
+    );
+    let text = refusal(schedules.delete("daily", &DeleteParams::default()).await);
+    assert!(
+        text.contains("ValidatingAdmissionPolicy 'snapdrain-velero-schedules'")
+            && text.contains("changes and deletes only the Schedules it made"),
+        "{text:?}"
+    );
+
+    // A Backup the warm Schedule made is Velero's: snapdrain may not ask for its deletion.
+    let run = format!("{}-20261204010000", created.name_any());
+    let text = refusal(
+        Api::<kube::api::DynamicObject>::namespaced_with(
+            sa.clone(),
+            "velero",
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "velero.io",
+                "v1",
+                "DeleteBackupRequest",
+            )),
+        )
+        .create(
+            &pp,
+            &serde_json::from_value(build_delete_request(&run, None, "velero")).expect("a request"),
+        )
+        .await,
+    );
+    assert!(
+        text.contains("ValidatingAdmissionPolicy 'snapdrain-velero-deletions'"),
+        "{text:?}"
+    );
+
+    // Its own it deletes.
+    assert_eq!(
+        refusal(
+            schedules
+                .delete(&created.name_any(), &DeleteParams::default())
+                .await
+        ),
+        ""
+    );
+}
+
 /// The ServiceAccount may create Secrets in its namespace (RBAC cannot name one not yet made), but
 /// only its eviction gate's TLS Secret (review L-4): a service-account token Secret, which would give
 /// it another ServiceAccount's token, or any other Secret is refused.

@@ -238,6 +238,11 @@ fn rbac_grants_exactly_what_the_controller_uses() {
         ),
         ("velero.io", "backupstoragelocations", &["get", "list"]),
         ("velero.io", "deletebackuprequests", &["create"]),
+        (
+            "velero.io",
+            "schedules",
+            &["list", "create", "update", "delete"],
+        ),
         ("", "nodes", &["get", "list", "watch", "patch", "delete"]),
         ("", "pods", &["get", "list", "watch", "patch"]),
         ("", "namespaces", &["list", "watch"]),

@@ -109,6 +109,22 @@ const RARE_PATHS: &[(&str, &str, &str, &str)] = &[
     ),
     // A repeated Event is patched (its count) instead of created again.
     ("snapdrain", "events", "patch", "repeated Event"),
+    // Warm backups are off in these flows: the keeper only lists its Schedules (controller::warm).
+    // With policy spec.warmBackups it creates, updates and deletes them: warm_backups.rs, and with the
+    // base's roles admission_policies.rs's warm-backup Schedules test.
+    ("snapdrain", "schedules", "create", "warm backups turned on"),
+    (
+        "snapdrain",
+        "schedules",
+        "update",
+        "warm backups' schedule changed",
+    ),
+    (
+        "snapdrain",
+        "schedules",
+        "delete",
+        "warm backups turned off",
+    ),
     // backup.method Auto makes a Velero resource policy only for a namespace with a volume to snapshot
     // (a CSI driver with a VolumeSnapshotClass); these flows have none. volumes.rs's snapshot test.
     (

@@ -41,3 +41,4 @@ mod signals;
 mod sim_serve;
 mod version;
 mod volumes;
+mod warm_backups;

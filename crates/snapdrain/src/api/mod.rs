@@ -9,7 +9,9 @@
 //! - [`status`]: the status, including what a restarted controller needs to resume.
 //! - [`validate()`]: the same checks without an API server, plus the ones CEL cannot do.
 //! - [`velero`]: plain serde structs for Velero Backup and BackupStorageLocation.
+//! - [`velero_schedule`]: Velero's Schedule, as snapdrain writes it for warm backups.
 //! - [`volume`]: each protected volume's class (network or node-local) and backup method.
+//! - [`warm`]: the policy's warm backups (a Velero Schedule per protected namespace).
 
 pub mod duration;
 pub mod karpenter;
@@ -20,7 +22,9 @@ pub mod policy;
 pub mod status;
 pub mod validate;
 pub mod velero;
+pub mod velero_schedule;
 pub mod volume;
+pub mod warm;
 
 pub use plan::{
     BackupMethod, BackupPolicy, BackupScope, BackupSpec, BottlerocketSpec, CapacityType,

@@ -100,6 +100,12 @@ pub struct DisruptionPolicySpec {
     /// behind a verified backup, as kubectl drain without `--force` would.
     #[serde(default)]
     pub plan_settings: PlanSettingsPolicy,
+
+    /// Keep a recent backup of every protected namespace in Velero's repository with a Velero Schedule
+    /// per namespace (snapdrain keeps them), so a pre-drain backup moves only what changed since.
+    /// Absent: off (snapdrain deletes the Schedules it made).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_backups: Option<super::warm::WarmBackupsSpec>,
 }
 
 /// Plan settings the policy must allow (security review C-1). A plan using one that is not allowed is
@@ -459,6 +465,9 @@ impl DisruptionPolicySpec {
                 problems.push(format!("spec.replacement.allowedSettings[{i}]: {e}"));
             }
         }
+        if let Some(warm) = &self.warm_backups {
+            problems.extend(warm.problems());
+        }
         if let Err(e) = super::validate::spec_duration(&self.history.ttl_after_finished) {
             problems.push(format!("spec.history.ttlAfterFinished: {e}"));
         }
@@ -530,7 +539,8 @@ mod tests {
             "drain": {"maxConcurrentEvictions": 0},
             "maintenanceWindows": [{"schedule": "0 2 * *", "duration": "1h"}],
             "notifications": {"webhook": {"url": "hooks.example/x"}},
-            "history": {"ttlAfterFinished": "a week"}
+            "history": {"ttlAfterFinished": "a week"},
+            "warmBackups": {"schedule": "every six hours"}
         }))
         .expect("the shape is valid");
         let problems = bad.validate().expect_err("three problems").join("\n");
@@ -550,6 +560,10 @@ mod tests {
         );
         assert!(
             problems.contains("spec.history.ttlAfterFinished"),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("spec.warmBackups.schedule") && problems.contains("@every"),
             "{problems}"
         );
     }

@@ -16,6 +16,7 @@
 //! - [`preview`]: what a plan would do, without doing it (`snapdrain plan NODE`).
 //! - [`server`]: metrics and health.
 //! - [`undecodable`]: plans that cannot be decoded, reported once and left alone.
+//! - [`warm`]: the warm-backup Velero Schedules, one per protected namespace.
 //! - [`health`]: what `/healthz` answers, and the panic hook that ends the process.
 
 pub mod cache;
@@ -37,6 +38,7 @@ pub mod signals;
 pub(crate) mod step;
 pub(crate) mod steps;
 pub mod undecodable;
+pub mod warm;
 
 pub use context::{Context, Settings};
 pub use error::ControllerError;

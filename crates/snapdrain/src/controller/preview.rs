@@ -122,6 +122,7 @@ pub async fn describe(
             "  none needed: no protected pods (StatefulSet pods with PVCs) on this node"
         );
     }
+    let warm = scheduled_backups(client, &spec.backup.velero_namespace).await;
     for b in &plan.backups {
         let _ = writeln!(
             out,
@@ -133,6 +134,14 @@ pub async fn describe(
         );
         for v in &b.volumes {
             let _ = writeln!(out, "    {}", volume_line(v));
+        }
+        if let Some(w) = crate::planning::warm::latest_warm(&b.namespace, &warm, now) {
+            let _ = writeln!(
+                out,
+                "    warm backup {} Completed {} ago: the namespace's volumes are already in Velero's repository, so this copy moves only what changed since (nothing in the cluster says how much: the times above stay upper bounds)",
+                w.name,
+                crate::planning::warm::age(w.completed_at, now)
+            );
         }
     }
     let order = if spec.mode == crate::api::plan::PlanMode::Execute {
@@ -177,6 +186,23 @@ pub async fn describe(
         let _ = writeln!(out, "Warning: {w}");
     }
     Ok(out)
+}
+
+/// The Backups Velero Schedules made in `velero_namespace` (labelled `velero.io/schedule-name`), for
+/// the warm-backup line; none when they cannot be read (the preview runs with its user's rights).
+async fn scheduled_backups(
+    client: &kube::Client,
+    velero_namespace: &str,
+) -> Vec<crate::api::velero::Backup> {
+    let api: Api<crate::api::velero::Backup> = Api::namespaced(client.clone(), velero_namespace);
+    let lp = kube::api::ListParams::default().labels(crate::planning::warm::SCHEDULE_NAME_LABEL);
+    match api.list(&lp).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            tracing::debug!(error = %e, "preview: cannot list scheduled Backups");
+            Vec::new()
+        }
+    }
 }
 
 /// One volume of a backup: `PVC data-0 (PV pv-1): NodeLocal, local: a local PersistentVolume ...; method

@@ -371,7 +371,7 @@ async fn run_controller(
 }
 
 /// What runs beside the plan controller while this replica leads: the DisruptionPolicy follower, the
-/// hold keeper, the history keeper and the signal watcher. Each stops by itself when `acting` turns false.
+/// hold keeper, the history keeper, the warm-backup keeper and the signal watcher. Each stops by itself when `acting` turns false.
 fn start_helpers(
     client: &Client,
     ctx: &Arc<Context>,
@@ -417,6 +417,12 @@ fn start_helpers(
         ctx.metrics.clone(),
         stopped(acting),
     ));
+    let warm = tokio::spawn(super::warm::run(
+        client.clone(),
+        ctx.caches.clone(),
+        policy.clone(),
+        stopped(acting),
+    ));
     let watcher = tokio::spawn(signals::run(
         client.clone(),
         ctx.caches.clone(),
@@ -434,7 +440,7 @@ fn start_helpers(
         policy_for_notify,
         ctx.settings.notification_url_recheck,
     ));
-    vec![policy_task, mirror, keeper, history, watcher, notify]
+    vec![policy_task, mirror, keeper, history, warm, watcher, notify]
 }
 
 #[cfg(test)]

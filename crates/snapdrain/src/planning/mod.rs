@@ -22,6 +22,7 @@
 //! - [`volumes`]: each protected volume's class (network or node-local) and backup method.
 //! - [`snapshot_window`]: EC2's 15 s between snapshots of a volume: when a refused emergency set may be cut.
 //! - [`velero_pods`]: Velero's data-path pods (1.17+) and server pod, which a running backup needs.
+//! - [`warm`]: the warm-backup Schedules snapdrain keeps, one per protected namespace.
 
 pub mod architecture;
 pub mod backups;
@@ -48,6 +49,7 @@ pub mod status_size;
 pub mod taint;
 pub mod velero_pods;
 pub mod volumes;
+pub mod warm;
 
 pub use backups::{
     BackupNeed, BackupProgress, Clock, RetryDecision, ReusableBackup, backup_retry,

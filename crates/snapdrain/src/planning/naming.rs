@@ -97,7 +97,7 @@ pub fn label_value(value: &str) -> String {
 }
 
 /// First 8 hex digits of SHA-256 over the parts, each terminated by a NUL (so `["ab","c"]` != `["a","bc"]`).
-fn short_hash(parts: &[&str]) -> String {
+pub(crate) fn short_hash(parts: &[&str]) -> String {
     let mut h = Sha256::new();
     for p in parts {
         h.update(p.as_bytes());
@@ -131,7 +131,7 @@ pub fn signal_plan_name(node: &str, node_uid: &str, run: u32) -> String {
 }
 
 /// Lowercase alphanumerics and dashes; anything else becomes a dash.
-fn dns_label_chars(s: &str) -> String {
+pub(crate) fn dns_label_chars(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() {
@@ -144,7 +144,7 @@ fn dns_label_chars(s: &str) -> String {
 }
 
 /// At most `max` characters, without leading or trailing dashes. Input is ASCII (see `dns_label_chars`).
-fn truncate_label(s: &str, max: usize) -> String {
+pub(crate) fn truncate_label(s: &str, max: usize) -> String {
     let s = s.trim_start_matches('-');
     let cut = &s[..s.len().min(max)];
     cut.trim_end_matches('-').to_owned()

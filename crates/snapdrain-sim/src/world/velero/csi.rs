@@ -353,10 +353,15 @@ pub async fn complete(
         return;
     }
     // Kopia moves a volume's bytes in full the first time, then only what changed.
+    let moves: Vec<u64> = work
+        .iter()
+        .map(|w| handle.to_move(&w.pod_ns, &w.pv, w.bytes, w.changed))
+        .collect();
     let total: u64 = work
         .iter()
-        .filter(|w| w.error.is_none())
-        .map(|w| handle.to_move(&w.pod_ns, &w.pv, w.bytes, w.changed))
+        .zip(&moves)
+        .filter(|(w, _)| w.error.is_none())
+        .map(|(_, m)| m)
         .sum();
     for w in work.iter().filter(|w| w.data_upload.is_some()) {
         set_du(
@@ -373,7 +378,11 @@ pub async fn complete(
         ))
         .await;
     }
-    for w in work.iter_mut().filter(|w| w.error.is_none()) {
+    for (w, moved) in work
+        .iter_mut()
+        .zip(moves)
+        .filter(|(w, _)| w.error.is_none())
+    {
         let repo = bucket.key(&format!("kopia/{}/kopia.repository", w.pod_ns));
         let result = async {
             if !bucket.exists(&repo).await? {
@@ -396,6 +405,14 @@ pub async fn complete(
         match result {
             Ok(()) => {
                 handle.mark_uploaded(&w.pod_ns, &w.pv);
+                handle.record_upload(super::Upload {
+                    backup: backup.to_owned(),
+                    namespace: w.pod_ns.clone(),
+                    pvc: w.pvc.clone(),
+                    pv: w.pv.clone(),
+                    size: w.bytes,
+                    moved,
+                });
                 w.moved_id = random_hex(32);
                 set_du(
                     ctx,

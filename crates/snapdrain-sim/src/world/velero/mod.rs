@@ -16,6 +16,7 @@ pub mod hooks;
 pub mod hosting;
 mod queue;
 mod run;
+pub mod schedule;
 pub mod scope;
 
 use std::collections::BTreeMap;
@@ -152,9 +153,25 @@ pub struct CsiCut {
     pub cut_at: jiff::Timestamp,
 }
 
+/// A volume's data moved into a kopia repository by a Backup (file-system uploader or data mover): the
+/// world's own record of what each upload cost, for oracles that must not read a plan's status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upload {
+    pub backup: String,
+    /// The workload namespace (its kopia repository).
+    pub namespace: String,
+    pub pvc: String,
+    pub pv: String,
+    /// The volume's size.
+    pub size: u64,
+    /// What the upload moved: `size` the first time, then the claim's changed bytes.
+    pub moved: u64,
+}
+
 struct Shared {
     faults: Mutex<Vec<VeleroFault>>,
     cuts: Mutex<Vec<CsiCut>>,
+    uploads: Mutex<Vec<Upload>>,
     /// (kopia repository namespace, PV) of every volume whose data was uploaded once.
     uploaded: Mutex<std::collections::HashSet<(String, String)>>,
     restarts: Mutex<Option<tokio::sync::watch::Sender<u64>>>,
@@ -167,6 +184,7 @@ impl Default for Shared {
         Self {
             faults: Mutex::default(),
             cuts: Mutex::default(),
+            uploads: Mutex::default(),
             uploaded: Mutex::default(),
             restarts: Mutex::default(),
             fault_changes: tokio::sync::watch::channel(0).0,
@@ -253,6 +271,23 @@ impl VeleroHandle {
         }
     }
 
+    /// Every volume upload that completed so far, oldest first.
+    pub fn uploads(&self) -> Vec<Upload> {
+        self.uploads_mut().clone()
+    }
+
+    fn record_upload(&self, upload: Upload) {
+        self.uploads_mut().push(upload);
+    }
+
+    fn uploads_mut(&self) -> std::sync::MutexGuard<'_, Vec<Upload>> {
+        // Plain data; a panic elsewhere cannot leave it inconsistent.
+        self.shared
+            .uploads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
     fn uploaded(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<(String, String)>> {
         // Plain data; a panic elsewhere cannot leave it inconsistent.
         self.shared
@@ -315,6 +350,10 @@ pub(crate) fn bsl_key() -> ResKey {
 
 pub(crate) fn dbr_key() -> ResKey {
     ResKey::new("velero.io", "deletebackuprequests")
+}
+
+pub(crate) fn schedules_key() -> ResKey {
+    ResKey::new("velero.io", "schedules")
 }
 
 pub(crate) fn pvb_key() -> ResKey {

@@ -166,6 +166,7 @@ pub async fn run(ctx: Arc<WorldContext>, config: VeleroConfig, handle: VeleroHan
             continue;
         }
         running.retain(|_, t| !t.is_finished());
+        super::schedule::reconcile(&ctx, &config);
         reconcile_queue(&ctx, &config, &handle, &mut running);
         if last_gc.is_none_or(|t| t.elapsed() >= config.gc_frequency) {
             last_gc = Some(Instant::now());

@@ -434,6 +434,14 @@ async fn execute_inner(
     kopia_upload(&bucket, &mut volumes).await;
     for w in volumes.iter().filter(|w| w.error.is_none()) {
         handle.mark_uploaded(&w.pod_ns, &w.pv);
+        handle.record_upload(super::Upload {
+            backup: name.to_owned(),
+            namespace: w.pod_ns.clone(),
+            pvc: w.pvc.clone().unwrap_or_default(),
+            pv: w.pv.clone(),
+            size: w.bytes,
+            moved: w.moved,
+        });
     }
     let mut snapshots = std::mem::take(&mut covered.csi);
     let move_data = covered.move_data;
