@@ -44,9 +44,13 @@ pub async fn run(
     let mut warned = false;
     loop {
         let spec = policy.borrow_and_update().clone();
+        let mut settled = false;
         if caches.pods.synced() && caches.namespaces.synced() && caches.stateful_sets.synced() {
             match pass(&client, &api, &caches, &spec).await {
-                Ok(()) => warned = false,
+                Ok(()) => {
+                    warned = false;
+                    settled = true;
+                }
                 // Velero's Schedule CRD missing (no Velero) with the option off is nothing to say.
                 Err(e) if spec.warm_backups.is_none() => {
                     tracing::debug!(error = %e, "warm backups: cannot list Schedules");
@@ -59,10 +63,13 @@ pub async fn run(
                 }
             }
         }
+        // Off: one pass deleted what an earlier setting left; nothing changes until the policy does,
+        // so no LIST every few seconds on the clusters that do not use the option.
+        let off = spec.warm_backups.is_none() && settled;
         tokio::select! {
             () = &mut until => return,
             r = policy.changed() => if r.is_err() { return },
-            () = tokio::time::sleep(PASS) => {}
+            () = tokio::time::sleep(PASS), if !off => {}
         }
     }
 }
