@@ -124,11 +124,8 @@ pub fn velero_estimate(
     mib_per_second: f64,
     overhead: Duration,
 ) -> Duration {
-    if mib_per_second <= 0.0 {
-        return overhead;
-    }
     let bytes: u64 = volumes.iter().map(|v| v.size_bytes).sum();
-    overhead + Duration::from_secs_f64(bytes as f64 / (mib_per_second * 1024.0 * 1024.0))
+    overhead.saturating_add(super::estimate::copy_time(bytes, mib_per_second))
 }
 
 fn split(inputs: &EmergencyInputs) -> EmergencyPlan {

@@ -25,12 +25,21 @@ pub struct Rate {
     pub overhead: Duration,
 }
 
+/// Time to copy `bytes` at `mib_per_second` (zero when the rate is unknown): the one conversion of
+/// bytes and Velero's rate into time, for the status's estimates and the emergency decision alike.
+pub fn copy_time(bytes: u64, mib_per_second: f64) -> Duration {
+    if mib_per_second <= 0.0 {
+        return Duration::ZERO;
+    }
+    // A rate so small the time overflows is "longer than anything": never a panic.
+    Duration::try_from_secs_f64(bytes as f64 / (mib_per_second * 1024.0 * 1024.0))
+        .unwrap_or(Duration::MAX)
+}
+
 /// Seconds to copy `bytes` at `rate` (rounded up; 0 when the rate is unknown).
 pub fn copy_seconds(bytes: u64, rate: Rate) -> u64 {
-    if rate.mib_per_second <= 0.0 {
-        return 0;
-    }
-    (bytes as f64 / (rate.mib_per_second * 1024.0 * 1024.0)).ceil() as u64
+    // `as` saturates: Duration::MAX's seconds stay u64::MAX.
+    copy_time(bytes, rate.mib_per_second).as_secs_f64().ceil() as u64
 }
 
 /// Fills each volume's size (its PV's `capacity.storage`) and expected copy time. A volume whose PV is
@@ -164,6 +173,16 @@ mod tests {
             mib_per_second: 100.0,
             overhead: Duration::from_secs(5),
         }
+    }
+
+    #[test]
+    fn copy_time_is_bytes_over_the_rate_and_never_panics() {
+        let gib = 1024 * 1024 * 1024;
+        assert_eq!(copy_time(10 * gib, 1024.0), Duration::from_secs(10));
+        assert_eq!(copy_time(gib, 0.0), Duration::ZERO);
+        assert_eq!(copy_time(gib, f64::MIN_POSITIVE), Duration::MAX);
+        assert_eq!(copy_seconds(gib + 1, Rate { mib_per_second: 1024.0, overhead: Duration::ZERO }), 2);
+        assert_eq!(copy_seconds(gib, Rate { mib_per_second: f64::MIN_POSITIVE, overhead: Duration::ZERO }), u64::MAX);
     }
 
     #[test]
