@@ -379,6 +379,7 @@ async fn the_service_account_asks_velero_only_for_its_own_backups() {
         or_label_selectors: Vec::new(),
         reuse: None,
         skip_drivers: vec!["ebs.csi.aws.com".into()],
+        hooks: Vec::new(),
     };
     let policy = build_volume_policy(&need, &spec, &plan, 1).expect("a skip policy");
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =

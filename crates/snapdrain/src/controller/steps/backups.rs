@@ -183,6 +183,12 @@ async fn current(
         &super::emergency::saved_claims(&out.status.emergency_snapshots),
         v.plan.spec.backup.scope,
     );
+    // The policy's hooks as it stands now: the admission policy compares them with the live
+    // DisruptionPolicy, so a Backup never carries hooks the admin has since changed or removed.
+    need.hooks = crate::planning::backup_hooks::hooks_for_namespace(
+        io.policy.as_ref().map_or(&[][..], |p| &p.backup_hooks),
+        &record.namespace,
+    );
     let plan_ref = PlanRef {
         name: &v.name(),
         uid: &v.uid(),
@@ -304,6 +310,15 @@ pub fn observe(
     if let Some(h) = status.and_then(|s| s.hook_status) {
         entry.hooks = Some(h);
     }
+    // Read from the Backup itself (not from what this pass meant to create), so a restart after a
+    // lost status write still records what Velero was asked to run.
+    entry.policy_hooks = crate::planning::backup_hooks::describe(
+        backup
+            .spec
+            .hooks
+            .as_ref()
+            .map_or(&[][..], |h| &h.resources),
+    );
     match classify_backup(&name, status) {
         BackupProgress::Completed => {
             if entry.completed_at.is_none() {
@@ -390,6 +405,7 @@ fn need_for(v: &PlanView<'_>, io: &Io<'_>, record: &BackupRecord) -> BackupNeed 
         or_label_selectors: scope_selectors(scope, &record.pods, &sts_selectors),
         reuse: None,
         skip_drivers: Vec::new(),
+        hooks: Vec::new(),
     }
 }
 
