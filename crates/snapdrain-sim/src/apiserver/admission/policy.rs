@@ -501,6 +501,10 @@ mod tests {
         (p, b)
     }
 
+    fn cfg_namespace() -> Value {
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cfg"}})
+    }
+
     fn tiers(name: &str, allowed: &str, labels: Value) -> Value {
         json!({"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"name": name, "namespace": "cfg", "labels": labels},
@@ -516,7 +520,12 @@ mod tests {
         let (p, b) = with_params(
             json!({"name": "limits", "namespace": "cfg", "parameterNotFoundAction": "Deny"}),
         );
-        let store = store_with(&[p.clone(), b, tiers("limits", "gold,silver", json!({}))]);
+        let store = store_with(&[
+            cfg_namespace(),
+            p.clone(),
+            b,
+            tiers("limits", "gold,silver", json!({})),
+        ]);
         assert!(update_pod(&store, "sa", &old, &old).is_ok());
         let e = update_pod(&store, "sa", &old, &bronze).expect_err("not an allowed tier");
         assert!(e.message.ends_with("denied request: no"), "{}", e.message);
@@ -549,6 +558,7 @@ mod tests {
                                         "namespace": "cfg", "parameterNotFoundAction": "Deny"}));
         let gold = json!({"metadata": {"name": "pg-0", "labels": {"tier": "gold"}}});
         let store = store_with(&[
+            cfg_namespace(),
             p.clone(),
             b.clone(),
             tiers("a", "gold", json!({"use": "tiers"})),
@@ -556,6 +566,7 @@ mod tests {
         ]);
         assert!(update_pod(&store, "sa", &gold, &gold).is_ok());
         let store = store_with(&[
+            cfg_namespace(),
             p,
             b,
             tiers("a", "gold", json!({"use": "tiers"})),
