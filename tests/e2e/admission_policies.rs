@@ -595,8 +595,7 @@ async fn the_service_account_carries_only_the_policys_backup_hooks_for_the_names
         {"name": "shop-sync", "namespaces": ["shop"], "pre": [{"exec": {"command": ["/bin/sync"]}}]}
     ]});
     h.set_policy(hooks_policy.clone()).await;
-    let policy: DisruptionPolicySpec =
-        serde_json::from_value(hooks_policy).expect("a policy spec");
+    let policy: DisruptionPolicySpec = serde_json::from_value(hooks_policy).expect("a policy spec");
     let backups = {
         let gvk = GroupVersionKind::gvk("velero.io", "v1", "Backup");
         Api::<DynamicObject>::namespaced_with(sa.clone(), "velero", &ApiResource::from_gvk(&gvk))

@@ -604,7 +604,10 @@ async fn the_policys_backup_hooks_run_before_the_drain_and_a_pods_own_hooks_win(
         .expect("the plan's Velero Backup");
     let carried = serde_json::to_value(&backup.spec.hooks).expect("json");
     assert_eq!(carried["resources"][0]["name"], "pg-freeze", "{carried}");
-    assert_eq!(carried["resources"][0]["includedNamespaces"], json!(["shop"]));
+    assert_eq!(
+        carried["resources"][0]["includedNamespaces"],
+        json!(["shop"])
+    );
     assert_eq!(carried["resources"][0]["pre"][0]["exec"]["command"], freeze);
     assert_eq!(carried["resources"][0]["post"][0]["exec"]["command"], thaw);
 
@@ -630,7 +633,10 @@ async fn the_policys_backup_hooks_run_before_the_drain_and_a_pods_own_hooks_win(
     for pod in all_postgres.iter().map(|p| p.name_any()) {
         let expected = if pod == own {
             vec![
-                ("annotation".to_owned(), json!(["/usr/bin/psql", "-c", "CHECKPOINT"])),
+                (
+                    "annotation".to_owned(),
+                    json!(["/usr/bin/psql", "-c", "CHECKPOINT"]),
+                ),
                 ("annotation".to_owned(), json!(["/bin/true"])),
             ]
         } else {
@@ -667,7 +673,11 @@ async fn the_policys_backup_hooks_run_before_the_drain_and_a_pods_own_hooks_win(
         .expect("Velero's hookStatus");
     assert_eq!((counted.hooks_attempted, counted.hooks_failed), (6, 0));
     assert_eq!(shop.hooks, Some(counted), "{shop:#?}");
-    assert_eq!(shop.policy_hooks, ["pg-freeze (pre 1, post 1)"], "{shop:#?}");
+    assert_eq!(
+        shop.policy_hooks,
+        ["pg-freeze (pre 1, post 1)"],
+        "{shop:#?}"
+    );
     let data = snapdrain_cli::report::gather(&h.client, "policy-hooked")
         .await
         .expect("gather the report");

@@ -193,7 +193,10 @@ mod tests {
             "spec.backupHooks[2].podSelector:",
             "spec.backupHooks[2]: no pre or post hooks",
         ] {
-            assert!(problems.contains(needle), "{needle:?} missing from:\n{problems}");
+            assert!(
+                problems.contains(needle),
+                "{needle:?} missing from:\n{problems}"
+            );
         }
     }
 

@@ -242,7 +242,13 @@ fn collect_params(
             let selector = super::super::selectors::LabelSelector::from_metav1(Some(selector))
                 .map_err(|e| e.to_string())?;
             store
-                .list(&def.key(), namespace, &|o| selector.matches(o.pointer("/metadata/labels")), None, None)
+                .list(
+                    &def.key(),
+                    namespace,
+                    &|o| selector.matches(o.pointer("/metadata/labels")),
+                    None,
+                    None,
+                )
                 .items
                 .iter()
                 .map(|o| (**o).clone())
@@ -251,9 +257,14 @@ fn collect_params(
         (None, None) => return Err("one of name or selector must be provided".into()),
     };
     if found.is_empty()
-        && param_ref.get("parameterNotFoundAction").and_then(Value::as_str) == Some("Deny")
+        && param_ref
+            .get("parameterNotFoundAction")
+            .and_then(Value::as_str)
+            == Some("Deny")
     {
-        return Err("no params found for policy binding with `Deny` parameterNotFoundAction".into());
+        return Err(
+            "no params found for policy binding with `Deny` parameterNotFoundAction".into(),
+        );
     }
     Ok(found)
 }

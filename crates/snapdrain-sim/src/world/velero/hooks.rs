@@ -84,7 +84,12 @@ fn hook_command<'a>(pod: &'a Value, phase: &'a str) -> Option<(&'a str, &'a str)
 
 /// Runs the `phase` (`pre` or `post`) hooks of `pods` for a Backup whose `spec.hooks.resources` is
 /// `spec_hooks` (`Value::Null` when it has none).
-pub fn run(ctx: &WorldContext, pods: &[Arc<Value>], spec_hooks: &Value, phase: &str) -> HookOutcome {
+pub fn run(
+    ctx: &WorldContext,
+    pods: &[Arc<Value>],
+    spec_hooks: &Value,
+    phase: &str,
+) -> HookOutcome {
     let resources: &[Value] = spec_hooks.as_array().map_or(&[], Vec::as_slice);
     let mut out = HookOutcome::default();
     for pod in pods {
@@ -138,8 +143,7 @@ pub fn run(ctx: &WorldContext, pods: &[Arc<Value>], spec_hooks: &Value, phase: &
                                 .collect()
                         })
                         .unwrap_or_default(),
-                    fail_on_error: exec_hook.get("onError").and_then(Value::as_str)
-                        == Some("Fail"),
+                    fail_on_error: exec_hook.get("onError").and_then(Value::as_str) == Some("Fail"),
                     source: "spec",
                     name,
                 };
@@ -178,10 +182,7 @@ fn exec(ctx: &WorldContext, pod: &Value, hook: &Exec<'_>, phase: &str) -> Option
         .flatten()
         .filter_map(|c| c.get("name").and_then(Value::as_str))
         .collect();
-    let container = hook
-        .container
-        .or(containers.first().copied())
-        .unwrap_or("");
+    let container = hook.container.or(containers.first().copied()).unwrap_or("");
     let error = if !containers.contains(&container) {
         Some(format!("no such container: {container:?}"))
     } else if pod.pointer("/status/phase").and_then(Value::as_str) != Some("Running") {
@@ -205,7 +206,9 @@ fn exec(ctx: &WorldContext, pod: &Value, hook: &Exec<'_>, phase: &str) -> Option
         json!({"phase": phase, "container": container, "command": hook.argv, "error": error,
                "source": hook.source, "hook": hook.name}),
     );
-    error.map(|e| format!("{phase} backup hook in pod {ns}/{name} container {container} failed: {e}"))
+    error.map(|e| {
+        format!("{phase} backup hook in pod {ns}/{name} container {container} failed: {e}")
+    })
 }
 
 /// `ResourceHookSelector.applicableTo` for a pod: the entry's namespaces (`IncludesExcludes`: empty or
@@ -267,10 +270,12 @@ mod tests {
     }
 
     fn pod(ns: &str, labels: Value, annotations: Value) -> Arc<Value> {
-        Arc::new(json!({"metadata": {"namespace": ns, "name": "pg-0", "labels": labels,
+        Arc::new(
+            json!({"metadata": {"namespace": ns, "name": "pg-0", "labels": labels,
                                      "annotations": annotations},
                         "spec": {"containers": [{"name": "postgres"}, {"name": "exporter"}]},
-                        "status": {"phase": "Running"}}))
+                        "status": {"phase": "Running"}}),
+        )
     }
 
     fn freeze() -> Value {
@@ -287,12 +292,21 @@ mod tests {
         let entry = &freeze()[0];
         let pg = pod("db", json!({"app": "postgres"}), json!({}));
         assert!(applies_to(entry, &pg));
-        assert!(!applies_to(entry, &pod("shop", json!({"app": "postgres"}), json!({}))));
-        assert!(!applies_to(entry, &pod("db", json!({"app": "redis"}), json!({}))));
+        assert!(!applies_to(
+            entry,
+            &pod("shop", json!({"app": "postgres"}), json!({}))
+        ));
+        assert!(!applies_to(
+            entry,
+            &pod("db", json!({"app": "redis"}), json!({}))
+        ));
         let everywhere = json!({"name": "all"});
         assert!(applies_to(&everywhere, &pg), "empty lists include all");
         assert!(!applies_to(&json!({"excludedNamespaces": ["db"]}), &pg));
-        assert!(!applies_to(&json!({"includedResources": ["deployments"]}), &pg));
+        assert!(!applies_to(
+            &json!({"includedResources": ["deployments"]}),
+            &pg
+        ));
         assert!(applies_to(&json!({"includedResources": ["pods"]}), &pg));
     }
 

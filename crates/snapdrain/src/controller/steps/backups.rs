@@ -313,11 +313,7 @@ pub fn observe(
     // Read from the Backup itself (not from what this pass meant to create), so a restart after a
     // lost status write still records what Velero was asked to run.
     entry.policy_hooks = crate::planning::backup_hooks::describe(
-        backup
-            .spec
-            .hooks
-            .as_ref()
-            .map_or(&[][..], |h| &h.resources),
+        backup.spec.hooks.as_ref().map_or(&[][..], |h| &h.resources),
     );
     match classify_backup(&name, status) {
         BackupProgress::Completed => {
