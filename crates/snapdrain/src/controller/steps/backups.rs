@@ -29,6 +29,9 @@ use crate::planning::{
 /// normally wakes the plan first).
 const RECHECK: Duration = Duration::from_secs(30);
 
+/// How often a Backup waiting for the controller's first read of the DisruptionPolicy looks again.
+const POLICY_WAIT: Duration = Duration::from_millis(200);
+
 fn min_wait(wait: &mut Option<Duration>, d: Duration) {
     *wait = Some(wait.map_or(d, |w| w.min(d)));
 }
@@ -146,6 +149,11 @@ async fn advance(
         && classify_backup_phase(record.phase.as_deref()) != BackupProgress::Waiting
     {
         return Ok(None);
+    }
+    if record.uid.is_none() && io.policy.is_none() {
+        // The DisruptionPolicy's backup hooks go into the Backup: wait for its first read (at most
+        // the policy's FIRST_POLICY_WAIT, then its defaults) rather than create one without them.
+        return Ok(Some(POLICY_WAIT));
     }
     Ok(match current(v, io, i, out).await? {
         Some(backup) => observe(out, i, &backup, v.now, v.valid.backup_timeout),
