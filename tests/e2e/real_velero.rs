@@ -580,12 +580,21 @@ async fn the_policys_backup_hooks_run_before_the_drain_and_a_pods_own_hooks_win(
         )
         .await
         .expect("annotate a pod with its own backup hooks");
-    let controller = h.controller().await;
-    h.create_plan(
-        "policy-hooked",
-        json!({"nodes": [node], "backup": {"scope": "StatefulSet"}}),
+    // `snapdrain plan` says which policy hooks the Backup would carry.
+    let spec = json!({"nodes": [node], "backup": {"scope": "StatefulSet"}});
+    let preview = snapdrain::controller::preview::describe(
+        &h.client,
+        &node,
+        &serde_json::from_value(spec.clone()).expect("a plan spec"),
     )
-    .await;
+    .await
+    .expect("a preview");
+    assert!(
+        preview.contains("policy backup hooks (Velero runs them; a pod's own hook annotations run instead): pg-freeze (pre 1, post 1)"),
+        "{preview}"
+    );
+    let controller = h.controller().await;
+    h.create_plan("policy-hooked", spec).await;
     let plan = h
         .wait_plan("policy-hooked", TIMEOUT, |p| p.is_terminal())
         .await;
@@ -677,6 +686,12 @@ async fn the_policys_backup_hooks_run_before_the_drain_and_a_pods_own_hooks_win(
         shop.policy_hooks,
         ["pg-freeze (pre 1, post 1)"],
         "{shop:#?}"
+    );
+    let detail = snapdrain_cli::cli::status::detail(&plan);
+    assert!(
+        detail.contains("backup hooks: 6 run, 0 failed")
+            && detail.contains("policy backup hooks: pg-freeze (pre 1, post 1)"),
+        "{detail}"
     );
     let data = snapdrain_cli::report::gather(&h.client, "policy-hooked")
         .await
