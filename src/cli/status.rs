@@ -210,6 +210,9 @@ pub fn detail(plan: &DisruptionPlan) -> String {
                 h.hooks_attempted, h.hooks_failed
             );
         }
+        if !b.policy_hooks.is_empty() {
+            let _ = writeln!(o, "    policy backup hooks: {}", b.policy_hooks.join(", "));
+        }
         for v in &b.volumes {
             let cut = v
                 .snapshot

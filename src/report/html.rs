@@ -329,14 +329,19 @@ pub fn render_html(data: &ReportData) -> String {
     o
 }
 
-/// The Velero backup hooks of a backup, as Velero counted them.
+/// The Velero backup hooks of a backup, as Velero counted them, and the policy's hooks it carried.
 pub(super) fn hooks_text(b: &snapdrain::api::status::BackupRecord) -> String {
-    match b.hooks {
+    let counted = match b.hooks {
         Some(h) if h.hooks_attempted > 0 => {
             format!("{} run, {} failed", h.hooks_attempted, h.hooks_failed)
         }
         Some(_) => "none (no pre/post.hook.backup.velero.io annotations)".into(),
         None => "-".into(),
+    };
+    if b.policy_hooks.is_empty() {
+        counted
+    } else {
+        format!("{counted}; policy hooks {}", b.policy_hooks.join(", "))
     }
 }
 

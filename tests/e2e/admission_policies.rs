@@ -379,6 +379,7 @@ async fn the_service_account_asks_velero_only_for_its_own_backups() {
         or_label_selectors: Vec::new(),
         reuse: None,
         skip_drivers: vec!["ebs.csi.aws.com".into()],
+        hooks: Vec::new(),
     };
     let policy = build_volume_policy(&need, &spec, &plan, 1).expect("a skip policy");
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
@@ -741,4 +742,182 @@ async fn the_service_account_creates_only_the_gates_tls_secret() {
     }))
     .expect("a Secret");
     assert_eq!(refusal(secrets.create(&pp, &own).await), "");
+}
+
+/// The one widening of the Backup rules (`snapdrain-velero-backup-hooks`, a policy whose parameter is
+/// the DisruptionPolicy `default`): snapdrain's Backup may carry Velero `spec.hooks` only when each is
+/// exactly an entry of the policy's `spec.backupHooks` for the Backup's namespace. What snapdrain's own
+/// builders make from the policy is admitted; a changed command, another namespace's hook, hooks the
+/// policy does not (or no longer) hold, hooks without the label that sends them to the check, and a
+/// missing DisruptionPolicy are refused; and snapdrain cannot write hooks into a policy it creates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_service_account_carries_only_the_policys_backup_hooks_for_the_namespace() {
+    use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
+    use snapdrain::api::{DisruptionPlanSpec, DisruptionPolicy, DisruptionPolicySpec};
+    use snapdrain::planning::backup_hooks::hooks_for_namespace;
+    use snapdrain::planning::backups::{BackupNeed, build_velero_backup};
+    use snapdrain::planning::naming::PlanRef;
+
+    let h = Harness::start().await;
+    let sa = as_the_service_account(&h).await;
+    let hooks_policy = json!({"backupHooks": [
+        {"name": "pg-freeze", "namespaces": ["db"], "podSelector": {"matchLabels": {"app": "postgres"}},
+         "pre": [{"exec": {"container": "postgres", "command": ["/sbin/fsfreeze", "--freeze", "/var/lib/postgresql"],
+                           "onError": "Fail", "timeout": "30s"}}],
+         "post": [{"exec": {"container": "postgres", "command": ["/sbin/fsfreeze", "--unfreeze", "/var/lib/postgresql"]}}]},
+        {"name": "shop-sync", "namespaces": ["shop"], "pre": [{"exec": {"command": ["/bin/sync"]}}]}
+    ]});
+    h.set_policy(hooks_policy.clone()).await;
+    let policy: DisruptionPolicySpec = serde_json::from_value(hooks_policy).expect("a policy spec");
+    let backups = {
+        let gvk = GroupVersionKind::gvk("velero.io", "v1", "Backup");
+        Api::<DynamicObject>::namespaced_with(sa.clone(), "velero", &ApiResource::from_gvk(&gvk))
+    };
+    let spec: DisruptionPlanSpec =
+        serde_json::from_value(json!({"nodes": ["n1"]})).expect("a plan spec");
+    let plan = PlanRef {
+        name: "drain-n1",
+        uid: "0b5c1a6e-0000-4000-8000-000000000002",
+    };
+    // snapdrain's own Backup of namespace `ns` at `attempt`, carrying `hooks`.
+    let backup = |ns: &str, attempt: u32, hooks| -> serde_json::Value {
+        let need = BackupNeed {
+            namespace: ns.into(),
+            stateful_sets: vec!["pg".into()],
+            pvcs: vec!["data-pg-0".into()],
+            pods: vec!["pg-0".into()],
+            volumes: Vec::new(),
+            or_label_selectors: Vec::new(),
+            reuse: None,
+            skip_drivers: Vec::new(),
+            hooks,
+        };
+        build_velero_backup(&need, &spec, &plan, attempt)
+    };
+    let create = |body: serde_json::Value| {
+        let backups = backups.clone();
+        async move {
+            let object: DynamicObject = serde_json::from_value(body).expect("an object");
+            refusal(backups.create(&PostParams::default(), &object).await)
+        }
+    };
+    let db_hooks = hooks_for_namespace(&policy.backup_hooks, "db");
+    assert_eq!(db_hooks.len(), 1, "{db_hooks:?}");
+    let admitted = backup("db", 1, db_hooks.clone());
+    // Written by hand, not by the builder: what reaches Velero.
+    assert_eq!(
+        admitted["spec"]["hooks"]["resources"][0]["pre"][0]["exec"]["command"],
+        json!(["/sbin/fsfreeze", "--freeze", "/var/lib/postgresql"])
+    );
+    assert_eq!(create(admitted.clone()).await, "");
+
+    let exact = "must be exactly the DisruptionPolicy default's spec.backupHooks entries";
+    let by_name = "carries only hooks the DisruptionPolicy default lists for its namespace";
+    let mut changed = backup("db", 2, db_hooks.clone());
+    changed["spec"]["hooks"]["resources"][0]["pre"][0]["exec"]["command"] =
+        json!(["/bin/sh", "-c", "cat /etc/shadow"]);
+    let mut widened = backup("db", 3, db_hooks.clone());
+    widened["spec"]["hooks"]["resources"][0]["includedNamespaces"] = json!(["db", "kube-system"]);
+    let mut unselected = backup("db", 4, db_hooks.clone());
+    unselected["spec"]["hooks"]["resources"][0]
+        .as_object_mut()
+        .expect("an entry")
+        .remove("labelSelector");
+    // shop's hook, put on a Backup of db.
+    let mut elsewhere = backup("db", 5, db_hooks.clone());
+    elsewhere["spec"]["hooks"]["resources"] =
+        serde_json::to_value(hooks_for_namespace(&policy.backup_hooks, "shop")).expect("json");
+    elsewhere["spec"]["hooks"]["resources"][0]["includedNamespaces"] = json!(["db"]);
+    // db's hook on a Backup of shop.
+    let mut other_namespace = db_hooks.clone();
+    other_namespace[0].included_namespaces = vec!["shop".into()];
+    let cases = [
+        (changed, "snapdrain-velero-backup-hooks", exact),
+        (widened, "snapdrain-velero-backup-hooks", exact),
+        (unselected, "snapdrain-velero-backup-hooks", exact),
+        (elsewhere, "snapdrain-velero-backup-hooks", by_name),
+        (
+            backup("shop", 6, other_namespace),
+            "snapdrain-velero-backup-hooks",
+            by_name,
+        ),
+    ];
+    for (body, policy_name, why) in cases {
+        let text = create(body.clone()).await;
+        assert!(
+            text.contains(&format!("ValidatingAdmissionPolicy '{policy_name}'"))
+                && text.contains(why),
+            "{}: {text:?}",
+            body["spec"]["hooks"]
+        );
+    }
+    // Hooks without the label that sends them to the DisruptionPolicy check.
+    let mut unlabelled = backup("db", 7, db_hooks.clone());
+    unlabelled["metadata"]["labels"]
+        .as_object_mut()
+        .expect("labels")
+        .remove("snapdrain.io/policy-hooks");
+    let text = create(unlabelled).await;
+    assert!(
+        text.contains("ValidatingAdmissionPolicy 'snapdrain-velero-backups'")
+            && text.contains("unless labelled snapdrain.io/policy-hooks=true"),
+        "{text:?}"
+    );
+
+    // The admin takes the hooks out: the same Backup is refused; one without hooks still passes.
+    h.set_policy(json!({})).await;
+    let text = create(backup("db", 8, db_hooks.clone())).await;
+    assert!(
+        text.contains("ValidatingAdmissionPolicy 'snapdrain-velero-backup-hooks'")
+            && text.contains(by_name),
+        "{text:?}"
+    );
+    assert_eq!(create(backup("db", 9, Vec::new())).await, "");
+
+    // No DisruptionPolicy at all: a Backup with hooks is refused (parameterNotFoundAction: Deny; a
+    // configuration error, which kube-apiserver answers 422 Invalid, not 403), one without hooks never
+    // reaches that check.
+    Api::<DisruptionPolicy>::all(h.client.clone())
+        .delete("default", &DeleteParams::default())
+        .await
+        .expect("delete the policy");
+    let object: DynamicObject =
+        serde_json::from_value(backup("db", 10, db_hooks.clone())).expect("an object");
+    match backups.create(&PostParams::default(), &object).await {
+        Err(kube::Error::Api(s)) => assert!(
+            s.code == 422
+                && s.message.contains("ValidatingAdmissionPolicy 'snapdrain-velero-backup-hooks'")
+                && s.message.contains("failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"),
+            "{s:?}"
+        ),
+        other => panic!("a Backup with hooks and no DisruptionPolicy: {other:?}"),
+    }
+    assert_eq!(create(backup("db", 11, Vec::new())).await, "");
+
+    // snapdrain may create the missing policy (RBAC create), but only with the defaults.
+    let mine = DisruptionPolicy::new(
+        "default",
+        serde_json::from_value(json!({"backupHooks": [{"name": "x", "namespaces": ["db"],
+            "pre": [{"exec": {"command": ["/bin/sh", "-c", "id"]}}]}]}))
+        .expect("a policy spec"),
+    );
+    let text = refusal(
+        Api::<DisruptionPolicy>::all(sa.clone())
+            .create(&PostParams::default(), &mine)
+            .await,
+    );
+    assert!(
+        text.contains("ValidatingAdmissionPolicy 'snapdrain-own-policy'")
+            && text.contains("never with spec.backupHooks"),
+        "{text:?}"
+    );
+    let defaults = DisruptionPolicy::new("default", DisruptionPolicySpec::defaults());
+    assert_eq!(
+        refusal(
+            Api::<DisruptionPolicy>::all(sa)
+                .create(&PostParams::default(), &defaults)
+                .await
+        ),
+        ""
+    );
 }

@@ -533,6 +533,179 @@ async fn the_workloads_backup_hooks_run_before_the_drain_and_the_report_shows_th
     controller.shutdown().await;
 }
 
+/// The DisruptionPolicy's default backup hooks (`spec.backupHooks`) for the postgres workload: the
+/// plan's Velero Backup carries the freeze/thaw pair as `spec.hooks.resources`, and the simulated Velero
+/// runs it (velero `internal/hook/item_hook_handler.go` `HandleHooks`) in every postgres pod the Backup
+/// covers (`backup.scope: StatefulSet`: all replicas) except one annotated with hooks of its own, which
+/// runs its own instead; both ran in the drained pod before its eviction, and Velero's `hookStatus`
+/// counts all of them, as the plan's status and report show. The judge is the simulator's record: its
+/// Backup object and its exec log, never the controller's status alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_policys_backup_hooks_run_before_the_drain_and_a_pods_own_hooks_win() {
+    let h = Harness::start().await;
+    let freeze = json!(["/sbin/fsfreeze", "--freeze", "/var/lib/postgresql"]);
+    let thaw = json!(["/sbin/fsfreeze", "--unfreeze", "/var/lib/postgresql"]);
+    h.set_policy(json!({"backupHooks": [{"name": "pg-freeze", "namespaces": ["shop"],
+        "podSelector": {"matchLabels": {"app": "postgres"}},
+        "pre": [{"exec": {"container": "main", "command": freeze, "onError": "Fail", "timeout": "30s"}}],
+        "post": [{"exec": {"container": "main", "command": thaw}}]}]}))
+    .await;
+    let node = h.node_with_statefulset_pods().await;
+    let all_postgres: Vec<k8s_openapi::api::core::v1::Pod> =
+        Api::<k8s_openapi::api::core::v1::Pod>::namespaced(h.client.clone(), "shop")
+            .list(&kube::api::ListParams::default().labels("app=postgres"))
+            .await
+            .expect("list postgres pods")
+            .items;
+    assert_eq!(all_postgres.len(), 3, "the quickstart runs three");
+    let on_node = |p: &k8s_openapi::api::core::v1::Pod| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str())
+    };
+    let drained = all_postgres
+        .iter()
+        .find(|p| on_node(p))
+        .expect("a postgres pod on the node")
+        .name_any();
+    // A replica elsewhere declares hooks of its own (its own container and commands).
+    let own = all_postgres
+        .iter()
+        .find(|p| !on_node(p))
+        .expect("a postgres pod on another node")
+        .name_any();
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(h.client.clone(), "shop")
+        .patch(
+            &own,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&json!({"metadata": {"annotations": {
+                "pre.hook.backup.velero.io/command": r#"["/usr/bin/psql","-c","CHECKPOINT"]"#,
+                "post.hook.backup.velero.io/command": r#"["/bin/true"]"#}}})),
+        )
+        .await
+        .expect("annotate a pod with its own backup hooks");
+    // `snapdrain plan` says which policy hooks the Backup would carry.
+    let spec = json!({"nodes": [node], "backup": {"scope": "StatefulSet"}});
+    let preview = snapdrain::controller::preview::describe(
+        &h.client,
+        &node,
+        &serde_json::from_value(spec.clone()).expect("a plan spec"),
+    )
+    .await
+    .expect("a preview");
+    assert!(
+        preview.contains("policy backup hooks (Velero runs them; a pod's own hook annotations run instead): pg-freeze (pre 1, post 1)"),
+        "{preview}"
+    );
+    let controller = h.controller().await;
+    h.create_plan("policy-hooked", spec).await;
+    let plan = h
+        .wait_plan("policy-hooked", TIMEOUT, |p| p.is_terminal())
+        .await;
+    let status = plan.status.clone().expect("status");
+    assert_eq!(status.phase, PlanPhase::Completed, "{status:#?}");
+
+    // The Velero Backup the plan made carries the policy's entry, narrowed to its namespace.
+    let shop = status
+        .backups
+        .iter()
+        .find(|b| b.namespace == "shop")
+        .expect("a backup of shop");
+    let backup = Api::<Backup>::namespaced(h.client.clone(), "velero")
+        .get(&shop.name)
+        .await
+        .expect("the plan's Velero Backup");
+    let carried = serde_json::to_value(&backup.spec.hooks).expect("json");
+    assert_eq!(carried["resources"][0]["name"], "pg-freeze", "{carried}");
+    assert_eq!(
+        carried["resources"][0]["includedNamespaces"],
+        json!(["shop"])
+    );
+    assert_eq!(carried["resources"][0]["pre"][0]["exec"]["command"], freeze);
+    assert_eq!(carried["resources"][0]["post"][0]["exec"]["command"], thaw);
+
+    // What the simulated Velero ran, per pod: the policy's pair in the two unannotated replicas, the
+    // annotated replica's own pair and nothing of the policy's there.
+    let audit = h.audit();
+    let ran = |pod: &str| -> Vec<(String, serde_json::Value)> {
+        audit
+            .iter()
+            .filter(|e| {
+                e.verb == "hook-exec"
+                    && e.namespace.as_deref() == Some("shop")
+                    && e.name.as_deref() == Some(pod)
+            })
+            .map(|e| {
+                (
+                    e.detail["source"].as_str().unwrap_or("").to_owned(),
+                    e.detail["command"].clone(),
+                )
+            })
+            .collect()
+    };
+    for pod in all_postgres.iter().map(|p| p.name_any()) {
+        let expected = if pod == own {
+            vec![
+                (
+                    "annotation".to_owned(),
+                    json!(["/usr/bin/psql", "-c", "CHECKPOINT"]),
+                ),
+                ("annotation".to_owned(), json!(["/bin/true"])),
+            ]
+        } else {
+            vec![
+                ("spec".to_owned(), freeze.clone()),
+                ("spec".to_owned(), thaw.clone()),
+            ]
+        };
+        assert_eq!(ran(&pod), expected, "{pod}");
+    }
+    // Both of the policy's hooks ran in the drained pod before its eviction.
+    let evicted = snapdrain_testkit::safety::pods_removed(&audit);
+    let out = evicted
+        .iter()
+        .find(|e| e.pod == format!("shop/{drained}"))
+        .expect("the drained pod was evicted");
+    let hook_times: Vec<&str> = audit
+        .iter()
+        .filter(|e| e.verb == "hook-exec" && e.name.as_deref() == Some(drained.as_str()))
+        .map(|e| e.time.as_str())
+        .collect();
+    assert_eq!(hook_times.len(), 2, "{hook_times:?}");
+    assert!(
+        hook_times.iter().all(|t| *t < out.time.as_str()),
+        "hooks {hook_times:?} before the eviction at {}",
+        out.time
+    );
+
+    // Velero's own count (2 hooks in each of the 3 replicas), and the plan's status and report.
+    let counted = backup
+        .status
+        .as_ref()
+        .and_then(|s| s.hook_status)
+        .expect("Velero's hookStatus");
+    assert_eq!((counted.hooks_attempted, counted.hooks_failed), (6, 0));
+    assert_eq!(shop.hooks, Some(counted), "{shop:#?}");
+    assert_eq!(
+        shop.policy_hooks,
+        ["pg-freeze (pre 1, post 1)"],
+        "{shop:#?}"
+    );
+    let detail = snapdrain_cli::cli::status::detail(&plan);
+    assert!(
+        detail.contains("backup hooks: 6 run, 0 failed")
+            && detail.contains("policy backup hooks: pg-freeze (pre 1, post 1)"),
+        "{detail}"
+    );
+    let data = snapdrain_cli::report::gather(&h.client, "policy-hooked")
+        .await
+        .expect("gather the report");
+    let md = snapdrain_cli::report::render_markdown(&data);
+    assert!(
+        md.contains("backup hooks 6 run, 0 failed; policy hooks pg-freeze (pre 1, post 1)"),
+        "{md}"
+    );
+    controller.shutdown().await;
+}
+
 /// A pre hook that fails with `on-error: Fail` fails the pod's item, so Velero's Backup can only end
 /// PartiallyFailed; the plan, allowed one attempt, fails, and nothing is evicted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,5 +1,6 @@
 //! The DisruptionPlan CRD (`snapdrain.io/v1alpha1`) and the Velero types snapdrain reads and writes.
 //!
+//! - [`backup_hooks`]: the DisruptionPolicy's default backup hooks, shaped as Velero's.
 //! - [`duration`]: Go duration strings, parsed without overflow.
 //! - [`karpenter`]: plain serde structs for the Karpenter EC2NodeClass a replacement may launch from.
 //! - [`launch`]: the DisruptionPolicy's allow-lists of what a replacement may launch.
@@ -13,6 +14,7 @@
 //! - [`volume`]: each protected volume's class (network or node-local) and backup method.
 //! - [`warm`]: the policy's warm backups (a Velero Schedule per protected namespace).
 
+pub mod backup_hooks;
 pub mod duration;
 pub mod karpenter;
 pub mod launch;

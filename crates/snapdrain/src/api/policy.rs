@@ -11,6 +11,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::backup_hooks::PolicyBackupHook;
 use super::launch::ReplacementPolicy;
 use super::plan::{
     BackupSpec, DURATION_MAX_LENGTH, DURATION_PATTERN, DisruptionPlanSpec, DrainSpec,
@@ -106,6 +107,14 @@ pub struct DisruptionPolicySpec {
     /// Absent: off (snapdrain deletes the Schedules it made).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm_backups: Option<super::warm::WarmBackupsSpec>,
+    /// Default backup hooks per workload (a file-system freeze, a database checkpoint), shaped as
+    /// Velero's exec hooks. A Backup snapdrain creates for a namespace listed here carries the entry
+    /// as one of Velero's `spec.hooks.resources[]` (for that namespace only); Velero runs it in the
+    /// selected pods, except in pods with hook annotations of their own, whose annotations Velero
+    /// runs instead. An admission policy lets snapdrain's Backups carry exactly these hooks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub backup_hooks: Vec<PolicyBackupHook>,
 }
 
 /// Plan settings the policy must allow (security review C-1). A plan using one that is not allowed is
@@ -468,6 +477,7 @@ impl DisruptionPolicySpec {
         if let Some(warm) = &self.warm_backups {
             problems.extend(warm.problems());
         }
+        problems.extend(super::backup_hooks::validate(&self.backup_hooks));
         if let Err(e) = super::validate::spec_duration(&self.history.ttl_after_finished) {
             problems.push(format!("spec.history.ttlAfterFinished: {e}"));
         }

@@ -519,9 +519,14 @@ pub struct BackupRecord {
     pub phase: Option<String>,
     /// The Velero backup hooks run for the Backup's pods (the workloads' own
     /// `pre/post.hook.backup.velero.io/*` annotations, e.g. a file-system freeze or a database
-    /// checkpoint) and how many failed, as Velero counts them.
+    /// checkpoint, and the policy's hooks in `policyHooks`) and how many failed, as Velero counts them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<crate::api::velero::HookStatus>,
+    /// The DisruptionPolicy's `spec.backupHooks` entries the Backup carries as Velero's
+    /// `spec.hooks.resources`: `name (pre N, post M)` each. Velero counts them in `hooks` too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub policy_hooks: Vec<String>,
     /// While the Backup is `Queued`: its `status.queuePosition` in Velero 1.18's backup queue (1: next to
     /// start). Velero runs Backups concurrently only when their namespaces do not overlap.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -143,6 +143,15 @@ pub async fn describe(
                 crate::planning::warm::age(w.completed_at, now)
             );
         }
+        let hooks =
+            crate::planning::backup_hooks::hooks_for_namespace(&policy.backup_hooks, &b.namespace);
+        if !hooks.is_empty() {
+            let _ = writeln!(
+                out,
+                "    policy backup hooks (Velero runs them; a pod's own hook annotations run instead): {}",
+                crate::planning::backup_hooks::describe(&hooks).join(", ")
+            );
+        }
     }
     let order = if spec.mode == crate::api::plan::PlanMode::Execute {
         "Evict in this order (the node is cordoned and tainted snapdrain.io/draining:NoSchedule before the \

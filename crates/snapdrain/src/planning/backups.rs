@@ -39,6 +39,10 @@ pub const PLAN_UID_LABEL: &str = "snapdrain.io/plan-uid";
 pub const ATTEMPT_LABEL: &str = "snapdrain.io/attempt";
 /// Label: the workload namespace the Backup covers.
 pub const NAMESPACE_LABEL: &str = "snapdrain.io/namespace";
+/// Label `"true"` on a Backup that carries the DisruptionPolicy's backup hooks: the admission policy
+/// `snapdrain-velero-backup-hooks` compares such a Backup's `spec.hooks` with the DisruptionPolicy, and
+/// `snapdrain-velero-backups` refuses `spec.hooks` on any Backup without it.
+pub const POLICY_HOOKS_LABEL: &str = "snapdrain.io/policy-hooks";
 /// Annotation: comma-separated PVC names the plan expects in the backup (checked by verification).
 pub const PVCS_ANNOTATION: &str = "snapdrain.io/pvcs";
 /// Annotation: comma-separated StatefulSet names.
@@ -74,6 +78,9 @@ pub struct BackupNeed {
     /// CSI drivers whose volumes the Backup skips (a `skip` volume policy): the plan's EC2 snapshots hold
     /// every such volume of the selected pods ([`crate::planning::ebs_snapshots::leave_to_snapshots`]).
     pub skip_drivers: Vec<String>,
+    /// The DisruptionPolicy's backup hooks the Backup carries as Velero's `spec.hooks.resources`
+    /// ([`super::backup_hooks::hooks_for_namespace`]); set when the Backup is created.
+    pub hooks: Vec<velero::BackupResourceHookSpec>,
 }
 
 /// One PVC of a backup: its class and method under the plan, and the method `Auto` would choose.
@@ -210,12 +217,15 @@ pub fn build_velero_backup(
         BackupMethod::CsiDataMover => (false, true, true),
         BackupMethod::Snapshot => (false, true, false),
     };
-    let labels = BTreeMap::from([
+    let mut labels = BTreeMap::from([
         (PLAN_LABEL.to_owned(), label_value(plan.name)),
         (PLAN_UID_LABEL.to_owned(), label_value(plan.uid)),
         (ATTEMPT_LABEL.to_owned(), attempt.to_string()),
         (NAMESPACE_LABEL.to_owned(), need.namespace.clone()),
     ]);
+    if !need.hooks.is_empty() {
+        labels.insert(POLICY_HOOKS_LABEL.to_owned(), "true".to_owned());
+    }
     let annotations = BTreeMap::from([
         (PLAN_ANNOTATION.to_owned(), plan.name.to_owned()),
         (PVCS_ANNOTATION.to_owned(), need.pvcs.join(",")),
@@ -245,6 +255,11 @@ pub fn build_velero_backup(
             resource_policy: with_policy.then(|| velero::TypedLocalObjectReference {
                 kind: "configmap".to_owned(),
                 name: backup_name(plan, &need.namespace, attempt),
+            }),
+            // Absent without policy hooks: the admission policy lets a Backup without spec.hooks
+            // through whatever the DisruptionPolicy holds.
+            hooks: (!need.hooks.is_empty()).then(|| velero::BackupHooks {
+                resources: need.hooks.clone(),
             }),
             ..velero::BackupSpec::default()
         },
@@ -627,6 +642,7 @@ mod tests {
             ],
             reuse: None,
             skip_drivers: Vec::new(),
+            hooks: Vec::new(),
         }
     }
 
@@ -634,6 +650,28 @@ mod tests {
         name: "drain-n1",
         uid: "plan-uid-1",
     };
+
+    /// Policy hooks go into `spec.hooks.resources` with the label the admission policy keys on; a
+    /// Backup without them has neither.
+    #[test]
+    fn a_backup_carries_the_policy_hooks_and_says_so_in_a_label() {
+        let spec: DisruptionPlanSpec =
+            serde_json::from_value(json!({"nodes": ["n1"]})).expect("spec");
+        let plain = build_velero_backup(&need(), &spec, &PLAN, 1);
+        assert_eq!(plain["spec"].get("hooks"), None);
+        assert_eq!(plain["metadata"]["labels"].get(POLICY_HOOKS_LABEL), None);
+        let mut hooked = need();
+        hooked.hooks = serde_json::from_value(json!([{"name": "pg-freeze",
+            "includedNamespaces": ["db"], "pre": [{"exec": {"command": ["/sbin/fsfreeze", "--freeze", "/data"]}}]}]))
+        .expect("hooks");
+        let v = build_velero_backup(&hooked, &spec, &PLAN, 1);
+        assert_eq!(v["metadata"]["labels"][POLICY_HOOKS_LABEL], "true");
+        assert_eq!(
+            v["spec"]["hooks"],
+            json!({"resources": [{"name": "pg-freeze", "includedNamespaces": ["db"],
+                "pre": [{"exec": {"command": ["/sbin/fsfreeze", "--freeze", "/data"]}}]}]})
+        );
+    }
 
     #[test]
     fn file_system_backup_object() {

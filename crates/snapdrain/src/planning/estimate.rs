@@ -181,8 +181,26 @@ mod tests {
         assert_eq!(copy_time(10 * gib, 1024.0), Duration::from_secs(10));
         assert_eq!(copy_time(gib, 0.0), Duration::ZERO);
         assert_eq!(copy_time(gib, f64::MIN_POSITIVE), Duration::MAX);
-        assert_eq!(copy_seconds(gib + 1, Rate { mib_per_second: 1024.0, overhead: Duration::ZERO }), 2);
-        assert_eq!(copy_seconds(gib, Rate { mib_per_second: f64::MIN_POSITIVE, overhead: Duration::ZERO }), u64::MAX);
+        assert_eq!(
+            copy_seconds(
+                gib + 1,
+                Rate {
+                    mib_per_second: 1024.0,
+                    overhead: Duration::ZERO
+                }
+            ),
+            2
+        );
+        assert_eq!(
+            copy_seconds(
+                gib,
+                Rate {
+                    mib_per_second: f64::MIN_POSITIVE,
+                    overhead: Duration::ZERO
+                }
+            ),
+            u64::MAX
+        );
     }
 
     #[test]

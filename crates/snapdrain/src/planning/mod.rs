@@ -6,6 +6,7 @@
 //! - [`protection`]: which pods a DisruptionPolicy protects.
 //! - [`holds`]: the hold annotations on protected pods: place, release, restore.
 //! - [`node`]: [`plan_node`], the plan for one node.
+//! - [`backup_hooks`]: which of the DisruptionPolicy's backup hooks a Velero Backup carries.
 //! - [`backups`]: backup needs, reuse, the Velero Backup object, phase meaning, retries.
 //! - [`drain`]: the eviction gate for protected pods, the pass's batch, drain completion and timeout.
 //! - [`evictions`]: eviction tiers and eviction answer classification.
@@ -25,6 +26,7 @@
 //! - [`warm`]: the warm-backup Schedules snapdrain keeps, one per protected namespace.
 
 pub mod architecture;
+pub mod backup_hooks;
 pub mod backups;
 pub mod csi_release;
 pub mod drain;

@@ -547,6 +547,7 @@ impl NeedBuilder {
             reuse,
             // Only a Backup's creation knows the plan's EC2 snapshots.
             skip_drivers: Vec::new(),
+            hooks: Vec::new(),
         }
     }
 }

@@ -35,6 +35,9 @@ const NODE_GROWTH: usize = 12 * 1024;
 const EMERGENCY_GROWTH: usize = 16 * 1024;
 /// What a backup attempt's record can gain after planning: phase, times, verified objects, messages.
 const BACKUP_GROWTH: usize = 4 * 1024;
+/// What a backup attempt's `policyHooks` can take: [`super::backup_hooks::SHOWN`] entries of a name
+/// (at most 63 bytes) with its counts, and the count of the rest.
+const POLICY_HOOKS_GROWTH: usize = 512;
 /// What one volume's record can gain once its CSI snapshot is cut (a release at the snapshot): the
 /// snapshot's and content's names (at most 253 bytes each), the handle, the time and the flags.
 const CSI_SNAPSHOT_GROWTH: usize = 768;
@@ -144,7 +147,13 @@ pub fn worst_case_bytes(decided: &DisruptionPlanStatus, max_attempts: u32) -> us
     let backups: usize = decided
         .backups
         .iter()
-        .map(|b| attempts * (json_len(b) + BACKUP_GROWTH + b.volumes.len() * CSI_SNAPSHOT_GROWTH))
+        .map(|b| {
+            attempts
+                * (json_len(b)
+                    + BACKUP_GROWTH
+                    + POLICY_HOOKS_GROWTH
+                    + b.volumes.len() * CSI_SNAPSHOT_GROWTH)
+        })
         .sum();
     json_len(&base) + nodes + backups + FIXED_GROWTH
 }
@@ -311,6 +320,14 @@ mod tests {
                         .collect(),
                     verification_error: Some(long.clone()),
                     message: Some(long.clone()),
+                    policy_hooks: {
+                        let mut shown = vec![
+                            format!("{} (pre 10, post 10)", "h".repeat(63));
+                            crate::planning::backup_hooks::SHOWN
+                        ];
+                        shown.push("and 46 more".into());
+                        shown
+                    },
                     started_at: Some(far.clone()),
                     completed_at: Some(MicroTime(jiff::Timestamp::MAX)),
                     verified_at: Some(MicroTime(jiff::Timestamp::MAX)),

@@ -12,10 +12,13 @@
 //!   compiled or evaluated denies under `failurePolicy: Fail` (the default) and is skipped under
 //!   `Ignore`;
 //! - requests on policies and bindings themselves are never checked (`isPolicyResource`); webhook
-//!   configurations are (unlike for webhooks).
+//!   configurations are (unlike for webhooks);
+//! - a policy with `paramKind` is evaluated once per parameter object its binding's `paramRef` selects,
+//!   with `params` bound to it, after `matchConstraints` and before `matchConditions` (which may read
+//!   `params`); see [`collect_params`].
 //!
-//! Not simulated: `paramKind`/`paramRef`, the binding's `matchResources`, `messageExpression`,
-//! `auditAnnotations`, `namespaceObject`, `authorizer`, and `Warn`/`Audit` actions.
+//! Not simulated: the binding's `matchResources`, `messageExpression`, `auditAnnotations`,
+//! `namespaceObject`, `authorizer`, and `Warn`/`Audit` actions.
 
 use std::collections::HashMap;
 
@@ -85,7 +88,23 @@ pub fn validate(store: &Store, attrs: &AdmissionAttributes<'_>, uid: &str) -> Ap
         if !matches(store, &spec["matchConstraints"], &shape, attrs)? {
             continue;
         }
-        if let Err(message) = evaluate(spec, attrs, &request) {
+        let denial = match collect_params(
+            store,
+            &spec["paramKind"],
+            &binding["spec"]["paramRef"],
+            t.namespace.as_deref(),
+        ) {
+            Ok(params) => params
+                .iter()
+                .find_map(|p| evaluate(spec, attrs, &request, p).err()),
+            // A configuration error, under the policy's failurePolicy as any other error.
+            Err(_) if spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore") => None,
+            Err(e) => Some(Denial {
+                text: format!("failed to configure binding: {e}"),
+                reason: "Invalid".into(),
+            }),
+        };
+        if let Some(message) = denial {
             let why = format!(
                 "ValidatingAdmissionPolicy '{policy_name}' with binding '{}' denied request: {}",
                 name(binding),
@@ -160,6 +179,96 @@ fn matches(
     Ok(selected)
 }
 
+/// The parameter objects one binding evaluates its policy with, as kube-apiserver's `CollectParams`
+/// (`staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/generic/policy_dispatcher.go`) finds
+/// them: no `paramKind`, or a binding without `paramRef`, evaluates once with `params` null; a
+/// cluster-scoped kind refuses `paramRef.namespace`; a namespaced kind looks in `paramRef.namespace`,
+/// else the request's namespace (an error for a cluster-scoped request); `name` gets that one object,
+/// `selector` lists every object its labels match (both set, or neither, is an error); when none is
+/// found, `parameterNotFoundAction: Deny` is an error ("no params found ...") and `Allow` (or unset)
+/// evaluates nothing, so the binding admits. The `Err` texts are upstream's, which the caller wraps
+/// in "failed to configure binding: ...".
+fn collect_params(
+    store: &Store,
+    param_kind: &Value,
+    param_ref: &Value,
+    request_namespace: Option<&str>,
+) -> Result<Vec<Value>, String> {
+    let (Some(kind), Some(param_ref)) = (
+        param_kind.as_object().filter(|k| !k.is_empty()),
+        param_ref.as_object(),
+    ) else {
+        return Ok(vec![Value::Null]);
+    };
+    let api_version = kind.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind_name = kind.get("kind").and_then(Value::as_str).unwrap_or("");
+    let Some(def) = store.def_by_kind(api_version, kind_name) else {
+        return Err(format!(
+            "paramKind kind `{api_version}, Kind={kind_name}` not known"
+        ));
+    };
+    let ref_namespace = param_ref
+        .get("namespace")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty());
+    let namespace = if def.namespaced {
+        match ref_namespace.or(request_namespace.filter(|n| !n.is_empty())) {
+            Some(ns) => Some(ns),
+            None => {
+                return Err("cannot use namespaced paramRef in policy binding that matches cluster-scoped resources".into());
+            }
+        }
+    } else if ref_namespace.is_some() {
+        return Err(
+            "paramRef.namespace must not be provided for a cluster-scoped `paramKind`".into(),
+        );
+    } else {
+        None
+    };
+    let name = param_ref
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty());
+    let selector = param_ref.get("selector").filter(|s| !s.is_null());
+    let found: Vec<Value> = match (name, selector) {
+        (Some(_), Some(_)) => {
+            return Err("paramRef.name and paramRef.selector are mutually exclusive".into());
+        }
+        (Some(name), None) => store
+            .get(&def.key(), namespace, name)
+            .map(|o| vec![(*o).clone()])
+            .unwrap_or_default(),
+        (None, Some(selector)) => {
+            let selector = super::super::selectors::LabelSelector::from_metav1(Some(selector))
+                .map_err(|e| e.to_string())?;
+            store
+                .list(
+                    &def.key(),
+                    namespace,
+                    &|o| selector.matches(o.pointer("/metadata/labels")),
+                    None,
+                    None,
+                )
+                .items
+                .iter()
+                .map(|o| (**o).clone())
+                .collect()
+        }
+        (None, None) => return Err("one of name or selector must be provided".into()),
+    };
+    if found.is_empty()
+        && param_ref
+            .get("parameterNotFoundAction")
+            .and_then(Value::as_str)
+            == Some("Deny")
+    {
+        return Err(
+            "no params found for policy binding with `Deny` parameterNotFoundAction".into(),
+        );
+    }
+    Ok(found)
+}
+
 /// Why a policy denied: the validation's message and reason.
 struct Denial {
     text: String,
@@ -167,7 +276,12 @@ struct Denial {
 }
 
 /// `Ok(())` when every match condition and validation holds (or a match condition is false).
-fn evaluate(spec: &Value, attrs: &AdmissionAttributes<'_>, request: &Value) -> Result<(), Denial> {
+fn evaluate(
+    spec: &Value,
+    attrs: &AdmissionAttributes<'_>,
+    request: &Value,
+    params: &Value,
+) -> Result<(), Denial> {
     let ignore_errors = spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
     let error = |text: String| {
         if ignore_errors {
@@ -192,7 +306,7 @@ fn evaluate(spec: &Value, attrs: &AdmissionAttributes<'_>, request: &Value) -> R
             attrs.old_object.cloned().unwrap_or(Value::Null),
         ),
         ("request", request.clone()),
-        ("params", Value::Null),
+        ("params", params.clone()),
     ];
     for (name, value) in &inputs {
         if let Err(e) = bind(&mut ctx, name, value) {
@@ -320,14 +434,16 @@ mod tests {
     fn store_with(objects: &[Value]) -> Store {
         let store = Store::new();
         for o in objects {
-            let key = if o["kind"] == "ValidatingAdmissionPolicy" {
-                policies()
-            } else {
-                bindings()
+            let key = match o["kind"].as_str() {
+                Some("ValidatingAdmissionPolicy") => policies(),
+                Some("ValidatingAdmissionPolicyBinding") => bindings(),
+                Some("ConfigMap") => ResKey::core("configmaps"),
+                _ => ResKey::core("namespaces"),
             };
+            let ns = o.pointer("/metadata/namespace").and_then(Value::as_str);
             store
-                .create(&key, None, o.clone(), WriteOptions::default())
-                .expect("store the policy");
+                .create(&key, ns, o.clone(), WriteOptions::default())
+                .expect("store the object");
         }
         store
     }
@@ -382,6 +498,110 @@ mod tests {
         );
         assert!(update_pod(&store, "someone-else", &old, &new).is_ok());
         assert!(update_pod(&store, "sa", &old, &old).is_ok());
+    }
+
+    /// A policy whose `params` is a ConfigMap: `object`'s label `tier` must be one its data allows.
+    fn with_params(param_ref: Value) -> (Value, Value) {
+        let (mut p, mut b) = fixture(
+            "pods",
+            "sa",
+            "has(object.metadata.labels) && object.metadata.labels.tier in params.data.tiers.split(',')",
+        );
+        p["spec"]["paramKind"] = json!({"apiVersion": "v1", "kind": "ConfigMap"});
+        b["spec"]["paramRef"] = param_ref;
+        (p, b)
+    }
+
+    fn cfg_namespace() -> Value {
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "cfg"}})
+    }
+
+    fn tiers(name: &str, allowed: &str, labels: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "cfg", "labels": labels},
+               "data": {"tiers": allowed}})
+    }
+
+    /// `CollectParams` (kube-apiserver `plugin/policy/generic/policy_dispatcher.go`): the named object is
+    /// `params`; when it is missing, `Deny` refuses as a configuration error and `Allow` admits.
+    #[test]
+    fn a_named_param_is_bound_and_a_missing_one_follows_the_not_found_action() {
+        let old = json!({"metadata": {"name": "pg-0", "labels": {"tier": "gold"}}});
+        let bronze = json!({"metadata": {"name": "pg-0", "labels": {"tier": "bronze"}}});
+        let (p, b) = with_params(
+            json!({"name": "limits", "namespace": "cfg", "parameterNotFoundAction": "Deny"}),
+        );
+        let store = store_with(&[
+            cfg_namespace(),
+            p.clone(),
+            b,
+            tiers("limits", "gold,silver", json!({})),
+        ]);
+        assert!(update_pod(&store, "sa", &old, &old).is_ok());
+        let e = update_pod(&store, "sa", &old, &bronze).expect_err("not an allowed tier");
+        assert!(e.message.ends_with("denied request: no"), "{}", e.message);
+
+        let (_, b) = with_params(
+            json!({"name": "absent", "namespace": "cfg", "parameterNotFoundAction": "Deny"}),
+        );
+        let store = store_with(&[p.clone(), b]);
+        let e = update_pod(&store, "sa", &old, &old).expect_err("Deny without params");
+        assert!(
+            e.message.ends_with("denied request: failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"),
+            "{}",
+            e.message
+        );
+        let (_, b) = with_params(
+            json!({"name": "absent", "namespace": "cfg", "parameterNotFoundAction": "Allow"}),
+        );
+        let store = store_with(&[p, b]);
+        assert!(
+            update_pod(&store, "sa", &old, &bronze).is_ok(),
+            "Allow: no params, nothing evaluated"
+        );
+    }
+
+    /// A selector evaluates the policy once per object it selects: any one refusing refuses; the
+    /// request's namespace is searched when `paramRef.namespace` is unset.
+    #[test]
+    fn a_selector_evaluates_every_param_it_selects() {
+        let (p, b) = with_params(json!({"selector": {"matchLabels": {"use": "tiers"}},
+                                        "namespace": "cfg", "parameterNotFoundAction": "Deny"}));
+        let gold = json!({"metadata": {"name": "pg-0", "labels": {"tier": "gold"}}});
+        let store = store_with(&[
+            cfg_namespace(),
+            p.clone(),
+            b.clone(),
+            tiers("a", "gold", json!({"use": "tiers"})),
+            tiers("ignored", "none", json!({})),
+        ]);
+        assert!(update_pod(&store, "sa", &gold, &gold).is_ok());
+        let store = store_with(&[
+            cfg_namespace(),
+            p,
+            b,
+            tiers("a", "gold", json!({"use": "tiers"})),
+            tiers("b", "silver", json!({"use": "tiers"})),
+        ]);
+        let e = update_pod(&store, "sa", &gold, &gold).expect_err("b does not allow gold");
+        assert!(e.message.ends_with("denied request: no"), "{}", e.message);
+    }
+
+    /// A cluster-scoped `paramKind` takes no `paramRef.namespace` (a configuration error).
+    #[test]
+    fn a_namespace_for_a_cluster_scoped_param_kind_is_a_configuration_error() {
+        let (mut p, mut b) = fixture("pods", "sa", "true");
+        p["spec"]["paramKind"] = json!({"apiVersion": "v1", "kind": "Namespace"});
+        b["spec"]["paramRef"] =
+            json!({"name": "cfg", "namespace": "cfg", "parameterNotFoundAction": "Deny"});
+        let old = json!({"metadata": {"name": "pg-0"}});
+        let store = store_with(&[p, b]);
+        let e = update_pod(&store, "sa", &old, &old).expect_err("misconfigured");
+        assert!(
+            e.message.ends_with("failed to configure binding: paramRef.namespace must not be provided for a cluster-scoped `paramKind`"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

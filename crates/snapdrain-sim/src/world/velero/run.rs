@@ -419,7 +419,11 @@ async fn execute_inner(
         .filter(|(r, _)| r == "pods")
         .map(|(_, o)| o.clone())
         .collect();
-    let mut hook_runs = hooks::run(ctx, &pods, "pre");
+    let spec_hooks = backup
+        .pointer("/spec/hooks/resources")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let mut hook_runs = hooks::run(ctx, &pods, &spec_hooks, "pre");
     if config.data_path == DataPath::HostingPod {
         expose(ctx, config, &mut volumes).await;
     }
@@ -446,11 +450,11 @@ async fn execute_inner(
     let mut snapshots = std::mem::take(&mut covered.csi);
     let move_data = covered.move_data;
     if snapshots.is_empty() {
-        hook_runs.add(hooks::run(ctx, &pods, "post"));
+        hook_runs.add(hooks::run(ctx, &pods, &spec_hooks, "post"));
     } else {
         csi::take_snapshots(ctx, name, &uid, &mut snapshots);
         // Velero runs a pod's post hooks once its claims' snapshots have their handles.
-        hook_runs.add(hooks::run(ctx, &pods, "post"));
+        hook_runs.add(hooks::run(ctx, &pods, &spec_hooks, "post"));
         // Timed once every content exists: never earlier than a content's creationTime, so an oracle
         // comparing it with an eviction errs against the product, never for it.
         handle.record_cuts(name, &snapshots, jiff::Timestamp::now());

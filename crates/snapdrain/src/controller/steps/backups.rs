@@ -29,6 +29,9 @@ use crate::planning::{
 /// normally wakes the plan first).
 const RECHECK: Duration = Duration::from_secs(30);
 
+/// How often a Backup waiting for the controller's first read of the DisruptionPolicy looks again.
+const POLICY_WAIT: Duration = Duration::from_millis(200);
+
 fn min_wait(wait: &mut Option<Duration>, d: Duration) {
     *wait = Some(wait.map_or(d, |w| w.min(d)));
 }
@@ -147,6 +150,11 @@ async fn advance(
     {
         return Ok(None);
     }
+    if record.uid.is_none() && io.policy.is_none() {
+        // The DisruptionPolicy's backup hooks go into the Backup: wait for its first read (at most
+        // the policy's FIRST_POLICY_WAIT, then its defaults) rather than create one without them.
+        return Ok(Some(POLICY_WAIT));
+    }
     Ok(match current(v, io, i, out).await? {
         Some(backup) => observe(out, i, &backup, v.now, v.valid.backup_timeout),
         None => None,
@@ -182,6 +190,12 @@ async fn current(
         &record,
         &super::emergency::saved_claims(&out.status.emergency_snapshots),
         v.plan.spec.backup.scope,
+    );
+    // The policy's hooks as it stands now: the admission policy compares them with the live
+    // DisruptionPolicy, so a Backup never carries hooks the admin has since changed or removed.
+    need.hooks = crate::planning::backup_hooks::hooks_for_namespace(
+        io.policy.as_ref().map_or(&[][..], |p| &p.backup_hooks),
+        &record.namespace,
     );
     let plan_ref = PlanRef {
         name: &v.name(),
@@ -310,6 +324,11 @@ pub fn observe(
     if let Some(h) = status.and_then(|s| s.hook_status) {
         entry.hooks = Some(h);
     }
+    // Read from the Backup itself (not from what this pass meant to create), so a restart after a
+    // lost status write still records what Velero was asked to run.
+    entry.policy_hooks = crate::planning::backup_hooks::describe(
+        backup.spec.hooks.as_ref().map_or(&[][..], |h| &h.resources),
+    );
     match classify_backup(&name, status) {
         BackupProgress::Completed => {
             if entry.completed_at.is_none() {
@@ -396,6 +415,7 @@ fn need_for(v: &PlanView<'_>, io: &Io<'_>, record: &BackupRecord) -> BackupNeed 
         or_label_selectors: scope_selectors(scope, &record.pods, &sts_selectors),
         reuse: None,
         skip_drivers: Vec::new(),
+        hooks: Vec::new(),
     }
 }
 

@@ -249,6 +249,7 @@ pub fn merge_need(needs: &mut BTreeMap<String, BackupNeed>, need: BackupNeed) {
             // Decided on the merged PVC set of every node.
             reuse: None,
             skip_drivers: Vec::new(),
+            hooks: Vec::new(),
         });
     fn add<T: PartialEq>(into: &mut Vec<T>, from: Vec<T>) {
         for x in from {
@@ -390,6 +391,7 @@ mod tests {
             or_label_selectors: Vec::new(),
             reuse: None,
             skip_drivers: Vec::new(),
+            hooks: Vec::new(),
         }
     }
 
