@@ -259,13 +259,31 @@ impl World {
             .map(|f| f.code.as_str())
     }
 
-    /// Next private address in the subnet with index `subnet_index`.
+    /// Next private address in the subnet with index `subnet_index` that no instance holds (EC2 never
+    /// gives one address to two running interfaces; a scenario's own instances, inserted with the
+    /// addresses their Node names carry, sit in the same space, and at scale-5k a plain counter met
+    /// them: the replacement's Node name was taken and it never registered).
     pub(super) fn allocate_ip(&mut self, subnet_index: usize) -> String {
-        let n = self.next_host;
-        self.next_host += 1;
-        // 10.0.<16*subnet + n/250>.<n%250 + 4>: AWS reserves .0-.3 of each subnet.
-        let third = (subnet_index as u32 * 16 + n / 250) % 256;
-        format!("10.0.{third}.{}", n % 250 + 4)
+        let taken: HashSet<&str> = self
+            .instances
+            .values()
+            .filter(|i| i.state != InstanceState::Terminated)
+            .map(|i| i.info.private_ip.as_str())
+            .collect();
+        let mut candidate = String::new();
+        // Every address of the space once at most; past that the space is full and the last one
+        // tried is reused (a test world never gets there).
+        for _ in 0..256 * 250 {
+            let n = self.next_host;
+            self.next_host = self.next_host.wrapping_add(1);
+            // 10.0.<16*subnet + n/250>.<n%250 + 4>: AWS reserves .0-.3 of each subnet.
+            let third = (subnet_index as u32 * 16 + n / 250) % 256;
+            candidate = format!("10.0.{third}.{}", n % 250 + 4);
+            if !taken.contains(candidate.as_str()) {
+                break;
+            }
+        }
+        candidate
     }
 
     pub(super) fn template_by_name(&self, name: &str) -> Option<&LaunchTemplate> {
@@ -290,6 +308,33 @@ mod tests {
             private_dns_name("10.0.1.5", "us-west-2"),
             "ip-10-0-1-5.us-west-2.compute.internal"
         );
+    }
+
+    /// A scenario's instances sit in the addresses the counter hands out: a new instance gets the next
+    /// free one, and a terminated instance's address is free again.
+    #[test]
+    fn a_new_instance_never_gets_an_address_an_instance_holds() {
+        let mut w = World::default();
+        for (id, ip, state) in [
+            ("i-a", "10.0.0.4", InstanceState::Running),
+            ("i-b", "10.0.0.5", InstanceState::Pending),
+            ("i-c", "10.0.0.7", InstanceState::Terminated),
+        ] {
+            w.insert(Instance {
+                info: InstanceInfo {
+                    id: id.into(),
+                    private_ip: ip.into(),
+                    ..InstanceInfo::default()
+                },
+                state,
+                state_reason: None,
+                reservation_id: "r-1".into(),
+                client_token: None,
+                raw_user_data: None,
+            });
+        }
+        let got: Vec<String> = (0..3).map(|_| w.allocate_ip(0)).collect();
+        assert_eq!(got, ["10.0.0.6", "10.0.0.7", "10.0.0.8"]);
     }
 
     #[test]
