@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use aws_sdk_ec2::types::{Filter, InstanceSpecification, ResourceType, Tag, TagSpecification};
+use aws_sdk_ec2::types::{
+    Filter, InstanceSpecification, ResourceType, Snapshot, Tag, TagSpecification,
+};
 
 use super::ec2::{CloudError, Ec2Cloud};
 use crate::planning::ebs_snapshots::{FoundSnapshot, SnapshotState};
@@ -111,104 +113,93 @@ impl Ec2Cloud {
             .collect()
     }
 
-    /// The account's snapshots tagged `key=value` (DescribeSnapshots, `Owner=self`, a `tag:` filter),
-    /// every page.
-    pub async fn snapshots_tagged(
-        &self,
-        key: &str,
-        value: &str,
-    ) -> Result<Vec<FoundSnapshot>, CloudError> {
-        let mut found = Vec::new();
+    /// The account's snapshots (DescribeSnapshots, `Owner=self`) that `filter` selects, every page.
+    async fn describe_own_snapshots(&self, filter: Filter) -> Result<Vec<Snapshot>, CloudError> {
+        let mut all = Vec::new();
         let mut token: Option<String> = None;
         loop {
             let out = self
                 .client()
                 .describe_snapshots()
                 .owner_ids("self")
-                .filters(
-                    Filter::builder()
-                        .name(format!("tag:{key}"))
-                        .values(value)
-                        .build(),
-                )
+                .filters(filter.clone())
                 .set_next_token(token.take())
                 .send()
                 .await
                 .map_err(|e| CloudError::from_sdk("DescribeSnapshots", None, e))?;
-            for s in out.snapshots() {
+            all.extend(out.snapshots().iter().cloned());
+            match out.next_token() {
+                Some(t) if !t.is_empty() => token = Some(t.to_string()),
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    /// The account's snapshots tagged `key=value` (a `tag:` filter).
+    pub async fn snapshots_tagged(
+        &self,
+        key: &str,
+        value: &str,
+    ) -> Result<Vec<FoundSnapshot>, CloudError> {
+        let filter = Filter::builder()
+            .name(format!("tag:{key}"))
+            .values(value)
+            .build();
+        self.describe_own_snapshots(filter)
+            .await?
+            .iter()
+            .map(|s| {
                 let (Some(id), Some(volume)) = (s.snapshot_id(), s.volume_id()) else {
                     return Err(CloudError::UnexpectedResponse {
                         operation: "DescribeSnapshots",
                         missing: "snapshotId or volumeId",
                     });
                 };
-                found.push(FoundSnapshot {
+                Ok(FoundSnapshot {
                     snapshot_id: id.to_string(),
                     volume_id: volume.to_string(),
                     state: state_of(s.state(), s.state_message()),
                     progress: s.progress().map(str::to_string),
-                });
-            }
-            match out.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => return Ok(found),
-            }
-        }
+                })
+            })
+            .collect()
     }
 
-    /// The newest snapshot of each of `volume_ids` (DescribeSnapshots, `Owner=self`, a `volume-id`
-    /// filter, every page), whoever made it: what holds EC2's per-volume window. Snapshots without a
-    /// start time are skipped (EC2 always sets one).
+    /// The newest snapshot of each of `volume_ids` (a `volume-id` filter), whoever made it: what holds
+    /// EC2's per-volume window. Snapshots without a start time are skipped (EC2 always sets one).
     pub async fn newest_snapshots(
         &self,
         volume_ids: &[String],
     ) -> Result<Vec<LastSnapshot>, CloudError> {
+        let filter = Filter::builder()
+            .name("volume-id")
+            .set_values(Some(volume_ids.to_vec()))
+            .build();
         let mut newest: BTreeMap<String, LastSnapshot> = BTreeMap::new();
-        let mut token: Option<String> = None;
-        loop {
-            let out = self
-                .client()
-                .describe_snapshots()
-                .owner_ids("self")
-                .filters(
-                    Filter::builder()
-                        .name("volume-id")
-                        .set_values(Some(volume_ids.to_vec()))
-                        .build(),
-                )
-                .set_next_token(token.take())
-                .send()
-                .await
-                .map_err(|e| CloudError::from_sdk("DescribeSnapshots", None, e))?;
-            for s in out.snapshots() {
-                let (Some(id), Some(volume), Some(start)) =
-                    (s.snapshot_id(), s.volume_id(), s.start_time())
-                else {
-                    continue;
-                };
-                let Ok(started) = jiff::Timestamp::new(
-                    start.secs(),
-                    i32::try_from(start.subsec_nanos()).unwrap_or(0),
-                ) else {
-                    continue;
-                };
-                let candidate = LastSnapshot {
-                    volume_id: volume.to_string(),
-                    snapshot_id: id.to_string(),
-                    started,
-                };
-                match newest.get(volume) {
-                    Some(seen) if seen.started >= started => {}
-                    _ => {
-                        newest.insert(volume.to_string(), candidate);
-                    }
-                }
-            }
-            match out.next_token() {
-                Some(t) if !t.is_empty() => token = Some(t.to_string()),
-                _ => return Ok(newest.into_values().collect()),
+        for s in self.describe_own_snapshots(filter).await? {
+            let (Some(id), Some(volume), Some(start)) =
+                (s.snapshot_id(), s.volume_id(), s.start_time())
+            else {
+                continue;
+            };
+            let Ok(started) = jiff::Timestamp::new(
+                start.secs(),
+                i32::try_from(start.subsec_nanos()).unwrap_or(0),
+            ) else {
+                continue;
+            };
+            if newest.get(volume).is_none_or(|seen| seen.started < started) {
+                newest.insert(
+                    volume.to_string(),
+                    LastSnapshot {
+                        volume_id: volume.to_string(),
+                        snapshot_id: id.to_string(),
+                        started,
+                    },
+                );
             }
         }
+        Ok(newest.into_values().collect())
     }
 }
 
