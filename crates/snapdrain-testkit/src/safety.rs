@@ -25,6 +25,19 @@ pub struct AcceptedEviction {
     /// The audit entry's time, as written (RFC 3339, milliseconds).
     pub time: String,
     pub user_agent: Option<String>,
+    /// A DELETE of the pod (no eviction for a PDB or the eviction gate to judge), not an eviction.
+    pub deleted: bool,
+}
+
+impl AcceptedEviction {
+    /// How the pod left and who asked, for a violation's text: `evicted by <User-Agent>`.
+    pub fn how(&self) -> String {
+        format!(
+            "{} by {}",
+            if self.deleted { "deleted" } else { "evicted" },
+            self.user_agent.as_deref().unwrap_or("an unnamed client")
+        )
+    }
 }
 
 /// Evictions that removed a pod, in audit order: an eviction request answered 201 for which the
@@ -52,6 +65,7 @@ pub fn accepted_evictions(audit: &[AuditEntry]) -> Vec<AcceptedEviction> {
                     pod: p,
                     time: e.time.clone(),
                     user_agent: e.user_agent.clone(),
+                    deleted: false,
                 });
             }
         }
@@ -80,6 +94,7 @@ pub fn accepted_deletions(audit: &[AuditEntry]) -> Vec<AcceptedEviction> {
             ),
             time: e.time.clone(),
             user_agent: e.user_agent.clone(),
+            deleted: true,
         })
         .collect()
 }
@@ -163,6 +178,8 @@ pub enum Violation {
         pod: String,
         evicted_at: String,
         pvcs: Vec<String>,
+        /// How it left and who asked ([`AcceptedEviction::how`]).
+        how: String,
     },
     /// A verified backup covers the pod's PVCs, but it was verified only after the eviction.
     EvictedBeforeVerified {
@@ -170,6 +187,7 @@ pub enum Violation {
         evicted_at: String,
         backup: String,
         verified_at: String,
+        how: String,
     },
     /// The audit time cannot be read, so the order cannot be proven.
     UnreadableTime { pod: String, time: String },
@@ -182,9 +200,10 @@ impl std::fmt::Display for Violation {
                 pod,
                 evicted_at,
                 pvcs,
+                how,
             } => write!(
                 f,
-                "protected pod {pod} was evicted at {evicted_at} but no verified backup covers its PVC(s) {}",
+                "protected pod {pod} was {how} at {evicted_at} but no verified backup covers its PVC(s) {}",
                 pvcs.join(", ")
             ),
             Self::EvictedBeforeVerified {
@@ -192,9 +211,10 @@ impl std::fmt::Display for Violation {
                 evicted_at,
                 backup,
                 verified_at,
+                how,
             } => write!(
                 f,
-                "protected pod {pod} was evicted at {evicted_at}, before backup {backup} was verified at {verified_at}"
+                "protected pod {pod} was {how} at {evicted_at}, before backup {backup} was verified at {verified_at}"
             ),
             Self::UnreadableTime { pod, time } => write!(
                 f,
@@ -453,6 +473,7 @@ pub fn eviction_violations_with_snapshots(
                     evicted_at: ev.time.clone(),
                     backup: b.name.clone(),
                     verified_at: verified_at.to_string(),
+                    how: ev.how(),
                 }),
             }
         }
@@ -461,6 +482,7 @@ pub fn eviction_violations_with_snapshots(
                 pod: ev.pod.clone(),
                 evicted_at: ev.time.clone(),
                 pvcs: uncovered,
+                how: ev.how(),
             });
         }
     }
@@ -521,6 +543,7 @@ mod tests {
             pod: pod.into(),
             time: time.into(),
             user_agent: None,
+            deleted: false,
         }
     }
 
@@ -848,6 +871,12 @@ mod tests {
         let p = protected(&[("db/pg-0", &["data-pg-0"])]);
         let v = eviction_violations(&got, &p, &[]);
         assert!(matches!(v.as_slice(), [Violation::NotCovered { pod, .. }] if pod == "db/pg-0"));
+        // The text says how it left and who asked: a DELETE passes no eviction gate.
+        assert!(
+            v[0].to_string().contains("was deleted by karpenter at"),
+            "{}",
+            v[0]
+        );
         let backups = [record("db", &["data-pg-0"], Some("2025-01-01T00:00:02Z"))];
         assert!(eviction_violations(&got, &p, &backups).is_empty());
     }
