@@ -725,3 +725,90 @@ async fn a_statefulset_the_policy_leaves_out_is_not_backed_up() {
     );
     controller.shutdown().await;
 }
+
+/// Found by the soak (a plan Draining for 79 minutes): a protected pod lands on the node between the
+/// plan's inventory and its cordon, so no backup of the plan covers it and the drain refuses to evict
+/// it, forever. Here the cordon's patch is slowed and a StatefulSet pod with a local volume is pinned to
+/// the node meanwhile. The plan now fails naming the pod, snapdrain's cordon is undone, and the pod stays
+/// where it runs, unevicted (the simulator's audit log); running the plan again backs it up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_protected_pod_that_arrives_before_the_cordon_fails_the_plan_instead_of_wedging_it() {
+    let h = Harness::start().await;
+    let _controller = h.controller().await;
+    let nodes = Api::<Node>::all(h.client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("nodes");
+    let mut node = None;
+    for n in nodes.items {
+        let name = n.name_any();
+        if h.protected_pods_on(&name).await.is_empty()
+            && !n
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false)
+        {
+            node = Some(name);
+            break;
+        }
+    }
+    let node = node.expect("a node without protected pods");
+    h.cluster.faults.add(FaultRule {
+        verb: Some("patch".into()),
+        resource: Some("nodes".into()),
+        latency_ms: 4_000,
+        times: Some(1),
+        ..FaultRule::default()
+    });
+    h.create_plan("arrival", json!({"nodes": [node]})).await;
+    h.wait_plan_until("arrival", TIMEOUT, |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.phase == PlanPhase::Cordoning)
+    })
+    .await;
+    snapdrain_testkit::volumes::local_workload(
+        &h.client,
+        &snapdrain_testkit::volumes::LocalWorkload {
+            namespace: "shop",
+            name: "late",
+            node: &node,
+            local_size: "1Gi",
+            ebs_size: None,
+        },
+        TIMEOUT,
+    )
+    .await
+    .expect("the late workload runs on the node");
+    let plan = h.wait_plan("arrival", TIMEOUT, |p| p.is_terminal()).await;
+    let status = plan.status.clone().expect("a status");
+    assert_eq!(status.phase, PlanPhase::Failed, "{:?}", status.message);
+    let message = status.message.clone().unwrap_or_default();
+    for want in [
+        "shop/late-0",
+        "after the plan was decided",
+        "run the plan again",
+    ] {
+        assert!(message.contains(want), "{want:?} in {message}");
+    }
+    eventually_within("snapdrain's cordon undone", TIMEOUT, || async {
+        let n = Api::<Node>::all(h.client.clone()).get(&node).await.ok()?;
+        (!n.spec.and_then(|s| s.unschedulable).unwrap_or(false)).then_some(())
+    })
+    .await;
+    assert!(
+        !h.accepted_evictions()
+            .iter()
+            .any(|(p, _)| p == "shop/late-0"),
+        "the uncovered pod was never evicted"
+    );
+    let pod = Api::<Pod>::namespaced(h.client.clone(), "shop")
+        .get("late-0")
+        .await
+        .expect("the late pod");
+    assert_eq!(
+        pod.spec.and_then(|s| s.node_name).as_deref(),
+        Some(node.as_str())
+    );
+}

@@ -61,6 +61,16 @@ pub fn gate_eviction(
 pub struct Batch {
     pub send: Vec<PlannedEviction>,
     pub held: Vec<String>,
+    /// Of the held, the protected pods (`namespace/name`) no verified backup of the plan covers: they
+    /// came after the plan was decided, and no amount of waiting covers them.
+    pub uncovered: Vec<String>,
+}
+
+/// True when the only pods left on a node (`remaining`, `namespace/name`) are protected pods no backup
+/// of the plan covers (`uncovered`): the drain can never finish, so the plan should end (and be run
+/// again to back them up) rather than wait forever.
+pub fn only_uncovered_left(remaining: &[String], uncovered: &[String]) -> bool {
+    !uncovered.is_empty() && remaining.iter().all(|p| uncovered.contains(p))
 }
 
 /// Karpenter's order: only the first tier that still has pods is evicted in a pass, and pods already
@@ -109,12 +119,15 @@ pub fn select_batch(
         }
         match gate_eviction(e.protected, &claims_of(e), &covered, policy) {
             Gate::Allow => batch.send.push(e.clone()),
-            Gate::Hold { missing } => batch.held.push(format!(
-                "{}/{}: no verified backup covers {} (it came after the plan was decided); not evicted",
-                e.namespace,
-                e.name,
-                missing.join(", ")
-            )),
+            Gate::Hold { missing } => {
+                batch.held.push(format!(
+                    "{}/{}: no verified backup covers {} (it came after the plan was decided); not evicted",
+                    e.namespace,
+                    e.name,
+                    missing.join(", ")
+                ));
+                batch.uncovered.push(format!("{}/{}", e.namespace, e.name));
+            }
         }
     }
     batch
@@ -379,11 +392,30 @@ mod tests {
             "{:?}",
             b.held
         );
+        assert_eq!(b.uncovered, ["db/pg-1"]);
 
         // Once the first tier is gone, the next one goes.
         let rest = vec![planned("dns", EvictionTier::Critical, false)];
         let b = select_batch(&rest, claims, &records, BackupPolicy::Required, &[], now);
         assert_eq!(b.send.len(), 1);
+    }
+
+    /// A drain whose only pods left are protected pods no backup of the plan covers can never finish;
+    /// one with any other pod still to leave (held by a PDB, do-not-disrupt, a backoff) still waits.
+    #[test]
+    fn only_uncovered_protected_pods_left_is_a_drain_that_cannot_finish() {
+        let uncovered = ["shop/redis-0".to_string()];
+        assert!(only_uncovered_left(
+            &["shop/redis-0".to_string()],
+            &uncovered
+        ));
+        assert!(only_uncovered_left(&[], &uncovered));
+        assert!(!only_uncovered_left(
+            &["shop/redis-0".to_string(), "shop/web-1".to_string()],
+            &uncovered
+        ));
+        assert!(!only_uncovered_left(&["shop/web-1".to_string()], &[]));
+        assert!(!only_uncovered_left(&[], &[]));
     }
 
     #[test]

@@ -23,8 +23,8 @@ use crate::controller::report::What;
 use crate::controller::step::{Io, Next, Outcome, PlanView, Wake, attachments_left};
 use crate::drain::evict::evict_with_retry;
 use crate::planning::drain::{
-    Batch, eviction_targets, record_refusal, remaining_targets, select_batch, targeted,
-    waiting_message,
+    Batch, eviction_targets, only_uncovered_left, record_refusal, remaining_targets, select_batch,
+    targeted, waiting_message,
 };
 use crate::planning::inventory::{is_terminal, pvc_claims};
 use crate::planning::{EvictionOutcome, PlannedEviction, plan_node};
@@ -33,6 +33,8 @@ use crate::signals::detect::{self, nodeclaim_of};
 /// How one node's drain stands after this call.
 enum NodeDrain {
     Done,
+    /// Only protected pods no backup of the plan covers are left: the drain cannot finish.
+    Stuck(String),
     /// Waiting for pods to finish terminating, for blocked evictions or for volumes to detach.
     Waiting {
         message: String,
@@ -69,6 +71,9 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
         }
         match drain_node(v, io, i, &mut out).await? {
             NodeDrain::Done => out.status.nodes[i].phase = NodePhase::Drained,
+            // Failing rolls the cordon back (only what snapdrain set), so the node serves its pods
+            // again instead of staying cordoned behind a drain that waits forever.
+            NodeDrain::Stuck(why) => return Ok(out.then(Next::Fail(why))),
             NodeDrain::Waiting {
                 message,
                 wake,
@@ -132,7 +137,11 @@ async fn drain_node(
         .cloned()
         .collect();
     let candidates = targeted(&plan.evictions, &targets);
-    let Batch { send, held } = select_batch(
+    let Batch {
+        send,
+        held,
+        uncovered,
+    } = select_batch(
         &candidates,
         |e| pod_of(&inv, e).map(claims_of).unwrap_or_default(),
         &v.status.backups,
@@ -166,6 +175,17 @@ async fn drain_node(
             ))
         })
         .collect();
+    // A plan with a deadline ends with its node anyway (and may hold pods its EC2 snapshots saved,
+    // which no Velero record covers): only a plan that would otherwise wait forever fails here.
+    if v.plan.spec.deadline.is_none()
+        && results.is_empty()
+        && only_uncovered_left(&names, &uncovered)
+    {
+        return Ok(NodeDrain::Stuck(format!(
+            "node {node_name}: protected pod(s) {} arrived on it after the plan was decided (between its inventory and its cordon), and no backup of this plan covers their volumes; the drain cannot finish, so the plan fails and snapdrain's cordon is undone: run the plan again to back them up and drain",
+            uncovered.join(", ")
+        )));
+    }
     let blocked_list: Vec<String> = out.status.nodes[i].blocked_by.iter().cloned().collect();
     Ok(NodeDrain::Waiting {
         message: waiting_message(&node_name, &names, targets.len(), &blocked_list),
