@@ -70,7 +70,9 @@ fn phase_of(plan: &DisruptionPlan) -> PlanPhase {
     plan.status.as_ref().map(|s| s.phase).unwrap_or_default()
 }
 
-fn running(plan: &DisruptionPlan) -> bool {
+/// Whether `plan` still runs: only a running plan's verified backups let a protected pod go (the
+/// controller releases newcomers by the same rule, or the gate would refuse the pods it released).
+pub fn running(plan: &DisruptionPlan) -> bool {
     !phase_of(plan).is_terminal() && plan.metadata.deletion_timestamp.is_none()
 }
 

@@ -181,8 +181,12 @@ pub async fn release_newcomers(
                 what: "DisruptionPlans (for backups of pods new on a released node)".into(),
                 source,
             })?;
+    // Only running plans' backups, as the eviction gate counts them: a pod released on a finished
+    // plan's backup was refused by the gate, and the disruptor and this plan waited on each other for
+    // good (seen in the soak: a Release plan 90 minutes on "the Node is being deleted").
     let records: Vec<BackupRecord> = plans
         .into_iter()
+        .filter(crate::webhook::decision::running)
         .filter_map(|p| p.status)
         .flat_map(|s| s.backups)
         .collect();
