@@ -345,6 +345,10 @@ async fn start_controller(b: &Bench, client: &Client) -> anyhow::Result<Controll
     let join = snapdrain_sim::cluster::cluster_join(&b.cluster.url(), b.cluster.ca_pem());
     let dir = tempfile::tempdir()?;
     let kubeconfig = b.cluster.write_kubeconfig(&dir.path().join("kubeconfig"))?;
+    // A diagnosis: SNAPDRAIN_SOAK_CONTROLLER_LOG is the controller's RUST_LOG, and every line it logs
+    // is passed on (otherwise only its errors are).
+    let log_filter = std::env::var("SNAPDRAIN_SOAK_CONTROLLER_LOG").ok();
+    let pass_all = log_filter.is_some();
     let mut child = tokio::process::Command::new(std::env::current_exe()?)
         .arg("controller")
         .arg("--kubeconfig")
@@ -356,7 +360,10 @@ async fn start_controller(b: &Bench, client: &Client) -> anyhow::Result<Controll
         .args(["--cluster-name", &join.cluster_name])
         .args(["--api-server", &join.api_server])
         .args(["--cluster-certificate", &join.cluster_certificate])
-        .env("RUST_LOG", "snapdrain=warn")
+        .env(
+            "RUST_LOG",
+            log_filter.as_deref().unwrap_or("snapdrain=warn"),
+        )
         .env("AWS_ACCESS_KEY_ID", "sim")
         .env("AWS_SECRET_ACCESS_KEY", "sim")
         .stdout(Stdio::null())
@@ -372,7 +379,7 @@ async fn start_controller(b: &Bench, client: &Client) -> anyhow::Result<Controll
     tokio::spawn(async move {
         let mut lines = BufReader::new(logs).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains("\"ERROR\"") {
+            if pass_all || line.contains("\"ERROR\"") {
                 eprintln!("controller: {line}");
             }
         }

@@ -167,8 +167,11 @@ impl Gate {
         // ago, which has run nothing yet. Except in Velero's namespace: a data-path pod is created the
         // moment a backup needs it, and going then fails that backup.
         let Some(cached) = self.sources.pods.get(namespace, name) else {
-            return (velero.contains(&namespace) && self.still_unseen(namespace, name))
-                .then(|| decision::unseen_message(namespace, name));
+            let held = velero.contains(&namespace) && self.still_unseen(namespace, name);
+            if !held {
+                tracing::debug!(pod = %format!("{namespace}/{name}"), "eviction gate: allowed a pod its cache has not seen");
+            }
+            return held.then(|| decision::unseen_message(namespace, name));
         };
         let pod = cached.to_pod();
         if let Some(owner) = velero_pods::active_data_path(&pod, &velero) {
@@ -189,7 +192,12 @@ impl Gate {
         let now = jiff::Timestamp::now();
         let confirm = |p: &DisruptionPlan, b: &BackupRecord| self.confirm(p, b);
         let held = match decision::decide(&pod, |p| protects(p), &plans, confirm, now) {
-            Decision::Allow(_) => return None,
+            Decision::Allow(why) => {
+                if why != decision::Allowed::NotProtected {
+                    tracing::debug!(pod = %format!("{namespace}/{name}"), why = ?why, "eviction gate: allowed a protected pod");
+                }
+                return None;
+            }
             Decision::Deny(held) => held,
         };
         // A node going whatever snapdrain does, which it will not back up: refusing would only keep the
@@ -201,6 +209,7 @@ impl Gate {
             &self.policy.borrow().signals,
             &self.sources.plans,
         ) {
+            tracing::debug!(pod = %format!("{namespace}/{name}"), node = %held.node, "eviction gate: allowed a protected pod: its node is let go");
             return None;
         }
         let note = match &held.plan {
