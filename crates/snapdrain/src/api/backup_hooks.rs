@@ -101,7 +101,7 @@ pub fn validate(hooks: &[PolicyBackupHook]) -> Vec<String> {
             ));
         }
         for (j, ns) in hook.namespaces.iter().enumerate() {
-            if !is_dns_label(ns) {
+            if !super::validate::is_dns_label(ns) {
                 problems.push(format!(
                     "{at}.namespaces[{j}]: {ns:?} is not a namespace name; write a namespace (no wildcards)"
                 ));
@@ -126,7 +126,11 @@ pub fn validate(hooks: &[PolicyBackupHook]) -> Vec<String> {
                         "{at}.command: no program; write the program and its arguments, e.g. [/sbin/fsfreeze, --freeze, /data]"
                     ));
                 }
-                if exec.container.as_deref().is_some_and(|c| !is_dns_label(c)) {
+                if exec
+                    .container
+                    .as_deref()
+                    .is_some_and(|c| !super::validate::is_dns_label(c))
+                {
                     problems.push(format!(
                         "{at}.container: {:?} is not a container name; name one of the pod's containers, or leave it out for the first",
                         exec.container.as_deref().unwrap_or_default()
@@ -141,16 +145,6 @@ pub fn validate(hooks: &[PolicyBackupHook]) -> Vec<String> {
         }
     }
     problems
-}
-
-/// RFC 1123 label: what namespace and container names are.
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }
 
 #[cfg(test)]

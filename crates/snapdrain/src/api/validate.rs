@@ -379,7 +379,8 @@ fn truncated(value: &str) -> String {
     }
 }
 
-fn is_dns_label(s: &str) -> bool {
+/// RFC 1123 label: what namespace and container names are.
+pub(crate) fn is_dns_label(s: &str) -> bool {
     !s.is_empty() && s.len() <= 63 && anchored(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$").is_match(s)
 }
 
