@@ -159,6 +159,46 @@ where
     }
 }
 
+/// Waits until every node runs its Velero node-agent pod (`velero install` labels them
+/// `name: node-agent` in `velero`). A file-system backup that starts before then fails that node's
+/// volumes with "daemonset pod not found in running state in node" (velero `pkg/podvolume/backupper.go`),
+/// as the simulated Velero does: a test that backs up right after a scenario starts waits here first.
+pub async fn node_agents_running(client: &kube::Client) {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::{Api, ListParams};
+    let nodes: Api<Node> = Api::all(client.clone());
+    let agents: Api<Pod> = Api::namespaced(client.clone(), "velero");
+    eventually_within(
+        "a running node-agent on every node",
+        Duration::from_secs(30),
+        || async {
+            let nodes = nodes.list(&ListParams::default()).await.ok()?;
+            let agents = agents
+                .list(&ListParams::default().labels("name=node-agent"))
+                .await
+                .ok()?;
+            let running: std::collections::BTreeSet<&str> = agents
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter_map(|p| p.spec.as_ref()?.node_name.as_deref())
+                .collect();
+            nodes
+                .items
+                .iter()
+                .all(|n| {
+                    n.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| running.contains(n))
+                })
+                .then_some(())
+        },
+    )
+    .await
+}
+
 /// Raw HTTPS against the simulated API server whose CA is `ca_pem` (`SimCluster::ca_pem`), as its
 /// admin (the kubeconfig's bearer token), each request bounded by [`WAIT`].
 pub fn raw_client(ca_pem: &str) -> reqwest::Client {

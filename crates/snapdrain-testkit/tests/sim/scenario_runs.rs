@@ -63,6 +63,7 @@ async fn quickstart_backup_from_kubectl_completes_into_the_bucket_with_its_uid()
         },
     )
     .await;
+    snapdrain_testkit::node_agents_running(&client).await;
     k.ok(&["apply", "-f", &manifest]).await;
     let phase = |name: &'static str| {
         let k = &k;

@@ -76,6 +76,7 @@ async fn start(timings: Timings, data_path: DataPath) -> (SimCluster, Client) {
             .filter(|p| phase(p) == Some("Running"))
     })
     .await;
+    snapdrain_testkit::node_agents_running(&client).await;
     (cluster, client)
 }
 
