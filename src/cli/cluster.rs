@@ -50,6 +50,6 @@ impl ClusterArgs {
                 "no kubeconfig found ($KUBECONFIG, ~/.kube/config) and not running in a cluster; pass --kubeconfig",
             )?,
         };
-        Ok(config)
+        Ok(snapdrain::controller::run::identified(config))
     }
 }

@@ -71,6 +71,15 @@ async fn plan_backs_up_verifies_drains_terminates_and_replaces() {
             "protected pod {pod} was never evicted"
         );
     }
+    // The API server's audit names snapdrain as the evictor (kube-rs sends no User-Agent of its own).
+    let by_snapdrain = snapdrain_testkit::safety::accepted_evictions(&h.audit())
+        .into_iter()
+        .filter(|e| protected.contains_key(&e.pod))
+        .all(|e| e.user_agent.as_deref() == Some(snapdrain::controller::run::USER_AGENT));
+    assert!(
+        by_snapdrain,
+        "every eviction made with snapdrain's User-Agent"
+    );
     assert!(h.node(&node).await.is_none(), "the drained node is gone");
     let old_instance = status.nodes[0]
         .instance_id

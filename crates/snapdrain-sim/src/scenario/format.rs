@@ -181,6 +181,39 @@ pub struct NodePoolSpec {
     pub capacity_types: Option<Vec<String>>,
 }
 
+impl Scenario {
+    /// Every NodePool the scenario runs: those it declares, then one with Karpenter's chart defaults for
+    /// each pool a node group names but no entry declares (scale-5k declares none). A bench that changes
+    /// the pools' disruption settings edits this list, or it edits nothing for such a scenario.
+    pub fn node_pools_in_use(&self) -> Vec<NodePoolSpec> {
+        let mut pools = self.node_pools.clone();
+        let referenced: std::collections::BTreeSet<(String, String)> = self
+            .nodes
+            .iter()
+            .filter_map(|g| g.karpenter.as_ref())
+            .map(|k| {
+                let class = k.node_class.clone().unwrap_or_else(default_name);
+                (k.node_pool.clone(), class)
+            })
+            .collect();
+        for (pool, class) in referenced {
+            if !pools.iter().any(|p| p.name == pool) {
+                pools.push(NodePoolSpec {
+                    name: pool,
+                    node_class: class,
+                    consolidation_policy: default_consolidation_policy(),
+                    consolidate_after: default_consolidate_after(),
+                    expire_after: default_expire_after(),
+                    termination_grace_period: None,
+                    budgets: None,
+                    capacity_types: None,
+                });
+            }
+        }
+        pools
+    }
+}
+
 fn default_name() -> String {
     "default".into()
 }

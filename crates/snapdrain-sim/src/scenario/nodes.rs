@@ -1,8 +1,6 @@
 //! Nodes as EKS shows them with Bottlerocket, and, for Karpenter-managed ones, the NodeClaim that owns
 //! each, its NodePool and EC2NodeClass (created when referenced but not declared).
 
-use std::collections::BTreeSet;
-
 use serde_json::{Value, json};
 
 use super::ScenarioError;
@@ -46,32 +44,7 @@ fn image_id_for(class: &str) -> String {
 /// Creates classes, pools, NodeClaims and Nodes; returns the instances behind the nodes.
 pub fn load(store: &Store, s: &Scenario, file: &str) -> Result<Vec<NodeInstance>, ScenarioError> {
     let mut classes: Vec<NodeClassSpec> = s.ec2_node_classes.clone();
-    let mut pools: Vec<NodePoolSpec> = s.node_pools.clone();
-    let referenced: BTreeSet<(String, String)> = s
-        .nodes
-        .iter()
-        .filter_map(|g| g.karpenter.as_ref())
-        .map(|k| {
-            (
-                k.node_pool.clone(),
-                k.node_class.clone().unwrap_or("default".into()),
-            )
-        })
-        .collect();
-    for (pool, class) in &referenced {
-        if !pools.iter().any(|p| &p.name == pool) {
-            pools.push(NodePoolSpec {
-                name: pool.clone(),
-                node_class: class.clone(),
-                consolidation_policy: "WhenEmptyOrUnderutilized".into(),
-                consolidate_after: "30s".into(),
-                expire_after: "720h".into(),
-                termination_grace_period: None,
-                budgets: None,
-                capacity_types: None,
-            });
-        }
-    }
+    let pools = s.node_pools_in_use();
     for p in &pools {
         if !classes.iter().any(|c| c.name == p.node_class) {
             classes.push(NodeClassSpec {

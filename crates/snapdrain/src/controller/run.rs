@@ -119,11 +119,32 @@ impl ControllerHandle {
     }
 }
 
+/// Who snapdrain says it is to the API server. kube-apiserver's audit log keeps each request's
+/// `userAgent`: it is how an operator tells snapdrain's evictions and writes from Karpenter's
+/// (`karpenter/<version>`) or kubectl's. kube-rs sends none of its own.
+pub const USER_AGENT: &str = concat!("snapdrain/", env!("CARGO_PKG_VERSION"));
+
+/// `config` sending [`USER_AGENT`], unless it names a User-Agent already.
+pub fn identified(mut config: Config) -> Config {
+    let named = config
+        .headers
+        .iter()
+        .any(|(name, _)| name == http::header::USER_AGENT);
+    if !named {
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static(USER_AGENT),
+        ));
+    }
+    config
+}
+
 pub async fn start(
     config: Config,
     settings: Settings,
     opts: RunOptions,
 ) -> Result<ControllerHandle, ControllerError> {
+    let config = identified(config);
     let client = Client::try_from(config.clone())
         .map_err(|e| ControllerError::Config(format!("cannot build a Kubernetes client: {e}")))?;
     let mut no_retry = config;
@@ -447,6 +468,26 @@ fn start_helpers(
 mod tests {
     use super::*;
     use crate::planning::backups::PLAN_ANNOTATION;
+
+    #[test]
+    fn the_client_names_snapdrain_unless_a_user_agent_is_set() {
+        let base = Config::new("https://127.0.0.1:6443".parse().expect("a URI"));
+        let agents = |c: &Config| -> Vec<String> {
+            c.headers
+                .iter()
+                .filter(|(n, _)| n == http::header::USER_AGENT)
+                .map(|(_, v)| v.to_str().unwrap_or_default().to_owned())
+                .collect()
+        };
+        assert_eq!(agents(&identified(base.clone())), [USER_AGENT]);
+        assert!(USER_AGENT.starts_with("snapdrain/"));
+        let mut named = base;
+        named.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_static("ops-tool"),
+        ));
+        assert_eq!(agents(&identified(named)), ["ops-tool"]);
+    }
 
     fn backup(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Backup {
         let map = |kv: &[(&str, &str)]| {

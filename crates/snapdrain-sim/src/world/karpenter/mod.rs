@@ -120,12 +120,15 @@ pub struct KarpenterSettings {
     pub interruption_queue: Option<String>,
 }
 
-/// A client of the simulated API server for Karpenter: without kube's own 429 retries, so eviction
-/// answers reach Karpenter's backoff (and the audit log) as they come.
+/// The User-Agent Karpenter's clients send: `<AppName>/<Version>` (kubernetes-sigs/karpenter
+/// `pkg/operator/operator.go`: `config.UserAgent = fmt.Sprintf("%s/%s", AppName, Version)`, `AppName`
+/// "karpenter"), so the audit log names it as a real API server's does.
+pub const USER_AGENT: &str = "karpenter/v1.14.1";
+
+/// A client of the simulated API server for Karpenter: its User-Agent, and without kube's own 429
+/// retries, so eviction answers reach Karpenter's backoff (and the audit log) as they come.
 pub fn api_client(admin: kube::Config) -> Result<kube::Client, String> {
-    let mut config = admin;
-    config.default_retry = false;
-    kube::Client::try_from(config).map_err(|e| e.to_string())
+    crate::world::eviction::drainer_client(admin, USER_AGENT)
 }
 
 impl KarpenterConfig {
