@@ -139,6 +139,19 @@ pub fn covers(
         && record.started_at.as_ref().is_some_and(|t| t.0 >= since)
 }
 
+/// The backups a newcomer may be released on: only running plans', as the eviction gate counts them. A
+/// pod released on a finished plan's backup was refused by the gate, and the disruptor and this plan
+/// waited on each other for good (seen in the soak: a Release plan 90 minutes on "the Node is being
+/// deleted").
+pub fn newcomer_backups(plans: Vec<DisruptionPlan>) -> Vec<BackupRecord> {
+    plans
+        .into_iter()
+        .filter(crate::webhook::decision::running)
+        .filter_map(|p| p.status)
+        .flat_map(|s| s.backups)
+        .collect()
+}
+
 /// Protected pods that arrived on a released node after the plan's backup (a pod evicted from another
 /// drained node, rescheduled here) are held by the hold keeper, so the disruptor could never take the node.
 /// Each one whose PVCs a verified backup of any plan covers (started after this plan was decided, or
@@ -181,15 +194,7 @@ pub async fn release_newcomers(
                 what: "DisruptionPlans (for backups of pods new on a released node)".into(),
                 source,
             })?;
-    // Only running plans' backups, as the eviction gate counts them: a pod released on a finished
-    // plan's backup was refused by the gate, and the disruptor and this plan waited on each other for
-    // good (seen in the soak: a Release plan 90 minutes on "the Node is being deleted").
-    let records: Vec<BackupRecord> = plans
-        .into_iter()
-        .filter(crate::webhook::decision::running)
-        .filter_map(|p| p.status)
-        .flat_map(|s| s.backups)
-        .collect();
+    let records = newcomer_backups(plans);
     let plan = v.name();
     let (mut released, mut uncovered) = (Vec::new(), Vec::new());
     for pod in newcomers {
@@ -309,6 +314,50 @@ mod tests {
             started_at: Some(Time(started.parse().expect("valid"))),
             ..BackupRecord::default()
         }
+    }
+
+    fn plan(
+        name: &str,
+        phase: crate::api::status::PlanPhase,
+        backup: BackupRecord,
+    ) -> DisruptionPlan {
+        let mut p: DisruptionPlan = serde_json::from_value(serde_json::json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": name}, "spec": {"nodes": ["n1"], "mode": "Release"}
+        }))
+        .expect("a plan");
+        p.status = Some(DisruptionPlanStatus {
+            phase,
+            backups: vec![backup],
+            ..Default::default()
+        });
+        p
+    }
+
+    /// fcc0a93: released on a finished plan's backup, a newcomer was refused by the gate (which counts
+    /// running plans only) and the disruptor and the plan waited on each other for good.
+    #[test]
+    fn a_finished_plans_backup_releases_no_newcomer() {
+        use crate::api::status::PlanPhase;
+        let fresh = "2026-12-01T10:05:00Z";
+        let plans = vec![
+            plan("done", PlanPhase::Completed, record(true, fresh)),
+            plan("failed", PlanPhase::Failed, record(true, fresh)),
+            plan("running", PlanPhase::Draining, record(false, fresh)),
+        ];
+        let records = newcomer_backups(plans);
+        assert_eq!(
+            records.len(),
+            1,
+            "only the running plan's record: {records:?}"
+        );
+        assert!(!records[0].verified);
+        let mut leaving = plan("leaving", PlanPhase::Draining, record(true, fresh));
+        leaving.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+        assert!(
+            newcomer_backups(vec![leaving]).is_empty(),
+            "a plan being deleted"
+        );
     }
 
     #[test]
