@@ -601,7 +601,7 @@ async fn soak(
             );
         }
         for e in in_flight.iter_mut() {
-            if e.should_close(&seen) {
+            if e.should_close(seen) {
                 set_consolidate_after(driver, "Never").await?;
                 e.closed = true;
             }
@@ -609,7 +609,7 @@ async fn soak(
         // Episodes that ended.
         let mut i = 0;
         while i < in_flight.len() {
-            if let Some(outcome) = in_flight[i].outcome(&seen, |node| pods_on(b, node)) {
+            if let Some(outcome) = in_flight[i].outcome(seen, |node| pods_on(b, node)) {
                 let e = in_flight.remove(i);
                 if e.mode == Mode::Consolidation && !e.closed {
                     set_consolidate_after(driver, "Never").await?;
@@ -653,7 +653,7 @@ async fn soak(
                 driver,
                 mode,
                 next,
-                &seen,
+                seen,
                 &in_flight,
                 protected_names,
                 &mut rng,
