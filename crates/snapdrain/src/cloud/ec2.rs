@@ -952,29 +952,14 @@ impl Ec2Cloud {
         }
     }
 
-    /// A launch template carrying the image and user data, named after their hash so that
-    /// identical requests (and retries) share it.
+    /// A launch template carrying the image and user data for this launch ([`template_name`]).
     async fn ensure_template(&self, req: &LaunchRequest) -> Result<LaunchTemplateRef, CloudError> {
         let image = req.image_id.as_deref().ok_or_else(|| {
             CloudError::InvalidRequest(
                 "a fleet launch without a launch template needs an image id".into(),
             )
         })?;
-        let mut h = sha2::Sha256::new();
-        h.update(image.as_bytes());
-        h.update([0]);
-        h.update(req.user_data.as_deref().unwrap_or_default().as_bytes());
-        h.update([0]);
-        h.update(format!("{:?}", req.join).as_bytes());
-        let digest = h.finalize();
-        let name = format!(
-            "snapdrain-{}",
-            digest
-                .iter()
-                .take(8)
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>()
-        );
+        let name = template_name(req, image);
         let join = &req.join;
         let data = RequestLaunchTemplateData::builder()
             .image_id(image)
@@ -1002,8 +987,8 @@ impl Ec2Cloud {
                     .build()
             }))
             .build();
-        // Tagged at creation with the cluster tag only (the template is shared by every plan that asks for
-        // the same image and user data): deploy/iam/snapdrain-policy.json allows creating, launching
+        // Tagged at creation with the cluster tag only (the plan's own tags stay on the instances):
+        // deploy/iam/snapdrain-policy.json allows creating, launching
         // from and deleting only templates tagged `kubernetes.io/cluster/<name>=owned`.
         let cluster_tags: BTreeMap<String, String> = req
             .tags
@@ -1227,6 +1212,31 @@ pub fn check_request(req: &LaunchRequest) -> Result<(), CloudError> {
     Ok(())
 }
 
+/// The launch template's name: a hash of what it carries and of the launch's client token. Retries of
+/// one launch (same token) find the template made before a crash; two plans asking for the same image
+/// and user data at once get a template each. Shared, one plan deleted it after its own launch while
+/// the other was about to launch from it (`InvalidLaunchTemplateName.NotFoundException` from CreateFleet,
+/// seen in the 1,000-disruption soak).
+fn template_name(req: &LaunchRequest, image: &str) -> String {
+    let mut h = sha2::Sha256::new();
+    h.update(image.as_bytes());
+    h.update([0]);
+    h.update(req.user_data.as_deref().unwrap_or_default().as_bytes());
+    h.update([0]);
+    h.update(format!("{:?}", req.join).as_bytes());
+    h.update([0]);
+    h.update(req.client_token.as_bytes());
+    let digest = h.finalize();
+    format!(
+        "snapdrain-{}",
+        digest
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1269,6 +1279,27 @@ mod tests {
             join: JoinSettings::default(),
             client_token: "node-uid-attempt-1".into(),
         }
+    }
+
+    #[test]
+    fn a_launch_template_is_one_launchs_own_and_its_retries() {
+        let a = req();
+        assert_eq!(
+            template_name(&a, "ami-1"),
+            template_name(&req(), "ami-1"),
+            "a retry"
+        );
+        let mut b = req();
+        b.client_token = "other-node-uid-attempt-1".into();
+        assert_ne!(
+            template_name(&a, "ami-1"),
+            template_name(&b, "ami-1"),
+            "another plan's"
+        );
+        assert_ne!(template_name(&a, "ami-1"), template_name(&a, "ami-2"));
+        let name = template_name(&a, "ami-1");
+        // EC2: a launch template name is 3 to 128 characters.
+        assert!(name.starts_with("snapdrain-") && name.len() == 26, "{name}");
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
         Some(sel) if spec.nodes.is_empty() => inventory::select_nodes(io.caches, sel)?,
         _ => spec.nodes.clone(),
     };
-    let reusable_records = verified_records(io.client, v.plan.uid()).await?;
+    let (reusable_records, running_records) = verified_records(io.client, v.plan.uid()).await?;
     let reusable: Vec<ReusableBackup> = reusable_records
         .iter()
         .map(|r| ReusableBackup::from_record(r, None))
@@ -51,7 +51,20 @@ pub async fn run(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, ControllerErr
             recheck: Duration::from_secs(10),
         }));
     }
-    if let Some((pods, message, none_left)) = left_unbacked(v.plan, &seen.pods) {
+    // A pod that left under another running plan's verified backup (the gate let it go for that) lost
+    // nothing; its claims are read from the pod now under its name (a StatefulSet's keeps them).
+    let covered = |pod: &str| {
+        let (ns, name) = pod.split_once('/').unwrap_or_default();
+        io.caches.pods.get(ns, name).is_some_and(|p| {
+            let p = p.to_pod();
+            covered_by(
+                ns,
+                crate::planning::inventory::pvc_claims(&p),
+                &running_records,
+            )
+        })
+    };
+    if let Some((pods, message, none_left)) = left_unbacked(v.plan, &seen.pods, covered) {
         out.note(What::ProtectedPodsLeft { pods }, message.clone());
         if none_left {
             return Ok(out.then(Next::Fail(message)));
@@ -294,15 +307,38 @@ fn record_for(need: &BackupNeed, reusable: &[BackupRecord], plan: &PlanRef<'_>) 
     }
 }
 
-/// Protected pods the signal saw that have already left the node (a forceful disruptor deleted them
-/// before this first look): how many, the message, and whether none is left to back up (the plan then
-/// fails). None when none left.
+/// Whether verified `records` (of running plans) hold every one of a pod's `claims` in `namespace`, as
+/// the eviction gate counts them (`webhook::decision`): a pod without claims is not covered.
+pub fn covered_by<'a>(
+    namespace: &str,
+    claims: impl Iterator<Item = &'a str>,
+    records: &[BackupRecord],
+) -> bool {
+    let mut any = false;
+    for claim in claims {
+        any = true;
+        let held = records
+            .iter()
+            .any(|r| r.verified && r.namespace == namespace && r.pvcs.iter().any(|c| c == claim));
+        if !held {
+            return false;
+        }
+    }
+    any
+}
+
+/// Protected pods the signal saw that have already left the node uncovered (a forceful disruptor
+/// deleted them before this first look, and `covered` — a running plan's verified backup of all their
+/// claims — does not hold): how many, the message, and whether no protected pod is left on the node to
+/// back up (the plan then fails). None when every one that left was covered, or none left.
 pub fn left_unbacked(
     plan: &crate::api::DisruptionPlan,
     on_nodes: &[Pod],
+    covered: impl Fn(&str) -> bool,
 ) -> Option<(u64, String, bool)> {
     let seen = protected_at_signal(plan);
-    let left = left_before_backup(&seen, on_nodes);
+    let gone = left_before_backup(&seen, on_nodes);
+    let left: Vec<String> = gone.iter().filter(|p| !covered(p)).cloned().collect();
     if left.is_empty() {
         return None;
     }
@@ -315,7 +351,7 @@ pub fn left_unbacked(
         left.len(),
         left.join(", ")
     );
-    Some((left.len() as u64, message, left.len() == seen.len()))
+    Some((left.len() as u64, message, gone.len() == seen.len()))
 }
 
 /// The BackupStorageLocation a new Backup of this plan goes to: the plan's, else the one Velero picks, the
@@ -349,7 +385,7 @@ async fn effective_location(
 async fn verified_records(
     client: &kube::Client,
     own_uid: Option<String>,
-) -> Result<Vec<BackupRecord>, ControllerError> {
+) -> Result<(Vec<BackupRecord>, Vec<BackupRecord>), ControllerError> {
     // Decoded one by one: a plan snapdrain cannot read offers no backup to reuse.
     let list: Vec<crate::api::DisruptionPlan> = crate::api::lenient::list_decoded(client)
         .await
@@ -357,7 +393,13 @@ async fn verified_records(
             what: "DisruptionPlans".into(),
             source,
         })?;
-    Ok(list
+    let running: Vec<BackupRecord> = list
+        .iter()
+        .filter(|p| p.uid() != own_uid && crate::webhook::decision::running(p))
+        .filter_map(|p| p.status.as_ref())
+        .flat_map(|s| s.backups.iter().filter(|b| b.verified).cloned())
+        .collect();
+    let reusable = list
         .into_iter()
         .filter(|p| p.uid() != own_uid)
         .flat_map(|p| {
@@ -374,7 +416,8 @@ async fn verified_records(
                 })
         })
         .filter(|b| b.verified && b.storage_location.is_some())
-        .collect())
+        .collect();
+    Ok((reusable, running))
 }
 
 #[cfg(test)]
@@ -393,6 +436,75 @@ mod tests {
             skip_drivers: Vec::new(),
             hooks: Vec::new(),
         }
+    }
+
+    fn signalled(protected: &[&str]) -> crate::api::DisruptionPlan {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "snapdrain.io/v1alpha1", "kind": "DisruptionPlan",
+            "metadata": {"name": "p", "annotations": {
+                crate::signals::plan::PROTECTED_PODS_ANNOTATION: serde_json::to_string(protected).expect("a list")
+            }},
+            "spec": {"nodes": ["n1"], "mode": "Release"}
+        }))
+        .expect("a plan")
+    }
+
+    fn on_node(name: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop"}, "spec": {"nodeName": "n1", "containers": []}
+        }))
+        .expect("a pod")
+    }
+
+    /// The 1,000-disruption soak: Karpenter evicted a pod the moment it landed on a new node, covered by
+    /// another running plan's verified backup, and the node's new plan failed as if it was lost.
+    #[test]
+    fn a_pod_that_left_under_a_verified_backup_is_not_lost() {
+        let plan = signalled(&["shop/pg-0", "shop/pg-1"]);
+        let none_covered = |_: &str| false;
+        let (n, message, none_left) =
+            left_unbacked(&plan, &[], none_covered).expect("both left uncovered");
+        assert_eq!((n, none_left), (2, true));
+        assert!(message.contains("shop/pg-0, shop/pg-1"), "{message}");
+        // Both left, both covered: nothing lost, nothing to fail for.
+        assert_eq!(left_unbacked(&plan, &[], |_| true), None);
+        // One left covered, one still there: nothing to say.
+        let pg0_covered = |p: &str| p == "shop/pg-0";
+        assert_eq!(left_unbacked(&plan, &[on_node("pg-1")], pg0_covered), None);
+        // One left covered, one left uncovered: the node has no protected pod left to back up.
+        let (n, message, none_left) =
+            left_unbacked(&plan, &[], pg0_covered).expect("pg-1 left uncovered");
+        assert_eq!((n, none_left), (1, true));
+        assert!(
+            message.contains("shop/pg-1") && !message.contains("pg-0"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_pod_is_covered_only_when_verified_records_hold_every_claim() {
+        let record = |ns: &str, pvcs: &[&str], verified: bool| BackupRecord {
+            namespace: ns.into(),
+            pvcs: pvcs.iter().map(|s| s.to_string()).collect(),
+            verified,
+            ..BackupRecord::default()
+        };
+        let records = [
+            record("shop", &["data-pg-0"], true),
+            record("shop", &["logs-pg-0"], false),
+            record("other", &["logs-pg-0"], true),
+        ];
+        assert!(covered_by("shop", ["data-pg-0"].into_iter(), &records));
+        assert!(!covered_by(
+            "shop",
+            ["data-pg-0", "logs-pg-0"].into_iter(),
+            &records
+        ));
+        assert!(
+            !covered_by("shop", std::iter::empty(), &records),
+            "no claim, no cover"
+        );
+        assert!(!covered_by("other", ["data-pg-0"].into_iter(), &records));
     }
 
     #[test]
