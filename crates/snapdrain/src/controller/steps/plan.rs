@@ -380,8 +380,9 @@ async fn effective_location(
         .map(|b| b.name_any()))
 }
 
-/// Verified backup records of every other plan (the candidates for reuse), each with the location its
-/// Backup went to.
+/// Verified backup records of every other plan: all of them with the location their Backup went to
+/// (the candidates for reuse), and those of running plans (what the eviction gate counts as covering a
+/// pod, for [`covered_by`]).
 async fn verified_records(
     client: &kube::Client,
     own_uid: Option<String>,
