@@ -130,12 +130,18 @@ impl Seen {
         seen
     }
 
+    /// Keyed by uid: a node's plan name is deterministic, so a plan the history keeper deleted can come
+    /// back under its name (a later signal for the node) and would otherwise overwrite the first one's
+    /// record, backups and all (seen at scale-5k: 5 evictions judged uncovered whose backups had
+    /// completed and verified under the earlier plan of that name).
     fn record(&mut self, p: &Value) {
-        let name = name_of(p).to_string();
-        match self.order.get(&name) {
+        let key = str_at(p, "/metadata/uid")
+            .map(str::to_string)
+            .unwrap_or_else(|| name_of(p).to_string());
+        match self.order.get(&key) {
             Some(&i) => self.latest[i] = p.clone(),
             None => {
-                self.order.insert(name, self.latest.len());
+                self.order.insert(key, self.latest.len());
                 self.latest.push(p.clone());
             }
         }
