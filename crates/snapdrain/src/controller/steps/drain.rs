@@ -379,9 +379,14 @@ pub async fn release(v: &PlanView<'_>, io: &Io<'_>) -> Result<Outcome, Controlle
             recheck: TAKEN_RECHECK,
         }));
     }
+    // The window's end, not the seconds left: a message that changes on every pass is a status write
+    // on every pass, and a released node's pods moving wake the plan many times a second.
+    let window_end = released_at
+        .checked_add(v.valid.release_window)
+        .and_then(|t| t.round(jiff::Unit::Second))
+        .unwrap_or(released_at);
     out.status.message = Some(format!(
-        "backups verified, holds released; waiting for the disruptor to drain (release window: {}s left)",
-        window_left.as_secs()
+        "backups verified, holds released; waiting for the disruptor to drain (release window until {window_end})"
     ));
     let gone = v
         .status
