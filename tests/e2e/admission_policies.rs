@@ -555,12 +555,24 @@ async fn the_service_account_keeps_only_its_own_warm_backup_schedules() {
         .create(&pp, &ours)
         .await
         .expect("snapdrain's own Schedule is admitted");
-    let mut changed = created.clone();
-    changed.spec["schedule"] = json!("@every 12h");
-    let changed = schedules
-        .replace(&created.name_any(), &pp, &changed)
-        .await
-        .expect("snapdrain brings its own Schedule back to the policy");
+    // Velero's schedule controller writes the Schedule's status after it is created, so the update is
+    // made on the latest copy, again on a 409, as the warm keeper does (guarded by resourceVersion). Read
+    // as the admin: the service account may list Schedules, not get one.
+    let admin: Api<Schedule> = Api::namespaced(h.client.clone(), "velero");
+    let mut attempts = 0;
+    let changed = loop {
+        attempts += 1;
+        let mut latest = admin
+            .get(&created.name_any())
+            .await
+            .expect("the Schedule reads back");
+        latest.spec["schedule"] = json!("@every 12h");
+        match schedules.replace(&created.name_any(), &pp, &latest).await {
+            Ok(s) => break s,
+            Err(kube::Error::Api(e)) if e.code == 409 && attempts < 10 => continue,
+            Err(e) => panic!("snapdrain brings its own Schedule back to the policy: {e}"),
+        }
+    };
 
     let refused = [
         (

@@ -635,9 +635,17 @@ async fn a_queued_backup_gives_way_to_snapshots_decided_after_it() {
         .iter()
         .find(|b| b.name == queued)
         .expect("the queued attempt's record");
-    assert_eq!(
-        record.abandoned,
-        Some(snapdrain::api::status::AbandonedBackup::Deleted),
+    // Deleted by the pass that deleted it; Gone when that pass's status write lost a race (a 409 under
+    // load) and the next pass, acting on the written DeletePending mark, found the Backup already gone.
+    // Either way Velero's record below shows it deleted without ever running.
+    assert!(
+        matches!(
+            record.abandoned,
+            Some(
+                snapdrain::api::status::AbandonedBackup::Deleted
+                    | snapdrain::api::status::AbandonedBackup::Gone
+            )
+        ),
         "{record:#?}"
     );
     assert!(
