@@ -229,6 +229,13 @@ pub fn unseen_message(namespace: &str, name: &str) -> String {
     )
 }
 
+/// Whether backup record `b` is verified and holds `claim` of `namespace`: the gate's rule for a claim
+/// being covered (the controller counts a pod that left covered by the same rule,
+/// `controller::steps::plan::covered_by`).
+pub fn holds_claim(b: &BackupRecord, namespace: &str, claim: &str) -> bool {
+    b.verified && b.namespace == namespace && b.pvcs.iter().any(|c| c == claim)
+}
+
 /// Decides an eviction of `pod` given every DisruptionPlan the gate knows. A plan's verified backup
 /// counts only when `confirm` agrees (Velero's Backup backs the record: `webhook::confirm`).
 pub fn decide<P: Borrow<DisruptionPlan>>(
@@ -265,10 +272,7 @@ pub fn decide<P: Borrow<DisruptionPlan>>(
             .filter(|p| running(p))
             .find(|p| {
                 backups(p).iter().any(|b| {
-                    if !(b.verified
-                        && b.namespace == namespace
-                        && b.pvcs.iter().any(|c| c == claim))
-                    {
+                    if !holds_claim(b, &namespace, claim) {
                         return false;
                     }
                     confirmed_or_refuted(p, b, &confirm, &mut refuted)

@@ -319,7 +319,7 @@ pub fn covered_by<'a>(
         any = true;
         let held = records
             .iter()
-            .any(|r| r.verified && r.namespace == namespace && r.pvcs.iter().any(|c| c == claim));
+            .any(|r| crate::webhook::decision::holds_claim(r, namespace, claim));
         if !held {
             return false;
         }
