@@ -35,11 +35,57 @@ fn step_mark(line: &str) -> Option<String> {
 
 /// The environment variable naming a program (and its arguments) to run the controller under.
 const WRAPPER_ENV: &str = "SNAPDRAIN_BENCH_WRAPPER";
+/// The environment variable naming the `snapdrain` binary to run as the controller: by default this
+/// one, which carries the simulator and the benches; the shipped build (`--no-default-features`, the
+/// container image's) is smaller, and its code pages count in its RSS.
+const CONTROLLER_ENV: &str = "SNAPDRAIN_BENCH_CONTROLLER";
+
+/// `snapdrain controller` as the scale and soak benches start it: the binary of
+/// `SNAPDRAIN_BENCH_CONTROLLER` (else this one), under `SNAPDRAIN_BENCH_WRAPPER` if set.
+pub(super) fn controller_command() -> anyhow::Result<tokio::process::Command> {
+    let binary = match std::env::var_os(CONTROLLER_ENV) {
+        Some(path) => std::path::PathBuf::from(path),
+        None => std::env::current_exe().context("finding this binary to run as the controller")?,
+    };
+    let wrapper = std::env::var(WRAPPER_ENV).unwrap_or_default();
+    let mut wrapper = wrapper.split_whitespace();
+    let mut command = match wrapper.next() {
+        Some(program) => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(wrapper).arg(binary);
+            c
+        }
+        None => tokio::process::Command::new(binary),
+    };
+    command.arg("controller");
+    Ok(command)
+}
+
+/// Which binary ran as the controller, for a figure's note.
+pub(super) fn controller_binary_note() -> String {
+    match std::env::var(CONTROLLER_ENV) {
+        Ok(path) => format!("controller binary {path} ({CONTROLLER_ENV})"),
+        Err(_) => "controller binary: this one, simulator included".into(),
+    }
+}
+
+/// Ends a controller started by [`controller_command`]. Under a wrapper, a SIGTERM to the controller
+/// itself first, so the profiler around it writes out what it recorded (killing the wrapper would
+/// leave the controller running on its own).
+pub(super) async fn stop_controller(child: &mut tokio::process::Child, pid: u32) {
+    if std::env::var_os(WRAPPER_ENV).is_some() {
+        let _ = std::process::Command::new("kill")
+            .arg(pid.to_string())
+            .status();
+        let _ = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
+    }
+    child.kill().await.ok();
+}
 
 /// The controller's own process when a wrapper started it: the last of the first-child chain under
 /// `pid` (Linux `/proc/PID/task/PID/children`), read until it stops changing for a moment, since a
 /// wrapper script starts it a little later; `pid` itself without a wrapper.
-fn innermost(pid: u32) -> u32 {
+pub(super) fn innermost(pid: u32) -> u32 {
     if std::env::var_os(WRAPPER_ENV).is_none() {
         return pid;
     }
@@ -118,18 +164,7 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
     let started = Instant::now();
     // A profiler in front of the controller (e.g. `heaptrack`, which writes its file to the working directory), from
     // the environment: the figures are then the wrapped controller's, profiler included.
-    let wrapper = std::env::var(WRAPPER_ENV).unwrap_or_default();
-    let mut wrapper = wrapper.split_whitespace();
-    let mut command = match wrapper.next() {
-        Some(program) => {
-            let mut c = tokio::process::Command::new(program);
-            c.args(wrapper).arg(std::env::current_exe()?);
-            c
-        }
-        None => tokio::process::Command::new(std::env::current_exe()?),
-    };
-    let mut child = command
-        .arg("controller")
+    let mut child = controller_command()?
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args(["--no-leader-election", "--metrics-addr", "127.0.0.1:0"])
@@ -207,6 +242,7 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
         );
         // Issue 23: steady under 200 MiB at scale-5k.
         f.target = Some("< 200 MiB".into());
+        f.note = Some(controller_binary_note());
     }
 
     let gone = tokio::spawn(PodsGone::subscribe(store, &node).wait());
@@ -282,16 +318,8 @@ pub async fn controller(report: &mut Report) -> anyhow::Result<()> {
         );
         // Issue 23: under 256 MiB after plan churn.
         f.target = Some("< 256 MiB".into());
-        f.note = Some(format!("peak {peak:.0} MiB"));
+        f.note = Some(format!("peak {peak:.0} MiB; {}", controller_binary_note()));
     }
-    if std::env::var_os(WRAPPER_ENV).is_some() {
-        // A SIGTERM to the controller itself, so the profiler around it writes out what it recorded
-        // (killing the wrapper would leave the controller running on its own).
-        let _ = std::process::Command::new("kill")
-            .arg(pid.to_string())
-            .status();
-        let _ = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
-    }
-    child.kill().await.ok();
+    stop_controller(&mut child, pid).await;
     Ok(())
 }

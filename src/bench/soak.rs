@@ -323,7 +323,7 @@ pub async fn run(opts: &Options, report: &mut Report) -> anyhow::Result<()> {
         report,
     )
     .await;
-    controller.child.kill().await.ok();
+    super::scale::stop_controller(&mut controller.child, controller.pid).await;
     if let Ok(path) = std::env::var(AUDIT_FILE_ENV) {
         seen.refresh(&b);
         // Said, not returned: the soak's own result (its failure, if any) is what the run reports.
@@ -421,8 +421,7 @@ async fn start_controller(b: &Bench, client: &Client) -> anyhow::Result<Controll
     // is passed on (otherwise only its errors are).
     let log_filter = std::env::var("SNAPDRAIN_SOAK_CONTROLLER_LOG").ok();
     let pass_all = log_filter.is_some();
-    let mut child = tokio::process::Command::new(std::env::current_exe()?)
-        .arg("controller")
+    let mut child = super::scale::controller_command()?
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args(["--no-leader-election", "--metrics-addr", "127.0.0.1:0"])
@@ -446,6 +445,7 @@ async fn start_controller(b: &Bench, client: &Client) -> anyhow::Result<Controll
     let pid = child
         .id()
         .ok_or_else(|| anyhow!("the controller exited at once"))?;
+    let pid = super::scale::innermost(pid);
     // Keep reading its log so the pipe never fills and blocks it; the last lines explain a failure.
     let logs = child.stderr.take().context("the controller's stderr")?;
     tokio::spawn(async move {
@@ -599,6 +599,11 @@ async fn soak(
             let plans = seen.len() - plans_at_cut;
             plans_at_cut = seen.len();
             deciles.push((plans, std::mem::take(&mut current)));
+            // Deciles that close together (a short run starts several disruptions at once) share one
+            // sample and one progress line.
+            if rss_samples.last().is_some_and(|(at, _, _)| *at == next) {
+                continue;
+            }
             if let Some((rss, _)) = rss_of(controller.pid) {
                 rss_samples.push((next, seen.len(), rss));
             }
@@ -786,7 +791,10 @@ async fn soak(
                 r,
                 "MiB",
             )
-            .note = Some("before the first plan".into());
+            .note = Some(format!(
+            "before the first plan; {}",
+            super::scale::controller_binary_note()
+        ));
     }
     for (started, plans, rss) in &rss_samples {
         report.add(

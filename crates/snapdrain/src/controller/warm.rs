@@ -119,7 +119,7 @@ fn protected_namespaces(
         let ns = pod.namespace().unwrap_or_default();
         let selector = statefulset_owner(&pod)
             .and_then(|sts| caches.stateful_sets.get(&ns, sts))
-            .and_then(|sts| sts.spec.as_ref().map(|s| s.selector.clone()));
+            .and_then(|sts| sts.selector().cloned());
         pods.entry(ns).or_default().push((pod.name_any(), selector));
     }
     pods.into_iter()
@@ -216,10 +216,13 @@ mod tests {
             ));
         }
         c.stateful_sets.apply(Event::Apply(
-            serde_json::from_value(json!({"metadata": {"name": "pg", "namespace": "shop"},
+            serde_json::from_value::<k8s_openapi::api::apps::v1::StatefulSet>(
+                json!({"metadata": {"name": "pg", "namespace": "shop"},
                 "spec": {"selector": {"matchLabels": {"app": "pg"}}, "serviceName": "pg",
-                         "template": {"spec": {"containers": []}}}}))
-            .expect("a StatefulSet"),
+                         "template": {"spec": {"containers": []}}}}),
+            )
+            .expect("a StatefulSet")
+            .into(),
         ));
         c.pods
             .apply(Event::Apply(sts_pod("shop", "pg-0", "pg", "Running")));

@@ -1,6 +1,6 @@
 //! Shared caches of what snapdrain reads about the cluster, each kept by one watch per process
 //! (kube-runtime `watcher`, the informer pattern of client-go tools/cache): Pods (indexed by node),
-//! PVCs, StatefulSets and PDBs (the last two by namespace), VolumeAttachments (by node), Nodes, NodeClaims,
+//! PVCs, StatefulSets, PDBs (by namespace), VolumeAttachments (by node), Nodes, NodeClaims,
 //! Namespaces and the Velero Backups snapdrain made. Planning, drain waits, release, the hold keeper, the signal watcher and the eviction
 //! gate read them instead of listing through the API on every pass (at 150,000 pods each list is a
 //! scan on the server).
@@ -8,6 +8,8 @@
 //! - [`store`]: one kind's objects and index, swapped whole on a relist.
 //! - [`pod`]: pods in a compact form, decoded straight from the API's JSON.
 //! - [`node_claim`]: NodeClaims reduced to what the signal decisions read.
+//! - [`stateful_set`], [`pvc`], [`volume_attachment`]: those kinds reduced to what planning and the
+//!   drain read.
 //! - [`intern`]: one copy of what pods repeat (namespaces, nodes, label keys, label sets, owners).
 //! - [`token`]: uids and resourceVersions inline.
 //! - [`trim`]: the fields dropped from the other kinds before an object is cached.
@@ -20,6 +22,7 @@ pub mod intern;
 pub mod node_claim;
 pub mod pod;
 pub mod pvc;
+pub mod stateful_set;
 pub mod store;
 pub mod token;
 pub mod trim;
@@ -41,6 +44,7 @@ use serde::de::DeserializeOwned;
 pub use node_claim::CachedNodeClaim;
 pub use pod::CachedPod;
 pub use pvc::CachedPvc;
+pub use stateful_set::CachedStatefulSet;
 pub use store::{Cache, Stored};
 pub use volume_attachment::CachedVolumeAttachment;
 
@@ -55,7 +59,8 @@ pub struct Caches {
     pub pods: Cache<CachedPod>,
     /// PVCs in their compact form ([`CachedPvc::to_pvc`]).
     pub pvcs: Cache<CachedPvc>,
-    pub stateful_sets: Cache<StatefulSet>,
+    /// StatefulSets in their compact form ([`CachedStatefulSet::to_stateful_set`]).
+    pub stateful_sets: Cache<CachedStatefulSet>,
     pub pdbs: Cache<PodDisruptionBudget>,
     /// VolumeAttachments in their compact form ([`CachedVolumeAttachment::to_volume_attachment`]).
     pub volume_attachments: Cache<CachedVolumeAttachment>,
@@ -101,7 +106,7 @@ impl Caches {
         Self {
             pods: Cache::new("Pod", pod_node),
             pvcs: Cache::new("PersistentVolumeClaim", none),
-            stateful_sets: Cache::new("StatefulSet", namespace_of),
+            stateful_sets: Cache::new("StatefulSet", none),
             pdbs: Cache::new("PodDisruptionBudget", namespace_of),
             volume_attachments: Cache::new("VolumeAttachment", attachment_node),
             nodes: Cache::new("Node", none),
@@ -133,11 +138,8 @@ impl Caches {
             ),
             follow(
                 c.stateful_sets.clone(),
-                Api::all(client.clone()),
-                |mut o| {
-                    trim::stateful_set(&mut o);
-                    o
-                },
+                Api::<StatefulSet>::all(client.clone()),
+                CachedStatefulSet::from,
                 metrics,
                 started,
             ),

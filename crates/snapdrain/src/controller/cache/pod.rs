@@ -146,7 +146,7 @@ fn drain_tolerations<'de, D: Deserializer<'de>>(
 /// Cluster Autoscaler's (`safe-to-evict`, which the holds place and restore) and the static-pod mirror
 /// marker. Real pods carry many others (CNI and service-mesh state, config checksums, scrape hints,
 /// kubectl's last-applied copy), often the bulk of their metadata: at 150,000 pods they are not kept.
-fn read_annotation(key: &str) -> bool {
+pub(super) fn read_annotation(key: &str) -> bool {
     const DOMAINS: [&str; 3] = [
         "snapdrain.io/",
         "karpenter.sh/",

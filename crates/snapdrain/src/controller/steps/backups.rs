@@ -389,10 +389,7 @@ fn need_for(v: &PlanView<'_>, io: &Io<'_>, record: &BackupRecord) -> BackupNeed 
     if scope == BackupScope::StatefulSet {
         for sts in &record.stateful_sets {
             let found = io.caches.stateful_sets.get(&record.namespace, sts);
-            if let Some(sel) = found
-                .as_deref()
-                .and_then(|s| s.spec.as_ref())
-                .map(|s| &s.selector)
+            if let Some(sel) = found.as_deref().and_then(|s| s.selector())
                 && !sts_selectors.contains(sel)
             {
                 sts_selectors.push(sel.clone());

@@ -10,7 +10,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use crate::controller::cache::{Cache, CachedPvc, Caches, Stored};
+use crate::controller::cache::{Cache, CachedPvc, CachedStatefulSet, Caches, Stored};
 use crate::controller::error::ControllerError;
 use crate::planning::inventory::{pvc_claims, statefulset_owner};
 use crate::planning::volumes::{
@@ -195,7 +195,10 @@ pub async fn node_inventory(
         .filter_map(|p| Some((p.metadata.namespace.as_deref()?, p)))
         .flat_map(|(ns, p)| pvc_claims(p).map(move |c| (ns, c)))
         .collect();
-    let stateful_sets = named(&caches.stateful_sets, owners);
+    let stateful_sets = named(&caches.stateful_sets, owners)
+        .iter()
+        .map(CachedStatefulSet::to_stateful_set)
+        .collect();
     let pvcs = named(&caches.pvcs, claims)
         .iter()
         .map(CachedPvc::to_pvc)
