@@ -528,7 +528,9 @@ pub struct BackupRecord {
     #[schemars(length(max = 50))]
     pub policy_hooks: Vec<String>,
     /// While the Backup is `Queued`: its `status.queuePosition` in Velero 1.18's backup queue (1: next to
-    /// start). Velero runs Backups concurrently only when their namespaces do not overlap.
+    /// start), refreshed when it halves and for the last three places (Velero renumbers the whole queue at
+    /// every start), so it can say a place further back than the Backup is. Velero runs Backups
+    /// concurrently only when their namespaces do not overlap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_position: Option<i64>,
     /// True once the bucket contents were checked.

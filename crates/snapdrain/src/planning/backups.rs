@@ -316,6 +316,20 @@ pub enum BackupProgress {
     Failed(String),
 }
 
+/// The queue position a plan records for its queued Backup, given the one recorded and Velero's now
+/// (`None`: not queued). Velero renumbers every queued Backup each time one starts (velero
+/// pkg/controller/backup_queue_controller.go, "Updating queuePosition for remaining queued backups"), so
+/// following each renumbering would rewrite every waiting plan's status each time: with n Backups
+/// queued, n status writes per start. The record follows the queue when the position halves, for the
+/// last three places and when it grows; between those it says where the Backup stood (never nearer than
+/// it is). About log2(n) + 3 writes per Backup instead of n.
+pub fn recorded_queue_position(recorded: Option<i64>, velero: Option<i64>) -> Option<i64> {
+    match (recorded, velero) {
+        (Some(was), Some(now)) if now > 3 && now < was && now > was / 2 => Some(was),
+        (_, now) => now,
+    }
+}
+
 /// Classifies a Backup `status.phase` (absent or empty means New).
 ///
 /// Only `Completed` counts: `PartiallyFailed` lost some items. `failureReason` is not consulted because it
@@ -574,6 +588,38 @@ pub fn backup_timeout_left(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_queue_position_is_recorded_as_it_halves_and_for_the_last_three_places() {
+        // Velero renumbers 40 queued Backups by one at each start: the record changes 8 times, not 40.
+        let mut recorded = None;
+        let mut written = Vec::new();
+        for now in (1..=40).rev().map(Some).chain([None]) {
+            let next = recorded_queue_position(recorded, now);
+            if next != recorded {
+                written.push(next);
+            }
+            recorded = next;
+        }
+        assert_eq!(
+            written,
+            [
+                Some(40),
+                Some(20),
+                Some(10),
+                Some(5),
+                Some(3),
+                Some(2),
+                Some(1),
+                None
+            ]
+        );
+        // Never nearer than it is; a Backup pushed back is followed at once.
+        assert_eq!(recorded_queue_position(Some(10), Some(7)), Some(10));
+        assert_eq!(recorded_queue_position(Some(10), Some(12)), Some(12));
+        assert_eq!(recorded_queue_position(Some(2), Some(2)), Some(2));
+        assert_eq!(recorded_queue_position(None, Some(9)), Some(9));
+    }
 
     #[test]
     fn scope_pods_selects_the_recorded_pods_by_name_whatever_the_statefulsets_select() {

@@ -16,7 +16,8 @@ use crate::controller::report::What;
 use crate::controller::step::{Io, Next, Outcome, PlanView, Wake};
 use crate::planning::backups::{
     AbandonAction, REUSE_EXPIRY_MARGIN, ReuseCheck, abandon_action, backup_timeout_left,
-    build_delete_request, check_reused_backup, scope_selectors, velero_deletes_in_phase,
+    build_delete_request, check_reused_backup, recorded_queue_position, scope_selectors,
+    velero_deletes_in_phase,
 };
 use crate::planning::facts::backup_namespaces;
 use crate::planning::{
@@ -317,10 +318,14 @@ pub fn observe(
     }
     let status = backup.status.as_ref();
     entry.phase = status.and_then(|s| s.phase.clone()).or(Some("New".into()));
-    // Velero 1.18 queues Backups whose namespaces overlap a running one: where this one waits.
-    entry.queue_position = status
-        .filter(|s| s.phase.as_deref() == Some("Queued"))
-        .and_then(|s| s.queue_position);
+    // Velero 1.18 queues Backups whose namespaces overlap a running one: where this one waits, as the
+    // record follows it (not at every renumbering).
+    entry.queue_position = recorded_queue_position(
+        entry.queue_position,
+        status
+            .filter(|s| s.phase.as_deref() == Some("Queued"))
+            .and_then(|s| s.queue_position),
+    );
     if let Some(h) = status.and_then(|s| s.hook_status) {
         entry.hooks = Some(h);
     }
