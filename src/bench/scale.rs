@@ -70,16 +70,46 @@ pub(super) fn controller_binary_note() -> String {
 }
 
 /// Ends a controller started by [`controller_command`]. Under a wrapper, a SIGTERM to the controller
-/// itself first, so the profiler around it writes out what it recorded (killing the wrapper would
-/// leave the controller running on its own).
+/// and every other process the wrapper started first, so the profiler writes out what it recorded, then
+/// a SIGKILL to whatever is left: killing the wrapper alone would leave the controller running on its
+/// own (a heaptrack run left one that way).
 pub(super) async fn stop_controller(child: &mut tokio::process::Child, pid: u32) {
     if std::env::var_os(WRAPPER_ENV).is_some() {
-        let _ = std::process::Command::new("kill")
-            .arg(pid.to_string())
-            .status();
+        let mut tree = child.id().map(descendants).unwrap_or_default();
+        tree.push(pid);
+        signal(&tree, "TERM");
         let _ = tokio::time::timeout(Duration::from_secs(60), child.wait()).await;
+        signal(&tree, "KILL");
     }
     child.kill().await.ok();
+}
+
+/// Every process under `pid`, from Linux's `/proc/PID/task/PID/children`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(p) = next.pop() {
+        let children = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|c| c.parse::<u32>().ok())
+            .collect::<Vec<_>>();
+        found.extend(&children);
+        next.extend(children);
+    }
+    found
+}
+
+/// `kill -SIG` to each of `pids` (a process that already ended is no error here).
+fn signal(pids: &[u32], sig: &str) {
+    if pids.is_empty() {
+        return;
+    }
+    let _ = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .args(pids.iter().map(u32::to_string))
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// The controller's own process when a wrapper started it: the last of the first-child chain under
