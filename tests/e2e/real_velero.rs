@@ -438,6 +438,80 @@ async fn the_status_says_where_a_backup_waits_in_veleros_queue() {
     controller.shutdown().await;
 }
 
+/// Velero renumbers every queued Backup each time one starts (velero
+/// `pkg/controller/backup_queue_controller.go`, "Updating queuePosition for remaining queued backups"). A
+/// plan waiting behind twelve others records its place as it halves and for the last three places, not
+/// at each renumbering (which made a status write per plan per start: the scale-5k soak's status writes
+/// per plan grew with the queue). Every write the plan makes is seen through a watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plan_records_its_place_in_veleros_queue_as_it_halves_not_at_every_renumbering() {
+    let h = Harness::start().await;
+    let velero = nightly_holding_the_queue(&h).await;
+    const AHEAD: usize = 12;
+    for i in 0..AHEAD {
+        create_object(
+            &h,
+            "backups",
+            "Backup",
+            json!({"apiVersion": "velero.io/v1", "kind": "Backup",
+                   "metadata": {"name": format!("ahead-{i}"), "namespace": "velero"},
+                   "spec": {"includedNamespaces": ["kube-system"]}}),
+        )
+        .await;
+    }
+    eventually(
+        "the twelve Backups queued behind the nightly one",
+        || async {
+            (0..AHEAD)
+                .all(|i| velero_phases(&h, &format!("ahead-{i}")).contains(&"Queued".to_string()))
+                .then_some(())
+        },
+    )
+    .await;
+    let controller = h.controller().await;
+    let node = h.node_with_statefulset_pods().await;
+    h.create_plan("behind-many", json!({"nodes": [node]})).await;
+    h.wait_plan_until("behind-many", TIMEOUT, |p| {
+        p.status
+            .as_ref()
+            .is_some_and(|s| s.backups.iter().any(|b| b.queue_position.is_some()))
+    })
+    .await;
+    velero.clear_faults();
+    let seen = std::sync::Mutex::new(Vec::<Option<i64>>::new());
+    let plan = h
+        .wait_plan_until("behind-many", TIMEOUT, |p| {
+            let record = p.status.as_ref().and_then(|s| s.backups.first());
+            let position = record.and_then(|b| b.queue_position);
+            let mut seen = seen.lock().expect("one test thread writes it");
+            if seen.last() != Some(&position) {
+                seen.push(position);
+            }
+            record.is_some_and(|b| b.phase.as_deref() != Some("Queued"))
+        })
+        .await;
+    let seen = seen.into_inner().expect("not poisoned");
+    let places: Vec<i64> = seen.iter().flatten().copied().collect();
+    assert_eq!(places.first(), Some(&(AHEAD as i64 + 1)), "{seen:?}");
+    // Each place recorded after the first is at most half the one before, or one of the last three.
+    for w in places.windows(2) {
+        assert!(
+            w[1] <= 3 || w[1] <= w[0] / 2,
+            "the record followed a renumbering from {} to {}: {seen:?}",
+            w[0],
+            w[1]
+        );
+    }
+    assert!(places.len() <= 6, "{seen:?}");
+    let status = plan.status.expect("status");
+    assert!(
+        status.backups.iter().all(|b| b.queue_position.is_none()),
+        "{:#?}",
+        status.backups
+    );
+    controller.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_abandoned_attempt_is_deleted_via_delete_backup_request_and_the_retry_completes() {
     abandoned_attempt(Some("default")).await;
