@@ -580,7 +580,9 @@ async fn soak(
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
     let mut timed_out: Vec<String> = Vec::new();
     let mut audit_at = b.cluster.audit.since(0).len() as u64;
-    let mut deciles: Vec<(usize, Tally)> = Vec::new();
+    // Per decile: the plans first seen in it, its requests and how long it lasted.
+    let mut deciles: Vec<(usize, Tally, Duration)> = Vec::new();
+    let mut decile_from = Instant::now();
     let mut current = Tally::new();
     let mut plans_at_cut = 0usize;
     let mut rss_samples: Vec<(usize, usize, f64)> = Vec::new();
@@ -598,7 +600,8 @@ async fn soak(
         while deciles.len() < ends.len() - 1 && next >= ends[deciles.len()] {
             let plans = seen.len() - plans_at_cut;
             plans_at_cut = seen.len();
-            deciles.push((plans, std::mem::take(&mut current)));
+            deciles.push((plans, std::mem::take(&mut current), decile_from.elapsed()));
+            decile_from = Instant::now();
             // Deciles that close together (a short run starts several disruptions at once) share one
             // sample and one progress line.
             if rss_samples.last().is_some_and(|(at, _, _)| *at == next) {
@@ -720,7 +723,7 @@ async fn soak(
     }
     let fresh = b.cluster.audit.since(audit_at);
     tally(&fresh, &mut current);
-    deciles.push((seen.len() - plans_at_cut, current));
+    deciles.push((seen.len() - plans_at_cut, current, decile_from.elapsed()));
     let (rss_end, peak) = rss_of(controller.pid).map_or((None, None), |(r, p)| (Some(r), Some(p)));
     let stored_end = items(b, &plans_key()).len();
     let gate_end = gate_sample(b, gate_client, protected_names).await;
@@ -826,8 +829,23 @@ async fn soak(
     ));
     let first = deciles.first();
     let last = deciles.last();
+    // Per plan, a decile's requests are over the plans first seen in it, while plans run across
+    // deciles: a decile that starts few plans and waits out long ones reads high. Per second and over
+    // the whole run say whether traffic grows.
+    let all: u64 = deciles
+        .iter()
+        .map(|(_, t, _)| t.values().sum::<u64>())
+        .sum();
+    report
+        .add(
+            SECTION,
+            "controller API requests per plan, whole run",
+            all as f64 / seen.len().max(1) as f64,
+            "req/plan",
+        )
+        .note = Some(format!("{all} requests, {} plans", seen.len()));
     for (which, d) in [("first", first), ("last", last)] {
-        if let Some((plans, t)) = d {
+        if let Some((plans, t, took)) = d {
             report
                 .add(
                     SECTION,
@@ -839,6 +857,14 @@ async fn soak(
                 "{plans} plans; by verb: {}",
                 churn::by_verb(t, *plans, 6)
             ));
+            report
+                .add(
+                    SECTION,
+                    format!("controller API requests per second, {which} decile"),
+                    t.values().sum::<u64>() as f64 / took.as_secs_f64().max(0.001),
+                    "req/s",
+                )
+                .note = Some(format!("over {:.0} s", took.as_secs_f64()));
         }
     }
     for (when, sample) in [("start", gate_start), ("end", gate_end)] {
