@@ -90,6 +90,11 @@ impl Capped {
             }
             *open += 1;
         }
+        // A reply leaves at once: with Nagle's algorithm on, a TLS record written after another waits for
+        // the API server's delayed ACK (up to 40 ms on Linux). The gate bench's sequential dry-run
+        // evictions had a p99 of 43 ms against a p50 of 0.34 ms before this. (axum-server's own
+        // acceptors set it only in NoDelayAcceptor, which this acceptor replaces.)
+        stream.set_nodelay(true)?;
         Ok(Counted {
             inner: stream,
             idle: Box::pin(tokio::time::sleep(self.idle)),
@@ -224,6 +229,17 @@ mod tests {
         let (_c4, s) = pair(&listener).await;
         let refused = total.admit(s).err().expect("over the total cap");
         assert!(refused.to_string().contains("cap is reached"), "{refused}");
+    }
+
+    #[tokio::test]
+    async fn an_admitted_connection_sends_without_waiting_for_acks() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let (_c, s) = pair(&listener).await;
+        assert!(!s.nodelay().expect("a socket option"), "Linux's default");
+        let admitted = Capped::new(1, 1).admit(s).expect("within the caps");
+        assert!(admitted.inner.nodelay().expect("a socket option"));
     }
 
     /// A connection with no byte either way for its idle limit fails its read (hyper then closes it),
