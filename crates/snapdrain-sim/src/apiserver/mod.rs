@@ -154,7 +154,11 @@ impl ApiServer {
         let app = router(state.clone());
         let (tx, rx) = tokio::sync::watch::channel(false);
         pdb::start(state.store.clone(), rx);
-        let mut server = axum_server::from_tcp_rustls(listener, tls_config)?;
+        // Go's net package turns Nagle's algorithm off on every TCP connection (TCPConn.SetNoDelay: "the
+        // default is true (no delay)"), kube-apiserver's included: replies leave at once.
+        let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls_config)
+            .acceptor(axum_server::accept::NoDelayAcceptor::new());
+        let mut server = axum_server::from_tcp(listener)?.acceptor(acceptor);
         server
             .http_builder()
             .http2()
