@@ -84,16 +84,21 @@ pub(super) async fn stop_controller(child: &mut tokio::process::Child, pid: u32)
     child.kill().await.ok();
 }
 
-/// Every process under `pid`, from Linux's `/proc/PID/task/PID/children`.
+/// The processes `pid` started, from Linux's `/proc/PID/task/PID/children` (none once it has ended).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse::<u32>().ok())
+        .collect()
+}
+
+/// Every process under `pid`.
 fn descendants(pid: u32) -> Vec<u32> {
     let mut found = Vec::new();
     let mut next = vec![pid];
     while let Some(p) = next.pop() {
-        let children = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children"))
-            .unwrap_or_default()
-            .split_whitespace()
-            .filter_map(|c| c.parse::<u32>().ok())
-            .collect::<Vec<_>>();
+        let children = children(p);
         found.extend(&children);
         next.extend(children);
     }
@@ -119,14 +124,7 @@ pub(super) fn innermost(pid: u32) -> u32 {
     if std::env::var_os(WRAPPER_ENV).is_none() {
         return pid;
     }
-    let child_of = |p: u32| {
-        std::fs::read_to_string(format!("/proc/{p}/task/{p}/children"))
-            .ok()?
-            .split_whitespace()
-            .next()?
-            .parse::<u32>()
-            .ok()
-    };
+    let child_of = |p: u32| children(p).first().copied();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut last = pid;
     while Instant::now() < deadline {
