@@ -182,6 +182,8 @@ struct Episode {
     first: usize,
     /// A consolidation's NodePool is closed again (`consolidateAfter: Never`).
     closed: bool,
+    /// When its first plan was seen, after `started`.
+    first_plan: Option<Duration>,
 }
 
 fn covers(p: &Value, node: &str) -> bool {
@@ -238,9 +240,13 @@ impl Episode {
                     )
                 })
                 .collect();
+            let why = if mine.is_empty() {
+                "no plan covers the node".to_string()
+            } else {
+                why.join(" | ")
+            };
             format!(
-                "timed out: {}; on the node: {}; not Running elsewhere: {}",
-                why.join(" | "),
+                "timed out: {why}; on the node: {}; not Running elsewhere: {}",
                 self.node.as_deref().map(&pods).unwrap_or_default(),
                 pods("")
             )
@@ -587,6 +593,8 @@ async fn soak(
     let mut plans_at_cut = 0usize;
     let mut rss_samples: Vec<(usize, usize, f64)> = Vec::new();
     let mut durations: BTreeMap<&'static str, Vec<Duration>> = BTreeMap::new();
+    // Forceful disruptions: how soon their plan was seen, and how many never had one.
+    let mut to_plan: BTreeMap<&'static str, (Vec<Duration>, usize)> = BTreeMap::new();
     let mut claims: BTreeMap<String, (usize, Instant)> = BTreeMap::new();
     let mut claim_seq = 0u64;
     let started = Instant::now();
@@ -618,6 +626,9 @@ async fn soak(
             );
         }
         for e in in_flight.iter_mut() {
+            if e.first_plan.is_none() && !e.plans(seen).is_empty() {
+                e.first_plan = Some(e.started.elapsed());
+            }
             if e.should_close(seen) {
                 set_consolidate_after(driver, "Never").await?;
                 e.closed = true;
@@ -635,6 +646,13 @@ async fn soak(
                     .entry(e.mode.as_str())
                     .or_default()
                     .push(e.started.elapsed());
+                if e.mode.forceful() {
+                    let (seen_at, none) = to_plan.entry(e.mode.as_str()).or_default();
+                    match e.first_plan {
+                        Some(d) => seen_at.push(d),
+                        None => *none += 1,
+                    }
+                }
                 if outcome.starts_with("timed out") {
                     timed_out.push(format!(
                         "{} {}: {outcome}",
@@ -785,6 +803,27 @@ async fn soak(
                 sum.max.as_secs_f64()
             ));
         }
+    }
+    for (mode, (ds, none)) in &to_plan {
+        let Some(sum) = Summary::of(ds) else {
+            continue;
+        };
+        report
+            .add(
+                SECTION,
+                format!(
+                    "{mode}: disruption started -> its first plan seen (p50, n={})",
+                    sum.n
+                ),
+                sum.p50.as_secs_f64(),
+                "s",
+            )
+            .note = Some(format!(
+            "p99 {:.2} s, max {:.2} s; looked at every {} ms; {none} with no plan at all",
+            sum.p99.as_secs_f64(),
+            sum.max.as_secs_f64(),
+            POLL.as_millis()
+        ));
     }
     if let Some(r) = rss_start {
         report
@@ -1205,6 +1244,7 @@ async fn start_episode(
             started: Instant::now(),
             first,
             closed: false,
+            first_plan: None,
         }));
     }
     let busy: BTreeSet<String> = in_flight
@@ -1307,6 +1347,7 @@ async fn start_episode(
         started: Instant::now(),
         first,
         closed: false,
+        first_plan: None,
     }))
 }
 

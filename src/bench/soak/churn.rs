@@ -61,6 +61,12 @@ impl Mode {
     }
 
     /// Whether the node must be Karpenter's (the signal comes from its NodeClaim).
+    /// Whether the node goes on a clock snapdrain does not control (a forceful signal): how soon its
+    /// plan exists decides what the deadline leaves for the backup.
+    pub fn forceful(self) -> bool {
+        matches!(self, Self::NodeClaimDeleted | Self::SpotInterruption)
+    }
+
     pub fn needs_nodeclaim(self) -> bool {
         matches!(
             self,

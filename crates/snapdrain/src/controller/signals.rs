@@ -6,12 +6,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, Pod};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Node, ObjectReference, Pod};
 use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use super::cache::{Cache, CachedNodeClaim, CachedPod, Caches};
 
@@ -19,9 +19,11 @@ use crate::api::DisruptionPlan;
 use crate::api::policy::DisruptionPolicySpec;
 use crate::planning::protection;
 use crate::signals::detect::{detect, node_pool_of, nodeclaim_of, pod_grace, spot_deadline};
-use crate::signals::let_go::{LetGo, let_go};
-use crate::signals::limits::{Running, admit, takes_slot};
-use crate::signals::plan::{Choice, NODE_LABEL, NodeSignal, Outcome, choose, source_name};
+use crate::signals::let_go::{LetGo, let_go, may_let_go};
+use crate::signals::limits::{Slots, admit, takes_slot};
+use crate::signals::plan::{
+    Choice, NODE_LABEL, NodeSignal, Outcome, choose, plans_by_node, source_name,
+};
 use crate::signals::window;
 use crate::signals::{join_or_create, spec_for};
 use crate::telemetry::Metrics;
@@ -42,7 +44,8 @@ struct Watcher {
     pods: Cache<CachedPod>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
-    recorder: Recorder,
+    /// Events for the publisher task ([`publish_events`]).
+    events: mpsc::Sender<(Event, ObjectReference)>,
     /// Signalled nodes found without protected pods, and when: under a graceful signal not listed again
     /// before [`RECHECK_UNPROTECTED`] ([`trusts_unprotected`]).
     unprotected: BTreeMap<String, tokio::time::Instant>,
@@ -75,30 +78,26 @@ fn event_time(e: &CoreEvent) -> Option<jiff::Timestamp> {
 }
 
 impl Watcher {
-    fn running(&self, pool: Option<&str>) -> Running {
-        let pools: BTreeMap<String, Option<String>> = self
-            .nodes
-            .all()
+    /// The slots the running signal plans take, counted once per look.
+    fn slots(&self, nodes: &[std::sync::Arc<Node>]) -> Slots {
+        let pool_of: BTreeMap<&str, &str> = nodes
             .iter()
-            .map(|n| (n.name_any(), node_pool_of(n).map(str::to_owned)))
+            .filter_map(|n| Some((n.metadata.name.as_deref()?, node_pool_of(n)?)))
             .collect();
-        let mut r = Running::default();
+        let mut slots = Slots::default();
         for p in self.plans.state() {
             let phase = p.status.as_ref().map(|s| s.phase).unwrap_or_default();
             if !takes_slot(phase, p.spec.mode) || !p.labels().contains_key(NODE_LABEL) {
                 continue;
             }
-            r.total += 1;
-            if pool.is_some()
-                && p.spec
+            slots.take(
+                p.spec
                     .nodes
                     .iter()
-                    .any(|n| pools.get(n).and_then(|p| p.as_deref()) == pool)
-            {
-                r.in_pool += 1;
-            }
+                    .filter_map(|n| pool_of.get(n.as_str()).copied()),
+            );
         }
-        r
+        slots
     }
 
     /// The pods on the node the policy protects, as `namespace/name` (no plan is needed for a node
@@ -152,13 +151,26 @@ impl Watcher {
         let now = jiff::Timestamp::now();
         // The store's own Arcs: no copy of every plan on each look (this runs up to 4 times a second).
         let plans = self.plans.state();
+        let by_node = plans_by_node(&plans);
+        let no_plans = Vec::new();
         // The policy was validated before it was accepted: every window builds.
         let windows: Vec<window::Window> = policy
             .maintenance_windows
             .iter()
             .filter_map(|w| window::Window::new(w).ok())
             .collect();
-        let nodes = self.nodes.all();
+        let mut nodes = self.nodes.all();
+        // Nodes on a clock first (a NodeClaim being deleted, NTH's forceful notices): a look that
+        // makes graceful plans, a request each, never holds up a deadline.
+        nodes.sort_by_cached_key(|n| {
+            let deleting = nodeclaim_of(n)
+                .and_then(|c| self.claims.get("", c))
+                .is_some_and(|c| c.deleting());
+            !may_let_go(n, deleting)
+        });
+        let mut slots = self.slots(&nodes);
+        // Signals that began to wait in this look, and the first one's reason.
+        let mut newly_waiting: Option<(usize, String)> = None;
         self.signalled.clear();
         // Nodes that are gone need no memory.
         self.spot_notices
@@ -168,7 +180,8 @@ impl Watcher {
                 .and_then(|c| self.claims.get("", c))
                 .map(|c| c.to_value());
             let name = node.name_any();
-            if let Some(why) = let_go(&node, claim.as_ref(), &policy.signals, &plans, now) {
+            let plans = by_node.get(&name).unwrap_or(&no_plans);
+            if let Some(why) = let_go(&node, claim.as_ref(), &policy.signals, plans, now) {
                 if !self.let_go.contains(&name) {
                     self.announce_let_go(&node, &why).await;
                 }
@@ -200,7 +213,7 @@ impl Watcher {
                 signal.deadline = Some(spot_deadline(notice, self.longest_grace(&name)));
             }
             let mut protected = Vec::new();
-            match choose(&plans, &signal) {
+            match choose(plans, &signal) {
                 Choice::Join {
                     record: false,
                     earlier_deadline: None,
@@ -210,6 +223,17 @@ impl Watcher {
                 Choice::Join { .. } => {}
                 Choice::Create { .. } => {
                     let forceful = crate::signals::detect::is_forceful(&signal);
+                    let pool = node_pool_of(&node);
+                    let admitted = if !forceful && !window::open(&windows, now) {
+                        Err("outside the policy's maintenance windows".to_owned())
+                    } else {
+                        admit(&policy.concurrency, &slots.running(pool), forceful)
+                    };
+                    // Still waiting, and said so: nothing more to look at (its pods are listed again
+                    // once it may start). A consolidation burst keeps thousands of nodes here.
+                    if admitted.is_err() && self.waiting.contains(&signal.node) {
+                        continue;
+                    }
                     let found_unprotected =
                         self.unprotected.get(&signal.node).map(|at| at.elapsed());
                     if trusts_unprotected(found_unprotected, forceful) {
@@ -230,16 +254,11 @@ impl Watcher {
                             continue;
                         }
                     }
-                    let running = self.running(node_pool_of(&node));
-                    let admitted = if !forceful && !window::open(&windows, now) {
-                        Err("outside the policy's maintenance windows".to_owned())
-                    } else {
-                        admit(&policy.concurrency, &running, forceful)
-                    };
                     if let Err(why) = admitted {
                         if self.waiting.insert(signal.node.clone()) {
                             self.metrics.signal(source_name(signal.source), "waiting");
-                            tracing::info!(node = %signal.node, reason = %signal.reason, "disruption signal waits: {why}");
+                            tracing::debug!(node = %signal.node, reason = %signal.reason, "disruption signal waits: {why}");
+                            newly_waiting.get_or_insert_with(|| (0, why.clone())).0 += 1;
                             // On the Node, where `kubectl describe node` shows why nothing happens yet.
                             let event = Event {
                                 type_: EventType::Normal,
@@ -252,17 +271,23 @@ impl Watcher {
                                 action: "Plan".into(),
                                 secondary: None,
                             };
-                            if let Err(e) =
-                                self.recorder.publish(&event, &node.object_ref(&())).await
-                            {
-                                tracing::debug!(error = %e, "cannot publish an event");
-                            }
+                            self.announce(event, &node);
                         }
                         continue;
                     }
                 }
             }
-            self.act(&signal, &policy, &protected).await;
+            if self.act(&signal, &policy, &protected).await {
+                slots.take(node_pool_of(&node));
+            }
+        }
+        // One line a look, not one a node: a consolidation burst at 5,000 nodes starts thousands of
+        // waits at once (each Node's Event says it for that node).
+        if let Some((n, why)) = newly_waiting {
+            tracing::info!(
+                nodes = n,
+                "{n} disruption signal(s) wait before snapdrain backs their nodes up: {why}"
+            );
         }
     }
 
@@ -324,8 +349,18 @@ impl Watcher {
             action: "Release".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &node.object_ref(&())).await {
-            tracing::debug!(error = %e, "cannot publish an event");
+        self.announce(event, node);
+    }
+
+    /// Hands an Event on the Node to the publisher task: a look never waits for the API server to
+    /// store an Event. A consolidation burst made hundreds of DisruptionWaiting Events in one look,
+    /// each an awaited request, and the look they held up did not see a spot interruption's
+    /// NodeClaim deletion until the instance was gone. Past [`EVENT_BACKLOG`] Events are dropped, as
+    /// client-go's broadcaster drops them past its queue of 1,000 (`tools/record/event.go`,
+    /// `maxQueuedEvents`).
+    fn announce(&self, event: Event, node: &Node) {
+        if let Err(e) = self.events.try_send((event, node.object_ref(&()))) {
+            tracing::debug!(node = %node.name_any(), error = %e, "event backlog full: an Event on the Node is dropped (the log line stands)");
         }
     }
 
@@ -334,7 +369,7 @@ impl Watcher {
         signal: &NodeSignal,
         policy: &DisruptionPolicySpec,
         protected: &[String],
-    ) {
+    ) -> bool {
         let source = source_name(signal.source);
         match join_or_create(
             &self.client,
@@ -353,10 +388,12 @@ impl Watcher {
                 };
                 self.metrics.signal(source, what);
                 tracing::info!(node = %signal.node, source, reason = %signal.reason, plan = %outcome.plan(), "disruption signal {what} a plan");
+                matches!(outcome, Outcome::Created(_))
             }
             Err(e) => {
                 self.metrics.signal(source, "error");
                 tracing::warn!(node = %signal.node, error = %e, "cannot turn a disruption signal into a plan");
+                false
             }
         }
     }
@@ -408,6 +445,9 @@ pub async fn run(
     let mut claim_follow = caches.node_claims.follow();
     let mut policy = policy;
     super::policy::wait_for_policy(&mut policy).await;
+    let (events, backlog) = mpsc::channel(EVENT_BACKLOG);
+    // Ends when the watcher (the only sender) does.
+    tokio::spawn(publish_events(recorder, backlog));
     let mut w = Watcher {
         client,
         plans,
@@ -416,7 +456,7 @@ pub async fn run(
         pods: caches.pods.clone(),
         policy,
         metrics,
-        recorder,
+        events,
         unprotected: BTreeMap::new(),
         waiting: BTreeSet::new(),
         let_go: BTreeSet::new(),
@@ -443,13 +483,41 @@ pub async fn run(
             (dirty, urgent) = (false, false);
             let started = tokio::time::Instant::now();
             w.look().await;
+            let took = started.elapsed();
+            tracing::trace!(
+                took_us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+                "looked at every node for disruption signals"
+            );
+            // Said when looks turn slow, not on every slow one.
+            let was_slow = last.is_some_and(|l| l.took > SLOW_LOOK);
+            if took > SLOW_LOOK && !was_slow {
+                tracing::warn!(
+                    took_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+                    "a look for disruption signals over every node took {took:?}: a new signal (a NodeClaim deleted, a spot notice) waits up to twice that before it becomes a plan"
+                );
+            }
             last = Some(Look {
                 since: started,
-                took: started.elapsed(),
+                took,
             });
         }
     }
 }
+
+/// Events waiting for [`publish_events`]: more than a consolidation burst at 5,000 nodes makes.
+const EVENT_BACKLOG: usize = 1024;
+
+/// Publishes the watcher's Events one at a time, apart from its looks.
+async fn publish_events(recorder: Recorder, mut backlog: mpsc::Receiver<(Event, ObjectReference)>) {
+    while let Some((event, reference)) = backlog.recv().await {
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            tracing::debug!(error = %e, "cannot publish an event");
+        }
+    }
+}
+
+/// A look slower than this is logged: a new signal's plan then waits seconds.
+const SLOW_LOOK: Duration = Duration::from_secs(1);
 
 /// How often the loop asks [`look_due`] without a change.
 const CHECK: Duration = Duration::from_millis(25);

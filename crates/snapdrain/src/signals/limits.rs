@@ -1,6 +1,8 @@
 //! Concurrency of signal plans: a graceful signal waits while the cluster-wide or its NodePool's limit is
 //! reached; a forceful one (with a deadline) never waits, because the node goes anyway.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use crate::api::plan::PlanMode;
 use crate::api::policy::ConcurrencySpec;
 use crate::api::status::PlanPhase;
@@ -11,6 +13,37 @@ pub struct Running {
     pub total: u32,
     /// Running plans on nodes of the signal's NodePool.
     pub in_pool: u32,
+}
+
+/// The slots taken, counted once per look of the signal watcher (not once per signalled node: in a
+/// consolidation burst thousands of nodes ask at once), and updated as the look makes plans, so that
+/// a look never admits more than the limits even before the plan cache shows its own new plans.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Slots {
+    total: u32,
+    per_pool: BTreeMap<String, u32>,
+}
+
+impl Slots {
+    /// One more plan holding a slot, on nodes of `pools` (a plan counts once in each of its pools).
+    pub fn take<'a>(&mut self, pools: impl IntoIterator<Item = &'a str>) {
+        self.total += 1;
+        let pools: BTreeSet<&str> = pools.into_iter().collect();
+        for pool in pools {
+            *self.per_pool.entry(pool.to_owned()).or_default() += 1;
+        }
+    }
+
+    /// What runs against a signal on a node of `pool`.
+    pub fn running(&self, pool: Option<&str>) -> Running {
+        Running {
+            total: self.total,
+            in_pool: pool
+                .and_then(|p| self.per_pool.get(p))
+                .copied()
+                .unwrap_or(0),
+        }
+    }
 }
 
 /// Whether a running signal plan takes one of the limits' slots: every plan until its backups are
@@ -71,6 +104,36 @@ mod tests {
         for phase in [Completed, Failed, Aborted] {
             assert!(!takes_slot(phase, PlanMode::Execute), "{phase:?}");
         }
+    }
+
+    #[test]
+    fn slots_count_a_plan_once_in_all_and_once_in_each_of_its_pools() {
+        let mut slots = Slots::default();
+        assert_eq!(slots.running(Some("a")), Running::default());
+        slots.take(["a", "a", "b"]);
+        slots.take([]);
+        slots.take(["a"]);
+        assert_eq!(
+            slots.running(Some("a")),
+            Running {
+                total: 3,
+                in_pool: 2
+            }
+        );
+        assert_eq!(
+            slots.running(Some("b")),
+            Running {
+                total: 3,
+                in_pool: 1
+            }
+        );
+        assert_eq!(
+            slots.running(None),
+            Running {
+                total: 3,
+                in_pool: 0
+            }
+        );
     }
 
     #[test]

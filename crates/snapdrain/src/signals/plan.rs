@@ -85,6 +85,34 @@ fn plan_covers(plan: &DisruptionPlan, node: &str) -> bool {
             .is_some_and(|s| s.nodes.iter().any(|n| n.name == node))
 }
 
+/// The plans covering each node ([`plan_covers`]). [`choose`] and [`let_go`](super::let_go::let_go)
+/// need only a node's own plans: the signal watcher groups them once per look instead of scanning
+/// every stored plan for each signalled node (a consolidation burst at 5,000 nodes signals thousands
+/// at once, and `keepPerNode` keeps up to one finished plan per node).
+pub fn plans_by_node<P: Borrow<DisruptionPlan> + Clone>(
+    plans: &[P],
+) -> std::collections::HashMap<String, Vec<P>> {
+    let mut by_node: std::collections::HashMap<String, Vec<P>> = Default::default();
+    for p in plans {
+        let plan = p.borrow();
+        let nodes: std::collections::BTreeSet<&str> = plan
+            .spec
+            .nodes
+            .iter()
+            .map(String::as_str)
+            .chain(
+                plan.status
+                    .iter()
+                    .flat_map(|s| s.nodes.iter().map(|n| n.name.as_str())),
+            )
+            .collect();
+        for node in nodes {
+            by_node.entry(node.to_owned()).or_default().push(p.clone());
+        }
+    }
+    by_node
+}
+
 fn phase_of(plan: &DisruptionPlan) -> PlanPhase {
     plan.status.as_ref().map(|s| s.phase).unwrap_or_default()
 }
@@ -617,6 +645,48 @@ mod tests {
                 name: naming::signal_plan_name("n1", "u1", 1)
             }
         );
+    }
+
+    /// A node's own plans decide as all plans do: grouped by `spec.nodes` and by the nodes a plan's
+    /// status resolved (a selector's), each plan once per node.
+    #[test]
+    fn a_nodes_own_plans_decide_as_all_plans_do() {
+        let name = |run| naming::signal_plan_name("n1", "u1", run);
+        let mut by_selector = plan("by-selector", &[], PlanPhase::BackingUp);
+        if let Some(status) = by_selector.status.as_mut() {
+            status.nodes = ["n3", "n3"]
+                .iter()
+                .map(|n| crate::api::status::NodeProgress {
+                    name: n.to_string(),
+                    ..Default::default()
+                })
+                .collect();
+        }
+        let all = vec![
+            plan(&name(1), &["n1"], PlanPhase::Completed),
+            plan(&name(2), &["n1"], PlanPhase::Failed),
+            plan("manual", &["n1", "n2"], PlanPhase::Draining),
+            plan(
+                &naming::signal_plan_name("n2", "u2", 1),
+                &["n2"],
+                PlanPhase::Failed,
+            ),
+            by_selector,
+        ];
+        let by_node = plans_by_node(&all);
+        let names =
+            |node: &str| -> Vec<String> { by_node[node].iter().map(|p| p.name_any()).collect() };
+        assert_eq!(names("n1"), [name(1), name(2), "manual".to_string()]);
+        assert_eq!(names("n3"), ["by-selector"]);
+        assert_eq!(by_node.len(), 3);
+        for (node, uid) in [("n1", "u1"), ("n2", "u2"), ("n3", "u3")] {
+            let s = NodeSignal {
+                node: node.into(),
+                node_uid: uid.into(),
+                ..signal("Drifted", None)
+            };
+            assert_eq!(choose(&by_node[node], &s), choose(&all, &s), "{node}");
+        }
     }
 
     #[test]
