@@ -33,6 +33,9 @@ const TICK: Duration = Duration::from_secs(2);
 /// How long a node under a graceful signal, found without protected pods, is trusted to stay so before
 /// its pods are listed again ([`trusts_unprotected`]).
 const RECHECK_UNPROTECTED: Duration = Duration::from_secs(30);
+/// Longest a plan this watcher created is counted against the limits before the plan cache shows it
+/// (the cache's watch is milliseconds behind).
+const CREATED_LAG: Duration = Duration::from_secs(10);
 /// Longest a Node or NodeClaim change waits before it is looked at.
 const DEBOUNCE: Duration = Duration::from_millis(250);
 
@@ -44,6 +47,8 @@ struct Watcher {
     pods: Cache<CachedPod>,
     policy: watch::Receiver<DisruptionPolicySpec>,
     metrics: Metrics,
+    /// Plans this watcher created that the plan cache may not show yet: their node's pool, and when.
+    created: BTreeMap<String, (Option<String>, tokio::time::Instant)>,
     /// Events for the publisher task ([`publish_events`]).
     events: mpsc::Sender<(Event, ObjectReference)>,
     /// Signalled nodes found without protected pods, and when: under a graceful signal not listed again
@@ -78,14 +83,31 @@ fn event_time(e: &CoreEvent) -> Option<jiff::Timestamp> {
 }
 
 impl Watcher {
-    /// The slots the running signal plans take, counted once per look.
-    fn slots(&self, nodes: &[std::sync::Arc<Node>]) -> Slots {
+    /// The slots the running signal plans take, counted once per look: the plan cache's, and the
+    /// plans this watcher made that the cache does not show yet (its watch runs behind the create, and
+    /// a look counting from the cache alone admitted one plan past `maxPlans`).
+    fn slots(
+        &mut self,
+        nodes: &[std::sync::Arc<Node>],
+        plans: &[std::sync::Arc<DisruptionPlan>],
+    ) -> Slots {
         let pool_of: BTreeMap<&str, &str> = nodes
             .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, node_pool_of(n)?)))
             .collect();
         let mut slots = Slots::default();
-        for p in self.plans.state() {
+        let cached: BTreeSet<&str> = plans
+            .iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        // Until the cache shows it, or for CREATED_LAG at most: a plan deleted before the cache ever
+        // held it must not keep its slot for good.
+        self.created
+            .retain(|name, (_, at)| !cached.contains(name.as_str()) && at.elapsed() < CREATED_LAG);
+        for (pool, _) in self.created.values() {
+            slots.take(pool.as_deref());
+        }
+        for p in plans {
             let phase = p.status.as_ref().map(|s| s.phase).unwrap_or_default();
             if !takes_slot(phase, p.spec.mode) || !p.labels().contains_key(NODE_LABEL) {
                 continue;
@@ -168,7 +190,7 @@ impl Watcher {
                 .is_some_and(|c| c.deleting());
             !may_let_go(n, deleting)
         });
-        let mut slots = self.slots(&nodes);
+        let mut slots = self.slots(&nodes, &plans);
         // Signals that began to wait in this look, and the first one's reason.
         let mut newly_waiting: Option<(usize, String)> = None;
         self.signalled.clear();
@@ -277,8 +299,11 @@ impl Watcher {
                     }
                 }
             }
-            if self.act(&signal, &policy, &protected).await {
-                slots.take(node_pool_of(&node));
+            if let Some(plan) = self.act(&signal, &policy, &protected).await {
+                let pool = node_pool_of(&node);
+                slots.take(pool);
+                self.created
+                    .insert(plan, (pool.map(str::to_owned), tokio::time::Instant::now()));
             }
         }
         // One line a look, not one a node: a consolidation burst at 5,000 nodes starts thousands of
@@ -369,7 +394,7 @@ impl Watcher {
         signal: &NodeSignal,
         policy: &DisruptionPolicySpec,
         protected: &[String],
-    ) -> bool {
+    ) -> Option<String> {
         let source = source_name(signal.source);
         match join_or_create(
             &self.client,
@@ -388,12 +413,15 @@ impl Watcher {
                 };
                 self.metrics.signal(source, what);
                 tracing::info!(node = %signal.node, source, reason = %signal.reason, plan = %outcome.plan(), "disruption signal {what} a plan");
-                matches!(outcome, Outcome::Created(_))
+                match outcome {
+                    Outcome::Created(plan) => Some(plan),
+                    Outcome::Joined(_) | Outcome::Settled { .. } => None,
+                }
             }
             Err(e) => {
                 self.metrics.signal(source, "error");
                 tracing::warn!(node = %signal.node, error = %e, "cannot turn a disruption signal into a plan");
-                false
+                None
             }
         }
     }
@@ -457,6 +485,7 @@ pub async fn run(
         policy,
         metrics,
         events,
+        created: BTreeMap::new(),
         unprotected: BTreeMap::new(),
         waiting: BTreeSet::new(),
         let_go: BTreeSet::new(),
