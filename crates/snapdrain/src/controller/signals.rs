@@ -51,6 +51,8 @@ struct Watcher {
     created: BTreeMap<String, (Option<String>, tokio::time::Instant)>,
     /// Events for the publisher task ([`publish_events`]).
     events: mpsc::Sender<(Event, ObjectReference)>,
+    /// Publishes warnings at once, outside the paced backlog.
+    recorder: Recorder,
     /// Signalled nodes found without protected pods, and when: under a graceful signal not listed again
     /// before [`RECHECK_UNPROTECTED`] ([`trusts_unprotected`]).
     unprotected: BTreeMap<String, tokio::time::Instant>,
@@ -384,7 +386,19 @@ impl Watcher {
     /// client-go's broadcaster drops them past its queue of 1,000 (`tools/record/event.go`,
     /// `maxQueuedEvents`).
     fn announce(&self, event: Event, node: &Node) {
-        if let Err(e) = self.events.try_send((event, node.object_ref(&()))) {
+        let reference = node.object_ref(&());
+        // A warning (protected pods let go) is rare and must not wait behind, or be dropped with, a
+        // wave of DisruptionWaiting Events.
+        if event.type_ == EventType::Warning {
+            let recorder = self.recorder.clone();
+            tokio::spawn(async move {
+                if let Err(e) = recorder.publish(&event, &reference).await {
+                    tracing::debug!(error = %e, "cannot publish an event");
+                }
+            });
+            return;
+        }
+        if let Err(e) = self.events.try_send((event, reference)) {
             tracing::debug!(node = %node.name_any(), error = %e, "event backlog full: an Event on the Node is dropped (the log line stands)");
         }
     }
@@ -475,7 +489,7 @@ pub async fn run(
     super::policy::wait_for_policy(&mut policy).await;
     let (events, backlog) = mpsc::channel(EVENT_BACKLOG);
     // Ends when the watcher (the only sender) does.
-    tokio::spawn(publish_events(recorder, backlog));
+    tokio::spawn(publish_events(recorder.clone(), backlog));
     let mut w = Watcher {
         client,
         plans,
@@ -485,6 +499,7 @@ pub async fn run(
         policy,
         metrics,
         events,
+        recorder,
         created: BTreeMap::new(),
         unprotected: BTreeMap::new(),
         waiting: BTreeSet::new(),
@@ -533,15 +548,20 @@ pub async fn run(
     }
 }
 
-/// Events waiting for [`publish_events`]: more than a consolidation burst at 5,000 nodes makes.
+/// Events waiting for [`publish_events`]; past it they are dropped.
 const EVENT_BACKLOG: usize = 1024;
+/// The least time between two of the watcher's Events (20 a second).
+const EVENT_GAP: Duration = Duration::from_millis(50);
 
-/// Publishes the watcher's Events one at a time, apart from its looks.
+/// Publishes the watcher's Events one at a time, apart from its looks, at most one per
+/// [`EVENT_GAP`]: a consolidation wave at 5,000 nodes gives thousands of waiting nodes an Event each,
+/// which unpaced was thousands of API requests within seconds.
 async fn publish_events(recorder: Recorder, mut backlog: mpsc::Receiver<(Event, ObjectReference)>) {
     while let Some((event, reference)) = backlog.recv().await {
         if let Err(e) = recorder.publish(&event, &reference).await {
             tracing::debug!(error = %e, "cannot publish an event");
         }
+        tokio::time::sleep(EVENT_GAP).await;
     }
 }
 
