@@ -206,6 +206,9 @@ pub fn judge(e: &Evidence<'_>) -> Verdict {
     v
 }
 
+/// The annotation in which a signal plan records every signal it took (`[{"source", "reason"}]`).
+const SIGNALS: &str = "snapdrain.io/signals";
+
 /// Signals after which the node goes whatever snapdrain does (the README's forceful list).
 const FORCEFUL: &[(&str, &str)] = &[
     ("karpenter", "NodeClaimDeleted"),
@@ -260,8 +263,18 @@ fn let_go_on(node: &str, at: jiff::Timestamp, plans: &[Value]) -> Option<String>
             .as_array()?
             .iter()
             .any(|n| n.as_str() == Some(node));
+        // The signal it was made for, or one it took on later: a plan made for Karpenter's
+        // `karpenter.sh/disrupted` taint that then records the NodeClaim's deletion (the taint's watch
+        // event can come first) is that deletion's plan too.
+        let recorded: Vec<Value> = p["metadata"]["annotations"][SIGNALS]
+            .as_str()
+            .and_then(|s| serde_json::from_str(s).ok())
+            .unwrap_or_default();
         let forceful = FORCEFUL.iter().any(|(source, reason)| {
-            str_at(p, "/spec/source") == Some(source) && str_at(p, "/spec/reason") == Some(reason)
+            (str_at(p, "/spec/source") == Some(source) && str_at(p, "/spec/reason") == Some(reason))
+                || recorded
+                    .iter()
+                    .any(|r| r["source"] == *source && r["reason"] == *reason)
         });
         let ended = matches!(phase(p), "Failed" | "Aborted");
         let done_at: jiff::Timestamp = p["status"]["conditions"]
@@ -836,6 +849,7 @@ mod tests {
                 "2025-01-01T00:00:04Z",
             )],
             [plan("n1", "Drifted", "Failed", "2025-01-01T00:00:04Z")],
+            [plan("n1", "Disrupting", "Failed", "2025-01-01T00:00:04Z")],
             [plan(
                 "n1",
                 "NodeClaimDeleted",
@@ -847,6 +861,14 @@ mod tests {
             assert_eq!(v.violations.len(), 1, "{plans:?}: {v:?}");
             assert!(v.let_go.is_empty());
         }
+        // Made for Karpenter's `karpenter.sh/disrupted` taint, whose watch event came before the
+        // NodeClaim's deletion, and then recording that deletion: the deletion's plan (chaos seed 1
+        // saw it fail under S3 faults, and snapdrain let the pod go as documented).
+        let mut took_deletion = plan("n1", "Disrupting", "Failed", "2025-01-01T00:00:04Z");
+        took_deletion["metadata"]["annotations"] = json!({SIGNALS:
+            r#"[{"source":"karpenter","reason":"Disrupting"},{"source":"karpenter","reason":"NodeClaimDeleted"}]"#});
+        let v = judged(&[took_deletion]);
+        assert!(v.violations.is_empty() && v.let_go.len() == 1, "{v:?}");
     }
 
     /// A world record at `time` (seconds after midnight, with milliseconds).
@@ -948,24 +970,17 @@ mod tests {
     #[test]
     fn a_pod_running_before_the_log_began_and_lost_with_its_node_is_a_violation() {
         let protected = pg0();
+        let judged =
+            |audit: &[AuditEntry]| judge(&evidence(&[], &[], &[], &[], &[], audit, &protected));
         let mut materialized = lost_at_reclaim(None);
         materialized[0] = world("added", "nodes", "n1", "00.000", json!({}));
-        let v = judge(&evidence(
-            &[],
-            &[],
-            &[],
-            &[],
-            &[],
-            &materialized,
-            &protected,
-        ));
+        let v = judged(&materialized);
         assert_eq!((v.violations.len(), v.lost_with_node), (1, 1), "{v:?}");
         assert!(v.violations[0].contains("lost with its node n1"), "{v:?}");
         // A Backup of its claim taken after the log began and completed before the node went saves it.
         let mut saved = lost_at_reclaim(Some(("02.000", "05.000")));
         saved[0] = world("added", "nodes", "n1", "00.000", json!({}));
-        let v = judge(&evidence(&[], &[], &[], &[], &[], &saved, &protected));
-        assert_eq!(v.lost_with_node, 0, "{v:?}");
+        assert_eq!(judged(&saved).lost_with_node, 0);
         // Created during the run, never started: nothing of it ran there.
         let mut never_started = lost_at_reclaim(None);
         never_started[0] = world(
@@ -975,16 +990,7 @@ mod tests {
             "01.000",
             json!({"uid": "u1", "statefulSet": "pg", "claims": ["data-pg-0"]}),
         );
-        let v = judge(&evidence(
-            &[],
-            &[],
-            &[],
-            &[],
-            &[],
-            &never_started,
-            &protected,
-        ));
-        assert_eq!(v.lost_with_node, 0, "{v:?}");
+        assert_eq!(judged(&never_started).lost_with_node, 0);
     }
 
     #[test]
