@@ -338,3 +338,55 @@ async fn a_refused_status_write_after_the_cordon_still_uncordons_on_abort() {
     );
     controller.shutdown().await;
 }
+
+/// A replica starts through transient API errors on the calls it makes before it serves: reading the
+/// gate's certificate Secret and reading its Lease. The chaos suite saw a restarted replica stop on one
+/// injected 500 reading the Secret; kube-apiserver answers 500 or 503 while it restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_starts_through_transient_errors_on_its_certificates_and_its_lease() {
+    use snapdrain::webhook::Lifetimes;
+    use snapdrain_testkit::gate::{NS, webhook_config};
+    let h = Harness::start().await;
+    snapdrain_testkit::eviction::namespace(&h.client, NS, json!({})).await;
+    h.cluster
+        .faults
+        .add(failing("get", "secrets", 500, Some(2)));
+    h.cluster
+        .faults
+        .add(failing("get", "leases.coordination.k8s.io", 503, Some(2)));
+    let controller = start(
+        h.kube_config(),
+        h.settings("snapdrain-0"),
+        RunOptions {
+            lease_namespace: Some(NS.into()),
+            webhook: Some(webhook_config(
+                Lifetimes::default(),
+                Duration::from_secs(30),
+            )),
+            ..RunOptions::default()
+        },
+    )
+    .await
+    .expect("the replica starts once the API server answers again");
+    assert!(controller.webhook_addr.is_some(), "the gate listens");
+    assert!(
+        controller.webhook_certificate().is_some(),
+        "the gate loaded its certificate"
+    );
+    assert_eq!(
+        h.cluster.faults.injected().get("api"),
+        Some(&4),
+        "both calls failed twice before they succeeded"
+    );
+    // It goes on to lead: the Lease it read names it.
+    let leases: Api<Lease> = Api::namespaced(h.client.clone(), NS);
+    eventually("the replica holds the Lease", || async {
+        let lease = leases
+            .get_opt(snapdrain::controller::leader::LEASE_NAME)
+            .await
+            .ok()??;
+        (lease.spec?.holder_identity.as_deref() == Some("snapdrain-0")).then_some(())
+    })
+    .await;
+    controller.shutdown().await;
+}

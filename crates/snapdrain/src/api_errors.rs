@@ -12,6 +12,15 @@ pub fn is_permanent(error: &kube::Error) -> bool {
     }
 }
 
+/// Retries of a replica's start-up calls (its certificates, its Lease) under a transient error: about
+/// half a minute, rather than a replica that stops on one 500 while the API server restarts.
+pub fn startup_backoff() -> backon::ExponentialBuilder {
+    backon::ExponentialBuilder::default()
+        .with_min_delay(std::time::Duration::from_millis(200))
+        .with_max_delay(std::time::Duration::from_secs(5))
+        .with_max_times(10)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

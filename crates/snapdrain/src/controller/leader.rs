@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use backon::Retryable;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -35,18 +36,26 @@ pub async fn contend(
     duration_secs: u64,
 ) -> Result<(watch::Receiver<bool>, LeaseTask), ControllerError> {
     let grace = (duration_secs / 3).max(1);
-    let manager = LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
-        .with_namespace(namespace)
-        .with_identity(identity)
-        .with_duration(duration_secs)
-        .with_grace(grace)
-        .build()
-        .await
-        .map_err(|e| {
-            ControllerError::Config(format!(
-                "cannot set up leader election on Lease {namespace}/{LEASE_NAME}: {e}"
-            ))
-        })?;
+    // Reads or creates the Lease: a transient API error is retried, not a replica that stops.
+    let manager = (|| {
+        LeaseManagerBuilder::new(client.clone(), LEASE_NAME)
+            .with_namespace(namespace)
+            .with_identity(identity)
+            .with_duration(duration_secs)
+            .with_grace(grace)
+            .build()
+    })
+    .retry(crate::api_errors::startup_backoff())
+    .when(|e| matches!(e, LeaseManagerError::KubeError(k) if !crate::api_errors::is_permanent(k)))
+    .notify(
+        |e, wait| tracing::warn!(error = %e, ?wait, "cannot set up leader election yet; retrying"),
+    )
+    .await
+    .map_err(|e| {
+        ControllerError::Config(format!(
+            "cannot set up leader election on Lease {namespace}/{LEASE_NAME}: {e}"
+        ))
+    })?;
     let (granted, task) = manager.watch().await;
     let (acting_tx, acting) = watch::channel(false);
     let fence = Fence {

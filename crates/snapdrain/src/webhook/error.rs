@@ -70,3 +70,50 @@ pub enum CertError {
     #[error("the TLS configuration cannot be built: {0}")]
     Tls(#[from] rustls::Error),
 }
+
+impl CertError {
+    /// Whether the same call may succeed later: an API server error that is not a refusal (a 5xx,
+    /// throttling, a timeout, a dropped connection). RBAC, a bad Secret or a port in use are not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Secret { source, .. } | Self::CaBundle { source, .. } => {
+                !crate::api_errors::is_permanent(source)
+                    && !matches!(source, kube::Error::Api(s) if s.code == 404)
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret_error(code: u16) -> CertError {
+        CertError::Secret {
+            action: "read",
+            namespace: "snapdrain".into(),
+            name: "snapdrain-webhook-tls".into(),
+            source: kube::Error::Api(Box::new(
+                kube::core::Status::failure("m", "r").with_code(code),
+            )),
+        }
+    }
+
+    #[test]
+    fn server_errors_and_throttling_are_transient_refusals_are_not() {
+        for code in [429, 500, 503, 504, 409] {
+            assert!(secret_error(code).is_transient(), "{code}");
+        }
+        for code in [400, 401, 403, 404, 422] {
+            assert!(!secret_error(code).is_transient(), "{code}");
+        }
+        let bad = CertError::BadSecret {
+            namespace: "snapdrain".into(),
+            name: "snapdrain-webhook-tls".into(),
+            key: "ca.crt",
+            problem: "not PEM".into(),
+        };
+        assert!(!bad.is_transient());
+    }
+}

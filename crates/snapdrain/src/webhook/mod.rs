@@ -31,6 +31,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::Retryable;
 use futures::StreamExt;
 use kube::Client;
 use kube::runtime::events::Recorder;
@@ -151,7 +152,16 @@ pub async fn start(
         slot.clone(),
         metrics.clone(),
     );
-    keeper.sync().await?;
+    // The first certificates before the first request. A transient API error (a 500 while the API
+    // server restarts) is retried for about half a minute rather than stopping the replica: the chaos
+    // suite saw a restarted replica fail to start on one injected 500 reading the Secret.
+    (|| keeper.sync())
+        .retry(crate::api_errors::startup_backoff())
+        .when(CertError::is_transient)
+        .notify(|e, wait| {
+            tracing::warn!(error = %e, ?wait, "eviction gate: cannot load its certificates yet; retrying");
+        })
+        .await?;
     let keeping = tokio::spawn(keeper.run());
     // The policy decides what is protected and the spec of plans the gate starts. Until it is read,
     // and for a namespace not in the cache yet, the gate protects more, never less.
