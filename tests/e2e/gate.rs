@@ -1333,14 +1333,7 @@ async fn a_plan_status_naming_a_missing_or_failed_backup_never_lets_a_protected_
     configuration(&h.client, "Fail", None).await;
     let controller = h
         .controller_with(
-            RunOptions {
-                lease_namespace: Some(NS.into()),
-                webhook: Some(webhook_config(
-                    Lifetimes::default(),
-                    Duration::from_secs(30),
-                )),
-                ..RunOptions::default()
-            },
+            snapdrain_testkit::gate::leased_gate_options(),
             "snapdrain-0",
         )
         .await;

@@ -341,11 +341,10 @@ async fn a_refused_status_write_after_the_cordon_still_uncordons_on_abort() {
 
 /// A replica starts through transient API errors on the calls it makes before it serves: reading the
 /// gate's certificate Secret and reading its Lease. The chaos suite saw a restarted replica stop on one
-/// injected 500 reading the Secret; kube-apiserver answers 500 or 503 while it restarts.
+/// injected 500 reading the Secret; an API server under load or restarting answers such 5xx for a while.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_starts_through_transient_errors_on_its_certificates_and_its_lease() {
-    use snapdrain::webhook::Lifetimes;
-    use snapdrain_testkit::gate::{NS, webhook_config};
+    use snapdrain_testkit::gate::{NS, leased_gate_options};
     let h = Harness::start().await;
     snapdrain_testkit::eviction::namespace(&h.client, NS, json!({})).await;
     h.cluster
@@ -354,20 +353,10 @@ async fn a_replica_starts_through_transient_errors_on_its_certificates_and_its_l
     h.cluster
         .faults
         .add(failing("get", "leases.coordination.k8s.io", 503, Some(2)));
-    let controller = start(
-        h.kube_config(),
-        h.settings("snapdrain-0"),
-        RunOptions {
-            lease_namespace: Some(NS.into()),
-            webhook: Some(webhook_config(
-                Lifetimes::default(),
-                Duration::from_secs(30),
-            )),
-            ..RunOptions::default()
-        },
-    )
-    .await
-    .expect("the replica starts once the API server answers again");
+    // Panics ("controller starts") if the replica gives up on the errors.
+    let controller = h
+        .controller_with(leased_gate_options(), "snapdrain-0")
+        .await;
     assert!(controller.webhook_addr.is_some(), "the gate listens");
     assert!(
         controller.webhook_certificate().is_some(),

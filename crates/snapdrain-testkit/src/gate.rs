@@ -81,6 +81,19 @@ pub fn webhook_config(lifetimes: Lifetimes, resync: Duration) -> WebhookConfig {
     }
 }
 
+/// A replica that contends for the Lease in the gate's namespace and serves the gate (default
+/// certificate lifetimes, 30 s resync).
+pub fn leased_gate_options() -> RunOptions {
+    RunOptions {
+        lease_namespace: Some(NS.into()),
+        webhook: Some(webhook_config(
+            Lifetimes::default(),
+            Duration::from_secs(30),
+        )),
+        ..RunOptions::default()
+    }
+}
+
 /// The configuration first (so the gate patches its caBundle on its first pass), then the controller
 /// with the gate, then the Service pointing at where it listens.
 pub async fn controller_with_gate(

@@ -13,7 +13,7 @@ pub fn is_permanent(error: &kube::Error) -> bool {
 }
 
 /// Retries of a replica's start-up calls (its certificates, its Lease) under a transient error: about
-/// half a minute, rather than a replica that stops on one 500 while the API server restarts.
+/// half a minute, rather than a replica that stops on one 5xx from a busy or restarting API server.
 pub fn startup_backoff() -> backon::ExponentialBuilder {
     backon::ExponentialBuilder::default()
         .with_min_delay(std::time::Duration::from_millis(200))

@@ -88,13 +88,12 @@ impl Watcher {
     /// The slots the running signal plans take, counted once per look: the plan cache's, and the
     /// plans this watcher made that the cache does not show yet (its watch runs behind the create, and
     /// a look counting from the cache alone admitted one plan past `maxPlans`).
-    fn slots(
+    fn slots<'a>(
         &mut self,
-        nodes: &[std::sync::Arc<Node>],
+        nodes: impl Iterator<Item = &'a Node>,
         plans: &[std::sync::Arc<DisruptionPlan>],
     ) -> Slots {
         let pool_of: BTreeMap<&str, &str> = nodes
-            .iter()
             .filter_map(|n| Some((n.metadata.name.as_deref()?, node_pool_of(n)?)))
             .collect();
         let mut slots = Slots::default();
@@ -183,26 +182,28 @@ impl Watcher {
             .iter()
             .filter_map(|w| window::Window::new(w).ok())
             .collect();
-        let mut nodes = self.nodes.all();
-        // Nodes on a clock first (a NodeClaim being deleted, NTH's forceful notices): a look that
-        // makes graceful plans, a request each, never holds up a deadline.
-        nodes.sort_by_cached_key(|n| {
-            let deleting = nodeclaim_of(n)
-                .and_then(|c| self.claims.get("", c))
-                .is_some_and(|c| c.deleting());
-            !may_let_go(n, deleting)
-        });
-        let mut slots = self.slots(&nodes, &plans);
+        // Each node with its NodeClaim, looked up once. Nodes on a clock first (a NodeClaim being
+        // deleted, NTH's forceful notices): a look that makes graceful plans, a request each, never
+        // holds up a deadline.
+        let mut nodes: Vec<_> = self
+            .nodes
+            .all()
+            .into_iter()
+            .map(|n| {
+                let claim = nodeclaim_of(&n).and_then(|c| self.claims.get("", c));
+                (n, claim)
+            })
+            .collect();
+        nodes.sort_by_key(|(n, c)| !may_let_go(n, c.as_ref().is_some_and(|c| c.deleting())));
+        let mut slots = self.slots(nodes.iter().map(|(n, _)| n.as_ref()), &plans);
         // Signals that began to wait in this look, and the first one's reason.
         let mut newly_waiting: Option<(usize, String)> = None;
         self.signalled.clear();
         // Nodes that are gone need no memory.
         self.spot_notices
-            .retain(|n, _| nodes.iter().any(|node| node.name_any() == *n));
-        for node in nodes {
-            let claim = nodeclaim_of(&node)
-                .and_then(|c| self.claims.get("", c))
-                .map(|c| c.to_value());
+            .retain(|n, _| nodes.iter().any(|(node, _)| node.name_any() == *n));
+        for (node, claim) in nodes {
+            let claim = claim.map(|c| c.to_value());
             let name = node.name_any();
             let plans = by_node.get(&name).unwrap_or(&no_plans);
             if let Some(why) = let_go(&node, claim.as_ref(), &policy.signals, plans, now) {

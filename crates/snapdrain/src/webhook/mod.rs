@@ -152,8 +152,8 @@ pub async fn start(
         slot.clone(),
         metrics.clone(),
     );
-    // The first certificates before the first request. A transient API error (a 500 while the API
-    // server restarts) is retried for about half a minute rather than stopping the replica: the chaos
+    // The first certificates before the first request. A transient API error (a 5xx from a busy
+    // or restarting API server) is retried for about half a minute rather than stopping the replica: the chaos
     // suite saw a restarted replica fail to start on one injected 500 reading the Secret.
     (|| keeper.sync())
         .retry(crate::api_errors::startup_backoff())
